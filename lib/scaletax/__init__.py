@@ -1,0 +1,18 @@
+"""scaletax: the memory, communication and precision taxes of training at scale.
+
+Model modules (hardware, models, parallel, memory, comm, precision, perf, search,
+validate) are plain numpy; `scaletax.report` drives notebooks and the book and is
+the only part that imports papermill or Jupyter Book.
+"""
+from importlib.metadata import PackageNotFoundError, version as _version
+from pathlib import Path
+
+try:
+    __version__ = _version("scaletax")
+except PackageNotFoundError:  # running from a source tree without install
+    __version__ = "0.0.0+src"
+
+#: Repository root (lib/scaletax/__init__.py -> ../../).
+ROOT = Path(__file__).resolve().parents[2]
+#: Sourced data files.
+DATA_DIR = ROOT / "data"
