@@ -1,0 +1,75 @@
+"""The book's table of contents: hand-written pages and executed chapters, in order.
+
+A chapter names the scenario keys it reads and the data files it reads; those, its
+source and the library code make its cache key, so changing one parameter re-executes
+only the chapters that read it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from scaletax import ROOT
+
+NOTEBOOK_DIR = ROOT / "notebooks"
+BOOK_DIR = ROOT / "book"
+
+
+@dataclass(frozen=True)
+class Chapter:
+    """A notebook chapter: ``notebooks/<slug>.md`` executed with the keys it ``reads``."""
+
+    slug: str
+    reads: tuple[str, ...]
+    data: tuple[str, ...]
+
+    @property
+    def source(self):
+        return NOTEBOOK_DIR / f"{self.slug}.md"
+
+    def parameters(self, scenario) -> dict:
+        """Notebook parameters: each dotted key becomes a name with '_' for '.'."""
+        return {key.replace(".", "_"): scenario.get(key) for key in self.reads}
+
+
+@dataclass(frozen=True)
+class Page:
+    """A hand-written page ``book/<slug>.md`` (or one generated at build time)."""
+
+    slug: str
+    generated: bool = False
+
+
+@dataclass(frozen=True)
+class Part:
+    caption: str
+    entries: tuple
+
+
+CHAPTERS = (
+    Chapter("hardware", reads=("gpus",), data=("hardware.csv",)),
+)
+
+TOC = (
+    Part("The question", (Page("intro"),)),
+    Part("The three taxes", tuple(CHAPTERS)),
+    Part("Method and provenance", (Page("method"), Page("reproduce", generated=True),
+                                   Page("cite"), Page("bibliography"))),
+)
+ROOT_PAGE = "intro"
+
+
+def chapter(slug: str) -> Chapter:
+    for ch in CHAPTERS:
+        if ch.slug == slug:
+            return ch
+    raise KeyError(f"no chapter {slug!r}; chapters: {', '.join(c.slug for c in CHAPTERS)}")
+
+
+def toc_yaml() -> dict:
+    """The sphinx-external-toc structure (jb-book format) for the TOC above."""
+    parts = []
+    for part in TOC:
+        files = [{"file": e.slug} for e in part.entries if e.slug != ROOT_PAGE]
+        if files:
+            parts.append({"caption": part.caption, "numbered": True, "chapters": files})
+    return {"format": "jb-book", "root": ROOT_PAGE, "parts": parts}

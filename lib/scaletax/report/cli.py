@@ -1,0 +1,107 @@
+"""The ``scaletax`` command line: build a book, show a scenario, predict a runs table.
+
+Exit status: 0 success, 1 a build step failed (the previous book is intact),
+2 bad input (nothing written). Errors are one line on stderr, never a traceback.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Build the scale-tax book and query its model.")
+scenario_app = typer.Typer(no_args_is_help=True, help="Inspect scenarios.")
+app.add_typer(scenario_app, name="scenario")
+
+
+def _fail(msg: str, code: int) -> None:
+    typer.echo(f"scaletax: error: {msg}", err=True)
+    raise typer.Exit(code)
+
+
+def _resolve(scenario: Optional[Path], sets: List[str]):
+    from scaletax.report.scenario import DEFAULT_SCENARIO, ScenarioError, resolve
+    from scaletax.hardware import HardwareError
+
+    path = scenario or DEFAULT_SCENARIO
+    try:
+        return path, resolve(path, sets)
+    except (ScenarioError, HardwareError) as exc:
+        _fail(str(exc), 2)
+
+
+SCENARIO_OPT = typer.Option(None, "--scenario", help="scenario YAML (default: data/scenarios/default.yaml)",
+                            dir_okay=True, exists=False)
+SET_OPT = typer.Option([], "--set", help="override a scenario value: dotted.key=value (repeatable)")
+
+
+@app.command()
+def build(
+    scenario: Optional[Path] = SCENARIO_OPT,
+    set_: List[str] = SET_OPT,
+    name: Optional[str] = typer.Option(None, "--name", help="output name (default: scenario name, plus a hash of --set overrides)"),
+    jobs: int = typer.Option(os.cpu_count() or 1, "--jobs", min=1, max=64, help="notebooks executed in parallel"),
+    no_pdf: bool = typer.Option(False, "--no-pdf", help="build the HTML only"),
+) -> None:
+    """Execute the chapters for a scenario and build _build/<name>/ (HTML, PDF, figures, manifest)."""
+    from scaletax.report.book import (BuildBusy, BuildError, BuildOptions, ChapterFailed,
+                                      build as run_build, tex_install_command, xelatex_available)
+    from scaletax.report.scenario import ScenarioError, build_name
+
+    path, scen = _resolve(scenario, set_)
+    try:
+        out_name = build_name(scen, set_, name)
+    except ScenarioError as exc:
+        _fail(str(exc), 2)
+    if not no_pdf and not xelatex_available():
+        banner = "!" * 78
+        typer.echo(f"{banner}\nWARNING: xelatex/latexmk not found: building the HTML only, NO PDF.\n"
+                   f"Install TeX with:\n  {tex_install_command()}\n{banner}", err=True)
+    from rich.console import Console
+
+    console = Console(stderr=True)
+
+    def progress(slug: str, status: str) -> None:
+        console.print(f"  [bold]{slug:<14}[/bold] {status}")
+
+    console.print(f"building [bold]{out_name}[/bold] from {path} with {jobs} job(s)")
+    try:
+        manifest = run_build(BuildOptions(name=out_name, scenario=scen, scenario_path=Path(path).resolve(),
+                                          overrides=tuple(set_), jobs=jobs, pdf=not no_pdf),
+                             progress=progress)
+    except BuildBusy as exc:
+        _fail(str(exc), 2)
+    except (BuildError, ChapterFailed) as exc:
+        _fail(str(exc), 1)
+    from scaletax.report.book import BUILD_ROOT
+
+    reused = sum(n["status"] == "reused" for n in manifest["notebooks"])
+    console.print(f"done in {manifest['seconds']['total']:.0f} s: {len(manifest['notebooks'])} chapters "
+                  f"({reused} reused), PDF {manifest['pdf']}")
+    console.print(f"  {BUILD_ROOT / out_name / 'html' / 'index.html'}")
+
+
+@scenario_app.command("show")
+def scenario_show(scenario: Optional[Path] = SCENARIO_OPT, set_: List[str] = SET_OPT) -> None:
+    """Print the resolved, validated scenario as YAML, with its sha256."""
+    import yaml
+
+    _, scen = _resolve(scenario, set_)
+    typer.echo(f"# sha256: {scen.content_hash()}")
+    typer.echo(yaml.safe_dump(scen.to_plain(), sort_keys=False, allow_unicode=True, width=100), nl=False)
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        typer.echo("scaletax: interrupted", err=True)
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,75 @@
+"""Numbered tables for the book: a MyST ``list-table`` with a label and a caption.
+
+The table is emitted as a ``text/markdown`` output that myst-nb parses as MyST, so it is
+numbered ("Table N") and referencable in HTML and PDF alike; the same rows are saved as
+``<label>.csv`` beside the figures.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Sequence
+
+from scaletax.charts import _figures_dir, write_csv
+
+
+def fmt(value: Any, digits: int = 3) -> str:
+    """A cell as text: numbers to ``digits`` significant figures with thousands separators."""
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return "–"
+        if value == 0:
+            return "0"
+        mag = math.floor(math.log10(abs(value)))
+        decimals = max(0, digits - 1 - mag)
+        return f"{value:,.{decimals}f}"
+    return str(value)
+
+
+def _escape(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(rows: Sequence[dict], columns: dict[str, str], *, label: str, caption: str,
+             formats: dict[str, Callable[[Any], str]] | None = None,
+             widths: Sequence[int] | None = None) -> str:
+    """MyST list-table source for ``rows``; ``columns`` maps row key -> header text."""
+    formats = formats or {}
+    lines = [f"```{{list-table}} {caption}", f":name: {label}", ":header-rows: 1"]
+    if widths:
+        lines.append(":widths: " + " ".join(str(w) for w in widths))
+    lines.append("")
+    keys = list(columns)
+    lines.append("* - " + "\n  - ".join(_escape(columns[k]) for k in keys))
+    for row in rows:
+        cells = [formats.get(k, fmt)(row.get(k)) for k in keys]
+        lines.append("* - " + "\n  - ".join(_escape(c) or " " for c in cells))
+    lines.append("```")
+    return "\n".join(lines)
+
+
+class Table:
+    """Displays as MyST markdown (numbered table) in a notebook output."""
+
+    def __init__(self, source: str):
+        self.source = source
+
+    def _repr_markdown_(self) -> str:
+        return self.source
+
+
+def table(rows: Sequence[dict], columns: dict[str, str], *, label: str, caption: str,
+          formats: dict[str, Callable[[Any], str]] | None = None,
+          widths: Sequence[int] | None = None) -> Table:
+    """Build a numbered table and save its rows to ``<label>.csv``; display the result."""
+    if not rows:
+        raise ValueError(f"table {label}: no rows")
+    write_csv(_figures_dir() / f"{label}.csv", [{k: r.get(k) for k in columns} for r in rows])
+    return Table(markdown(rows, columns, label=label, caption=caption, formats=formats, widths=widths))
