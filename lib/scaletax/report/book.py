@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -30,7 +31,8 @@ from scaletax.report.execute import ChapterFailed, Result, execute_chapters
 from scaletax.report.provenance import git_commit, lib_hash, lock_hash, package_versions
 from scaletax.report.scenario import Scenario
 
-BUILD_ROOT = ROOT / "_build"
+#: Where books, the execution cache and logs go (``SCALETAX_BUILD_DIR`` overrides, e.g. in tests).
+BUILD_ROOT = Path(os.environ.get("SCALETAX_BUILD_DIR", ROOT / "_build"))
 CONFIG_YML = ROOT / "_config.yml"
 #: Sphinx extensions JB1 adds that the book does not want: thebe and comments load
 #: scripts from the network; the jupyterbook-latex preamble needs bbm.sty (texlive-fonts-extra).
@@ -233,7 +235,7 @@ def _build_in(stage: Path, logs: Path, opts: BuildOptions, progress) -> dict:
     commit = git_commit()
     date = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     resolved_yaml = yaml.safe_dump(scen.to_plain(), sort_keys=False, allow_unicode=True, width=100)
-    sets = " ".join(f"--set '{o}'" for o in opts.overrides)
+    sets = " ".join("--set " + shlex.quote(o) for o in opts.overrides)
     scen_arg = "" if opts.scenario_path == toc.ROOT / "data/scenarios/default.yaml" else \
         f" --scenario {os.path.relpath(opts.scenario_path, toc.ROOT)}"
     command = f"scaletax build{scen_arg}{(' ' + sets) if sets else ''} --name {opts.name}"

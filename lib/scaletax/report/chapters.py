@@ -8,9 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import os
+from pathlib import Path
+
 from scaletax import ROOT
 
-NOTEBOOK_DIR = ROOT / "notebooks"
+#: Chapter sources (``SCALETAX_NOTEBOOKS`` overrides it, for tests of failing chapters).
+NOTEBOOK_DIR = Path(os.environ.get("SCALETAX_NOTEBOOKS", ROOT / "notebooks"))
 BOOK_DIR = ROOT / "book"
 
 

@@ -177,9 +177,9 @@ def _check_keys(data: Any, model: type[BaseModel], prefix: str = "") -> None:
         allowed = _fields_of(model)
         if key not in allowed:
             near = difflib.get_close_matches(str(key), allowed, n=1)
-            hint = f"; did you mean {prefix}{near[0]!r}?" if near else ""
+            hint = f"; did you mean '{prefix}{near[0]}'?" if near else ""
             raise ScenarioError(
-                f"unknown key {prefix}{key!r}{hint} (allowed here: {', '.join(allowed)})"
+                f"unknown key '{prefix}{key}'{hint} (allowed here: {', '.join(allowed)})"
             )
         sub = _submodel(model, key)
         if sub is not None:
@@ -228,8 +228,11 @@ def _child(schema: Any, part: str) -> Any:
     return None
 
 
-def apply_override(data: dict, key: str, value: Any) -> None:
-    """Set ``data[a][b][c] = value`` for key ``a.b.c``; unknown keys are refused."""
+def apply_override(data: dict, key: str, value: Any, raw: str | None = None) -> None:
+    """Set ``data[a][b][c] = value`` for key ``a.b.c``; unknown keys are refused.
+
+    A text field gets ``raw`` (the characters after '=') as is, not its YAML reading.
+    """
     parts = key.split(".")
     schema: Any = Scenario
     node = data
@@ -240,12 +243,13 @@ def apply_override(data: dict, key: str, value: Any) -> None:
         if not isinstance(schema, tuple) and part not in schema.model_fields:
             allowed = _fields_of(schema)
             near = difflib.get_close_matches(part, allowed, n=1)
-            hint = f"; did you mean {prefix}{near[0]!r}?" if near else ""
+            hint = f"; did you mean '{prefix}{near[0]}'?" if near else ""
             raise ScenarioError(
-                f"unknown key {prefix}{part!r}{hint} (allowed here: {', '.join(allowed)})"
+                f"unknown key '{prefix}{part}'{hint} (allowed here: {', '.join(allowed)})"
             )
         if i == len(parts) - 1:
-            node[part] = value
+            is_text = not isinstance(schema, tuple) and schema.model_fields[part].annotation is str
+            node[part] = raw if (is_text and raw is not None) else value
             return
         if not isinstance(node.get(part), dict):
             node[part] = {}
@@ -284,7 +288,7 @@ def resolve(path: Path | str | None = None, overrides: list[str] | tuple[str, ..
     _check_keys(data, Scenario)
     for text in overrides:
         key, value = parse_override(text)
-        apply_override(data, key, value)
+        apply_override(data, key, value, raw=text.split("=", 1)[1])
     try:
         return Scenario.model_validate(data)
     except ValidationError as exc:

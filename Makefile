@@ -1,0 +1,51 @@
+# scaletax: two commands on a fresh machine.
+#   make book   -> .venv from requirements.lock, TeX if missing (root on Debian), the default book
+#   make test   -> .venv, then pytest
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+ARGS   ?=
+PYTEST_ARGS ?=
+
+.PHONY: venv book test tex clean bench lock help
+
+help:
+	@echo "make book    build the default book into _build/default/ (ARGS='--set k=v ...' for more)"
+	@echo "make test    run the test suite"
+	@echo "make venv    create .venv from requirements.lock only"
+	@echo "make bench   run the benchmarks, write benchmarks/results/latest.json"
+	@echo "make clean   remove _build/ (books, cache, logs)"
+	@echo "make lock    re-resolve requirements.in into requirements.lock"
+
+venv: $(STAMP)
+
+$(STAMP): requirements.lock pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet --no-deps -r requirements.lock
+	$(BIN)/python -m pip install --quiet --no-deps -e .
+	@touch $@
+
+tex:
+	@bash .ci/install-system-deps tex || true
+
+book: venv tex
+	$(BIN)/scaletax build $(ARGS)
+
+test: venv
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+bench: venv
+	$(BIN)/python benchmarks/run.py
+
+clean:
+	rm -rf _build
+
+lock:
+	rm -rf .lock-venv
+	$(PYTHON) -m venv .lock-venv
+	.lock-venv/bin/python -m pip install --quiet --upgrade pip
+	.lock-venv/bin/python -m pip install --quiet -r requirements.in
+	.lock-venv/bin/python -m pip freeze --exclude-editable | grep -v '^scaletax' > requirements.lock
+	rm -rf .lock-venv

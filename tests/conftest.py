@@ -1,0 +1,40 @@
+"""Shared fixtures: a CLI runner isolated in a temporary build folder, and one built book."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCALETAX = [sys.executable, "-m", "scaletax.report.cli"]
+
+#: A small scenario for end-to-end builds: two GPUs, a short precision experiment.
+SMALL = [
+    "--set", "gpus=[h100_sxm,gb200]",
+    "--set", "precision.experiment_steps=40",
+    "--set", "precision.experiment_seeds=2",
+    "--set", "cluster.sizes=[1024,8192]",
+    "--set", "economics.prices={h100_sxm: {usd_per_gpu_hour: 2.35, assumption: false, source: test}, gb200: {usd_per_gpu_hour: 4.5, assumption: true, source: test}}",
+]
+
+
+def run_cli(args, build_dir: Path, env_extra=None, timeout=1800, **kw):
+    env = dict(os.environ, SCALETAX_BUILD_DIR=str(build_dir), PYTHONUNBUFFERED="1")
+    env.update(env_extra or {})
+    return subprocess.run(SCALETAX + list(args), cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=timeout, **kw)
+
+
+@pytest.fixture(scope="session")
+def built_book(tmp_path_factory):
+    """Build the small book once (HTML + PDF); tests read it, none modifies it."""
+    build_dir = tmp_path_factory.mktemp("build")
+    proc = run_cli(["build", *SMALL, "--name", "small", "--jobs", "2"], build_dir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    book = build_dir / "small"
+    return {"dir": book, "build_dir": build_dir, "manifest": json.loads((book / "manifest.json").read_text()),
+            "stderr": proc.stderr}

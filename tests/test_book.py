@@ -1,0 +1,97 @@
+"""End to end: a small scenario built into HTML and PDF, reuse, overrides, failures."""
+import json
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import ROOT, SMALL, run_cli
+
+pytestmark = pytest.mark.book
+
+
+def test_outputs_exist(built_book):
+    book = built_book["dir"]
+    assert (book / "html" / "index.html").is_file()
+    assert (book / "small.pdf").stat().st_size > 10_000
+    m = built_book["manifest"]
+    assert m["name"] == "small" and m["pdf"] == "built"
+    assert len(m["scenario_sha256"]) == 64 and m["git_commit"]
+    assert m["packages"]["jupyter-book"].startswith("1.")
+    chapters = {n["chapter"] for n in m["notebooks"]}
+    assert "hardware" in chapters
+    for n in m["notebooks"]:
+        assert len(n["content_sha256"]) == 64 and n["status"] in ("executed", "reused")
+    # every figure has its PNG and its CSV
+    figs = {p.stem for p in (book / "figures").glob("fig-*.png")}
+    assert figs and figs == {p.stem for p in (book / "figures").glob("fig-*.csv")}
+    assert not list(book.parent.glob(".stage-*")), "staging folders must be cleaned up"
+
+
+def test_html_needs_no_network(built_book):
+    html_dir = built_book["dir"] / "html"
+    pattern = re.compile(r"""<(?:script|link|img|iframe)[^>]+(?:src|href)=["'](?:https?:)?//""", re.I)
+    for page in html_dir.rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        assert not pattern.search(text), f"{page.name} loads something from the network"
+        assert "@import url(http" not in text
+    for css in html_dir.rglob("*.css"):
+        assert not re.search(r"url\(\s*['\"]?https?://", css.read_text(encoding="utf-8", errors="replace")), css.name
+    assert (html_dir / "_static" / "scaletax-vega.js").stat().st_size > 100_000
+    assert (html_dir / "_static" / "mathjax" / "tex-svg.js").is_file()
+
+
+def test_pdf_has_every_chart_as_image_and_numbered_captions(built_book):
+    pdf = built_book["dir"] / "small.pdf"
+    text = subprocess.run(["pdftotext", str(pdf), "-"], capture_output=True, text=True, check=True).stdout
+    assert "alt.Chart(" not in text and "{glue" not in text
+    n_figs = len(list((built_book["dir"] / "figures").glob("fig-*.png")))
+    images = subprocess.run(["pdfimages", "-list", str(pdf)], capture_output=True, text=True, check=True).stdout
+    n_images = sum(1 for line in images.splitlines()[2:] if " image " in line)
+    assert n_images >= n_figs
+    assert len(set(re.findall(r"Fig\. (\d+\.\d+)", text))) >= n_figs
+    assert re.search(r"Table \d+\.\d+", text)
+
+
+def test_second_build_reuses_every_notebook(built_book):
+    proc = run_cli(["build", *SMALL, "--name", "small", "--no-pdf"], built_book["build_dir"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    m = json.loads((built_book["dir"] / "manifest.json").read_text())
+    assert {n["status"] for n in m["notebooks"]} == {"reused"}
+    assert "reused" in proc.stderr
+
+
+def test_override_builds_a_second_book_and_leaves_the_first(built_book):
+    first = (built_book["dir"] / "figures" / "tbl-hw-catalog.csv").read_text()
+    proc = run_cli(["build", *SMALL, "--set", "gpus=[h100_sxm]", "--no-pdf"], built_book["build_dir"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    others = [p for p in built_book["build_dir"].iterdir() if p.name.startswith("default-")]
+    assert len(others) == 1
+    second = (others[0] / "figures" / "tbl-hw-catalog.csv").read_text()
+    assert "GB200" in first and "GB200" not in second
+    assert (built_book["dir"] / "figures" / "tbl-hw-catalog.csv").read_text() == first
+    m2 = json.loads((others[0] / "manifest.json").read_text())
+    assert m2["scenario"]["gpus"] == ["h100_sxm"]
+
+
+def test_failing_notebook_keeps_previous_book_and_exits_1(built_book, tmp_path):
+    build_dir = built_book["build_dir"]
+    ok = run_cli(["build", *SMALL, "--name", "victim", "--no-pdf"], build_dir)
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    before = (build_dir / "victim" / "manifest.json").read_text()
+    broken = tmp_path / "notebooks"
+    shutil.copytree(ROOT / "notebooks", broken)
+    src = (broken / "hardware.md").read_text()
+    src = src.replace("charts.setup()", "charts.setup()\nraise RuntimeError('boom from a test')", 1)
+    (broken / "hardware.md").write_text(src)
+    proc = run_cli(["build", *SMALL, "--name", "victim", "--no-pdf"], build_dir,
+                   env_extra={"SCALETAX_NOTEBOOKS": str(broken)})
+    assert proc.returncode == 1
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "chapter 'hardware' failed in cell" in last and "RuntimeError: boom from a test" in last
+    log = re.search(r"traceback: (\S+\.ipynb)", last).group(1)
+    assert "boom from a test" in open(log).read()
+    assert (build_dir / "victim" / "manifest.json").read_text() == before
+    assert not list(build_dir.glob(".stage-*"))
+    assert not list((build_dir / ".cache").glob(".tmp-*"))
