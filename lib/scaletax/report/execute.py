@@ -8,11 +8,14 @@ folder that is renamed into the cache only when the notebook ran to the end.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -57,8 +60,11 @@ def cache_key(ch: Chapter, parameters: dict, code_hash: str | None = None) -> st
     return h.hexdigest()
 
 
-def _execute_one(slug: str, source: str, parameters: dict, workdir: str) -> tuple[float, str | None, int | None]:
-    """Run in a worker process: papermill one notebook. Returns (seconds, error, cell)."""
+def _execute_one(source: str, params_file: str, workdir: str) -> int:
+    """Worker entry point (own process and session): papermill one notebook.
+
+    Writes ``status.json`` (seconds, error, cell) into ``workdir``; returns 0 or 1.
+    """
     import jupytext
     import papermill as pm
 
@@ -67,26 +73,70 @@ def _execute_one(slug: str, source: str, parameters: dict, workdir: str) -> tupl
     figures.mkdir(parents=True, exist_ok=True)
     os.environ["SCALETAX_FIGURES_DIR"] = str(figures)
     os.environ["PYTHONHASHSEED"] = "0"
+    parameters = json.loads(Path(params_file).read_text(encoding="utf-8"))
     nb = jupytext.read(source)
     t0 = time.perf_counter()
+    error, cell = None, None
     try:
         pm.execute_notebook(nb, str(work / "notebook.ipynb"), parameters=parameters,
                             kernel_name=KERNEL, cwd=str(work), progress_bar=False,
                             log_output=False, execution_timeout=EXECUTION_TIMEOUT_S)
     except pm.PapermillExecutionError as exc:
-        return time.perf_counter() - t0, f"{exc.ename}: {exc.evalue}".splitlines()[0][:300], exc.cell_index
-    except Exception as exc:  # kernel died, timeout, bad notebook
-        return time.perf_counter() - t0, f"{type(exc).__name__}: {exc}".splitlines()[0][:300], None
-    return time.perf_counter() - t0, None, None
+        error, cell = f"{exc.ename}: {exc.evalue}".splitlines()[0][:300], exc.cell_index
+    except Exception as exc:  # kernel died, timeout, unreadable notebook
+        error = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+    status = {"seconds": time.perf_counter() - t0, "error": error, "cell": cell}
+    (work / "status.json").write_text(json.dumps(status), encoding="utf-8")
+    return 0 if error is None else 1
+
+
+@dataclass
+class _Job:
+    chapter: Chapter
+    params: dict
+    key: str
+    work: Path
+    proc: subprocess.Popen | None = None
+
+
+def _start(job: _Job) -> None:
+    params_file = job.work / "parameters.json"
+    params_file.write_text(canonical_json(job.params), encoding="utf-8")
+    log = (job.work / "worker.log").open("w", encoding="utf-8")
+    job.proc = subprocess.Popen(
+        [sys.executable, "-m", "scaletax.report.execute", str(job.chapter.source), str(params_file),
+         str(job.work)],
+        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    log.close()
+
+
+def _kill(job: _Job) -> None:
+    """Stop a worker and its kernel (they share the worker's process group)."""
+    if job.proc is None or job.proc.poll() is not None:
+        return
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(job.proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            job.proc.wait(timeout=5)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def execute_chapters(chapters: list[Chapter], scenario, cache_dir: Path, log_dir: Path,
                      jobs: int = 1, progress=None) -> list[Result]:
-    """Execute (or reuse) every chapter. Raises ChapterFailed for the first failure."""
+    """Execute (or reuse) every chapter, ``jobs`` at a time. Raises ChapterFailed.
+
+    Each notebook runs in its own process session, so an interrupted build can stop the
+    worker and its kernel together; unfinished work folders are removed.
+    """
     cache_dir.mkdir(parents=True, exist_ok=True)
     code = lib_hash()
     results: dict[str, Result] = {}
-    todo = []
+    pending: list[_Job] = []
     for ch in chapters:
         params = ch.parameters(scenario)
         key = cache_key(ch, params, code)
@@ -95,46 +145,72 @@ def execute_chapters(chapters: list[Chapter], scenario, cache_dir: Path, log_dir
             results[ch.slug] = Result(ch.slug, key, entry / "notebook.ipynb", entry / "figures",
                                       reused=True, seconds=0.0, parameters=params)
             if progress:
-                progress(ch.slug, "reused")
+                progress(ch.slug, "reused (inputs unchanged)")
         else:
-            todo.append((ch, params, key))
+            pending.append(_Job(ch, params, key, Path()))
 
+    running: list[_Job] = []
     failures: list[ChapterFailed] = []
-    if todo:
-        with ProcessPoolExecutor(max_workers=max(1, min(jobs, len(todo)))) as pool:
-            futures = {}
-            for ch, params, key in todo:
-                work = Path(tempfile.mkdtemp(prefix=f".tmp-{ch.slug}-", dir=cache_dir))
-                fut = pool.submit(_execute_one, ch.slug, str(ch.source), params, str(work))
-                futures[fut] = (ch, params, key, work)
+    try:
+        while pending or running:
+            while pending and len(running) < max(1, jobs) and not failures:
+                job = pending.pop(0)
+                job.work = Path(tempfile.mkdtemp(prefix=f".tmp-{job.chapter.slug}-", dir=cache_dir))
+                _start(job)
+                running.append(job)
                 if progress:
-                    progress(ch.slug, "queued")
-            for fut in as_completed(futures):
-                ch, params, key, work = futures[fut]
-                try:
-                    seconds, error, cell = fut.result()
-                except Exception as exc:  # the worker itself died
-                    seconds, error, cell = 0.0, f"{type(exc).__name__}: {exc}", None
-                if error is None:
-                    entry = cache_dir / key
-                    if entry.exists():  # a concurrent build filled it first
-                        shutil.rmtree(work, ignore_errors=True)
-                    else:
-                        os.replace(work, entry)
-                    results[ch.slug] = Result(ch.slug, key, entry / "notebook.ipynb",
-                                              entry / "figures", reused=False,
-                                              seconds=seconds, parameters=params)
-                    if progress:
-                        progress(ch.slug, f"executed in {seconds:.1f} s")
-                else:
-                    log_dir.mkdir(parents=True, exist_ok=True)
-                    log = log_dir / f"{ch.slug}.ipynb"
-                    if (work / "notebook.ipynb").exists():
-                        shutil.copyfile(work / "notebook.ipynb", log)
-                    shutil.rmtree(work, ignore_errors=True)
-                    failures.append(ChapterFailed(ch.slug, cell, error, log))
-                    if progress:
-                        progress(ch.slug, "FAILED")
+                    progress(job.chapter.slug, "executing")
+            if failures and not running:
+                break
+            time.sleep(0.1)
+            for job in [j for j in running if j.proc.poll() is not None]:
+                running.remove(job)
+                failure = _finish(job, cache_dir, log_dir, results, progress)
+                if failure:
+                    failures.append(failure)
+                    pending.clear()
+    finally:
+        for job in running:
+            _kill(job)
+            shutil.rmtree(job.work, ignore_errors=True)
     if failures:
         raise failures[0]
     return [results[ch.slug] for ch in chapters]
+
+
+def _finish(job: _Job, cache_dir: Path, log_dir: Path, results: dict, progress) -> ChapterFailed | None:
+    slug, work = job.chapter.slug, job.work
+    try:
+        status = json.loads((work / "status.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        tail = (work / "worker.log").read_text(encoding="utf-8", errors="replace").strip().splitlines()
+        status = {"seconds": 0.0, "cell": None,
+                  "error": (tail[-1] if tail else f"worker exited with status {job.proc.returncode}")[:300]}
+    if status["error"] is None:
+        entry = cache_dir / job.key
+        for name in ("status.json", "parameters.json", "worker.log"):
+            (work / name).unlink(missing_ok=True)
+        if entry.exists():  # a concurrent build of another name filled it first
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            os.replace(work, entry)
+        results[slug] = Result(slug, job.key, entry / "notebook.ipynb", entry / "figures",
+                               reused=False, seconds=status["seconds"], parameters=job.params)
+        if progress:
+            progress(slug, f"executed in {status['seconds']:.1f} s")
+        return None
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log = log_dir / f"{slug}.ipynb"
+    if (work / "notebook.ipynb").exists():
+        shutil.copyfile(work / "notebook.ipynb", log)
+    else:
+        log = log_dir / f"{slug}.log"
+        shutil.copyfile(work / "worker.log", log)
+    shutil.rmtree(work, ignore_errors=True)
+    if progress:
+        progress(slug, "FAILED")
+    return ChapterFailed(slug, status["cell"], status["error"], log)
+
+
+if __name__ == "__main__":
+    sys.exit(_execute_one(*sys.argv[1:4]))
