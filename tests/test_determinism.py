@@ -1,0 +1,40 @@
+"""The same scenario built twice from cold gives the same notebooks, data and hashes."""
+import json
+
+import nbformat
+import pytest
+
+from conftest import SMALL, run_cli
+
+pytestmark = pytest.mark.book
+
+VOLATILE = ("execution", "papermill")
+
+
+def _strip(nb_path):
+    nb = nbformat.read(nb_path, as_version=4)
+    nb.metadata.pop("papermill", None)
+    for cell in nb.cells:
+        for key in VOLATILE:
+            cell.metadata.pop(key, None)
+        cell.pop("id", None)
+    return nbformat.writes(nb)
+
+
+def test_cold_builds_are_identical(built_book, tmp_path):
+    other = tmp_path / "again"  # an empty build folder: same as after `make clean`
+    proc = run_cli(["build", *SMALL, "--name", "small", "--no-pdf"], other)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    m1 = built_book["manifest"]
+    m2 = json.loads((other / "small" / "manifest.json").read_text())
+    assert {n["status"] for n in m2["notebooks"]} == {"executed"}
+    assert [n["content_sha256"] for n in m1["notebooks"]] == [n["content_sha256"] for n in m2["notebooks"]]
+    assert m1["scenario_sha256"] == m2["scenario_sha256"]
+    for n in m1["notebooks"]:
+        a = built_book["build_dir"] / ".cache" / n["content_sha256"] / "notebook.ipynb"
+        b = other / ".cache" / n["content_sha256"] / "notebook.ipynb"
+        assert _strip(a) == _strip(b), f"{n['chapter']}: executed notebook differs"
+    figs1 = sorted((built_book["dir"] / "figures").glob("*.csv"))
+    assert figs1
+    for f in figs1:
+        assert f.read_bytes() == (other / "small" / "figures" / f.name).read_bytes(), f.name
