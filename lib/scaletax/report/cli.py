@@ -85,6 +85,39 @@ def build(
     console.print(f"  {BUILD_ROOT / out_name / 'html' / 'index.html'}")
 
 
+@app.command()
+def predict(
+    runs: Path = typer.Option(..., "--runs", help="CSV in the published-runs schema (see data/sources/README.md)"),
+    out: Optional[Path] = typer.Option(None, "--out", help="output CSV (default: print to stdout)"),
+) -> None:
+    """Predict memory per GPU (and throughput) for every row of a runs table."""
+    import io
+    import tempfile
+
+    from scaletax.hardware import HardwareError
+    from scaletax.report.predict import predict_rows
+    from scaletax.runs import RunsTableError, read_runs, write_runs
+
+    try:
+        rows = predict_rows(read_runs(runs))
+    except (RunsTableError, HardwareError, ValueError) as exc:
+        _fail(str(exc).splitlines()[0], 2)
+    if out is None:
+        with tempfile.TemporaryDirectory() as tmp:
+            typer.echo(write_runs(rows, Path(tmp) / "out.csv").read_text(encoding="utf-8"), nl=False)
+        return
+    if out.exists() and out.is_dir():
+        _fail(f"--out {out}: is a folder", 2)
+    tmp = out.with_name(f".{out.name}.tmp")
+    try:
+        write_runs(rows, tmp)
+        os.replace(tmp, out)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        _fail(f"cannot write {out}: {exc.strerror}", 1)
+    typer.echo(f"wrote {len(rows)} rows to {out}", err=True)
+
+
 @scenario_app.command("show")
 def scenario_show(scenario: Optional[Path] = SCENARIO_OPT, set_: List[str] = SET_OPT) -> None:
     """Print the resolved, validated scenario as YAML, with its sha256."""

@@ -1,0 +1,935 @@
+"""Collective communication on a two-level topology (NVLink domain + rail-optimized scale-out).
+
+Cost model: latency (alpha) + bandwidth (beta), per phase,
+    t = alpha_launch + sum_phases( steps * alpha_link + bytes_on_wire / (link_bw * eff) ),
+with ``eff`` the achieved fraction of the link rate at large messages, fitted to the published
+measurements in ``data/collectives.csv`` (:func:`fit_calibration`). For a fixed algorithm the
+achieved algorithm bandwidth is then the saturating curve
+    algbw(m) = m / t(m) = bw_peak_eff * m / (m + m_half),   m_half = latency * bw_peak_eff,
+(:func:`latency_bandwidth`, :func:`saturating_bw`): the alpha-beta model and the saturating
+bandwidth curve are the same statement.
+
+Message size ``nbytes`` is per GPU, with NCCL's conventions (nccl-tests doc/PERFORMANCE.md):
+all_reduce: the buffer each GPU holds; reduce_scatter: each GPU's full input (it keeps 1/n);
+all_gather: each GPU's full output (it contributes 1/n); all_to_all: each GPU's whole send
+buffer (1/n of it to each peer, itself included); p2p: the bytes sent.
+
+Bytes on the wire per GPU (Thakur, Rabenseifner & Gropp 2005, "Optimization of collective
+communication operations in MPICH", IJHPCA 19(1); NCCL busbw doc):
+ring all_reduce 2(n-1)/n m in 2(n-1) steps; reduce_scatter / all_gather (n-1)/n m in n-1 steps;
+recursive halving / doubling: the same bytes in ceil(log2 n) steps per pass; all_to_all
+(n-1)/n m; double-binary-tree all_reduce ~2 m in 2 ceil(log2 n) steps (Sanders, Speck & Traeff
+2009, used by NCCL >= 2.4); in-network reduction (NVLS on NVSwitch, SHARP on InfiniBand) ~1 m in
+2 steps (the switch reduces, each GPU sends its data once and receives the result once).
+
+Hierarchical collectives over a group with ``n_in`` GPUs per domain in ``n_out`` domains
+(:func:`scaletax.topology.placement`), rail-optimized (each GPU its own NIC):
+all_reduce = [reduce-scatter + all-gather in the domain, costed as an intra-domain all_reduce]
+           + all_reduce of the 1/n_in shard across domains over the NICs;
+reduce_scatter = in-domain reduce_scatter of m + cross-domain reduce_scatter of m/n_in;
+all_gather = the mirror image; the phases run one after the other (sum). NCCL pipelines
+chunks through NVLink and NIC at once, so for groups with several GPUs per domain the sum is
+pessimistic: for a 1 GiB all-reduce over 2 x 8 H100 it is 1.6x the slower phase alone, and the
+model's busbw there (~246 GB/s) is below what a pipelined ring would reach.
+all_to_all sends (n_in-1)/n m over NVLink and (n-n_in)/n m over the NIC concurrently (NCCL
+posts all peer sends at once), so its time is the max of the two phases.
+
+Public API
+----------
+Collectives: ``collective_time``, ``collective_phases``, ``predicted_busbw``, ``busbw``,
+``algbw``, ``bus_factor``, ``wire_bytes``, ``link_bytes``, ``latency_bandwidth``,
+``saturating_bw``, ``moe_dispatch_bytes``, ``moe_alltoall_time``; calibration:
+``calibration_points``, ``fit_calibration``, ``predict_point``, ``calibration_table``.
+Per step: ``WireFormat``, ``step_traffic`` -> ``StepComm`` of ``GroupTraffic``,
+``traffic_table``, ``llama405b_traffic``. Overlap: ``Overlap``, ``exposed_comm`` ->
+``ExposedComm``, ``exposed_time`` (the step-time model's entry point).
+The topology (``Topology``, ``placement``, calibrated constants) is in :mod:`scaletax.topology`.
+"""
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from scaletax import DATA_DIR
+from scaletax.topology import Topology, placement
+
+COLLECTIVES_CSV = DATA_DIR / "collectives.csv"
+
+OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "p2p")
+#: ring: NCCL's ring (n-1 latency steps per pass). rhd: recursive halving / doubling (Thakur et
+#: al. 2005, Sec. 4: Rabenseifner all-reduce, recursive-halving reduce-scatter, recursive-
+#: doubling all-gather): the ring's bytes in ceil(log2 n) steps per pass. tree: double binary
+#: tree all-reduce. in_network: NVLS / SHARP all-reduce where the topology has it, ring elsewhere.
+#: auto: per phase, the fastest available, as NCCL's tuner picks per call (ring is never faster
+#: than rhd in this model, nor tree at equal latency, so auto = min(rhd, in-network)); it also
+#: makes "a group inside one domain is never slower than spread over domains" hold, because a
+#: one-domain group may run the same two-level schedule over NVLink. Only all_reduce has tree /
+#: in-network variants: in-network reduction does not cut the bytes a GPU must send in
+#: reduce_scatter nor receive in all_gather, so those use ring (or rhd under auto).
+ALGORITHMS = ("auto", "ring", "rhd", "tree", "in_network")
+
+
+def _f(x) -> np.ndarray:
+    return np.asarray(x, dtype=float)
+
+
+def _check_op(op: str) -> None:
+    if op not in OPS:
+        raise ValueError(f"unknown collective {op!r}; valid: {', '.join(OPS)}")
+
+
+def bus_factor(op: str, n) -> np.ndarray:
+    """NCCL bus-bandwidth factor: busbw = algbw * factor (nccl-tests doc/PERFORMANCE.md).
+
+    2(n-1)/n for all_reduce; (n-1)/n for reduce_scatter, all_gather, all_to_all; 1 for p2p.
+    """
+    _check_op(op)
+    n = _f(n)
+    if op == "all_reduce":
+        return 2.0 * (n - 1.0) / n
+    if op == "p2p":
+        return np.ones_like(n)
+    return (n - 1.0) / n
+
+
+def wire_bytes(op: str, nbytes, n) -> np.ndarray:
+    """Bytes each GPU sends (= receives) in a flat ring / direct collective of n GPUs.
+
+    ring all_reduce 2(n-1)/n m; reduce_scatter, all_gather, all_to_all (n-1)/n m; p2p m
+    (Thakur et al. 2005; NCCL busbw = these bytes / time).
+    """
+    return _f(nbytes) * bus_factor(op, n)
+
+
+# --- per-phase costs (seconds), all broadcasting; zero when the phase has one GPU -----------
+def _log2ceil(n):
+    return np.ceil(np.log2(np.maximum(n, 1.0)))
+
+
+def _ring_allreduce(m, n, bw, alpha):
+    # ring all-reduce: 2(n-1) steps, 2(n-1)/n m bytes per GPU (Thakur et al. 2005, Sec. 4.5)
+    return 2.0 * (n - 1.0) * alpha + 2.0 * (n - 1.0) / n * m / bw
+
+
+def _rhd_allreduce(m, n, bw, alpha):
+    # Rabenseifner: recursive-halving reduce-scatter + recursive-doubling all-gather,
+    # 2 ceil(log2 n) steps, 2(n-1)/n m bytes per GPU (Thakur et al. 2005, Sec. 4.5)
+    return 2.0 * _log2ceil(n) * alpha + 2.0 * (n - 1.0) / n * m / bw
+
+
+def _half(m, n, bw, alpha, ring: bool):
+    # reduce-scatter or all-gather, (n-1)/n m bytes per GPU: ring n-1 steps, recursive
+    # halving / doubling ceil(log2 n) steps (Thakur et al. 2005, Secs. 4.2 and 4.4)
+    steps = (n - 1.0) if ring else _log2ceil(n)
+    return steps * alpha + (n - 1.0) / n * m / bw
+
+
+def _tree_allreduce(m, n, bw, alpha):
+    # double binary tree: reduce up + broadcast down, 2 ceil(log2 n) steps, ~2 m bytes per GPU
+    # (Sanders, Speck & Traeff 2009; NCCL 2.4 blog "Massively Scale Your Deep Learning Training")
+    return np.where(n > 1, 2.0 * _log2ceil(n) * alpha + 2.0 * m / bw, 0.0)
+
+
+def _innet_allreduce(m, n, bw, alpha):
+    # in-switch reduction (NVLS / SHARP): send m once, receive the reduced m once, 2 steps
+    # (NVIDIA NVLink SHARP in NCCL >= 2.17; Graham et al. 2016, SHARP, COMHPC)
+    return np.where(n > 1, 2.0 * alpha + m / bw, 0.0)
+
+
+def _allreduce_phase(m, n, bw, alpha, innet_bw, innet_ok, algorithm):
+    if algorithm == "ring":
+        return _ring_allreduce(m, n, bw, alpha)
+    if algorithm == "rhd":
+        return _rhd_allreduce(m, n, bw, alpha)
+    if algorithm == "tree":
+        return _tree_allreduce(m, n, bw, alpha)
+    if algorithm == "in_network":
+        return np.where(innet_ok, _innet_allreduce(m, n, innet_bw, alpha), _ring_allreduce(m, n, bw, alpha))
+    innet = np.where(innet_ok, _innet_allreduce(m, n, innet_bw, alpha), np.inf)
+    return np.minimum(_rhd_allreduce(m, n, bw, alpha), innet)
+
+
+@dataclass(frozen=True)
+class _Links:
+    """Float views of a topology's link parameters (computed once per call chain)."""
+
+    domain: np.ndarray
+    bv: np.ndarray      # achieved NVLink B/s
+    bn: np.ndarray      # achieved NIC B/s
+    bs_nv: np.ndarray   # NVLS all-reduce B/s
+    bs_ib: np.ndarray   # SHARP all-reduce B/s
+    nvls: np.ndarray
+    ib_sharp: np.ndarray
+    a0: np.ndarray
+    av: np.ndarray
+    an: np.ndarray
+
+    @classmethod
+    def of(cls, topo: Topology) -> "_Links":
+        return cls(domain=np.asarray(topo.domain, dtype=np.int64), bv=topo.nvlink_eff_bw,
+                   bn=topo.nic_eff_bw, bs_nv=_f(topo.nvlink_bw) * topo.nvls_eff,
+                   bs_ib=_f(topo.nic_bw) * topo.sharp_eff, nvls=np.asarray(topo.nvls, dtype=bool),
+                   ib_sharp=np.asarray(topo.ib_sharp, dtype=bool), a0=_f(topo.alpha_launch),
+                   av=_f(topo.alpha_nvlink), an=_f(topo.alpha_nic))
+
+
+def _placed(n, stride, domain):
+    """(n, n_in, n_out) as float arrays (:func:`scaletax.topology.placement`)."""
+    n_int = np.asarray(n, dtype=np.int64)
+    n_in, n_out = placement(n_int, stride, domain)
+    return _f(n_int), _f(n_in), _f(n_out)
+
+
+def _phases(op, m, n, n_in, n_out, lk: _Links, algorithm):
+    """(t_intra, t_inter, combine) for a placed group; see :func:`collective_phases`."""
+    if op == "all_reduce":
+        t_in = _allreduce_phase(m, n_in, lk.bv, lk.av, lk.bs_nv, lk.nvls, algorithm)
+        t_out = _allreduce_phase(m / n_in, n_out, lk.bn, lk.an, lk.bs_ib, lk.ib_sharp, algorithm)
+        return t_in, t_out, "sum"
+    if op in ("reduce_scatter", "all_gather"):
+        ring = algorithm != "auto" and algorithm != "rhd"
+        return (_half(m, n_in, lk.bv, lk.av, ring), _half(m / n_in, n_out, lk.bn, lk.an, ring), "sum")
+    if op == "all_to_all":
+        # direct exchange: all n-1 peer sends posted at once (one latency step per link type);
+        # (n_in-1)/n m over NVLink, (n-n_in)/n m over the NIC, concurrently
+        n_rem = n - n_in
+        t_in = np.where(n_in > 1, lk.av + (n_in - 1.0) / n * m / lk.bv, 0.0)
+        t_out = np.where(n_rem > 0, lk.an + n_rem / n * m / lk.bn, 0.0)
+        return t_in, t_out, "max"
+    # p2p between two ranks `stride` apart: NVLink when both are in one domain
+    same = n_in >= 2
+    return np.where(same, lk.av + m / lk.bv, 0.0), np.where(same, 0.0, lk.an + m / lk.bn), "sum"
+
+
+def _time(op, m, n, n_in, n_out, lk: _Links, algorithm):
+    t_in, t_out, combine = _phases(op, m, n, n_in, n_out, lk, algorithm)
+    body = t_in + t_out if combine == "sum" else np.maximum(t_in, t_out)
+    active = (m > 0) if op == "p2p" else (n > 1) & (m > 0)
+    return np.where(active, lk.a0 + body, 0.0)
+
+
+def _check(op, nbytes, algorithm):
+    _check_op(op)
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"unknown algorithm {algorithm!r}; valid: {', '.join(ALGORITHMS)}")
+    m = _f(nbytes)
+    if np.any(m < 0):
+        raise ValueError("nbytes must be >= 0")
+    return m
+
+
+def collective_phases(op: str, nbytes, n, topo: Topology, stride=1, algorithm: str = "auto"):
+    """Intra-domain and inter-domain time of one collective, seconds (before launch latency).
+
+    Returns ``(t_intra, t_inter, combine)`` with combine ``"sum"`` (phases in sequence) or
+    ``"max"`` (concurrent, all_to_all). ``stride`` places the group (:func:`placement`).
+    """
+    m = _check(op, nbytes, algorithm)
+    n, n_in, n_out = _placed(2 if op == "p2p" else n, stride, topo.domain)
+    return _phases(op, m, n, n_in, n_out, _Links.of(topo), algorithm)
+
+
+def collective_time(op: str, nbytes, n, topo: Topology, stride=1, algorithm: str = "auto") -> np.ndarray:
+    """Time of one collective, seconds; broadcasts over nbytes, n, stride and topology fields.
+
+    op: one of :data:`OPS`; nbytes: message size per GPU (module docstring conventions), bytes;
+    n: GPUs in the group (for p2p: 2); stride: rank distance between group members (product of
+    the inner parallel sizes) used to place the group on domains; algorithm: :data:`ALGORITHMS`.
+    A group of one GPU (or an empty message) costs 0.
+
+    Guarantees (tested): more bandwidth is never slower; a bigger message never takes less time;
+    under ``auto`` a group inside one domain is never slower than the same group spread over
+    domains, for physically ordered links: achieved NIC (and SHARP) bandwidth at most half the
+    achieved NVLink bandwidth, and NIC step latency at least NVLink's (at least ceil(log2 n_out)
+    times it when IB SHARP is on, whose 2-step latency would otherwise undercut a log-depth
+    NVLink schedule).
+    """
+    m = _check(op, nbytes, algorithm)
+    n, n_in, n_out = _placed(2 if op == "p2p" else n, stride, topo.domain)
+    return _time(op, m, n, n_in, n_out, _Links.of(topo), algorithm)
+
+
+def algbw(nbytes, t) -> np.ndarray:
+    """NCCL algorithm bandwidth: message bytes / time, B/s."""
+    return _f(nbytes) / _f(t)
+
+
+def busbw(op: str, nbytes, n, t) -> np.ndarray:
+    """NCCL bus bandwidth, B/s: algbw * :func:`bus_factor` (nccl-tests doc/PERFORMANCE.md)."""
+    return algbw(nbytes, t) * bus_factor(op, n)
+
+
+def predicted_busbw(op: str, nbytes, n, topo: Topology, stride=1, algorithm: str = "auto") -> np.ndarray:
+    """Bus bandwidth the model predicts for one collective, B/s."""
+    return busbw(op, nbytes, n, collective_time(op, nbytes, n, topo, stride, algorithm))
+
+
+def latency_bandwidth(op: str, n, topo: Topology, stride=1, algorithm: str = "ring"):
+    """(latency s, seconds per byte) of a fixed-algorithm collective: t(m) = latency + m * c.
+
+    Then algbw(m) = (1/c) * m / (m + m_half) with m_half = latency / c (:func:`saturating_bw`).
+    ``algorithm="auto"`` is piecewise-linear in m (the tuner switches), so it is refused here.
+    """
+    if algorithm == "auto":
+        raise ValueError("latency_bandwidth needs a fixed algorithm (ring, rhd, tree or in_network)")
+    m1, m2 = 2.0**20, 2.0**40
+    t1 = collective_time(op, m1, n, topo, stride, algorithm)
+    per_byte = (collective_time(op, m2, n, topo, stride, algorithm) - t1) / (m2 - m1)
+    return t1 - per_byte * m1, per_byte
+
+
+def saturating_bw(nbytes, bw_peak, m_half) -> np.ndarray:
+    """Achieved bandwidth bw_peak * m / (m + m_half), B/s: the alpha-beta model's algbw."""
+    m = _f(nbytes)
+    return _f(bw_peak) * m / (m + _f(m_half))
+
+
+# --- mixture-of-experts token exchange ----------------------------------------------------
+def moe_dispatch_bytes(tokens, top_k, hidden, bytes_per_elem) -> np.ndarray:
+    """Send buffer of one MoE dispatch (or combine) per GPU, bytes: tokens * k * hidden * bytes.
+
+    Each of the GPU's ``tokens`` goes to ``top_k`` experts (GShard, Lepikhin et al. 2020;
+    DeepSeek-V3 Sec. 3.2.2). With uniform routing over ``ep`` ranks the fraction (ep-1)/ep is
+    remote, which :func:`collective_time` ("all_to_all") applies; no per-node deduplication
+    (DeepEP sends a token once per node over RDMA, which this upper bound ignores).
+    """
+    return _f(tokens) * _f(top_k) * _f(hidden) * _f(bytes_per_elem)
+
+
+def moe_alltoall_time(tokens, top_k, hidden, bytes_per_elem, ep, topo: Topology, stride=1) -> np.ndarray:
+    """One MoE dispatch (or combine) all-to-all over ``ep`` ranks, seconds."""
+    return collective_time("all_to_all", moe_dispatch_bytes(tokens, top_k, hidden, bytes_per_elem),
+                           ep, topo, stride)
+
+
+# --- calibration against data/collectives.csv --------------------------------------------
+#: Row ``use`` value "fit:<Topology field>" -> the algorithm the measurement ran.
+_FIT_TARGETS = {"nvlink_eff": "ring", "nvls_eff": "in_network", "nic_eff": "ring"}
+
+
+def calibration_points(path: Path | str = COLLECTIVES_CSV) -> list[dict]:
+    """Rows of the published-measurements table (``data/collectives.csv``) as dicts."""
+    path = Path(path)
+    with path.open(encoding="utf-8", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    for i, row in enumerate(rows, start=2):
+        for col in ("point_id", "hardware", "collective", "n_gpus", "gpus_per_domain", "metric",
+                    "value_gb_s", "link_gb_s_per_dir", "use", "source", "verification"):
+            if not (row.get(col) or "").strip():
+                raise ValueError(f"{path.name}: row {i}: column {col!r} is empty")
+    return rows
+
+
+def _setting(row: dict, **fields) -> tuple[Topology, int]:
+    """Topology (catalog GPU, the row's domain size) and group size of one measurement."""
+    topo = Topology.from_gpu(row["hardware"], domain=int(row["gpus_per_domain"]),
+                             nvls=row["algorithm"] == "nvls", **fields)
+    return topo, int(row["n_gpus"])
+
+
+def fit_calibration(path: Path | str = COLLECTIVES_CSV) -> dict[str, float]:
+    """Efficiencies fitted to the ``fit:*`` rows of ``data/collectives.csv``.
+
+    Each fit row is one large-message busbw measurement. With the efficiency set to 1 the model
+    gives t1(m) = latency + w; the efficiency that reproduces the measured time
+    t = m * bus_factor / busbw (NCCL busbw definition) is eff = w / (t - latency).
+    """
+    out: dict[str, float] = {}
+    for row in calibration_points(path):
+        use = row["use"].strip()
+        if not use.startswith("fit:"):
+            continue
+        key = use.split(":", 1)[1]
+        if key not in _FIT_TARGETS:
+            raise ValueError(f"{Path(path).name}: point {row['point_id']}: unknown fit target {key!r}")
+        algorithm = _FIT_TARGETS[key]
+        op, m = row["collective"], float(row["message_bytes"])
+        topo, n = _setting(row, **{key: 1.0})
+        lat, per_byte = latency_bandwidth(op, n, topo, 1, algorithm)
+        t_meas = m * float(bus_factor(op, n)) / (float(row["value_gb_s"]) * 1e9)
+        out[key] = float(per_byte * m / (t_meas - lat))
+    return out
+
+
+def predict_point(row: dict, topo: Topology | None = None) -> float:
+    """The model's value (GB/s) for one ``data/collectives.csv`` row, with calibrated defaults.
+
+    metric busbw: NCCL bus bandwidth of the row's collective and algorithm; a2a_link_bw: bytes
+    sent over the bottleneck link (NVLink when the group fits one domain, else the NIC) / time;
+    link_bw: achieved bandwidth of that link at large messages.
+    """
+    if topo is None:
+        topo, n = _setting(row)
+    else:
+        n = int(row["n_gpus"])
+    op, metric = row["collective"], row["metric"]
+    m = float(row["message_bytes"] or 2.0**30)
+    if metric == "busbw":
+        algorithm = "in_network" if row["algorithm"] == "nvls" else "ring"
+        return float(predicted_busbw(op, m, n, topo, 1, algorithm)) / 1e9
+    if metric == "a2a_link_bw":
+        t = float(collective_time(op, m, n, topo))
+        n_in, _ = placement(n, 1, topo.domain)
+        remote = (n - n_in) if n_in < n else (n - 1)
+        return float(remote / n * m / t) / 1e9
+    if metric == "link_bw":
+        return float(topo.nvlink_eff_bw if row["interconnect"].startswith("NVLink") else topo.nic_eff_bw) / 1e9
+    raise ValueError(f"point {row['point_id']}: unknown metric {metric!r}")
+
+
+def calibration_table(path: Path | str = COLLECTIVES_CSV) -> list[dict]:
+    """Each published point with the model's prediction and the relative error."""
+    out = []
+    for row in calibration_points(path):
+        pred = predict_point(row)
+        meas = float(row["value_gb_s"])
+        out.append({"point_id": row["point_id"], "hardware": row["hardware"],
+                    "collective": row["collective"], "algorithm": row["algorithm"],
+                    "n_gpus": int(row["n_gpus"]), "use": row["use"], "measured_gb_s": meas,
+                    "predicted_gb_s": pred, "rel_error": pred / meas - 1.0,
+                    "verification": row["verification"]})
+    return out
+
+
+# =========================================================================================
+# Traffic per training step for a layout (vectorized over a LayoutArray)
+# =========================================================================================
+#: Parallel groups reported per step, in table order. tp: tensor parallel (attention, dense MLP,
+#: shared experts); etp: expert tensor parallel (routed experts); cp: context parallel;
+#: pp: pipeline; ep: expert parallel; dp: gradient reduction / distributed optimizer of the
+#: non-expert parameters over dp*cp ranks (Megatron); edp: the same for expert parameters.
+GROUPS = ("tp", "etp", "cp", "pp", "ep", "dp", "edp")
+
+#: ASSUMPTION: gradient-reduction bucket of Megatron-Core's DDP, max(40e6, 1e6 * dp) parameters
+#: (megatron/core/distributed/distributed_data_parallel.py default bucket size; recalled, not
+#: re-read). Sets the number of DP collectives (latency) and the last, unhidden bucket.
+DP_BUCKET_PARAMS = 40_000_000
+DP_BUCKET_PARAMS_PER_RANK = 1_000_000
+
+
+@dataclass(frozen=True)
+class WireFormat:
+    """Bytes per element of each kind of traffic (ASSUMPTIONS, see :meth:`for_recipe`).
+
+    act: TP/SP, CP and PP activations and activation gradients (bf16 in Megatron/TE: TP
+    collectives and p2p run in the autocast dtype); grad: DP gradient reduce-scatter /
+    all-reduce (bf16: Megatron-Core ``grad_reduce_in_fp32=False``; fp32 = 4 doubles DP bytes);
+    param: distributed-optimizer parameter all-gather (bf16, or 1 B with FP8 parameters,
+    Transformer Engine ``fp8_param_gather``); dispatch / combine: MoE all-to-all token payloads
+    forward (DeepSeek-V3 Sec. 3.3: FP8 dispatch, BF16 combine); backward all-to-alls carry
+    gradients at ``act`` bytes.
+    """
+
+    act: float = 2.0
+    grad: float = 2.0
+    param: float = 2.0
+    dispatch: float = 2.0
+    combine: float = 2.0
+
+    @classmethod
+    def for_recipe(cls, precision: str) -> "WireFormat":
+        """Wire format for a training recipe name (bf16, fp16, fp8, mxfp8, nvfp4, mxfp4).
+
+        ASSUMPTIONS: fp8 recipes gather FP8 parameters (1 B) and dispatch FP8 tokens (1 B);
+        MX recipes add one E8M0 scale per 32 elements (OCP MX spec v1.0) to those; FP4 recipes
+        are treated like MXFP8 on the wire (their TP/DP/EP traffic formats are not modelled
+        separately); activations and gradients stay bf16 in all recipes.
+        """
+        p = precision.lower()
+        if p in ("bf16", "fp16"):
+            return cls()
+        if p == "fp8":
+            return cls(param=1.0, dispatch=1.0)
+        if p in ("mxfp8", "nvfp4", "mxfp4"):
+            return cls(param=1.0 + 1.0 / 32, dispatch=1.0 + 1.0 / 32)
+        raise ValueError(f"unknown precision recipe {precision!r}; valid: bf16, fp16, fp8, mxfp8, nvfp4, mxfp4")
+
+
+@dataclass(frozen=True)
+class GroupTraffic:
+    """One parallel group's communication per GPU per training step (numpy arrays).
+
+    count: collectives (or p2p transfers) per step; nvlink_bytes / nic_bytes: bytes each GPU
+    sends per step over NVLink / its NIC (ring or direct algorithm wire bytes); seconds:
+    communication time per step if nothing overlapped it; size, stride: the group's size and
+    rank stride (:func:`scaletax.parallel.group_strides`); domain: NVLink domain size.
+    """
+
+    count: np.ndarray
+    nvlink_bytes: np.ndarray
+    nic_bytes: np.ndarray
+    seconds: np.ndarray
+    size: np.ndarray
+    stride: np.ndarray
+    domain: np.ndarray
+
+    @property
+    def bytes(self) -> np.ndarray:
+        """Bytes sent per GPU per step over both link types."""
+        return self.nvlink_bytes + self.nic_bytes
+
+    @property
+    def per_domain(self) -> np.ndarray:
+        """Members of the group that share one NVLink domain."""
+        return placement(self.size, self.stride, self.domain)[0]
+
+    @property
+    def domains(self) -> np.ndarray:
+        """NVLink domains the group spans."""
+        return placement(self.size, self.stride, self.domain)[1]
+
+
+@dataclass(frozen=True)
+class StepComm:
+    """Per-group traffic of one step for each layout, plus the pieces overlap needs.
+
+    groups: {name: GroupTraffic} for :data:`GROUPS`; dp_grad_s / dp_param_s: DP (dense +
+    expert) gradient-reduction and parameter-gather seconds; dp_bucket_s: the last bucket's
+    reduction (never hidden); pp_hop_s: one activation transfer between stages (the pipeline fill
+    and drain put 2(pp*vp - 1) of them on the critical path); layouts: the LayoutArray.
+    """
+
+    groups: dict[str, GroupTraffic]
+    dp_grad_s: np.ndarray
+    dp_param_s: np.ndarray
+    dp_bucket_s: np.ndarray
+    pp_hop_s: np.ndarray
+    layouts: object
+
+    @property
+    def n_micro(self) -> np.ndarray:
+        """Micro-batches per step on each data-parallel rank."""
+        return _f(self.layouts.n_micro)
+
+    @property
+    def seconds(self) -> np.ndarray:
+        """Total communication seconds per step, nothing overlapped."""
+        return sum(g.seconds for g in self.groups.values())
+
+    @property
+    def bytes(self) -> np.ndarray:
+        """Total bytes sent per GPU per step."""
+        return sum(g.bytes for g in self.groups.values())
+
+    @property
+    def nic_bytes(self) -> np.ndarray:
+        return sum(g.nic_bytes for g in self.groups.values())
+
+    @property
+    def nvlink_bytes(self) -> np.ndarray:
+        return sum(g.nvlink_bytes for g in self.groups.values())
+
+
+def _split(op, m, n, n_in, n_out):
+    """(NVLink bytes, NIC bytes) per GPU for a placed group; see :func:`link_bytes`."""
+    if op == "p2p":
+        same = n_in >= 2
+        return np.where(same, m, 0.0), np.where(same, 0.0, m)
+    if op == "all_to_all":
+        return (n_in - 1.0) / n * m, (n - n_in) / n * m
+    k = 2.0 if op == "all_reduce" else 1.0
+    return k * (n_in - 1.0) / n_in * m, k * (n_out - 1.0) / n_out * m / n_in
+
+
+def link_bytes(op: str, nbytes, n, stride, domain):
+    """(NVLink bytes, NIC bytes) each GPU sends in one ring / direct collective, bytes.
+
+    Hierarchical split of :func:`wire_bytes` (module docstring): for all_reduce
+    2(n_in-1)/n_in m on NVLink and 2(n_out-1)/n_out m/n_in on the NIC; reduce_scatter and
+    all_gather half of that; all_to_all (n_in-1)/n m and (n-n_in)/n m; p2p m on one link.
+    """
+    _check_op(op)
+    n, n_in, n_out = _placed(n, stride, domain)
+    return _split(op, _f(nbytes), n, n_in, n_out)
+
+
+def _ring_hop(m, n, n_in, lk: _Links):
+    """One hop of a ring over a placed group: NVLink when the whole group is in one domain.
+
+    Returns (seconds, nvlink_bytes, nic_bytes) of one hop of ``m`` bytes; a ring runs at the pace
+    of its slowest hop, and a ring spanning domains has NIC hops.
+    """
+    inside = n_in >= n
+    t = lk.a0 + np.where(inside, lk.av + m / lk.bv, lk.an + m / lk.bn)
+    t = np.where((n > 1) & (m > 0), t, 0.0)
+    return t, np.where(inside, m, 0.0), np.where(inside, 0.0, m)
+
+
+def _model_terms(model, pp):
+    """Per-stage layer and parameter counts of the heaviest pipeline stage (arrays over pp)."""
+    n_moe = float(model.n_moe_layers)
+    layers_stage = np.ceil(model.layers / pp)
+    moe_stage = np.minimum(np.ceil(n_moe / pp), layers_stage)
+    dense_stage = layers_stage - moe_stage
+    moe_nonexpert = (model.attn_params + model.norm_params + model.router_params
+                     + model.shared_expert_params)
+    emb, out = float(model.embedding_params), float(model.output_params)
+    edge = np.where(pp > 1, max(emb, out), emb + out)  # first or last stage holds one of them
+    dense_params = dense_stage * model.dense_layer_params + moe_stage * moe_nonexpert + edge
+    expert_params = moe_stage * model.moe_experts * model.expert_params
+    return layers_stage, dense_stage, moe_stage, dense_params, expert_params
+
+
+def _traffic(count, nv, nic, secs, size, stride, domain) -> GroupTraffic:
+    arrays = [_f(a) for a in (count, nv, nic, secs)]
+    shape = np.broadcast_shapes(*(a.shape for a in arrays), np.shape(size))
+    return GroupTraffic(*(np.broadcast_to(a, shape) for a in arrays), size, stride, domain)
+
+
+#: Layouts per block in :func:`step_traffic`: numpy temporaries of this size stay in cache,
+#: which makes 1e6 layouts ~4x faster than one pass over full-length arrays.
+CHUNK = 65_536
+
+_TOPO_ARRAY_FIELDS = ("domain", "nvlink_bw", "nic_bw", "nvls", "ib_sharp", "nvlink_eff", "nvls_eff",
+                      "nic_eff", "sharp_eff", "alpha_launch", "alpha_nvlink", "alpha_nic")
+
+
+def step_traffic(model, layouts, topo: Topology, wire: WireFormat | None = None,
+                 algorithm: str = "auto") -> StepComm:
+    """Communication per GPU per training step for each layout (the heaviest pipeline stage).
+
+    model: :class:`scaletax.models.Model`; layouts: :class:`scaletax.parallel.LayoutArray` or
+    :class:`~scaletax.parallel.Layout`; topo: :class:`Topology` (fields may be arrays that
+    broadcast against the layouts); wire: bytes per element (:class:`WireFormat`, default bf16).
+
+    Per micro-batch of b sequences, each CP rank holds t = s*b/cp tokens. Per layer:
+    - tp: 2 all-reduces forward and 2 backward of t*h activations (Shoeybi et al. 2019, Megatron-LM
+      Sec. 3); with sequence parallelism each becomes a reduce-scatter + all-gather of the same
+      bytes (Korthikanti et al. 2022, Sec. 4.2.2); full recompute repeats the forward ones
+      (Korthikanti Table 2); selective recompute adds none. MoE layers keep the attention pair
+      (and the shared-expert pair when there are shared experts).
+    - ep: per MoE layer a dispatch and a combine all-to-all forward and both again backward, of
+      (t/tp)*k*h elements per GPU (tokens are sequence-parallel sharded before dispatch;
+      GShard / Megatron-Core alltoall dispatcher; DeepSeek-V3 Sec. 3.2.2).
+    - etp: with expert tensor parallelism an all-gather + reduce-scatter of the dispatched tokens
+      (etp*(t/tp)*k*h elements) around the experts forward and backward.
+    - cp: ring attention passes K and V chunks (t * kv_heads/tp * (d_qk + d_v)) around the cp
+      ring, cp-1 hops forward, 2(cp-1) backward (K/V again and dK/dV) (Liu et al. 2023, Ring
+      Attention; Megatron-Core context parallelism).
+    - pp: per micro-batch each stage sends its output activation forward and its input gradient
+      backward, t*h/tp elements each (scatter-gather across TP, Narayanan et al. 2021 Sec. 4.1),
+      vp times with interleaving.
+    - dp: once per step, reduce-scatter of gradients + all-gather of parameters (distributed
+      optimizer / ZeRO-1,2, Rajbhandari et al. 2020) over the dp*cp group, or one all-reduce
+      without it (zero_stage 0); ZeRO-3 gathers parameters forward and backward and
+      reduce-scatters gradients every micro-batch (Rajbhandari et al. 2020 Sec. 7.2.2). Expert
+      parameters do the same over the expert-data-parallel group (edp). Gradients go in buckets
+      (:data:`DP_BUCKET_PARAMS`).
+    Not counted: vocabulary-parallel loss and embedding collectives, tied-embedding gradient
+    all-reduce, MoE router auxiliary statistics (all small).
+
+    Runs in blocks of :data:`CHUNK` layouts when the topology's fields are scalars or arrays of
+    the same length as the layouts (other broadcast shapes run in one pass).
+    """
+    from scaletax.parallel import Layout, LayoutArray
+
+    if isinstance(layouts, Layout):
+        layouts = LayoutArray.from_layouts([layouts])
+    n = len(layouts)
+    shapes = [np.shape(getattr(topo, f)) for f in _TOPO_ARRAY_FIELDS]
+    if n <= CHUNK or not all(sh in ((), (n,)) for sh in shapes):
+        return _step_traffic(model, layouts, topo, wire, algorithm)
+    parts, lengths = [], []
+    for start in range(0, n, CHUNK):
+        idx = np.arange(start, min(start + CHUNK, n))
+        sub = topo.replace(**{f: getattr(topo, f)[idx] for f, sh in zip(_TOPO_ARRAY_FIELDS, shapes) if sh == (n,)})
+        parts.append(_step_traffic(model, layouts[idx], sub, wire, algorithm))
+        lengths.append(len(idx))
+
+    def cat(arrays):
+        if all(a.strides == (0,) for a in arrays) and len({float(a[0]) for a in arrays}) == 1:
+            return np.broadcast_to(arrays[0][0], (n,))  # constant (e.g. no MoE traffic)
+        return np.concatenate([np.broadcast_to(a, (k,)) for a, k in zip(arrays, lengths)])
+
+    from scaletax.parallel import group_strides
+
+    strides = group_strides(layouts)
+    keys = {"dp": "dp_cp"}
+    groups = {g: GroupTraffic(*(cat([getattr(p.groups[g], f) for p in parts])
+                                for f in ("count", "nvlink_bytes", "nic_bytes", "seconds")),
+                              *strides[keys.get(g, g)], topo.domain) for g in GROUPS}
+    return StepComm(groups=groups, layouts=layouts,
+                    **{f: cat([getattr(p, f) for p in parts])
+                       for f in ("dp_grad_s", "dp_param_s", "dp_bucket_s", "pp_hop_s")})
+
+
+def _step_traffic(model, layouts, topo: Topology, wire: WireFormat | None = None,
+                  algorithm: str = "auto") -> StepComm:
+    """One block of :func:`step_traffic`."""
+    from scaletax.parallel import Layout, LayoutArray, group_strides
+
+    if isinstance(layouts, Layout):
+        layouts = LayoutArray.from_layouts([layouts])
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"unknown algorithm {algorithm!r}; valid: {', '.join(ALGORITHMS)}")
+    wire = WireFormat() if wire is None else wire
+    lk = _Links.of(topo)
+    tp, pp, cp, ep, etp, vp = (_f(getattr(layouts, f)) for f in ("tp", "pp", "cp", "ep", "etp", "vp"))
+    sp, zero = layouts.sp.astype(bool), layouts.zero_stage
+    full = layouts.recompute == 2
+    n_micro = _f(layouts.n_micro)
+    strides = group_strides(layouts)
+    place = {g: _placed(size, stride, lk.domain) + (_f(stride),) for g, (size, stride) in strides.items()}
+    layers_stage, dense_stage, moe_stage, dense_params, expert_params = _model_terms(model, pp)
+    h = float(model.hidden)
+    tokens = model.seq_len * _f(layouts.mbs) / cp  # per CP rank per micro-batch
+    groups: dict[str, GroupTraffic] = {}
+
+    def _collectives(name, ops):
+        n, n_in, n_out, stride = place[name]
+        nv = nic = secs = cnt = 0.0
+        for op, count, m in ops:
+            secs = secs + count * _time(op, m, n, n_in, n_out, lk, algorithm)
+            b_nv, b_nic = _split(op, m, n, n_in, n_out)
+            nv, nic = nv + count * b_nv, nic + count * b_nic
+            cnt = cnt + np.where(n > 1, count, 0.0)
+        return _traffic(cnt, nv, nic, secs, *strides[name], lk.domain)
+
+    def _ring(name, count, m):
+        n, n_in, _, stride = place[name]
+        t, b_nv, b_nic = _ring_hop(m, n, n_in, lk)
+        return _traffic(np.where(n > 1, count, 0.0), count * b_nv, count * b_nic, count * t,
+                        *strides[name], lk.domain), t
+
+    # --- tensor parallel: collective pairs (RS+AG, or one AR) per layer and micro-batch --------
+    # dense layer: attention + MLP = 2 forward, 2 backward (+2 forward again with full recompute)
+    pairs_dense = np.where(full, 6.0, 4.0)
+    pairs_moe = pairs_dense / 2 * (1.0 + (model.moe_shared_experts > 0))
+    pairs = (dense_stage * pairs_dense + moe_stage * pairs_moe) * n_micro
+    m_tp = tokens * h * wire.act
+    groups["tp"] = _collectives("tp", [("reduce_scatter", np.where(sp, pairs, 0.0), m_tp),
+                                       ("all_gather", np.where(sp, pairs, 0.0), m_tp),
+                                       ("all_reduce", np.where(sp, 0.0, pairs), m_tp)])
+
+    # --- expert parallel and expert tensor parallel (MoE layers only) -----------------------
+    if model.is_moe:
+        routed = tokens / tp * model.moe_top_k * h  # elements each GPU dispatches per layer, micro-batch
+        fwd_a2a = moe_stage * n_micro * np.where(full, 2.0, 1.0)
+        bwd_a2a = moe_stage * n_micro * 2.0
+        groups["ep"] = _collectives("ep", [("all_to_all", fwd_a2a, routed * wire.dispatch),
+                                           ("all_to_all", fwd_a2a, routed * wire.combine),
+                                           ("all_to_all", bwd_a2a, routed * wire.act)])
+        m_etp = etp * routed * wire.act
+        etp_pairs = moe_stage * n_micro * np.where(full, 3.0, 2.0)
+        groups["etp"] = _collectives("etp", [("reduce_scatter", etp_pairs, m_etp),
+                                             ("all_gather", etp_pairs, m_etp)])
+    else:
+        for name in ("ep", "etp"):
+            groups[name] = _collectives(name, [])
+
+    # --- context parallel: ring exchange of K/V chunks ------------------------------------------
+    kv_width = model.kv_heads * (model.qk_head_dim + model.v_head_dim_eff)
+    chunk = tokens * kv_width / tp * wire.act
+    hops = layers_stage * n_micro * (cp - 1.0) * np.where(full, 4.0, 3.0)
+    groups["cp"], _ = _ring("cp", hops, chunk)
+
+    # --- pipeline parallel: activations forward, gradients backward ---------------------------
+    sends = n_micro * vp * 2.0 * (pp > 1)
+    groups["pp"], t_pp = _ring("pp", sends, tokens * h / tp * wire.act)
+
+    # --- data parallel (dense over dp*cp ranks, experts over edp) -----------------------------
+    dp_parts = {}
+    z0, z3 = zero == 0, zero == 3
+    for name, key, params in (("dp", "dp_cp", dense_params / tp), ("edp", "edp", expert_params / (ep * etp))):
+        n, n_in, n_out, stride = place[key]
+        bucket = np.maximum(DP_BUCKET_PARAMS, DP_BUCKET_PARAMS_PER_RANK * n)
+        n_buckets = np.where(params > 0, np.maximum(np.ceil(params / bucket), 1.0), 0.0)
+        per_bucket = params / np.maximum(n_buckets, 1.0)
+        g_msg, p_msg = per_bucket * wire.grad, per_bucket * wire.param
+        t_grad = np.where(z0, _time("all_reduce", g_msg, n, n_in, n_out, lk, algorithm),
+                          _time("reduce_scatter", g_msg, n, n_in, n_out, lk, algorithm))
+        t_ag = _time("all_gather", p_msg, n, n_in, n_out, lk, algorithm)
+        nv_g, nic_g = _split("reduce_scatter", g_msg, n, n_in, n_out)
+        nv_ag, nic_ag = _split("all_gather", p_msg, n, n_in, n_out)
+        reps_rs = np.where(z3, n_micro, 1.0) * n_buckets       # gradient reductions per step
+        reps_ag = np.where(z0, 0.0, np.where(z3, 2.0 * n_micro, 1.0) * n_buckets)  # gathers
+        k_grad = np.where(z0, 2.0, 1.0)  # an all-reduce moves twice a reduce-scatter's bytes
+        grad_s, param_s = t_grad * reps_rs, t_ag * reps_ag
+        groups[name] = _traffic(np.where(n > 1, reps_rs + reps_ag, 0.0),
+                                k_grad * nv_g * reps_rs + nv_ag * reps_ag,
+                                k_grad * nic_g * reps_rs + nic_ag * reps_ag, grad_s + param_s,
+                                *strides[key], lk.domain)
+        dp_parts[name] = (grad_s, param_s, t_grad)
+
+    return StepComm(
+        groups={g: groups[g] for g in GROUPS},
+        dp_grad_s=dp_parts["dp"][0] + dp_parts["edp"][0],
+        dp_param_s=dp_parts["dp"][1] + dp_parts["edp"][1],
+        dp_bucket_s=np.maximum(dp_parts["dp"][2], dp_parts["edp"][2]),
+        pp_hop_s=t_pp,
+        layouts=layouts,
+    )
+
+
+# =========================================================================================
+# Overlap: which communication hides behind which compute
+# =========================================================================================
+@dataclass(frozen=True)
+class Overlap:
+    """Fraction of each group's communication that the schedule can run under compute.
+
+    A group hides ``min(fraction * t_comm, window)`` seconds; windows are stated per group in
+    :func:`exposed_comm`. Every default is an ASSUMPTION (no measurement in data/ fits it):
+
+    tp = 0.5   TP/SP collectives overlapped with the GEMMs they feed by chunked pipelining
+               (Transformer Engine userbuffers, ``tp_comm_overlap``; Wang et al. 2023, ASPLOS,
+               "Overlap communication with dependent computation via decomposition"): half.
+    etp = 0.5  the same for expert tensor parallelism.
+    cp = 1.0   Megatron-Core's ring attention overlaps each K/V hop with the attention of the
+               chunk already present; assumed fully hidden when compute is long enough.
+    ep = 0.5   MoE all-to-all overlapped with another micro-batch's compute (DeepSeek-V3 Sec.
+               3.2.1 DualPipe hides nearly all; Megatron-Core's EP A2A overlap partially; no
+               overlap in a plain schedule): half.
+    pp = 1.0   p2p sends between stages overlap other micro-batches' compute in 1F1B, except
+               the pipeline fill and drain, 2(pp*vp - 1) hops, which stay exposed.
+    dp = 1.0   Megatron ``overlap_grad_reduce`` / ``overlap_param_gather``: gradient buckets
+               reduce during the last micro-batch's backward, parameters gather during the first
+               micro-batch's forward; the last bucket is always exposed.
+    fwd_share = 1/3  forward share of a micro-batch's compute (backward = 2x forward FLOPs,
+               Narayanan et al. 2021 Sec. 3.5), used to size the DP windows.
+    """
+
+    tp: float = 0.5
+    etp: float = 0.5
+    cp: float = 1.0
+    ep: float = 0.5
+    pp: float = 1.0
+    dp: float = 1.0
+    fwd_share: float = 1.0 / 3.0
+
+    def __post_init__(self) -> None:
+        for f in ("tp", "etp", "cp", "ep", "pp", "dp", "fwd_share"):
+            v = getattr(self, f)
+            if not 0.0 <= v <= 1.0:
+                raise ValueError(f"Overlap.{f} must be in [0, 1] (got {v!r})")
+
+    @classmethod
+    def none(cls) -> "Overlap":
+        """Nothing overlapped: exposed communication = all communication."""
+        return cls(tp=0.0, etp=0.0, cp=0.0, ep=0.0, pp=0.0, dp=0.0)
+
+
+@dataclass(frozen=True)
+class ExposedComm:
+    """Exposed (not hidden) communication seconds per step: per group and total (arrays)."""
+
+    groups: dict[str, np.ndarray]
+    hidden: dict[str, np.ndarray]
+
+    @property
+    def seconds(self) -> np.ndarray:
+        return sum(self.groups.values())
+
+
+def exposed_comm(step: StepComm, t_compute, overlap: Overlap | None = None) -> ExposedComm:
+    """Communication time per step that compute does not hide, seconds per group and in total.
+
+    t_compute: compute seconds per step per GPU (array broadcasting against the layouts; no
+    pipeline bubble). For each group g with time t_g and fraction f_g (:class:`Overlap`):
+        hidden_g = min(f_g * t_g, window_g),  exposed_g = t_g - hidden_g
+    windows: tp, etp, cp, ep: t_compute; pp: t_compute, and the 2(pp*vp-1) fill/drain hops are
+    never hidden; dp: the gradient reduction hides in the last micro-batch's backward,
+    (1 - fwd_share) * t_compute / n_micro, the parameter gather in the first micro-batch's
+    forward, fwd_share * t_compute / n_micro (ZeRO-3: whole t_compute), one bucket never hidden.
+    The groups share one compute stream: when the hidden times add up to more than t_compute
+    they are scaled down together so that total hidden <= t_compute.
+    """
+    ov = Overlap() if overlap is None else overlap
+    tc = np.maximum(_f(t_compute), 0.0)
+    g = step.groups
+    hidden: dict[str, np.ndarray] = {}
+    for name in ("tp", "etp", "cp", "ep"):
+        hidden[name] = np.minimum(getattr(ov, name) * g[name].seconds, tc)
+    lay = step.layouts
+    fill = 2.0 * np.maximum(_f(lay.pp) * lay.vp - 1.0, 0.0) * step.pp_hop_s
+    pp_hideable = np.maximum(g["pp"].seconds - fill, 0.0)
+    hidden["pp"] = np.minimum(ov.pp * pp_hideable, tc)
+    per_micro = tc / np.maximum(step.n_micro, 1.0)
+    z3 = lay.zero_stage == 3
+    win_grad = np.where(z3, tc, (1.0 - ov.fwd_share) * per_micro)
+    win_param = np.where(z3, tc, ov.fwd_share * per_micro)
+    grad_hideable = np.maximum(step.dp_grad_s - step.dp_bucket_s, 0.0)
+    dp_hidden = (np.minimum(ov.dp * grad_hideable, win_grad)
+                 + np.minimum(ov.dp * step.dp_param_s, win_param))
+    dp_total = g["dp"].seconds + g["edp"].seconds
+    share_dp = np.divide(g["dp"].seconds, dp_total, out=np.ones_like(dp_total), where=dp_total > 0)
+    hidden["dp"] = dp_hidden * share_dp
+    hidden["edp"] = dp_hidden * (1.0 - share_dp)
+    total_hidden = sum(hidden.values())
+    scale = np.divide(tc, total_hidden, out=np.ones_like(total_hidden), where=total_hidden > tc)
+    scale = np.minimum(scale, 1.0)
+    hidden = {k: v * scale for k, v in hidden.items()}
+    exposed = {k: np.maximum(g[k].seconds - hidden[k], 0.0) for k in GROUPS}
+    return ExposedComm(groups=exposed, hidden={k: hidden[k] for k in GROUPS})
+
+
+def exposed_time(model, layouts, topo: Topology, t_compute, overlap: Overlap | None = None,
+                 wire: WireFormat | None = None) -> np.ndarray:
+    """Exposed communication seconds per step for each layout (the step-time model's input)."""
+    return exposed_comm(step_traffic(model, layouts, topo, wire), t_compute, overlap).seconds
+
+
+def traffic_table(model, layout, topo: Topology, wire: WireFormat | None = None,
+                  t_compute=None, overlap: Overlap | None = None) -> list[dict]:
+    """Rows (one per group, then 'total') for one layout: sizes, bytes and seconds per step.
+
+    Columns: group, size, stride, per_domain, collectives (count per step), nvlink_gb, nic_gb,
+    total_gb (GB = 1e9 bytes sent per GPU per step), seconds (not overlapped) and, when
+    ``t_compute`` is given, exposed_s (after :func:`exposed_comm`).
+    """
+    from scaletax.parallel import Layout, LayoutArray
+
+    arr = LayoutArray.from_layouts([layout]) if isinstance(layout, Layout) else layout
+    if len(arr) != 1:
+        raise ValueError("traffic_table takes one layout")
+    step = step_traffic(model, arr, topo, wire)
+    exp = exposed_comm(step, t_compute, overlap) if t_compute is not None else None
+    rows = []
+    for name in GROUPS:
+        gt = step.groups[name]
+        row = {"group": name, "size": int(gt.size.ravel()[0]), "stride": int(gt.stride.ravel()[0]),
+               "per_domain": int(gt.per_domain.ravel()[0]), "collectives": float(gt.count.ravel()[0]),
+               "nvlink_gb": float(gt.nvlink_bytes.ravel()[0]) / 1e9,
+               "nic_gb": float(gt.nic_bytes.ravel()[0]) / 1e9,
+               "total_gb": float(gt.bytes.ravel()[0]) / 1e9, "seconds": float(gt.seconds.ravel()[0])}
+        if exp is not None:
+            row["exposed_s"] = float(np.ravel(exp.groups[name])[0])
+        rows.append(row)
+    total = {"group": "total", "size": None, "stride": None, "per_domain": None,
+             "collectives": sum(r["collectives"] for r in rows),
+             "nvlink_gb": sum(r["nvlink_gb"] for r in rows), "nic_gb": sum(r["nic_gb"] for r in rows),
+             "total_gb": sum(r["total_gb"] for r in rows), "seconds": sum(r["seconds"] for r in rows)}
+    if exp is not None:
+        total["exposed_s"] = float(np.ravel(exp.seconds)[0])
+    rows.append(total)
+    return rows
+
+
+#: The published layout of the per-group traffic example: Llama 3.1 405B on 512 H100 (64 DGX
+#: nodes) in NVIDIA's MLPerf Training v5.0 submission eos-dfw_n64_ngc25.01_nemo (row
+#: mlperf5.0-NVIDIA-eos-dfw_n64_ngc25.01_nemo-llama31_405b of data/published_runs.csv):
+#: TP8 PP8 CP2 DP4, micro-batch 1, global batch 1152 sequences of 8192, FP8. The source row
+#: gives no virtual-pipeline size, so vp = 1 here. Meta's own run used 2048 sequences of 8192
+#: (16M tokens) per step at 16k GPUs (Llama 3 paper, arXiv 2407.21783, Sec. 3.3.2); pass gbs to
+#: compare.
+LLAMA405B_LAYOUT = dict(tp=8, pp=8, cp=2, dp=4, mbs=1, gbs=1152, vp=1)
+
+
+def llama405b_traffic(gpu: str = "h100_sxm", *, gbs: int = 1152, precision: str = "fp8",
+                      domain: int | None = None, t_compute=None, overlap: Overlap | None = None) -> list[dict]:
+    """Per-group traffic table of Llama 3.1 405B in the MLPerf layout (:data:`LLAMA405B_LAYOUT`).
+
+    Returns :func:`traffic_table` rows (bytes in GB = 1e9 per GPU per step, seconds per step) for
+    the catalog model ``llama31_405b`` on ``gpu`` (its NVLink domain unless ``domain`` is given),
+    with the wire format of ``precision`` (:meth:`WireFormat.for_recipe`).
+    """
+    from scaletax import models
+    from scaletax.parallel import Layout
+
+    layout = Layout(**{**LLAMA405B_LAYOUT, "gbs": gbs})
+    topo = Topology.from_gpu(gpu, domain=domain)
+    return traffic_table(models.get("llama31_405b"), layout, topo, WireFormat.for_recipe(precision),
+                         t_compute=t_compute, overlap=overlap)
