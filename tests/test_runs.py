@@ -1,0 +1,178 @@
+"""Runs tables: reading and validation errors, memory prediction for the published runs, writing."""
+import csv
+
+import pytest
+
+from scaletax import DATA_DIR, memory, runs
+
+PUBLISHED = DATA_DIR / "published_runs.csv"
+
+
+@pytest.fixture(scope="module")
+def published():
+    return runs.read_runs(PUBLISHED)
+
+
+@pytest.fixture(scope="module")
+def predicted(published):
+    return runs.predict_memory(published)
+
+
+def test_reads_published_table(published):
+    assert len(published) == 27
+    row = published[0]
+    assert isinstance(row["layers"], int) and isinstance(row["measured_mfu"], float)
+    assert row["vp"] == 8 and published[2]["vp"] is None  # empty cell -> None
+    assert isinstance(row["notes"], str)
+
+
+def test_every_published_run_fits(predicted):
+    for r in predicted:
+        assert r["fits"], (r["run_id"], r["memory_total_gib"], r["memory_capacity_gib"], r["recompute_assumed"])
+        assert r["memory_total_gib"] <= r["memory_capacity_gib"]
+        terms = sum(r[f"memory_{k}_gib"] for k in ("weights", "gradients", "optimizer", "activations", "reserve"))
+        assert terms == pytest.approx(r["memory_total_gib"], abs=0.01)
+
+
+def test_recompute_assumed_only_for_unknown(predicted, published):
+    for r in predicted:
+        if r["recompute"] in ("", "unknown"):
+            assert r["recompute_assumed"] in ("none", "selective", "full")
+        else:
+            assert r["recompute_assumed"] == ""
+    # least recompute: one level less would not fit
+    for r, src in zip(predicted, published):
+        level = r["recompute_assumed"]
+        if level in ("selective", "full"):
+            lower = "none" if level == "selective" else "selective"
+            again = runs.predict_memory([{**src, "recompute": lower}])[0]
+            assert not again["fits"], r["run_id"]
+
+
+def test_fsdp_rows_need_zero3(published):
+    fsdp = [r for r in published if r.get("zero_stage") == 3]
+    assert len(fsdp) == 2 and all("Megatron-FSDP" in r["notes"] for r in fsdp)
+    for r in fsdp:
+        z3 = runs.predict_memory([{**r, "recompute": "full"}])[0]
+        z1 = runs.predict_memory([{**r, "zero_stage": 1, "recompute": "full"}])[0]
+        assert z3["memory_total_gib"] < z1["memory_total_gib"]
+
+
+def test_predict_is_composable_and_pure(published):
+    before = [dict(r) for r in published[:3]]
+    out = runs.predict_memory(published[:3], reserve_gib=2.0)
+    assert published[:3] == before  # inputs untouched
+    assert all(o["memory_reserve_gib"] == 2.0 for o in out)
+    assert set(runs.MEMORY_COLUMNS) <= set(out[0]) and out[0]["run_id"] == published[0]["run_id"]
+    again = runs.predict_memory(out, reserve_gib=2.0)  # predicting on predicted rows is stable
+    assert again[0]["memory_total_gib"] == out[0]["memory_total_gib"]
+
+
+def test_optional_columns(published):
+    r = published[0]
+    base = runs.predict_memory([r])[0]
+    more = runs.predict_memory([{**r, "reserve_gib": 10.0}])[0]
+    assert more["memory_reserve_gib"] == 10.0
+    no_sp = runs.predict_memory([{**r, "sequence_parallel": "false", "recompute": "none"}])[0]
+    sp = runs.predict_memory([{**r, "recompute": "none"}])[0]
+    assert no_sp["memory_activations_gib"] > sp["memory_activations_gib"]
+    ds = next(x for x in published if x["attention"] == "mla" and x["recompute"] == "selective")
+    core_only = runs.predict_memory([{**ds, "recompute_modules": "core_attn"}])[0]
+    default = runs.predict_memory([ds])[0]
+    assert core_only["memory_activations_gib"] > default["memory_activations_gib"]
+    assert base["fits"]
+
+
+def test_layout_defaults():
+    row = {"tp": 2, "pp": 2, "gpu_count": 16, "cp": None, "vp": "", "mbs": None, "dp": None, "gbs": None,
+           "recompute": "unknown"}
+    lay = runs.row_layout(row)
+    assert (lay.cp, lay.vp, lay.mbs, lay.dp, lay.gbs, lay.zero_stage, lay.recompute) == (1, 1, 1, 4, 8, 1, "none")
+    assert lay.sequence_parallel
+
+
+def _write(tmp_path, header, rows, name="t.csv"):
+    p = tmp_path / name
+    with open(p, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        w.writerows(rows)
+    return p
+
+
+def _good():
+    with open(PUBLISHED, newline="") as f:
+        rows = list(csv.reader(f))
+    return rows[0], rows[1:3]
+
+
+def _error(tmp_path, header, rows):
+    with pytest.raises(runs.RunsTableError) as exc:
+        runs.read_runs(_write(tmp_path, header, rows))
+    msg = str(exc.value)
+    assert "\n" not in msg and "t.csv" in msg
+    return msg
+
+
+def test_error_missing_column(tmp_path):
+    header, rows = _good()
+    i = header.index("hidden")
+    msg = _error(tmp_path, header[:i] + header[i + 1:], [r[:i] + r[i + 1:] for r in rows])
+    assert "missing required column" in msg and "hidden" in msg
+
+
+def test_error_non_numeric_cell(tmp_path):
+    header, rows = _good()
+    rows[1][header.index("tp")] = "four"
+    msg = _error(tmp_path, header, rows)
+    assert "row 3" in msg and "'tp'" in msg and "four" in msg
+
+
+def test_error_unknown_hardware(tmp_path):
+    header, rows = _good()
+    rows[0][header.index("hardware")] = "h100_pcie"
+    msg = _error(tmp_path, header, rows)
+    assert "row 2" in msg and "'hardware'" in msg and "h100_sxm" in msg
+
+
+def test_error_empty_and_header_only(tmp_path):
+    p = tmp_path / "t.csv"
+    p.write_text("")
+    with pytest.raises(runs.RunsTableError, match="empty"):
+        runs.read_runs(p)
+    header, _ = _good()
+    assert "no data rows" in _error(tmp_path, header, [])
+
+
+def test_error_layout_inconsistent(tmp_path):
+    header, rows = _good()
+    rows[0][header.index("gpu_count")] = "1000"
+    msg = _error(tmp_path, header, rows)
+    assert "row 2" in msg and "'gpu_count'" in msg
+    header, rows = _good()
+    rows[0][header.index("tp")] = "5"
+    msg = _error(tmp_path, header, rows)
+    assert "'tp'" in msg or "'gpu_count'" in msg
+    header, rows = _good()
+    rows[0][header.index("recompute")] = "sometimes"
+    assert "'recompute'" in _error(tmp_path, header, rows)
+    header, rows = _good()
+    rows[0][header.index("precision")] = "int8"
+    assert "'precision'" in _error(tmp_path, header, rows)
+
+
+def test_write_read_roundtrip_with_extra_columns(tmp_path, predicted):
+    extra = [{**r, "my_note": "kept"} for r in predicted]
+    p = runs.write_runs(extra, tmp_path / "out.csv")
+    back = runs.read_runs(p)
+    assert len(back) == len(extra)
+    assert back[0]["my_note"] == "kept" and back[0]["fits"] == "true"
+    assert back[0]["memory_total_gib"] == str(extra[0]["memory_total_gib"])
+    for a, b in zip(back, extra):
+        assert a["measured_mfu"] == b["measured_mfu"] and a["notes"] == b["notes"]
+    cols = runs.write_runs(extra[:1], tmp_path / "c.csv", columns=["run_id", "fits"])
+    assert cols.read_text().splitlines() == ["run_id,fits", f"{extra[0]['run_id']},true"]
+
+
+def test_reserve_default_documented(predicted):
+    assert all(r["memory_reserve_gib"] == memory.RESERVE_GIB for r in predicted)
