@@ -28,7 +28,8 @@ from scaletax import ROOT, __version__
 from scaletax.charts import VEGA_BUNDLE, vega_bundle
 from scaletax.report import chapters as toc
 from scaletax.report.execute import ChapterFailed, Result, execute_chapters
-from scaletax.report.provenance import git_commit, lib_hash, lock_hash, package_versions
+from scaletax.report.provenance import (git_commit, lib_hash, lock_hash, package_versions,
+                                        sha256_bytes)
 from scaletax.report.scenario import Scenario
 
 #: Where books, the execution cache and logs go (``SCALETAX_BUILD_DIR`` overrides, e.g. in tests).
@@ -170,6 +171,45 @@ def _run(cmd: list[str], cwd: Path, log: Path, step: str, timeout: float = 1800)
         raise BuildError(f"{step} failed: {first[:300]}; full log: {log}")
 
 
+def _book_key(opts: BuildOptions, info: dict, cache: Path) -> str:
+    """Hash of every input of the book: when it matches the published book, nothing is rebuilt."""
+    from scaletax.report.execute import cache_key
+    from scaletax.report.provenance import tree_hash
+
+    code = lib_hash()
+    parts = {
+        "chapters": [cache_key(ch, ch.parameters(opts.scenario), code) for ch in toc.CHAPTERS],
+        "pages": tree_hash(toc.BOOK_DIR, ("*",)),
+        "config": CONFIG_YML.read_text(encoding="utf-8"),
+        "scenario": info["scenario_hash"], "overrides": list(opts.overrides), "name": opts.name,
+        "scenario_file": info["scenario_file"],
+        "pdf": bool(opts.pdf and xelatex_available()), "commit": info["commit"],
+        "version": info["version"], "lock": lock_hash(), "lib": code,
+    }
+    return sha256_bytes(json.dumps(parts, sort_keys=True).encode())
+
+
+def _up_to_date(final: Path, book_key: str, date: str) -> dict | None:
+    """The published manifest, marked as checked now, if its inputs equal ours; else None."""
+    path = final / "manifest.json"
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if manifest.get("book_sha256") != book_key or not (final / "html" / "index.html").exists():
+        return None
+    if manifest.get("pdf") == "built" and not (final / f"{final.name}.pdf").exists():
+        return None
+    manifest["up_to_date"] = True
+    manifest["checked_at"] = date
+    for n in manifest["notebooks"]:
+        n["status"], n["seconds"] = "reused", 0.0
+    tmp = path.with_name(".manifest.json.tmp")
+    tmp.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return manifest
+
+
 def build_html(src: Path, out: Path, logs: Path) -> None:
     _run([sys.executable, "-m", "sphinx", "-b", "html", "-n", "-W", "--keep-going", "-q",
           "-d", str(src.parent / "doctrees-html"), str(src), str(out)], src, logs / "html.log", "HTML build")
@@ -253,6 +293,13 @@ def _build_in(stage: Path, logs: Path, opts: BuildOptions, progress) -> dict:
     }
 
     cache = opts.build_root / ".cache"
+    final = opts.build_root / opts.name
+    book_key = _book_key(opts, info, cache)
+    current = _up_to_date(final, book_key, date)
+    if current is not None:
+        if progress:
+            progress("book", "up to date (no input changed): nothing executed or rebuilt")
+        return current
     results = execute_chapters(list(toc.CHAPTERS), scen, cache, logs, jobs=opts.jobs, progress=progress)
     t_exec = time.perf_counter() - t0
 
@@ -281,6 +328,8 @@ def _build_in(stage: Path, logs: Path, opts: BuildOptions, progress) -> dict:
                 shutil.copyfile(f, figures / f.name)
     manifest = {
         "name": opts.name,
+        "book_sha256": book_key,
+        "up_to_date": False,
         "title": scen.title,
         "scenario": scen.to_plain(),
         "scenario_file": info["scenario_file"],

@@ -80,6 +80,9 @@ def build(
     from scaletax.report.book import BUILD_ROOT
 
     reused = sum(n["status"] == "reused" for n in manifest["notebooks"])
+    if manifest.get("up_to_date"):
+        console.print(f"up to date: {BUILD_ROOT / out_name} already holds this book (built {manifest['built_at']})")
+        return
     console.print(f"done in {manifest['seconds']['total']:.0f} s: {len(manifest['notebooks'])} chapters "
                   f"({reused} reused), PDF {manifest['pdf']}")
     console.print(f"  {BUILD_ROOT / out_name / 'html' / 'index.html'}")
