@@ -1,0 +1,701 @@
+"""Low-precision number formats, block scaling and their error on realistic tensors.
+
+Element types and round-to-nearest-even (RNE) come from ``ml_dtypes``; what no library has
+is written here: the MX shared scale (OCP floor and round-up rules), NVFP4's two-level scale,
+FP8 tensor-scaling recipes (current, delayed, DeepSeek-V3 1x128 / 128x128 tiles), unbiased
+stochastic rounding, and error statistics.
+
+Every quantizer returns the *dequantized* tensor as float32 with the shape of its input, so
+``x - quantize(x, fmt)`` is the quantization error. Conventions follow
+``data/precision_vectors.json`` (``conventions``), which the tests reproduce exactly.
+
+Non-finite inputs (one rule for every function here):
+
+* NaN propagates as NaN in the output, element by element, in every format, including FP6 and
+  FP4, which have no NaN encoding (the float32 result still says NaN). A NaN never enters a
+  block's or a tensor's amax: the other elements of its block are quantized as if it were 0.
+* +-inf: plain element formats saturate it to +-max (``saturate=True``, the default) or follow
+  IEEE overflow with ``saturate=False`` (inf for BF16, FP16 and E5M2, NaN for E4M3, +-max for
+  FP6/FP4 which have neither). Every scaled format (MX, NVFP4, tensor and tile scaling) raises
+  ``ValueError``: an infinite amax has no finite scale.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import ml_dtypes
+import numpy as np
+
+__all__ = [
+    "FORMATS", "ELEMENT_FORMATS", "MX_FORMATS", "SCALE_RULES", "DISTRIBUTIONS", "SCHEMES",
+    "FormatInfo", "format_info", "representable_values", "encode", "e8m0_encode", "e8m0_decode",
+    "quantize", "quantize_with_limit", "mx_shared_exponent", "nvfp4_scales",
+    "quantize_per_tensor", "DelayedScaler", "quantize_tiles", "quantize_1x128",
+    "quantize_128x128", "make_tensor", "error_stats", "error_table",
+]
+
+# --------------------------------------------------------------------------------------------
+# Formats
+# --------------------------------------------------------------------------------------------
+
+_F32 = np.float32
+
+
+@dataclass(frozen=True)
+class _Elem:
+    """An element type: ml_dtypes dtype plus the numbers derived from it."""
+
+    name: str
+    dtype: np.dtype
+    bits: int
+    exp_bits: int
+    man_bits: int
+    max: float
+    min_normal: float
+    min_subnormal: float
+
+    @property
+    def emax(self) -> int:
+        """Exponent of the largest binade, floor(log2(max)) (OCP MX 'emax_elem')."""
+        return int(np.frexp(self.max)[1]) - 1
+
+    @property
+    def emin(self) -> int:
+        """Exponent of the smallest normal binade, log2(min_normal)."""
+        return int(np.frexp(self.min_normal)[1]) - 1
+
+
+def _elem(name: str, dtype, bits: int) -> _Elem:
+    fi = ml_dtypes.finfo(dtype)
+    return _Elem(name, np.dtype(dtype), bits, int(fi.nexp), int(fi.nmant), float(fi.max),
+                 float(fi.smallest_normal), float(fi.smallest_subnormal))
+
+
+_ELEMS: dict[str, _Elem] = {
+    e.name: e for e in (
+        _elem("bf16", ml_dtypes.bfloat16, 16),
+        _elem("fp16", np.float16, 16),
+        _elem("fp8_e4m3", ml_dtypes.float8_e4m3fn, 8),
+        _elem("fp8_e5m2", ml_dtypes.float8_e5m2, 8),
+        _elem("fp6_e3m2", ml_dtypes.float6_e3m2fn, 6),
+        _elem("fp6_e2m3", ml_dtypes.float6_e2m3fn, 6),
+        _elem("fp4_e2m1", ml_dtypes.float4_e2m1fn, 4),
+    )
+}
+
+#: Block formats: name -> (element type, default block size, scale format).
+#: MX: OCP Microscaling Formats v1.0 (blocks of 32, E8M0 scale); NVFP4: arXiv 2509.25149
+#: (blocks of 16, E4M3 block scale plus an FP32 per-tensor scale).
+_BLOCK: dict[str, tuple[str, int, str]] = {
+    "mxfp8_e4m3": ("fp8_e4m3", 32, "e8m0"),
+    "mxfp8_e5m2": ("fp8_e5m2", 32, "e8m0"),
+    "mxfp6_e3m2": ("fp6_e3m2", 32, "e8m0"),
+    "mxfp6_e2m3": ("fp6_e2m3", 32, "e8m0"),
+    "mxfp4": ("fp4_e2m1", 32, "e8m0"),
+    "nvfp4": ("fp4_e2m1", 16, "e4m3+fp32"),
+}
+
+ELEMENT_FORMATS: tuple[str, ...] = tuple(_ELEMS)
+MX_FORMATS: tuple[str, ...] = tuple(k for k in _BLOCK if k.startswith("mx"))
+#: Every format `quantize` accepts.
+FORMATS: tuple[str, ...] = ELEMENT_FORMATS + tuple(_BLOCK)
+#: MX shared-scale rules: "ocp" = floor(log2(amax)) - emax_elem (OCP MX v1.0, arXiv 2310.10537
+#: Alg. 1); "ceil" = 2^ceil(log2(amax/max_elem)) (NVIDIA round-up, arXiv 2506.08027).
+SCALE_RULES: tuple[str, ...] = ("ocp", "ceil")
+
+_E8M0_BITS = 8
+_E4M3 = _ELEMS["fp8_e4m3"]
+_E2M1 = _ELEMS["fp4_e2m1"]
+_NVFP4_S_ENC_NUM = _F32(_E2M1.max * _E4M3.max)  # 6 * 448 = 2688 (arXiv 2509.25149 App. B)
+
+
+def _rne_table(e: _Elem) -> tuple[np.ndarray, int]:
+    """ml_dtypes' RNE cast (then decode to float32) tabulated over float32 bit classes.
+
+    Round-to-nearest-even of a float32 to an element with m mantissa bits depends only on the
+    sign, the exponent, the top m+1 mantissa bits (kept bits and round bit) and the sticky OR
+    of the rest. The table holds ml_dtypes' own astype result for one representative of each
+    of those 2^(10+m+1) classes, so looking it up is ml_dtypes' rounding, bit for bit (the tests
+    check it against astype on random bit patterns), at ~3x the speed of astype + decode.
+    NaN inputs map to NaN even for FP6/FP4, which have no NaN (ml_dtypes returns -0 there).
+    """
+    shift = 23 - (e.man_bits + 1)
+    hi = np.arange(2 ** (9 + e.man_bits + 1), dtype=np.uint32) << np.uint32(shift)
+    rep = np.stack([hi, hi | np.uint32(1)], axis=1).reshape(-1).view(_F32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        table = rep.astype(e.dtype).astype(_F32)
+    table[np.isnan(rep)] = np.nan
+    return table, shift
+
+
+_RNE_TABLES = {n: _rne_table(e) for n, e in _ELEMS.items() if e.bits <= 8}
+
+
+@dataclass(frozen=True)
+class FormatInfo:
+    """Storage cost and range of one format.
+
+    bits_per_element counts the shared scales (E8M0 per 32 for MX, E4M3 per 16 for NVFP4; the
+    NVFP4 per-tensor FP32 scale amortises to ~0 and is not counted). max_finite, min_normal
+    and min_subnormal are those of the element type (before block scaling);
+    dynamic_range_binades = log2(max_finite / min_subnormal) of the element type.
+    """
+
+    name: str
+    bits_per_element: float
+    element_format: str
+    element_bits: int
+    exp_bits: int
+    man_bits: int
+    max_finite: float
+    min_normal: float
+    min_subnormal: float
+    dynamic_range_binades: float
+    block_size: int | None
+    scale_format: str | None
+
+
+def _check_fmt(fmt: str) -> None:
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r}; valid formats: {', '.join(FORMATS)}")
+
+
+def format_info(fmt: str) -> FormatInfo:
+    """Bits per element (scale overhead included), element exponent/mantissa bits and range."""
+    _check_fmt(fmt)
+    if fmt in _ELEMS:
+        e, bs, sf = _ELEMS[fmt], None, None
+        bits = float(e.bits)
+    else:
+        en, bs, sf = _BLOCK[fmt]
+        e = _ELEMS[en]
+        scale_bits = _E8M0_BITS if sf == "e8m0" else _E4M3.bits
+        bits = e.bits + scale_bits / bs  # MX: 8 + 8/32 = 8.25; NVFP4: 4 + 8/16 = 4.5
+    return FormatInfo(fmt, bits, e.name, e.bits, e.exp_bits, e.man_bits, e.max, e.min_normal,
+                      e.min_subnormal, float(np.log2(e.max / e.min_subnormal)), bs, sf)
+
+
+def representable_values(fmt: str) -> np.ndarray:
+    """Sorted non-negative finite values of an element format (float64), from ml_dtypes."""
+    _check_fmt(fmt)
+    if fmt not in _ELEMS:
+        raise ValueError(f"{fmt!r} is block-scaled; pass its element format "
+                         f"{_BLOCK[fmt][0]!r} instead")
+    e = _ELEMS[fmt]
+    codes = np.arange(2 ** e.bits, dtype=np.uint16 if e.bits == 16 else np.uint8)
+    with np.errstate(invalid="ignore"):
+        v = codes.view(e.dtype).astype(np.float64)
+    return np.unique(v[np.isfinite(v) & (v >= 0)])
+
+
+def encode(x, fmt: str, *, saturate: bool = True) -> np.ndarray:
+    """Bit codes (uint8) of an 8-bit-or-narrower element format after RNE (sign in the top bit)."""
+    _check_fmt(fmt)
+    e = _ELEMS.get(fmt)
+    if e is None or e.bits > 8:
+        raise ValueError(f"encode takes an 8-bit or narrower element format, got {fmt!r}")
+    v = np.asarray(x, dtype=_F32)
+    if saturate:
+        v = np.clip(v, -e.max, e.max)
+    with np.errstate(invalid="ignore", over="ignore"):
+        return v.astype(e.dtype).view(np.uint8)
+
+
+def e8m0_encode(shared_exp) -> np.ndarray:
+    """E8M0 codes (uint8) of shared exponents: code = exp + 127, exp clamped to [-127, 127]."""
+    return (np.clip(np.asarray(shared_exp), -127, 127) + 127).astype(np.uint8)
+
+
+def e8m0_decode(code) -> np.ndarray:
+    """Value (float32) of E8M0 codes, by ml_dtypes: 2^(code-127); 0xFF is NaN."""
+    return np.asarray(code, dtype=np.uint8).view(ml_dtypes.float8_e8m0fnu).astype(_F32)
+
+
+# --------------------------------------------------------------------------------------------
+# Element rounding
+# --------------------------------------------------------------------------------------------
+
+def _rne(v: np.ndarray, e: _Elem) -> np.ndarray:
+    """RNE of float32 v (already clipped if saturating) to element type e, back as float32."""
+    if e.bits > 8:
+        with np.errstate(invalid="ignore", over="ignore"):
+            return v.astype(e.dtype).astype(_F32)
+    table, shift = _RNE_TABLES[e.name]
+    b = np.ascontiguousarray(v, dtype=_F32).view(np.uint32)
+    idx = (b >> np.uint32(shift)) << np.uint32(1)  # sign, exponent, kept bits, round bit
+    idx |= np.minimum(b & np.uint32((1 << shift) - 1), np.uint32(1))  # sticky bit
+    return table[idx]
+
+
+def _stochastic(v: np.ndarray, e: _Elem, rng: np.random.Generator) -> np.ndarray:
+    """Unbiased stochastic rounding of float32 v (|v| <= max) to the grid of element type e.
+
+    Picks the upper neighbour with probability (|v| - lo) / ulp, so E[result] = v exactly
+    (up to the 2^-24 resolution of the float32 uniform draw). In-place steps keep it fast.
+    """
+    v = np.asarray(v, dtype=_F32)
+    a = np.abs(v)
+    # floor(log2 a) from the float32 exponent field (float32 subnormals and 0 read as -127)
+    qexp = (a.view(np.uint32) >> np.uint32(23)).view(np.int32)
+    qexp -= 127
+    np.maximum(qexp, e.emin, out=qexp)
+    qexp -= e.man_bits  # spacing of the grid around a
+    ulp = np.ldexp(_F32(1), qexp).astype(_F32, copy=False)
+    with np.errstate(invalid="ignore"):
+        lo = a / ulp  # exact: ulp is a power of two
+        np.floor(lo, out=lo)
+        lo *= ulp
+        a -= lo
+        a /= ulp  # probability of rounding up, exact
+        up = rng.random(a.shape, dtype=_F32) < a
+    ulp *= up
+    lo += ulp
+    return np.copysign(lo, v, out=lo)
+
+
+def _round(v: np.ndarray, e: _Elem, rounding: str, rng) -> np.ndarray:
+    if rounding == "rne":
+        return _rne(v, e)
+    return _stochastic(v, e, rng)
+
+
+def _check_rounding(rounding: str, rng) -> None:
+    if rounding not in ("rne", "stochastic"):
+        raise ValueError(f"rounding must be 'rne' or 'stochastic', got {rounding!r}")
+    if rounding == "stochastic" and not isinstance(rng, np.random.Generator):
+        raise ValueError("rounding='stochastic' needs rng=numpy.random.Generator")
+
+
+# --------------------------------------------------------------------------------------------
+# Blocks
+# --------------------------------------------------------------------------------------------
+
+def _check_block(shape: tuple[int, ...], bs) -> tuple[int, ...]:
+    """Validate a block size (int: along the last axis; (r, c): tiles of the last two axes)."""
+    bs_t = (int(bs),) if np.ndim(bs) == 0 else tuple(int(b) for b in bs)
+    if len(bs_t) not in (1, 2) or min(bs_t) < 1:
+        raise ValueError(f"block size must be a positive int or a pair (rows, cols), got {bs!r}")
+    if len(shape) < len(bs_t):
+        raise ValueError(f"block size {bs!r} needs an array of at least {len(bs_t)} dimension(s),"
+                         f" got shape {shape}")
+    dims = shape[-len(bs_t):]
+    if any(d % b for d, b in zip(dims, bs_t)):
+        what = "last axis" if len(bs_t) == 1 else "last two axes"
+        raise ValueError(f"block size {bs_t if len(bs_t) == 2 else bs_t[0]} does not divide the "
+                         f"{what} of length {dims if len(dims) == 2 else dims[0]} (shape {shape})")
+    return bs_t
+
+
+def _to_blocks(x: np.ndarray, bs: tuple[int, ...]) -> np.ndarray:
+    """(n_blocks, block_elems) view or copy of x."""
+    if len(bs) == 1:
+        return x.reshape(-1, bs[0])
+    r, c = bs
+    *lead, rows, cols = x.shape
+    t = x.reshape(*lead, rows // r, r, cols // c, c).swapaxes(-3, -2)
+    return t.reshape(-1, r * c)
+
+
+def _from_blocks(b: np.ndarray, shape: tuple[int, ...], bs: tuple[int, ...]) -> np.ndarray:
+    if len(bs) == 1:
+        return b.reshape(shape)
+    r, c = bs
+    *lead, rows, cols = shape
+    return b.reshape(*lead, rows // r, cols // c, r, c).swapaxes(-3, -2).reshape(shape)
+
+
+def _rowmax(a: np.ndarray) -> np.ndarray:
+    """Max over axis 1 of a non-negative (n, k) array, NaN-propagating, as a (n, 1) array.
+
+    Pairwise halving is several times faster than ndarray.max(axis=1) for short rows.
+    """
+    if a.shape[1] > 64:  # long rows (2D tiles): the plain reduction is faster
+        return a.max(axis=1, keepdims=True)
+    while a.shape[1] > 1 and a.shape[1] % 2 == 0:
+        h = a.shape[1] // 2
+        a = np.maximum(a[:, :h], a[:, h:])
+    return a.max(axis=1, keepdims=True) if a.shape[1] > 1 else a
+
+
+def _block_amax(blocks: np.ndarray) -> np.ndarray:
+    """Per-block max |x| (n, 1) float32, NaN ignored; raises on inf."""
+    amax = _rowmax(np.abs(blocks))
+    nan = np.isnan(amax[:, 0])
+    if nan.any():
+        sub = np.abs(blocks[nan])
+        amax[nan, 0] = np.where(np.isnan(sub), 0, sub).max(axis=1)
+    if np.isinf(amax).any():
+        raise ValueError("infinite input: a block-scaled format has no finite scale for inf")
+    return amax
+
+
+def _tensor_amax(x: np.ndarray) -> _F32:
+    amax = np.max(np.abs(x)) if x.size else _F32(0)
+    if np.isnan(amax):
+        amax = np.nanmax(np.abs(x))
+        amax = _F32(0) if np.isnan(amax) else amax
+    if np.isinf(amax):
+        raise ValueError("infinite input: a scaled format has no finite scale for inf")
+    return _F32(amax)
+
+
+# --------------------------------------------------------------------------------------------
+# MX and NVFP4
+# --------------------------------------------------------------------------------------------
+
+def _shared_exp(amax: np.ndarray, e: _Elem, rule: str) -> np.ndarray:
+    """E8M0 shared exponent per block (int32, clamped to [-127, 127]) from float32 amax (n, 1)."""
+    if rule == "ocp":
+        # OCP MX v1.0 / arXiv 2310.10537 Alg. 1: floor(log2(amax)) - emax_elem
+        _, ex = np.frexp(amax)
+        s = ex.astype(np.int32) - 1 - e.emax
+    else:
+        # round-up rule, arXiv 2506.08027: ceil(log2(amax / max_elem)); exact in float64
+        m, ex = np.frexp(amax.astype(np.float64) / e.max)
+        s = ex.astype(np.int32) - (m == 0.5)
+    s = np.where(amax > 0, s, -127)  # all-zero block: any scale gives zeros; use the smallest
+    return np.clip(s, -127, 127).astype(np.int32)  # E8M0 range
+
+
+def _mx(x, e: _Elem, bs, rule, rounding, rng, want_limit):
+    blocks = _to_blocks(x, bs)
+    amax = _block_amax(blocks)
+    s = _shared_exp(amax, e, rule)
+    inv = np.ldexp(_F32(1), -s).astype(_F32)  # 1/X, exact power of two (2^-127..2^127)
+    v = blocks * inv
+    np.clip(v, -e.max, e.max, out=v)  # OCP MX: clamp to +-max_elem before rounding
+    q = _round(v, e, rounding, rng)
+    scale = np.ldexp(_F32(1), s).astype(_F32)
+    out = _from_blocks(q * scale, x.shape, bs)
+    if not want_limit:
+        return out, None
+    return out, _from_blocks(np.repeat(_F32(e.max) * scale, blocks.shape[1], 1), x.shape, bs)
+
+
+def _nvfp4_scales(amax_b: np.ndarray, amax_t: _F32):
+    """(s_dec_b as E4M3 value, s_enc) in float32, TE reference order (arXiv 2509.25149 App. B)."""
+    if amax_t == 0:
+        return np.zeros_like(amax_b), _F32(1)
+    with np.errstate(over="ignore", divide="ignore"):
+        s_enc = _NVFP4_S_ENC_NUM / amax_t  # 6*448 / amax_tensor
+    s_enc = _F32(min(s_enc, np.finfo(_F32).max))
+    s_dec = (amax_b / _F32(_E2M1.max)) * s_enc  # amax_b/6 * s_enc
+    s_dec = np.clip(s_dec, 0, _E4M3.max).astype(_E4M3.dtype).astype(_F32)  # e4m3 RNE, saturating
+    return s_dec, s_enc
+
+
+def _nvfp4(x, bs, rounding, rng, want_limit):
+    blocks = _to_blocks(x, bs)
+    amax_b = _block_amax(blocks)
+    amax_t = _F32(amax_b.max()) if amax_b.size else _F32(0)
+    s_dec, s_enc = _nvfp4_scales(amax_b, amax_t)
+    with np.errstate(divide="ignore"):
+        s_enc_b = _F32(1) / (s_dec * (_F32(1) / s_enc))  # 1/(s_dec_b * (1/s_enc))
+    # A block whose E4M3 scale rounds to 0 flushes to zero (TE clamps the encode scale to the
+    # float32 max, so every element becomes +-6 * 0): encode with 0 instead of inf.
+    s_enc_b[s_dec == 0] = 0
+    v = blocks * s_enc_b
+    np.clip(v, -_E2M1.max, _E2M1.max, out=v)
+    q = _round(v, _E2M1, rounding, rng)
+    out = _from_blocks((q * s_dec) / s_enc, x.shape, bs)  # x_hat = q * s_dec_b / s_enc
+    if not want_limit:
+        return out, None
+    with np.errstate(divide="ignore"):
+        lim = _F32(_E2M1.max) / s_enc_b  # a flushed block (s_enc_b = 0) clips nothing: inf
+    return out, _from_blocks(np.repeat(lim, blocks.shape[1], 1), x.shape, bs)
+
+
+def nvfp4_scales(x, *, block_size=16) -> tuple[np.ndarray, float]:
+    """NVFP4 per-block decode scales (E4M3 values, float32, shape (n_blocks,)) and s_enc."""
+    x = np.asarray(x, dtype=_F32)
+    bs = _check_block(x.shape, block_size)
+    amax_b = _block_amax(_to_blocks(x, bs))
+    s_dec, s_enc = _nvfp4_scales(amax_b, _F32(amax_b.max()) if amax_b.size else _F32(0))
+    return s_dec[:, 0], float(s_enc)
+
+
+def mx_shared_exponent(x, fmt: str, *, block_size=32, scale_rule: str = "ocp") -> np.ndarray:
+    """Shared exponent per MX block (int32, shape (n_blocks,)); E8M0 code = exponent + 127."""
+    _check_fmt(fmt)
+    if fmt not in MX_FORMATS:
+        raise ValueError(f"{fmt!r} is not an MX format; MX formats: {', '.join(MX_FORMATS)}")
+    if scale_rule not in SCALE_RULES:
+        raise ValueError(f"scale_rule must be one of {SCALE_RULES}, got {scale_rule!r}")
+    x = np.asarray(x, dtype=_F32)
+    bs = _check_block(x.shape, block_size)
+    return _shared_exp(_block_amax(_to_blocks(x, bs)), _ELEMS[_BLOCK[fmt][0]], scale_rule)[:, 0]
+
+
+# --------------------------------------------------------------------------------------------
+# quantize
+# --------------------------------------------------------------------------------------------
+
+def _quantize(x, fmt, block_size, scale_rule, rounding, rng, saturate, want_limit):
+    _check_fmt(fmt)
+    _check_rounding(rounding, rng)
+    x = np.asarray(x, dtype=_F32)
+    if fmt in _ELEMS:
+        if block_size is not None:
+            raise ValueError(f"block_size applies to block-scaled formats, not {fmt!r}")
+        e = _ELEMS[fmt]
+        flat = x.reshape(-1)
+        if saturate:
+            v = np.clip(flat, -e.max, e.max)
+        elif rounding == "stochastic":
+            raise ValueError("stochastic rounding always saturates: use saturate=True")
+        else:
+            v = flat
+        return _round(v, e, rounding, rng).reshape(x.shape), _F32(e.max)
+    if not saturate:
+        raise ValueError(f"block-scaled {fmt!r} always clamps to the element max (saturate=True)")
+    en, default_bs, _ = _BLOCK[fmt]
+    bs = _check_block(x.shape, default_bs if block_size is None else block_size)
+    if fmt == "nvfp4":
+        return _nvfp4(x, bs, rounding, rng, want_limit)
+    if scale_rule not in SCALE_RULES:
+        raise ValueError(f"scale_rule must be one of {SCALE_RULES}, got {scale_rule!r}")
+    return _mx(x, _ELEMS[en], bs, scale_rule, rounding, rng, want_limit)
+
+
+def quantize_with_limit(x, fmt: str, *, block_size=None, scale_rule: str = "ocp",
+                        rounding: str = "rne", rng=None, saturate: bool = True):
+    """Like `quantize`, also returning the largest magnitude representable at each element.
+
+    The limit (float32, scalar or x's shape) is max_elem times the element's scale; an element
+    with |x| > limit was clipped (saturated). Used by `error_stats`.
+    """
+    return _quantize(x, fmt, block_size, scale_rule, rounding, rng, saturate, True)
+
+
+def quantize(x, fmt: str, *, block_size=None, scale_rule: str = "ocp", rounding: str = "rne",
+             rng: np.random.Generator | None = None, saturate: bool = True) -> np.ndarray:
+    """Quantize x to `fmt` and return the dequantized values (float32, same shape as x).
+
+    fmt: one of FORMATS. Plain element formats (bf16 ... fp4_e2m1) round x directly;
+    ``saturate=True`` clips to +-max first (what Transformer Engine does), ``saturate=False``
+    gives IEEE-style overflow (BF16/FP16/E5M2 -> inf, E4M3 -> NaN; FP6/FP4 always saturate).
+    MX formats: blocks of `block_size` (default 32) along the last axis share an E8M0 scale X
+    chosen by `scale_rule` ("ocp": 2^(floor(log2 amax) - emax_elem), "ceil":
+    2^ceil(log2(amax/max_elem))), exponent clamped to [-127, 127]; elements are RNE(x/X)
+    clamped to +-max_elem. nvfp4: blocks of 16 with an E4M3 scale under an FP32 per-tensor
+    scale (arXiv 2509.25149 App. B, float32 in Transformer Engine's reference order).
+    block_size may be a pair (r, c) for 2D tiles over the last two axes (NVFP4 weights: 16x16).
+    rounding: "rne" or "stochastic" (unbiased; needs `rng`, a numpy Generator).
+    Non-finite inputs: see the module docstring (NaN propagates; inf saturates in plain
+    formats and raises ValueError in scaled ones).
+    """
+    return _quantize(x, fmt, block_size, scale_rule, rounding, rng, saturate, False)[0]
+
+
+# --------------------------------------------------------------------------------------------
+# FP8 tensor scaling recipes
+# --------------------------------------------------------------------------------------------
+
+def _fp8_elem(fmt: str) -> _Elem:
+    if fmt not in ("fp8_e4m3", "fp8_e5m2"):
+        _check_fmt(fmt)
+        raise ValueError(f"FP8 scaling recipes take 'fp8_e4m3' or 'fp8_e5m2', got {fmt!r}")
+    return _ELEMS[fmt]
+
+
+def _scaled(x, e: _Elem, scale, rounding, rng):
+    """Quantize x * scale to e (clipping to +-max) and divide back; scale float32 broadcastable."""
+    v = np.asarray(x * scale, dtype=_F32)
+    shape = v.shape
+    v = np.clip(v.reshape(-1) if v.ndim == 0 else v, -e.max, e.max)
+    return (_round(v, e, rounding, rng) / scale).reshape(shape)
+
+
+def quantize_per_tensor(x, fmt: str = "fp8_e4m3", *, margin: int = 0, amax=None,
+                        rounding: str = "rne", rng=None, return_limit: bool = False):
+    """Per-tensor current scaling: scale = max_fmt / amax / 2^margin (Transformer Engine).
+
+    amax defaults to max|x| (current scaling); pass a stale one to emulate delayed scaling.
+    Returns dequantized float32 (and the representable limit max_fmt/scale if asked).
+    """
+    e = _fp8_elem(fmt)
+    _check_rounding(rounding, rng)
+    x = np.asarray(x, dtype=_F32)
+    amax = _tensor_amax(x) if amax is None else _F32(amax)
+    scale = _F32(_F32(e.max) / amax / _F32(2.0 ** margin)) if amax > 0 else _F32(1)
+    xq = _scaled(x, e, scale, rounding, rng)
+    # the amax itself maps onto max_fmt: a float32 rounding hair above it is not clipping
+    return (xq, max(_F32(e.max) / scale, amax)) if return_limit else xq
+
+
+class DelayedScaler:
+    """FP8 delayed scaling as Transformer Engine's DelayedScaling (amax_compute_algo="max").
+
+    `quantize(x)` uses the scale in force (initially 1) and records amax(x) in the history;
+    `update()` sets scale = max_fmt / max(history) / 2^margin (kept when that max is 0) and
+    rolls the history window of `history_len` steps.
+    """
+
+    def __init__(self, fmt: str = "fp8_e4m3", history_len: int = 16, margin: int = 0):
+        if history_len < 1:
+            raise ValueError(f"history_len must be >= 1, got {history_len}")
+        self.fmt = fmt
+        self._e = _fp8_elem(fmt)
+        self.margin = margin
+        self.amax_history = np.zeros(history_len, dtype=_F32)
+        self.scale = _F32(1)
+
+    def quantize(self, x, *, return_limit: bool = False):
+        """Dequantized float32 of x with the current scale; records amax(x)."""
+        x = np.asarray(x, dtype=_F32)
+        self.amax_history[0] = max(self.amax_history[0], _tensor_amax(x))
+        xq = _scaled(x, self._e, self.scale, "rne", None)
+        return (xq, _F32(self._e.max) / self.scale) if return_limit else xq
+
+    def update(self) -> float:
+        """Recompute the scale from the amax history; returns the new scale."""
+        amax = self.amax_history.max()
+        if amax > 0:
+            self.scale = _F32(_F32(self._e.max) / amax / _F32(2.0 ** self.margin))
+        self.amax_history = np.roll(self.amax_history, 1)
+        self.amax_history[0] = 0
+        return float(self.scale)
+
+
+def quantize_tiles(x, fmt: str = "fp8_e4m3", *, tile=(1, 128), rounding: str = "rne", rng=None,
+                   return_limit: bool = False):
+    """Fine-grained FP8 scaling with one float32 scale (max_fmt / tile amax) per tile.
+
+    DeepSeek-V3 (arXiv 2412.19437 §3.3): 1x128 tiles for activations (per token, per 128
+    channels) and 128x128 blocks for weights. tile is (rows, cols) over the last two axes;
+    an all-zero tile gets scale 1.
+    """
+    e = _fp8_elem(fmt)
+    _check_rounding(rounding, rng)
+    x = np.asarray(x, dtype=_F32)
+    bs = _check_block(x.shape, tuple(tile))
+    blocks = _to_blocks(x, bs)
+    amax = _block_amax(blocks)
+    with np.errstate(divide="ignore"):
+        scale = np.where(amax > 0, _F32(e.max) / amax, _F32(1)).astype(_F32)
+    out = _from_blocks(_scaled(blocks, e, scale, rounding, rng), x.shape, bs)
+    if not return_limit:
+        return out
+    lim = np.maximum(_F32(e.max) / scale, amax)  # as in quantize_per_tensor
+    return out, _from_blocks(np.repeat(lim, blocks.shape[1], 1), x.shape, bs)
+
+
+def quantize_1x128(x, fmt: str = "fp8_e4m3", **kw):
+    """DeepSeek-V3 activation scaling: 1x128 tiles along the last axis."""
+    return quantize_tiles(x, fmt, tile=(1, 128), **kw)
+
+
+def quantize_128x128(x, fmt: str = "fp8_e4m3", **kw):
+    """DeepSeek-V3 weight scaling: 128x128 blocks over the last two axes."""
+    return quantize_tiles(x, fmt, tile=(128, 128), **kw)
+
+
+# --------------------------------------------------------------------------------------------
+# Error statistics
+# --------------------------------------------------------------------------------------------
+
+#: Test-tensor families for `make_tensor`.
+DISTRIBUTIONS: tuple[str, ...] = ("gaussian", "student_t", "outlier_channels")
+
+
+def make_tensor(distribution: str, shape=(128, 2048), *, magnitude: float = 1.0, seed: int = 0,
+                df: float = 3.0, outlier_frac: float = 0.005,
+                outlier_scale=(20.0, 100.0)) -> np.ndarray:
+    """A float32 test tensor (rows = tokens, last axis = channels), times `magnitude`.
+
+    gaussian: N(0, 1). student_t: standard Student-t with `df` degrees of freedom (heavy tails).
+    outlier_channels: N(0, 1) with a fraction `outlier_frac` of channels (at least one) scaled
+    by factors drawn uniformly from `outlier_scale`, the systematic activation outliers of LLMs
+    (LLM.int8(), Dettmers et al. 2022, arXiv 2208.07339).
+    """
+    rng = np.random.default_rng(seed)
+    if distribution == "gaussian":
+        x = rng.standard_normal(shape)
+    elif distribution == "student_t":
+        x = rng.standard_t(df, shape)
+    elif distribution == "outlier_channels":
+        x = rng.standard_normal(shape)
+        n_ch = shape[-1]
+        k = max(1, int(round(outlier_frac * n_ch)))
+        ch = rng.choice(n_ch, size=k, replace=False)
+        x[..., ch] *= rng.uniform(*outlier_scale, size=k)
+    else:
+        raise ValueError(f"unknown distribution {distribution!r}; valid: {DISTRIBUTIONS}")
+    return (x * magnitude).astype(_F32)
+
+
+def error_stats(x, xq, *, limit=None) -> dict[str, float]:
+    """Error of a quantized tensor xq against x.
+
+    rel_err: ||xq - x||_2 / ||x||_2 (relative RMS error, dimensionless); snr_db:
+    10 log10(sum x^2 / sum (xq - x)^2) in dB (inf when exact); zero_share: share of elements
+    with x != 0 and xq == 0 (flushed); sat_share: share with |x| > limit, the largest magnitude
+    representable after scaling (clipped), NaN when no limit is given. Clipping counts every
+    element beyond the limit, also those the clip costs nothing: NVFP4's E4M3 block scale
+    rounds down about half the time, and the block's largest elements then clip to 6 by at
+    most the scale's rounding error (1/16 for normal E4M3 scales), where RNE would give 6 too.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    xq = np.asarray(xq, dtype=np.float64)
+    err2 = float(np.sum((xq - x) ** 2))
+    sig2 = float(np.sum(x * x))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.sqrt(err2 / sig2) if sig2 > 0 else (0.0 if err2 == 0 else np.inf)
+        snr = 10 * np.log10(sig2 / err2) if err2 > 0 else np.inf
+    n = max(x.size, 1)
+    zero = float(np.count_nonzero((x != 0) & (xq == 0))) / n
+    sat = np.nan if limit is None else float(np.count_nonzero(np.abs(x) > limit)) / n
+    return {"rel_err": float(rel), "snr_db": float(snr), "zero_share": zero, "sat_share": sat}
+
+
+#: (format, scale_rule) pairs of the error table. scale_rule: "none" (plain cast), "tensor"
+#: (per-tensor current scaling), "1x128"/"128x128" (DeepSeek-V3 tiles), "ocp"/"ceil" (MX rules),
+#: "two_level" (NVFP4).
+SCHEMES: tuple[tuple[str, str], ...] = (
+    tuple((f, "none") for f in ELEMENT_FORMATS)
+    + (("fp8_e4m3", "tensor"), ("fp8_e4m3", "1x128"), ("fp8_e4m3", "128x128"),
+       ("fp8_e5m2", "tensor"))
+    + tuple((f, r) for f in MX_FORMATS for r in SCALE_RULES)
+    + (("nvfp4", "two_level"),)
+)
+
+
+def _apply_scheme(x, fmt: str, rule: str):
+    if rule == "none":
+        return quantize_with_limit(x, fmt)
+    if rule == "tensor":
+        return quantize_per_tensor(x, fmt, return_limit=True)
+    if rule in ("1x128", "128x128"):
+        return quantize_tiles(x, fmt, tile=(1, 128) if rule == "1x128" else (128, 128),
+                              return_limit=True)
+    if rule == "two_level":
+        return quantize_with_limit(x, "nvfp4")
+    return quantize_with_limit(x, fmt, scale_rule=rule)
+
+
+def error_table(schemes: Sequence[tuple[str, str]] = SCHEMES,
+                distributions: Sequence[str] = DISTRIBUTIONS,
+                magnitudes: Sequence[float] = (1e-3, 1.0, 1e3), *, shape=(128, 2048),
+                seed: int = 0) -> list[dict]:
+    """Error statistics for every scheme x distribution x magnitude, as a list of dict rows.
+
+    Row keys: format, scale_rule, bits (per element, scales included), distribution, magnitude,
+    rel_err, snr_db, zero_share, sat_share. The same seeded tensor (scaled by each magnitude)
+    is used for every scheme. 128x128 tiles need both dimensions of `shape` divisible by 128;
+    schemes whose tiles do not fit the shape are skipped.
+    """
+    rows = []
+    for dist in distributions:
+        base = make_tensor(dist, shape, seed=seed)
+        for mag in magnitudes:
+            x = (base * _F32(mag)).astype(_F32)
+            for fmt, rule in schemes:
+                if rule == "128x128" and (len(shape) < 2 or shape[-2] % 128 or shape[-1] % 128):
+                    continue
+                with np.errstate(over="ignore", invalid="ignore"):
+                    xq, lim = _apply_scheme(x, fmt, rule)
+                rows.append({"format": fmt, "scale_rule": rule,
+                             "bits": format_info(fmt).bits_per_element, "distribution": dist,
+                             "magnitude": float(mag), **error_stats(x, xq, limit=lim)})
+    return rows
