@@ -39,10 +39,15 @@ def _escape(text: str) -> str:
 
 def markdown(rows: Sequence[dict], columns: dict[str, str], *, label: str, caption: str,
              formats: dict[str, Callable[[Any], str]] | None = None,
-             widths: Sequence[int] | None = None) -> str:
-    """MyST list-table source for ``rows``; ``columns`` maps row key -> header text."""
+             widths: Sequence[int] | None = None, long: bool = False) -> str:
+    """MyST list-table source for ``rows``; ``columns`` maps row key -> header text.
+
+    ``long=True`` lets the table break across PDF pages (LaTeX longtable).
+    """
     formats = formats or {}
     lines = [f"```{{list-table}} {caption}", f":name: {label}", ":header-rows: 1"]
+    if long:
+        lines.append(":class: longtable")
     if widths:
         lines.append(":widths: " + " ".join(str(w) for w in widths))
     lines.append("")
@@ -67,9 +72,10 @@ class Table:
 
 def table(rows: Sequence[dict], columns: dict[str, str], *, label: str, caption: str,
           formats: dict[str, Callable[[Any], str]] | None = None,
-          widths: Sequence[int] | None = None) -> Table:
+          widths: Sequence[int] | None = None, long: bool = False) -> Table:
     """Build a numbered table and save its rows to ``<label>.csv``; display the result."""
     if not rows:
         raise ValueError(f"table {label}: no rows")
     write_csv(_figures_dir() / f"{label}.csv", [{k: r.get(k) for k in columns} for r in rows])
-    return Table(markdown(rows, columns, label=label, caption=caption, formats=formats, widths=widths))
+    return Table(markdown(rows, columns, label=label, caption=caption, formats=formats, widths=widths,
+                          long=long))
