@@ -49,6 +49,9 @@ FLOAT_COLUMNS: tuple[str, ...] = (
     "measured_model_tflops_per_gpu", "measured_mfu", "reserve_gib",
 )
 RECOMPUTE_VALUES: tuple[str, ...] = ("none", "selective", "full", "unknown")
+#: Layout columns a row may leave empty together: "no layout given" (``scaletax predict`` then
+#: searches one, ``report.predict``); ``row_layout`` and ``predict_memory`` still need them.
+SEARCHABLE_LAYOUT: tuple[str, ...] = ("tp", "pp")
 MEMORY_COLUMNS: tuple[str, ...] = (
     "memory_weights_gib", "memory_gradients_gib", "memory_optimizer_gib", "memory_activations_gib",
     "memory_reserve_gib", "memory_total_gib", "memory_capacity_gib", "fits", "recompute_assumed",
@@ -183,6 +186,8 @@ def _validate_row(row: dict[str, Any], hw_ids: Sequence[str]) -> None:
         if bad:
             raise _CellError("recompute_modules", f"unknown module(s) {sorted(bad)}; valid: {', '.join(memory.RECOMPUTE_MODULES)}")
     model = row_model(row)
+    if all(_blank(row.get(c)) for c in SEARCHABLE_LAYOUT):
+        return  # no layout given: nothing more to check here
     layout = row_layout(row)
     try:
         layout.check(model)
@@ -226,7 +231,8 @@ def read_runs(path: str | Path) -> list[dict[str, Any]]:
             for col in header:
                 v = raw.get(col)
                 v = "" if v is None else v.strip()
-                if col in REQUIRED_COLUMNS and v == "":
+                if col in REQUIRED_COLUMNS and v == "" and not (
+                        col in SEARCHABLE_LAYOUT and all(not (raw.get(c) or "").strip() for c in SEARCHABLE_LAYOUT)):
                     raise _CellError(col, "required but empty")
                 if col in INT_COLUMNS:
                     row[col] = None if v == "" else _parse_int(col, v)

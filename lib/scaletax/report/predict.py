@@ -1,11 +1,123 @@
-"""``scaletax predict``: a runs table in, the same rows with the model's columns out."""
+"""``scaletax predict``: a runs table in, the same rows with the model's columns out.
+
+Columns added to every row (inputs are never modified):
+
+- memory (``runs.MEMORY_COLUMNS``): bytes per GPU by term for the row's layout;
+- throughput (:data:`PERF_COLUMNS`): ``predicted_tokens_per_s_per_gpu`` with its band
+  ``_low`` / ``_high`` (efficiency parameters at the ends of their ranges, ``data/efficiency.yaml``),
+  ``predicted_model_tflops_per_gpu``, ``predicted_mfu`` (model FLOPs / dense peak of the row's
+  precision), ``predicted_step_time_s`` and its breakdown ``compute_s, exposed_comm_s,
+  bubble_s, other_s`` (they sum to the step time); ``recompute_modelled`` (what the step-time
+  model ran, e.g. full recompute on part of the layers), ``layout_assumptions`` (the
+  ``validate.ROW_CONVENTIONS`` applied), ``error_vs_measured`` (predicted / measured - 1 where the
+  row has a measurement, converted as ``validate.measured_tokens_per_s`` says);
+- ``layout_searched``: for a row with no layout (``tp`` and ``pp`` empty) the best layout of
+  ``search.search`` on the row's GPU count, written into the layout columns too; the global
+  batch is the row's ``gbs`` or, when empty, :data:`DEFAULT_TOKENS_PER_STEP` tokens. A model
+  that fits no layout gets "does not fit on N GPUs of type X; needs at least M" there, no
+  layout and empty throughput columns.
+"""
 from __future__ import annotations
 
+import math
 from typing import Any
 
-from scaletax import runs
+from scaletax import hardware, perf, runs, search, validate
+
+#: Tokens per step for a row with neither a layout nor a global batch: 16M, the Llama 3.1
+#: 405B final batch (arXiv 2407.21783, Sec. 3.4.1), as the default scenario.
+DEFAULT_TOKENS_PER_STEP = 16_777_216
+
+PERF_COLUMNS: tuple[str, ...] = (
+    "predicted_tokens_per_s_per_gpu", "predicted_tokens_per_s_per_gpu_low", "predicted_tokens_per_s_per_gpu_high",
+    "predicted_model_tflops_per_gpu", "predicted_mfu", "predicted_step_time_s", "compute_s", "exposed_comm_s",
+    "bubble_s", "other_s", "recompute_modelled", "layout_assumptions", "error_vs_measured", "layout_searched",
+)
 
 
-def predict_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Memory columns for every row (the step-time model adds throughput columns)."""
-    return runs.predict_memory(rows)
+def _blank(v: Any) -> bool:
+    return v is None or (isinstance(v, str) and v.strip() == "") or (isinstance(v, float) and math.isnan(v))
+
+
+def _searched(row: dict[str, Any]) -> tuple[dict[str, Any], str, bool]:
+    """(row with the searched layout filled in, label, found)."""
+    model = runs.row_model(row)
+    gbs = None if _blank(row.get("gbs")) else int(row["gbs"])
+    tokens = None if gbs is not None else DEFAULT_TOKENS_PER_STEP
+    res = search.search(model, str(row["precision"]).strip().lower(), str(row["hardware"]).strip(),
+                        int(row["gpu_count"]), tokens_per_step=tokens, gbs=gbs, pareto=False)
+    if not res.fits:
+        return dict(row), res.message, False
+    lay = res.best
+    new = dict(row)
+    new.update({"tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "ep": lay.ep, "etp": lay.etp, "dp": lay.dp, "vp": lay.vp,
+                "mbs": lay.mbs, "gbs": lay.gbs, "zero_stage": lay.zero_stage, "recompute": lay.recompute})
+    return new, validate.layout_string(lay), True
+
+
+def predict_rows(rows: list[dict[str, Any]], band: perf.EfficiencyBand | None = None) -> list[dict[str, Any]]:
+    """Memory and throughput columns for every row (module docstring); rows without a layout
+    get the searched one. Errors name the row (the header is row 1) and the column."""
+    filled, labels, ok = [], [], []
+    for i, row in enumerate(rows):
+        if all(_blank(row.get(c)) for c in runs.SEARCHABLE_LAYOUT):
+            try:
+                new, label, found = _searched(row)
+            except (ValueError, hardware.HardwareError) as exc:
+                raise runs.RunsTableError(f"row {i + 2}, column 'precision': {exc}") from None
+            filled.append(new)
+            labels.append(label)
+            ok.append(found)
+        else:
+            filled.append(dict(row))
+            labels.append("")
+            ok.append(True)
+    mem_rows = runs.predict_memory([r for r, f in zip(filled, ok) if f])
+    it = iter(mem_rows)
+    out = []
+    setups = []
+    for i, (row, found) in enumerate(zip(filled, ok)):
+        if not found:
+            new = dict(rows[i])
+            new.update({c: None for c in runs.MEMORY_COLUMNS})
+            new["fits"] = False
+            new.update({c: None for c in PERF_COLUMNS})
+            new["layout_searched"] = labels[i]
+            out.append(new)
+            setups.append(None)
+            continue
+        new = next(it)
+        searched = bool(labels[i])
+        try:
+            su = validate.row_setup(row, layout=runs.row_layout(row) if searched else None)
+            setups.append((su, searched))
+        except (ValueError, hardware.HardwareError) as exc:
+            raise runs.RunsTableError(f"row {i + 2}: {exc}") from None
+        out.append(new)
+    todo = [(k, s) for k, s in enumerate(setups) if s is not None]
+    if todo:
+        try:
+            inp = validate.prepare_setups([s for _, (s, _) in todo])
+        except hardware.UnsupportedPrecision as exc:
+            bad = next(k for k, (s, _) in todo
+                       if not hardware.get(str(s.row["hardware"]).strip()).supports(str(s.row["precision"]).strip().lower()))
+            raise runs.RunsTableError(f"row {bad + 2}, column 'precision': {exc}") from None
+        pred = perf.evaluate_band(inp, band)
+        v = pred.value
+        for j, (k, (su, searched)) in enumerate(todo):
+            p = float(v.tokens_per_s_per_gpu[j])
+            out[k].update({
+                "predicted_tokens_per_s_per_gpu": round(p, 3),
+                "predicted_tokens_per_s_per_gpu_low": round(float(pred.low.tokens_per_s_per_gpu[j]), 3),
+                "predicted_tokens_per_s_per_gpu_high": round(float(pred.high.tokens_per_s_per_gpu[j]), 3),
+                "predicted_model_tflops_per_gpu": round(float(v.model_tflops_per_gpu[j]), 3),
+                "predicted_mfu": round(float(v.mfu[j]), 4),
+                "predicted_step_time_s": float(v.step_s[j]),
+                "compute_s": float(v.compute_s[j]), "exposed_comm_s": float(v.exposed_comm_s[j]),
+                "bubble_s": float(v.bubble_s[j]), "other_s": float(v.other_s[j]),
+                "recompute_modelled": su.recompute_label,
+                "layout_assumptions": "; ".join(su.assumptions),
+                "error_vs_measured": round(p / su.measured - 1.0, 4) if su.measured else None,
+                "layout_searched": labels[k],
+            })
+    return out

@@ -1,0 +1,230 @@
+"""Time to train, GPU-hours, energy and cost for a token budget, with low/high bands and a
+one-at-a-time sensitivity analysis (rows for a tornado chart).
+
+Public API
+----------
+Arithmetic (scalars or numpy arrays, broadcasting):
+
+- ``days_to_train(tokens, tokens_per_s_per_gpu, gpus)``: tokens / (tokens/s per GPU x GPUs x 86,400).
+- ``gpus_for_days(tokens, tokens_per_s_per_gpu, days)``: the inverse, rounded up to whole GPUs
+  (at fixed tokens/s per GPU; a planner re-runs the search at that count: per-GPU throughput
+  falls as the cluster grows).
+- ``gpu_hours(tokens, tokens_per_s_per_gpu)``: tokens / (tokens/s per GPU) / 3,600.
+- ``energy_mwh(hours, tdp_w, system_overhead, utilization, pue)``:
+  GPU-hours x TDP x system overhead x utilization x PUE / 1e6.
+- ``cost_usd(hours, usd_per_gpu_hour, mwh=0, usd_per_mwh=0)``: GPU-hours x price + MWh x price.
+
+Estimates:
+
+- ``Economics``: price per GPU-hour, energy factors and electricity price (scenario inputs).
+- ``train_estimate(tokens, tokens_per_s_per_gpu, gpus, gpu, economics, target_days=None,
+  low=None, high=None) -> dict``: every quantity with ``_low`` / ``_high`` from the throughput
+  band (low throughput gives the high cost, and so on).
+- ``sensitivity(fn, base, ranges) -> list[dict]``: one input at a time to its low and high
+  value, sorted by swing (largest first); ``training_sensitivity(...)`` builds it for the
+  training estimate (efficiency band, token budget, price, PUE, utilization, overhead, cluster).
+
+Energy: a GPU's share of its system's power is ``tdp_w x system_overhead`` (CPUs, NICs,
+switches, fans, conversion losses per GPU of TDP; DGX H100 ~10.2 kW / 8 x 700 W = 1.82),
+drawn at ``utilization`` of peak on average, times the facility PUE (The Green Grid, PUE: a
+comprehensive examination of the metric, 2012).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from scaletax import hardware
+
+SECONDS_PER_DAY = 86_400.0
+
+
+def _pos(name: str, v) -> np.ndarray:
+    a = np.asarray(v, dtype=np.float64)
+    if np.any(~np.isfinite(a)) or np.any(a <= 0):
+        raise ValueError(f"{name}: must be a positive finite number (got {v!r})")
+    return a
+
+
+def _out(a):
+    return float(a) if np.ndim(a) == 0 else a
+
+
+def days_to_train(tokens, tokens_per_s_per_gpu, gpus):
+    """Days to train ``tokens`` on ``gpus`` GPUs at ``tokens_per_s_per_gpu``."""
+    return _out(_pos("tokens", tokens) / (_pos("tokens_per_s_per_gpu", tokens_per_s_per_gpu)
+                                          * _pos("gpus", gpus) * SECONDS_PER_DAY))
+
+
+def gpus_for_days(tokens, tokens_per_s_per_gpu, days):
+    """Whole GPUs needed to train ``tokens`` in ``days`` at ``tokens_per_s_per_gpu`` (ceil)."""
+    need = _pos("tokens", tokens) / (_pos("tokens_per_s_per_gpu", tokens_per_s_per_gpu)
+                                     * _pos("days", days) * SECONDS_PER_DAY)
+    g = np.ceil(need * (1 - 1e-12))  # tolerate round-off when the quotient is an integer
+    return int(g) if np.ndim(g) == 0 else g.astype(np.int64)
+
+
+def gpu_hours(tokens, tokens_per_s_per_gpu):
+    """GPU-hours to process ``tokens`` at ``tokens_per_s_per_gpu`` (independent of cluster size)."""
+    return _out(_pos("tokens", tokens) / _pos("tokens_per_s_per_gpu", tokens_per_s_per_gpu) / 3600.0)
+
+
+def energy_mwh(hours, tdp_w, system_overhead=1.7, utilization=0.9, pue=1.2):
+    """Facility energy, MWh: GPU-hours x TDP (W) x system overhead x utilization x PUE / 1e6."""
+    for name, v in (("system_overhead", system_overhead), ("pue", pue)):
+        if np.any(np.asarray(v, dtype=float) < 1):
+            raise ValueError(f"{name}: must be >= 1 (got {v!r})")
+    u = np.asarray(utilization, dtype=np.float64)
+    if np.any((u <= 0) | (u > 1)):
+        raise ValueError(f"utilization: must be in (0, 1] (got {utilization!r})")
+    return _out(_pos("hours", hours) * _pos("tdp_w", tdp_w) * np.asarray(system_overhead, dtype=float)
+                * u * np.asarray(pue, dtype=float) / 1e6)
+
+
+def cost_usd(hours, usd_per_gpu_hour, mwh=0.0, usd_per_mwh=0.0):
+    """GPU rental cost plus (optionally) electricity: GPU-hours x $/GPU-h + MWh x $/MWh.
+
+    Rental prices usually include power; pass ``usd_per_mwh`` only for owned clusters.
+    """
+    for name, v in (("usd_per_gpu_hour", usd_per_gpu_hour), ("mwh", mwh), ("usd_per_mwh", usd_per_mwh)):
+        if np.any(np.asarray(v, dtype=float) < 0):
+            raise ValueError(f"{name}: must be >= 0 (got {v!r})")
+    return _out(_pos("hours", hours) * np.asarray(usd_per_gpu_hour, dtype=float)
+                + np.asarray(mwh, dtype=float) * np.asarray(usd_per_mwh, dtype=float))
+
+
+@dataclass(frozen=True)
+class Economics:
+    """Scenario economics. usd_per_gpu_hour: rental or amortized price; system_overhead: all-in
+    system power / GPU TDP; utilization: average / peak power; pue: facility power usage
+    effectiveness; usd_per_mwh: electricity price (0: included in the GPU-hour price)."""
+
+    usd_per_gpu_hour: float
+    system_overhead: float = 1.7
+    utilization: float = 0.9
+    pue: float = 1.2
+    usd_per_mwh: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.usd_per_gpu_hour >= 0:
+            raise ValueError(f"usd_per_gpu_hour: must be >= 0 (got {self.usd_per_gpu_hour})")
+        energy_mwh(1.0, 1.0, self.system_overhead, self.utilization, self.pue)  # validates
+        if not self.usd_per_mwh >= 0:
+            raise ValueError(f"usd_per_mwh: must be >= 0 (got {self.usd_per_mwh})")
+
+
+def _one(tokens, tps, gpus, tdp_w, econ: Economics, target_days) -> dict[str, float]:
+    gh = gpu_hours(tokens, tps)
+    e = energy_mwh(gh, tdp_w, econ.system_overhead, econ.utilization, econ.pue)
+    out = {"tokens_per_s_per_gpu": float(tps), "days": days_to_train(tokens, tps, gpus), "gpu_hours": gh,
+           "energy_mwh": e, "cost_usd": cost_usd(gh, econ.usd_per_gpu_hour, e, econ.usd_per_mwh),
+           "energy_cost_usd": e * econ.usd_per_mwh, "gpu_cost_usd": gh * econ.usd_per_gpu_hour}
+    if target_days is not None:
+        out["gpus_for_target_days"] = gpus_for_days(tokens, tps, target_days)
+    return out
+
+
+def train_estimate(tokens: float, tokens_per_s_per_gpu: float, gpus: int, gpu, economics: Economics,
+                   target_days: float | None = None, low: float | None = None,
+                   high: float | None = None) -> dict[str, Any]:
+    """Days, GPU-hours, energy (MWh) and cost (USD) to train ``tokens`` on ``gpus`` of ``gpu``.
+
+    ``low`` / ``high``: the throughput band (tokens/s per GPU). Every output gets ``_low`` and
+    ``_high`` versions: the range over the band (low throughput gives more days, GPU-hours,
+    energy and cost). ``gpu``: hardware id or GPU object (for its TDP).
+    """
+    g = hardware.get(gpu) if isinstance(gpu, str) else gpu
+    mid = _one(tokens, tokens_per_s_per_gpu, gpus, g.tdp_w, economics, target_days)
+    out: dict[str, Any] = {"tokens": float(tokens), "gpus": int(gpus), "gpu": g.id, "tdp_w": g.tdp_w,
+                           **asdict(economics), **mid}
+    if target_days is not None:
+        out["target_days"] = float(target_days)
+    lo_t = tokens_per_s_per_gpu if low is None else low
+    hi_t = tokens_per_s_per_gpu if high is None else high
+    if not lo_t <= tokens_per_s_per_gpu <= hi_t:
+        raise ValueError(f"throughput band: need low <= value <= high (got {lo_t}, {tokens_per_s_per_gpu}, {hi_t})")
+    slow = _one(tokens, lo_t, gpus, g.tdp_w, economics, target_days)
+    fast = _one(tokens, hi_t, gpus, g.tdp_w, economics, target_days)
+    for k in mid:
+        a, b = slow[k], fast[k]
+        out[f"{k}_low"], out[f"{k}_high"] = (min(a, b), max(a, b))
+    return out
+
+
+def sensitivity(fn: Callable[[dict[str, Any]], float], base: Mapping[str, Any],
+                ranges: Mapping[str, tuple[Any, Any]], labels: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    """One-at-a-time sensitivity: ``fn`` with each input at its low and high value, others at base.
+
+    Returns one row per input, sorted by ``swing`` = |output at high - output at low| (largest
+    first, the order of a tornado chart): input, label, base / low / high input values,
+    output at base, at low, at high, and the relative changes ``low_change`` / ``high_change``.
+    """
+    out0 = float(fn(dict(base)))
+    rows = []
+    for name, (lo, hi) in ranges.items():
+        if name not in base:
+            raise ValueError(f"sensitivity: {name!r} is not an input of the base case ({', '.join(base)})")
+        o_lo = float(fn({**base, name: lo}))
+        o_hi = float(fn({**base, name: hi}))
+        rows.append({"input": name, "label": (labels or {}).get(name, name), "base_value": base[name],
+                     "low_value": lo, "high_value": hi, "output_base": out0, "output_low": o_lo, "output_high": o_hi,
+                     "low_change": o_lo / out0 - 1.0, "high_change": o_hi / out0 - 1.0, "swing": abs(o_hi - o_lo)})
+    rows.sort(key=lambda r: -r["swing"])
+    return rows
+
+
+#: Default one-at-a-time ranges of :func:`training_sensitivity` (relative unless stated).
+SENSITIVITY_DEFAULTS: dict[str, Any] = {"tokens_pct": 0.25, "price_pct": 0.30, "pue": (1.1, 1.5),
+                                        "utilization": (0.7, 1.0), "system_overhead": (1.4, 1.9),
+                                        "cluster_factor": 2.0}
+
+
+def training_sensitivity(tokens: float, tokens_per_s_per_gpu: float, gpus: int, gpu, economics: Economics,
+                         *, low: float, high: float, output: str = "cost_usd",
+                         tps_at_gpus: Callable[[int], float] | None = None,
+                         options: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Tornado rows for one output of :func:`train_estimate` (``cost_usd``, ``days``,
+    ``energy_mwh``, ``gpu_hours``).
+
+    Inputs varied: efficiency (tokens/s per GPU at the band's ``low`` and ``high``), token budget
+    (+-``tokens_pct``), price per GPU-hour (+-``price_pct``), PUE, utilization, system overhead
+    (absolute ranges) and cluster size (/ and x ``cluster_factor``; tokens/s per GPU from
+    ``tps_at_gpus`` when given, else held fixed, which moves only ``days``). Defaults:
+    :data:`SENSITIVITY_DEFAULTS`, overridden by ``options``.
+    """
+    o = {**SENSITIVITY_DEFAULTS, **(options or {})}
+    g = hardware.get(gpu) if isinstance(gpu, str) else gpu
+    base = {"tokens_per_s_per_gpu": tokens_per_s_per_gpu, "tokens": tokens, "usd_per_gpu_hour": economics.usd_per_gpu_hour,
+            "pue": economics.pue, "utilization": economics.utilization, "system_overhead": economics.system_overhead,
+            "gpus": gpus}
+
+    def fn(x):
+        tps = x["tokens_per_s_per_gpu"]
+        if x["gpus"] != gpus and tps_at_gpus is not None:
+            tps = tps_at_gpus(int(x["gpus"]))
+        econ = replace(economics, usd_per_gpu_hour=x["usd_per_gpu_hour"], pue=x["pue"], utilization=x["utilization"],
+                       system_overhead=x["system_overhead"])
+        return _one(x["tokens"], tps, x["gpus"], g.tdp_w, econ, None)[output]
+
+    f = float(o["cluster_factor"])
+    ranges = {
+        "tokens_per_s_per_gpu": (low, high),
+        "tokens": (tokens * (1 - o["tokens_pct"]), tokens * (1 + o["tokens_pct"])),
+        "usd_per_gpu_hour": (economics.usd_per_gpu_hour * (1 - o["price_pct"]), economics.usd_per_gpu_hour * (1 + o["price_pct"])),
+        "pue": tuple(o["pue"]), "utilization": tuple(o["utilization"]), "system_overhead": tuple(o["system_overhead"]),
+        "gpus": (max(1, int(math.floor(gpus / f))), int(math.ceil(gpus * f))),
+    }
+    labels = {"tokens_per_s_per_gpu": "efficiency (throughput band)", "tokens": "token budget",
+              "usd_per_gpu_hour": "price per GPU-hour", "pue": "PUE", "utilization": "power utilization",
+              "system_overhead": "system power overhead", "gpus": "cluster size"}
+    rows = sensitivity(fn, base, ranges, labels)
+    for r in rows:
+        r["output"] = output
+    return rows
+
+
+__all__ = ["Economics", "SECONDS_PER_DAY", "SENSITIVITY_DEFAULTS", "cost_usd", "days_to_train", "energy_mwh",
+           "gpu_hours", "gpus_for_days", "sensitivity", "train_estimate", "training_sensitivity"]

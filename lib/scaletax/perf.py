@@ -1,0 +1,917 @@
+"""Step time of a training step, vectorized over layouts: compute + memory-bound work + pipeline
+bubble + exposed communication; tokens/s, model TFLOP/s and MFU per GPU, each with a low/high band.
+
+Public API
+----------
+- ``Efficiency`` (one point of the parameters), ``EfficiencyBand`` (value / low / high corners),
+  ``load_efficiency(path=EFFICIENCY_YAML)``, ``default_band()``, ``default_efficiency()``: the
+  stated, sourced parameters of ``data/efficiency.yaml`` (written by ``validate``).
+- ``prepare(model, layouts, precision, gpu, topo=None, wire=None, *, recompute_fraction=None,
+  ep_dispatch="dedup", fp4_bf16_layers=2) -> StepInputs``: everything that does not depend on the
+  efficiencies (FLOPs by kind, GEMM shapes, bytes, per-group communication), arrays over a
+  ``LayoutArray``; ``StepInputs.concat`` joins inputs of different models and GPUs.
+- ``evaluate(inputs, eff=None, overlap=None) -> StepTime``: step time and its breakdown;
+  ``evaluate_band(inputs, band=None) -> Prediction`` (value, low, high).
+- ``step_time(model, layouts, precision, gpu, topo=None, eff=None, ...) -> StepTime`` and
+  ``predict(...) -> Prediction``: prepare + evaluate.
+- ``least_recompute(model, layouts, gpu, precision) -> (code, full fraction, GiB)``.
+- Helpers: ``memory_bound_bytes``, ``ep_dedup_factor``, ``gemm_reference_size``,
+  ``padded_vocab``, ``format_class``, ``compute_precision``.
+
+Model (per GPU of the heaviest pipeline stage, per step; seconds, FLOP, bytes)
+------------------------------------------------------------------------------
+::
+
+    step_s    = compute_s + other_s + bubble_s + exposed_comm_s
+    compute_s = sum_k FLOP_k / (peak_k x ceiling_k) x (1 + gemm_roofline x n_ref_k x S_k)
+    other_s   = memory_overhead x (bytes of all micro-batches + bytes once per step) / HBM B/s
+    bubble_s  = (pp - 1) / (vp m) x (compute_s + micro-batch part of other_s)
+    exposed_comm_s = comm.exposed_comm(step traffic, t_compute = compute_s + micro-batch other_s,
+                                       comm.Overlap() fractions x overlap_scale)
+
+- FLOPs: linear layers 6 N per token (2 forward + 4 backward, Narayanan et al. 2021, arXiv
+  2104.04473, eq. 3; N counts norm weights as ``models.active_params`` does), attention scores
+  3 x 2 a (d_qk + d_v) s / 2 (causal, PaLM App. B); recomputation adds the forward again
+  (selective: attention core and MLA up-projections, Korthikanti et al. 2022, arXiv 2205.05198,
+  §5; full: every layer's forward; ``recompute_fraction`` of the layers full, the rest
+  selective). The output layer uses Megatron's padded vocabulary (:func:`padded_vocab`).
+  Per GPU: tokens per step / (tp cp dp) x FLOPs per token of the heaviest stage (ceil(L/pp)
+  layers; balanced routing spreads expert FLOPs evenly); embedding and output layer count 1/pp
+  per stage (Megatron ``account_for_embedding/loss_in_pipeline_split``).
+- Which peak: transformer linear layers run in the recipe format; the attention core (flash
+  attention), the output layer and, for 4-bit recipes, the first and last layer
+  (:data:`FP4_BF16_LAYERS`) run at the 16-bit peak (ASSUMPTION: Transformer Engine defaults, FP8
+  dot-product attention off, output layer outside the low-precision region).
+- Ceilings: ``gemm_ceiling[format class] x family_factor[family]`` (Hopper = 1; the 4-bit
+  ceiling is absolute: FP4 tensor cores start with Blackwell).
+- GEMM shape (additive roofline, Williams et al. 2009): a GEMM M x K x N per GPU (after TP/ETP,
+  CP and the MoE token split) with n = 3 / (1/M + 1/K + 1/N) takes FLOPs / (peak x ceiling) x
+  (1 + k n_ref / n), n_ref = 1.5 x bytes per element x ridge point (:func:`gemm_reference_size`);
+  ``S_k`` is the FLOP-weighted mean of 1/n of the GEMMs of kind k (exact for the per-GEMM rule).
+  Flash attention keeps its score tiles on chip: no shape term.
+- Memory-bound work (:func:`memory_bound_bytes`): norms, residual adds, rotary embedding,
+  activation functions, low-precision casts, MoE routing and permutation, cross-entropy; per
+  step the Adam update, gradient-buffer reset and weight casts. A lower bound on bytes moved;
+  ``memory_overhead`` turns it into time.
+- Communication: :mod:`scaletax.comm` per group, evaluated once per distinct pattern; the MoE
+  all-to-all re-timed for per-domain deduplication (:func:`ep_dedup_factor`, DeepEP-class).
+- Pipeline bubble: (pp - 1) / (vp m) of the per-micro-batch work for 1F1B and the interleaved
+  schedule (Narayanan et al. 2021, §2.2).
+- MFU = model FLOPs per token (no recompute, causal, unpadded vocabulary; PaLM, Chowdhery et al.
+  2022, arXiv 2204.02311, App. B) x tokens/s per GPU / dense peak of the precision; HFU counts
+  the FLOPs executed (recompute, padded vocabulary, heaviest stage).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import yaml
+
+from scaletax import DATA_DIR, comm, hardware
+from scaletax.comm import Overlap, WireFormat
+from scaletax.models import Model
+from scaletax.parallel import Layout, LayoutArray
+from scaletax.topology import Topology
+
+EFFICIENCY_YAML = DATA_DIR / "efficiency.yaml"
+
+PRECISIONS: tuple[str, ...] = ("bf16", "fp16", "fp8", "mxfp8", "nvfp4", "mxfp4")
+#: precision -> format class of its GEMMs (one ceiling parameter per class).
+FORMAT_CLASS: dict[str, str] = {"bf16": "16bit", "fp16": "16bit", "fp8": "8bit", "mxfp8": "8bit",
+                                "nvfp4": "4bit", "mxfp4": "4bit"}
+FORMAT_CLASSES: tuple[str, ...] = ("16bit", "8bit", "4bit")
+FAMILIES: tuple[str, ...] = ("ampere", "hopper", "blackwell", "blackwell_ultra", "rubin")
+FP4_CLASS = FORMAT_CLASSES.index("4bit")
+#: Format classes with tensor-core support per family (Ampere: no FP8; FP4 from Blackwell on).
+FAMILY_CLASSES: dict[str, tuple[str, ...]] = {"ampere": ("16bit",), "hopper": ("16bit", "8bit"),
+                                              "blackwell": FORMAT_CLASSES, "blackwell_ultra": FORMAT_CLASSES,
+                                              "rubin": FORMAT_CLASSES}
+
+#: Megatron-LM pads the vocabulary to a multiple of ``make_vocab_size_divisible_by`` (default
+#: 128) times the tensor-parallel size (megatron/training/tokenizer, _vocab_size_with_padding).
+VOCAB_DIVISOR = 128
+#: ASSUMPTION: 4-bit recipes keep the first and the last transformer layer in BF16, Megatron-LM's
+#: ``--first-last-layers-bf16`` defaults (``--num-layers-at-start-in-bf16 1``,
+#: ``--num-layers-at-end-in-bf16 1``). The NVFP4 pre-training study (arXiv 2509.25149, §4.1)
+#: kept ~15% of the blocks in BF16 for accuracy over 10T tokens; pass ``fp4_bf16_layers`` to
+#: :func:`prepare` to model that recipe. 8- and 16-bit recipes: all layers in the recipe format.
+FP4_BF16_LAYERS = 2
+#: Bytes moved per element by one low-precision cast kernel of a GEMM input (read 16 bits, write
+#: a row-wise and a column-wise copy with their scales: FP8 per-tensor 1 B each; MXFP8 1 + 1/32
+#: (OCP MX v1.0); NVFP4 0.5 + 1/16 plus one more 16-bit read for the random Hadamard transform of
+#: the weight-gradient operands (arXiv 2509.25149 §4.2); MXFP4 0.5 + 1/32). 16-bit recipes: none.
+CAST_BYTES: dict[str, float] = {"bf16": 0.0, "fp16": 0.0, "fp8": 4.0, "mxfp8": 2.0 + 2 * (1 + 1 / 32),
+                                "nvfp4": 2.0 + 2 * (0.5 + 1 / 16) + 2.0, "mxfp4": 2.0 + 2 * (0.5 + 1 / 32)}
+#: Adam step per parameter of the local optimizer shard: read fp32 grad, master, m, v (16 B),
+#: write master, m, v (12 B) and the 16-bit parameter (2 B) (Megatron distributed optimizer).
+ADAM_BYTES = 30.0
+#: fp32 main-gradient buffer reset once per step, per local parameter (Megatron DDP grad buffer).
+GRAD_ZERO_BYTES = 4.0
+ACT = 2.0  # bytes per 16-bit activation element
+
+
+# =========================================================================================
+# Efficiency parameters
+# =========================================================================================
+@dataclass(frozen=True)
+class Efficiency:
+    """The calibrated parameters of the step-time model (one point of ``data/efficiency.yaml``).
+
+    gemm_ceiling   format class -> fraction of the dense peak a large GEMM sustains (Hopper basis;
+                   the 4-bit class is absolute)
+    family_factor  GPU family -> multiplier on the 16- and 8-bit ceilings (Hopper = 1)
+    gemm_roofline  k in (1 + k n_ref / n): how much operand traffic adds to a GEMM of size n
+    memory_overhead  time / ideal HBM time of the memory-bound kernels
+    overlap_scale  multiplier on the default overlap fractions of :class:`comm.Overlap` (clipped to 1)
+    """
+
+    gemm_ceiling: Mapping[str, float]
+    family_factor: Mapping[str, float]
+    gemm_roofline: float
+    memory_overhead: float
+    overlap_scale: float
+
+    def __post_init__(self) -> None:
+        missing = set(FORMAT_CLASSES) - set(self.gemm_ceiling)
+        if missing:
+            raise ValueError(f"gemm_ceiling: missing format class(es) {sorted(missing)}")
+        missing = set(FAMILIES) - set(self.family_factor)
+        if missing:
+            raise ValueError(f"family_factor: missing famil(ies) {sorted(missing)}")
+        for fam in FAMILIES:
+            for k in FAMILY_CLASSES[fam]:
+                c = self.gemm_ceiling[k] * (1.0 if k == "4bit" else self.family_factor[fam])
+                if not 0.0 < c <= 1.0:
+                    raise ValueError(f"gemm_ceiling[{k}] x family_factor[{fam}] = {c:.3f} must be in (0, 1]")
+        if self.gemm_roofline < 0:
+            raise ValueError(f"gemm_roofline must be >= 0 (got {self.gemm_roofline})")
+        if self.memory_overhead <= 0:
+            raise ValueError(f"memory_overhead must be > 0 (got {self.memory_overhead})")
+        if self.overlap_scale < 0:
+            raise ValueError(f"overlap_scale must be >= 0 (got {self.overlap_scale})")
+
+    def ceiling(self, precision: str, family: str) -> float:
+        """Fraction of the dense peak of ``precision`` a large GEMM sustains on ``family``:
+        ``gemm_ceiling[class] * family_factor[family]`` for 16- and 8-bit formats, the 4-bit
+        ceiling as is (FP4 tensor cores exist only from Blackwell on)."""
+        cls = FORMAT_CLASS[precision]
+        return self.gemm_ceiling[cls] * (1.0 if cls == "4bit" else self.family_factor[family])
+
+    def overlap(self, base: Overlap | None = None) -> Overlap:
+        """``base`` (default :class:`comm.Overlap`) with every fraction times ``overlap_scale``."""
+        b = Overlap() if base is None else base
+        s = self.overlap_scale
+        return Overlap(**{f: min(1.0, getattr(b, f) * s) for f in ("tp", "etp", "cp", "ep", "pp", "dp")},
+                       fwd_share=b.fwd_share)
+
+    # flat parameter vector (for calibration) -------------------------------------------------
+    def to_params(self) -> dict[str, float]:
+        """Flat ``{name: value}`` as named in ``data/efficiency.yaml``."""
+        out = {f"gemm_ceiling_{k}": float(v) for k, v in self.gemm_ceiling.items()}
+        out.update({f"family_factor_{k}": float(v) for k, v in self.family_factor.items()})
+        out.update(gemm_roofline=float(self.gemm_roofline), memory_overhead=float(self.memory_overhead),
+                   overlap_scale=float(self.overlap_scale))
+        return out
+
+    @classmethod
+    def from_params(cls, p: Mapping[str, float]) -> "Efficiency":
+        """Inverse of :meth:`to_params`."""
+        try:
+            return cls(gemm_ceiling={k: float(p[f"gemm_ceiling_{k}"]) for k in FORMAT_CLASSES},
+                       family_factor={k: float(p[f"family_factor_{k}"]) for k in FAMILIES},
+                       gemm_roofline=float(p["gemm_roofline"]), memory_overhead=float(p["memory_overhead"]),
+                       overlap_scale=float(p["overlap_scale"]))
+        except KeyError as exc:
+            raise ValueError(f"efficiency parameter {exc.args[0]!r} missing") from None
+
+    def with_params(self, **changes: float) -> "Efficiency":
+        p = self.to_params()
+        unknown = set(changes) - set(p)
+        if unknown:
+            raise ValueError(f"unknown efficiency parameter(s) {sorted(unknown)}; valid: {', '.join(p)}")
+        p.update(changes)
+        return Efficiency.from_params(p)
+
+
+#: Direction in which each parameter raises throughput (+1: larger is faster, -1: slower).
+PARAM_SIGN: dict[str, int] = {**{f"gemm_ceiling_{k}": 1 for k in FORMAT_CLASSES},
+                              **{f"family_factor_{k}": 1 for k in FAMILIES},
+                              "gemm_roofline": -1, "memory_overhead": -1, "overlap_scale": 1}
+
+
+@dataclass(frozen=True)
+class EfficiencyBand:
+    """Central value and range of every parameter; ``low`` / ``high`` are the pessimistic /
+    optimistic corners (each parameter at the end of its range that lowers / raises throughput)."""
+
+    value: Efficiency
+    low: Efficiency
+    high: Efficiency
+    meta: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def from_ranges(cls, value: Mapping[str, float], lo: Mapping[str, float], hi: Mapping[str, float],
+                    meta: Mapping[str, Any] | None = None) -> "EfficiencyBand":
+        """Build from per-parameter ``value``, range ends ``lo`` <= value <= ``hi``."""
+        slow, fast = {}, {}
+        for k, v in value.items():
+            a, b = float(lo[k]), float(hi[k])
+            if not a <= float(v) <= b:
+                raise ValueError(f"efficiency parameter {k}: value {v} outside its range [{a}, {b}]")
+            s = PARAM_SIGN[k]
+            slow[k], fast[k] = (a, b) if s > 0 else (b, a)
+        return cls(Efficiency.from_params(value), Efficiency.from_params(slow),
+                   Efficiency.from_params(fast), dict(meta or {}))
+
+
+def load_efficiency(path: Path | str = EFFICIENCY_YAML) -> EfficiencyBand:
+    """Read ``data/efficiency.yaml``: every parameter needs value, low, high and a source."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read efficiency file ({exc.strerror})") from None
+    params = (raw or {}).get("parameters") if isinstance(raw, dict) else None
+    if not isinstance(params, dict) or not params:
+        raise ValueError(f"{path.name}: expected a 'parameters:' mapping")
+    value, lo, hi = {}, {}, {}
+    for name, entry in params.items():
+        if not isinstance(entry, dict):
+            raise ValueError(f"{path.name}: parameter {name!r}: expected a mapping")
+        for key in ("value", "low", "high", "source"):
+            if key not in entry or entry[key] in (None, ""):
+                raise ValueError(f"{path.name}: parameter {name!r}: field {key!r} is required")
+        if name not in PARAM_SIGN:
+            raise ValueError(f"{path.name}: unknown parameter {name!r}; valid: {', '.join(PARAM_SIGN)}")
+        value[name], lo[name], hi[name] = float(entry["value"]), float(entry["low"]), float(entry["high"])
+    missing = set(PARAM_SIGN) - set(value)
+    if missing:
+        raise ValueError(f"{path.name}: missing parameter(s) {sorted(missing)}")
+    meta = {k: v for k, v in raw.items() if k != "parameters"}
+    meta["parameters"] = params
+    return EfficiencyBand.from_ranges(value, lo, hi, meta)
+
+
+@lru_cache(maxsize=1)
+def default_band() -> EfficiencyBand:
+    """The project's calibrated parameters (``data/efficiency.yaml``), loaded once."""
+    return load_efficiency(EFFICIENCY_YAML)
+
+
+def default_efficiency() -> Efficiency:
+    return default_band().value
+
+
+# =========================================================================================
+# Helpers
+# =========================================================================================
+def format_class(precision: str) -> str:
+    if precision not in FORMAT_CLASS:
+        raise ValueError(f"precision: unknown {precision!r}; valid: {', '.join(PRECISIONS)}")
+    return FORMAT_CLASS[precision]
+
+
+def compute_precision(gpu, precision: str) -> str:
+    """The 16-bit precision whose peak runs the 16-bit parts (attention, output layer)."""
+    format_class(precision)
+    return "fp16" if precision == "fp16" else "bf16"
+
+
+def padded_vocab(vocab, tp):
+    """Megatron's padded vocabulary: the next multiple of 128 * tp (vectorized)."""
+    div = VOCAB_DIVISOR * np.asarray(tp, dtype=np.int64)
+    return (-(-np.asarray(vocab, dtype=np.int64) // div)) * div
+
+
+#: Bytes per element of a GEMM operand in each format (values plus block scales).
+ELEMENT_BYTES: dict[str, float] = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "mxfp8": 1 + 1 / 32,
+                                   "nvfp4": 0.5 + 1 / 16, "mxfp4": 0.5 + 1 / 32}
+
+
+def gemm_reference_size(gpu, precision: str) -> float:
+    """GEMM harmonic-mean size n_ref (elements) at which operand traffic equals math time.
+
+    A GEMM M x K x N moves b (MK + KN + MN) bytes for 2 MKN FLOPs: intensity 2 n / (3 b) FLOP/B
+    with n = 3 / (1/M + 1/K + 1/N). Its time at peak P and HBM bandwidth B, math plus traffic
+    (Williams et al. 2009, roofline, additive form), is FLOPs / P x (1 + n_ref / n) with
+    n_ref = 1.5 b P / B = 1.5 b x ridge point. The calibrated ``gemm_roofline`` scales n_ref
+    (1: operand traffic not overlapped at all; < 1: partly hidden by on-chip reuse).
+    """
+    g = _gpu(gpu)
+    return 1.5 * ELEMENT_BYTES[precision] * g.peak_flops(precision) / g.hbm_bw
+
+
+def _gpu(gpu) -> hardware.GPU:
+    return hardware.get(gpu) if isinstance(gpu, str) else gpu
+
+
+def _as_array(layouts) -> LayoutArray:
+    if isinstance(layouts, LayoutArray):
+        return layouts
+    if isinstance(layouts, Layout):
+        return LayoutArray.from_layouts([layouts])
+    return LayoutArray.from_layouts(list(layouts))
+
+
+def _hm(*dims):
+    """Harmonic-mean size 3 / (1/M + 1/K + 1/N) of a GEMM (arrays)."""
+    return len(dims) / sum(1.0 / np.maximum(np.asarray(d, dtype=np.float64), 1.0) for d in dims)
+
+
+# =========================================================================================
+# Efficiency-independent inputs
+# =========================================================================================
+@dataclass(frozen=True)
+class StepInputs:
+    """What a step costs before efficiencies, per GPU of the heaviest stage (float64 arrays,
+    one entry per layout; inputs of different models and GPUs concatenate with :meth:`concat`).
+
+    flops_lin / flops_exp / flops_attn / flops_head: FLOPs per step of the transformer linear
+    layers (non-expert), routed-expert GEMMs, attention core and output layer; s_lin / s_exp /
+    s_head: FLOP-weighted mean of 1/n (n: GEMM harmonic-mean size, elements); n_ref_fmt /
+    n_ref_16: the GEMM size at which operand traffic takes as long as the math at the peak,
+    1.5 x bytes per element x ridge point (:func:`gemm_reference_size`); lowp_share: share of the
+    linear and expert FLOPs run in the recipe format (the rest at the 16-bit peak);
+    bytes_micro / bytes_step: memory-bound bytes of all micro-batches / once per step;
+    bubble: (pp - 1) / (vp m); tokens_per_step: gbs x seq_len; model_flops_per_token (MFU
+    numerator); hw_flops_per_gpu (executed per step); peak_fmt / peak_16: dense FLOP/s of the
+    recipe format and of 16 bits; hbm_bw: B/s; fmt_idx / fam_idx: index into ``FORMAT_CLASSES``
+    / ``FAMILIES``; comm: :class:`comm.StepComm` (with its ``layouts``).
+    """
+
+    flops_lin: np.ndarray
+    flops_exp: np.ndarray
+    flops_attn: np.ndarray
+    flops_head: np.ndarray
+    s_lin: np.ndarray
+    s_exp: np.ndarray
+    s_head: np.ndarray
+    n_ref_fmt: np.ndarray
+    n_ref_16: np.ndarray
+    lowp_share: np.ndarray
+    bytes_micro: np.ndarray
+    bytes_step: np.ndarray
+    bubble: np.ndarray
+    tokens_per_step: np.ndarray
+    gpus: np.ndarray
+    model_flops_per_token: np.ndarray
+    hw_flops_per_gpu: np.ndarray
+    peak_fmt: np.ndarray
+    peak_16: np.ndarray
+    hbm_bw: np.ndarray
+    fmt_idx: np.ndarray
+    fam_idx: np.ndarray
+    comm: comm.StepComm
+
+    def __len__(self) -> int:
+        return int(self.flops_lin.shape[0])
+
+    @property
+    def layouts(self) -> LayoutArray:
+        return self.comm.layouts
+
+    @staticmethod
+    def concat(parts: list["StepInputs"]) -> "StepInputs":
+        """One ``StepInputs`` holding every entry of ``parts`` in order."""
+        arrays = {f.name: np.concatenate([np.broadcast_to(getattr(p, f.name), (len(p),)) for p in parts])
+                  for f in fields(StepInputs) if f.name != "comm"}
+        return StepInputs(comm=_concat_steps([p.comm for p in parts]), **arrays)
+
+
+def _concat_steps(steps: list[comm.StepComm]) -> comm.StepComm:
+    lens = [len(s.layouts) for s in steps]
+
+    def cat(vals):
+        return np.concatenate([np.broadcast_to(np.asarray(v, dtype=np.float64), (k,)) for v, k in zip(vals, lens)])
+
+    def cati(vals):
+        return np.concatenate([np.broadcast_to(np.asarray(v), (k,)) for v, k in zip(vals, lens)])
+
+    groups = {k: comm.GroupTraffic(count=cat([s.groups[k].count for s in steps]),
+                                   nvlink_bytes=cat([s.groups[k].nvlink_bytes for s in steps]),
+                                   nic_bytes=cat([s.groups[k].nic_bytes for s in steps]),
+                                   seconds=cat([s.groups[k].seconds for s in steps]),
+                                   size=cati([s.groups[k].size for s in steps]),
+                                   stride=cati([s.groups[k].stride for s in steps]),
+                                   domain=cati([s.groups[k].domain for s in steps]))
+              for k in steps[0].groups}
+    from scaletax.parallel import FIELDS
+
+    la = LayoutArray(**{f: np.concatenate([getattr(s.layouts, f) for s in steps]) for f in FIELDS})
+    return comm.StepComm(groups=groups, dp_grad_s=cat([s.dp_grad_s for s in steps]),
+                         dp_param_s=cat([s.dp_param_s for s in steps]),
+                         dp_bucket_s=cat([s.dp_bucket_s for s in steps]),
+                         pp_hop_s=cat([s.pp_hop_s for s in steps]), layouts=la)
+
+
+def _layer_linear_flops(model: Model) -> dict[str, float]:
+    """Forward FLOPs per token of one layer's GEMMs (2 x parameters multiplied)."""
+    # norm weights count 2 FLOPs each as in models.active_params (PaLM's 6N convention)
+    return {"attn": 2.0 * (model.attn_params + model.norm_params), "dense_mlp": 2.0 * model.dense_mlp_params,
+            "moe_shared": 2.0 * (model.router_params + model.shared_expert_params),
+            "moe_routed": 2.0 * model.moe_top_k * model.expert_params,
+            "mla_up": 2.0 * model.mla_up_proj_params}
+
+
+def _gemms(model: Model, M, tp, ep, etp):
+    """(weight, harmonic size) of every GEMM per GPU: lists for attention, dense MLP, the
+    non-routed part of an MoE layer (router, shared experts) and the routed experts.
+
+    weight = forward FLOPs per token of the GEMM (2 K N of the full matrix); M, K, N per GPU
+    after TP / ETP and the MoE token split (tokens per local expert per micro-batch
+    M k ep etp / (tp E) with balanced routing).
+    """
+    h, a, g = model.hidden, model.heads, model.kv_heads
+    dqk, dv = model.qk_head_dim, model.v_head_dim_eff
+    attn = []
+    if model.attention == "mla":
+        ql, kl, r = model.q_lora_rank, model.kv_lora_rank, model.qk_rope_head_dim
+        if ql:
+            attn.append((2.0 * h * ql, _hm(M, h, ql)))
+            attn.append((2.0 * ql * a * dqk, _hm(M, ql, a * dqk / tp)))
+        else:
+            attn.append((2.0 * h * a * dqk, _hm(M, h, a * dqk / tp)))
+        attn.append((2.0 * h * (kl + r), _hm(M, h, kl + r)))
+        attn.append((2.0 * kl * a * (model.qk_nope_head_dim + dv), _hm(M, kl, a * (model.qk_nope_head_dim + dv) / tp)))
+    else:
+        attn.append((2.0 * h * (a + 2 * g) * dqk, _hm(M, h, (a + 2 * g) * dqk / tp)))
+    attn.append((2.0 * a * dv * h, _hm(M, a * dv / tp, h)))
+    mult = 2 if model.gated else 1
+
+    def mlp(width, m_tok, split):
+        return [(2.0 * h * mult * width, _hm(m_tok, h, mult * width / split)),
+                (2.0 * width * h, _hm(m_tok, width / split, h))]
+
+    dense = mlp(model.ffn_hidden, M, tp)
+    shared, routed = [], []
+    if model.is_moe:
+        k, E, fe = model.moe_top_k, model.moe_experts, model.moe_ffn_hidden
+        shared.append((2.0 * h * E, _hm(M / tp, h, E)))  # router: replicated weights, SP-split tokens
+        if model.moe_shared_experts:
+            shared += mlp(fe * model.moe_shared_experts, M, tp)
+        m_exp = M * k * ep * etp / (tp * E)
+        routed = [(k * w, n) for w, n in mlp(fe, m_exp, etp)]
+    return attn, dense, shared, routed
+
+
+def _wsum(items):
+    if not items:
+        return 0.0, 0.0
+    return sum(w for w, _ in items), sum(w / n for w, n in items)
+
+
+def _full_fraction(la: LayoutArray, recompute_fraction=None) -> np.ndarray:
+    """Fraction of layers fully recomputed: 0 unless recompute is "full" (then the given one)."""
+    full = la.recompute == 2
+    if recompute_fraction is None:
+        return full.astype(np.float64)
+    x = np.broadcast_to(np.asarray(recompute_fraction, dtype=np.float64), full.shape)
+    if np.any((x < 0) | (x > 1)):
+        raise ValueError("recompute_fraction: must be in [0, 1]")
+    return np.where(full, x, 0.0)
+
+
+def _stage_layers(model: Model, pp):
+    """(layers, dense layers, MoE layers) of the stage with the most FLOPs per token.
+
+    Every stage holds ceil(L / pp) layers (upper bound for uneven splits); the first holds the
+    leading dense layers (Megatron), a later one as many MoE layers as the split allows
+    (min(ceil(n_moe / pp), layers), as ``comm``'s step traffic). The heavier of the two is
+    the one with more of the layer kind with more MLP FLOPs per token.
+    """
+    pp = np.asarray(pp, dtype=np.float64)
+    layers_stage = np.ceil(model.layers / pp)
+    if not model.is_moe:
+        return layers_stage, layers_stage, np.zeros_like(layers_stage)
+    moe_other = np.minimum(np.ceil(model.n_moe_layers / pp), layers_stage)
+    dense_first = np.minimum(float(model.n_dense_layers), layers_stage)
+    f_dense = model.dense_mlp_params
+    f_moe = model.router_params + model.shared_expert_params + model.moe_top_k * model.expert_params
+    moe_stage = layers_stage - dense_first if f_dense > f_moe else moe_other
+    return layers_stage, layers_stage - moe_stage, moe_stage
+
+
+def _stage_params(model: Model, la: LayoutArray):
+    """(non-expert params, routed-expert params, linear weights per GPU) of the heaviest stage;
+    the embedding and output layer count 1/pp per stage."""
+    f64 = np.float64
+    tp, pp, ep, etp = (getattr(la, k).astype(f64) for k in ("tp", "pp", "ep", "etp"))
+    _, dense_stage, moe_stage = _stage_layers(model, pp)
+    moe_nonexp = model.attn_params + model.norm_params + model.router_params + model.shared_expert_params
+    edge = (model.embedding_params + model.output_params) / pp
+    dense = dense_stage * model.dense_layer_params + moe_stage * moe_nonexp + edge
+    experts = moe_stage * model.moe_experts * model.expert_params
+    lin = ((dense_stage * (model.attn_params + model.dense_mlp_params)
+            + moe_stage * (model.attn_params + model.shared_expert_params)) / tp
+           + experts / (ep * etp))
+    return dense, experts, lin
+
+
+def memory_bound_bytes(model: Model, la: LayoutArray, precision: str,
+                       recompute_fraction=None) -> tuple[np.ndarray, np.ndarray]:
+    """(bytes of all micro-batches of a step, bytes once per step) of memory-bound kernels, per GPU.
+
+    Per token of a micro-batch on this CP rank, per layer (16-bit elements; "rep" items are
+    divided by tp only with sequence parallelism, "split" items by tp):
+    two norms, 10 h bytes each (forward read + write, backward read x and dy, write dx) [rep];
+    two residual adds, 12 h bytes each (forward and backward) [rep]; rotary embedding on q and k,
+    8 (a + g) d_qk bytes (MLA: the rope part, 8 (a + 1) d_rope, plus the latent norms) [split];
+    activation function, SwiGLU 16 f / GELU 10 f bytes [split]; low-precision casts,
+    ``CAST_BYTES`` per element of every GEMM input forward (x) and backward (dy); MoE: router
+    logits and top-k 24 E bytes, token permutation and un-permutation forward and backward
+    8 (k + 1) h bytes [rep], expert activation 16 k f_e [split]; output layer (1/pp per stage):
+    cross-entropy over fp32 logits 16 V / tp, final norm 10 h, embedding gather / scatter 8 h.
+    Per step, per parameter on this GPU: Adam on the local optimizer shard (``ADAM_BYTES``),
+    gradient-buffer reset (``GRAD_ZERO_BYTES``), casts of the linear weights (``CAST_BYTES``: once
+    per step, every micro-batch with ZeRO-3). Recompute repeats the forward share of the
+    recomputed work (full: a third of the per-layer bytes; selective: 5%).
+    """
+    f64 = np.float64
+    tp, pp, cp, ep, etp, dp = (getattr(la, k).astype(f64) for k in ("tp", "pp", "cp", "ep", "etp", "dp"))
+    rep = np.where(la.sp.astype(bool), tp, 1.0)
+    h, a, g = float(model.hidden), float(model.heads), float(model.kv_heads)
+    dqk, dv = float(model.qk_head_dim), float(model.v_head_dim_eff)
+    cb = CAST_BYTES[precision]
+    mult = 2.0 if model.gated else 1.0
+    act_fn = 16.0 if model.gated else 10.0
+    common_rep = 20.0 * h + 24.0 * h
+    if model.attention == "mla":
+        ql, kl, r = float(model.q_lora_rank), float(model.kv_lora_rank), float(model.qk_rope_head_dim)
+        rope = 8.0 * (a + 1.0) * r
+        # latent norms; casts of the latent GEMM inputs and of the down-projection output grads
+        common_rep = common_rep + 10.0 * (ql + kl) + cb * (h + ql + kl + ql + kl + r)
+        cast_split = cb * (a * dv + a * dqk + a * (model.qk_nope_head_dim + dv))
+        cast_rep = cb * h  # output-projection output grad
+    else:
+        rope = 8.0 * (a + g) * dqk
+        cast_rep = cb * (h + h)  # qkv input, output-projection output grad
+        cast_split = cb * (a * dv + (a + 2 * g) * dqk)
+    attn_rep, attn_split = common_rep + cast_rep, rope + cast_split
+    f = float(model.ffn_hidden)
+    per_tok_dense = (attn_rep + cb * 2 * h) / rep + (attn_split + act_fn * f + cb * (f + mult * f)) / tp
+    if model.is_moe:
+        k, E, fe = float(model.moe_top_k), float(model.moe_experts), float(model.moe_ffn_hidden)
+        fs = fe * model.moe_shared_experts
+        moe_rep = 24.0 * E + 8.0 * (k + 1.0) * h + (cb * 2 * h if fs else 0.0)
+        moe_split = act_fn * fs + cb * (fs + mult * fs) + act_fn * k * fe + cb * k * (fe + mult * fe)
+        routed_etp = cb * k * 2 * h  # expert fc1 input and fc2 output grad, gathered over etp
+        per_tok_moe = (attn_rep + moe_rep) / rep + (attn_split + moe_split) / tp + routed_etp * etp / tp
+    else:
+        per_tok_moe = 0.0
+    _, dense_stage, moe_stage = _stage_layers(model, pp)
+    xf = _full_fraction(la, recompute_fraction)
+    redo = xf / 3.0 + np.where(la.recompute >= 1, 0.05 * (1.0 - xf), 0.0)
+    layer_bytes = (dense_stage * per_tok_dense + moe_stage * per_tok_moe) * (1.0 + redo)
+    vpad = padded_vocab(model.vocab, la.tp).astype(f64)
+    edge = (16.0 * vpad / tp + 18.0 * h / rep) / pp
+    tokens_mb = la.mbs.astype(f64) * model.seq_len / cp
+    n_micro = np.maximum(la.n_micro, 1).astype(f64)
+    per_micro = tokens_mb * (layer_bytes + edge) * n_micro
+    dense_params, expert_params, lin_params = _stage_params(model, la)
+    zero = la.zero_stage
+    edp = np.maximum((tp * cp * dp) / (ep * etp), 1.0)
+    local_d, local_e = dense_params / tp, expert_params / (ep * etp)
+    adam = ADAM_BYTES * (local_d / np.where(zero >= 1, dp * cp, 1.0) + local_e / np.where(zero >= 1, edp, 1.0))
+    zero_buf = GRAD_ZERO_BYTES * (local_d / np.where(zero >= 2, dp * cp, 1.0) + local_e / np.where(zero >= 2, edp, 1.0))
+    casts = cb * lin_params * np.where(zero == 3, n_micro, 1.0)
+    return per_micro, adam + zero_buf + casts
+
+
+def ep_dedup_factor(model: Model, ep, n_in, ep_dispatch: str = "dedup"):
+    """Scale-out bytes of the MoE all-to-all with per-domain deduplication / without, in (0, 1].
+
+    A token routed to k of E experts spread over D = ep / n_in NVLink domains (E / D experts
+    each) sends k (D-1)/D copies off its domain without deduplication (``comm``'s all-to-all);
+    a DeepEP-class dispatcher sends it once per destination domain and fans it out over NVLink
+    (DeepSeek-V3, arXiv 2412.19437, §3.2.2; the combine reduces per domain the same way): the
+    expected distinct remote domains are (D-1) (1 - P0), P0 = C(E - E/D, k) / C(E, k) for
+    uniform routing (no node-limited routing assumed). ``ep_dispatch="alltoall"``: 1.
+    """
+    if ep_dispatch not in ("dedup", "alltoall"):
+        raise ValueError(f"ep_dispatch: must be 'dedup' or 'alltoall' (got {ep_dispatch!r})")
+    ep = np.asarray(ep, dtype=np.float64)
+    if ep_dispatch == "alltoall" or not model.is_moe:
+        return np.ones_like(ep)
+    D = np.maximum(ep / np.maximum(np.asarray(n_in, dtype=np.float64), 1.0), 1.0)
+    E, k = float(model.moe_experts), int(model.moe_top_k)
+    per = E / D
+    p0 = np.ones_like(D)
+    for i in range(k):
+        p0 = p0 * np.clip((E - per - i) / (E - i), 0.0, 1.0)
+    return np.where(D > 1.0, np.clip(D * (1.0 - p0) / k, 0.0, 1.0), 1.0)
+
+
+def _dedup_ep(step: comm.StepComm, model: Model, topo: Topology, ep_dispatch: str) -> comm.StepComm:
+    """``step`` with the EP group's scale-out bytes and time scaled by :func:`ep_dedup_factor`.
+
+    Time as in ``comm``: per all-to-all, launch + max(NVLink phase, NIC phase); the step's
+    all-to-alls share one placement, so the phases are summed over them before the max.
+    """
+    if not model.is_moe or ep_dispatch == "alltoall":
+        return step
+    g = step.groups["ep"]
+    n = np.asarray(g.size, dtype=np.float64)
+    n_in = np.asarray(g.per_domain, dtype=np.float64)
+    f = ep_dedup_factor(model, n, n_in, ep_dispatch)
+    cnt = np.asarray(g.count, dtype=np.float64)
+    t_in = np.where(n_in > 1, cnt * topo.alpha_nvlink + g.nvlink_bytes / np.asarray(topo.nvlink_eff_bw), 0.0)
+    nic = g.nic_bytes * f
+    t_out = np.where(n > n_in, cnt * topo.alpha_nic + nic / np.asarray(topo.nic_eff_bw), 0.0)
+    secs = np.where(cnt > 0, cnt * topo.alpha_launch + np.maximum(t_in, t_out), 0.0)
+    new = comm.GroupTraffic(count=g.count, nvlink_bytes=g.nvlink_bytes, nic_bytes=nic, seconds=secs,
+                            size=g.size, stride=g.stride, domain=g.domain)
+    return replace(step, groups={**step.groups, "ep": new})
+
+
+def _mix_steps(a: comm.StepComm, b: comm.StepComm, x) -> comm.StepComm:
+    """(1 - x) a + x b, field by field (traffic is additive over layers)."""
+    def mix(u, v):
+        return (1.0 - x) * np.asarray(u, dtype=np.float64) + x * np.asarray(v, dtype=np.float64)
+
+    groups = {k: comm.GroupTraffic(count=mix(a.groups[k].count, b.groups[k].count),
+                                   nvlink_bytes=mix(a.groups[k].nvlink_bytes, b.groups[k].nvlink_bytes),
+                                   nic_bytes=mix(a.groups[k].nic_bytes, b.groups[k].nic_bytes),
+                                   seconds=mix(a.groups[k].seconds, b.groups[k].seconds),
+                                   size=a.groups[k].size, stride=a.groups[k].stride, domain=a.groups[k].domain)
+              for k in a.groups}
+    return comm.StepComm(groups=groups, dp_grad_s=mix(a.dp_grad_s, b.dp_grad_s),
+                         dp_param_s=mix(a.dp_param_s, b.dp_param_s), dp_bucket_s=mix(a.dp_bucket_s, b.dp_bucket_s),
+                         pp_hop_s=mix(a.pp_hop_s, b.pp_hop_s), layouts=b.layouts)
+
+
+#: Layout fields the per-step traffic depends on (``comm.step_traffic``): ZeRO enters only as
+#: {0}, {1, 2}, {3} and recompute only as full or not.
+_COMM_FIELDS = ("tp", "pp", "cp", "ep", "etp", "dp", "vp", "mbs", "gbs", "sp")
+
+
+def _expand_step(step: comm.StepComm, inv: np.ndarray, la: LayoutArray) -> comm.StepComm:
+    """Entries ``inv`` of a ``StepComm`` computed on unique layouts, for the layouts ``la``."""
+    nu = len(step.layouts)
+
+    def take(a):
+        return np.broadcast_to(np.asarray(a, dtype=np.float64), (nu,))[inv]
+
+    from scaletax.parallel import group_strides
+
+    strides = group_strides(la)
+    key = {"dp": "dp_cp"}
+    groups = {k: comm.GroupTraffic(count=take(g.count), nvlink_bytes=take(g.nvlink_bytes), nic_bytes=take(g.nic_bytes),
+                                   seconds=take(g.seconds), size=strides[key.get(k, k)][0],
+                                   stride=strides[key.get(k, k)][1], domain=g.domain)
+              for k, g in step.groups.items()}
+    return comm.StepComm(groups=groups, dp_grad_s=take(step.dp_grad_s), dp_param_s=take(step.dp_param_s),
+                         dp_bucket_s=take(step.dp_bucket_s), pp_hop_s=take(step.pp_hop_s), layouts=la)
+
+
+def _step_traffic(model: Model, la: LayoutArray, topo: Topology, wire: WireFormat) -> comm.StepComm:
+    """``comm.step_traffic`` evaluated once per distinct communication pattern (a search grid
+    repeats each one for every ZeRO 1/2 choice and non-full recompute mode)."""
+    n = len(la)
+    scalar_topo = all(np.ndim(getattr(topo, f)) == 0 for f in ("domain", "nvlink_bw", "nic_bw"))
+    if n < 4096 or not scalar_topo:
+        return comm.step_traffic(model, la, topo, wire)
+    cols = [getattr(la, f) for f in _COMM_FIELDS]
+    cols += [np.where(la.zero_stage == 0, 0, np.where(la.zero_stage == 3, 2, 1)), (la.recompute == 2).astype(np.int64)]
+    codes, dims = [], []
+    for c in cols:
+        u, inv = np.unique(c, return_inverse=True)
+        codes.append(inv.astype(np.int64))
+        dims.append(len(u))
+    if float(np.prod(np.asarray(dims, dtype=np.float64))) >= 2.0**62:
+        return comm.step_traffic(model, la, topo, wire)
+    key = np.ravel_multi_index(codes, dims)
+    uk, first, inv = np.unique(key, return_index=True, return_inverse=True)
+    if uk.size > 0.7 * n:
+        return comm.step_traffic(model, la, topo, wire)
+    sub = la[first]
+    # representative rows: ZeRO 1 for {1, 2}, recompute selective for non-full (same traffic)
+    sub = sub.replace(zero_stage=np.where(sub.zero_stage == 2, 1, sub.zero_stage),
+                      recompute=np.where(sub.recompute == 2, 2, 0))
+    return _expand_step(comm.step_traffic(model, sub, topo, wire), inv.ravel(), la)
+
+
+def prepare(model: Model, layouts, precision: str, gpu, topo: Topology | None = None,
+            wire: WireFormat | None = None, *, recompute_fraction=None,
+            ep_dispatch: str = "dedup", fp4_bf16_layers: int = FP4_BF16_LAYERS) -> StepInputs:
+    """Efficiency-independent step inputs for every layout (see the module docstring).
+
+    ``gpu``: hardware id or ``hardware.GPU``; ``topo`` default ``Topology.from_gpu(gpu)``;
+    ``wire`` default ``WireFormat.for_recipe(precision)``. ``recompute_fraction``: for layouts
+    with recompute "full", the fraction of each stage's layers fully recomputed (Megatron
+    ``recompute_method=block``, ``recompute_num_layers``; the other layers selective), default 1.
+    ``ep_dispatch``: "dedup" (DeepEP-class MoE dispatch, :func:`ep_dedup_factor`, default) or
+    "alltoall" (``comm``'s plain all-to-all). ``fp4_bf16_layers``: transformer layers kept in
+    BF16 by 4-bit recipes (:data:`FP4_BF16_LAYERS`).
+    Raises ``hardware.UnsupportedPrecision`` when the GPU has no native tensor cores for it.
+    """
+    fmt = format_class(precision)
+    g = _gpu(gpu)
+    la = _as_array(layouts)
+    peak_fmt = g.peak_flops(precision)
+    peak_16 = g.peak_flops(compute_precision(g, precision))
+    topo = Topology.from_gpu(g) if topo is None else topo
+    wire = WireFormat.for_recipe(precision) if wire is None else wire
+    f64 = np.float64
+    n = len(la)
+    tp, pp, cp, ep, etp, dp, vp = (getattr(la, k).astype(f64) for k in ("tp", "pp", "cp", "ep", "etp", "dp", "vp"))
+    n_micro = np.maximum(la.n_micro, 1).astype(f64)
+    tokens_step = la.gbs.astype(f64) * model.seq_len
+    tok_gpu = tokens_step / (tp * cp * dp)  # tokens per step through one GPU of a stage
+    M = la.mbs.astype(f64) * model.seq_len / cp  # GEMM rows per micro-batch (SP-gathered)
+    rc = la.recompute
+    xf = _full_fraction(la, recompute_fraction)
+    layers_stage, dense_stage, moe_stage = _stage_layers(model, pp)
+    # --- FLOPs per token of the stage (forward x 3, plus the recomputed forward) -------------
+    lf = _layer_linear_flops(model)
+    sel = rc >= 1
+    redo_attn = np.where(sel, (1.0 - xf) * lf["mla_up"] + xf * lf["attn"], 0.0)
+    lin_tok = (layers_stage * (3.0 * lf["attn"] + redo_attn)
+               + dense_stage * (3.0 + xf) * lf["dense_mlp"] + moe_stage * (3.0 + xf) * lf["moe_shared"])
+    exp_tok = moe_stage * (3.0 + xf) * lf["moe_routed"]
+    attn_tok = layers_stage * model.attn_flops_per_token(causal=True) * np.where(sel, 4.0, 3.0)
+    vpad = padded_vocab(model.vocab, la.tp).astype(f64)
+    head_tok = 6.0 * (model.hidden * vpad + model._norm_size(model.hidden)) / pp
+    # --- GEMM shapes: FLOP-weighted mean of 1/n ------------------------------------------------
+    g_attn, g_dense, g_shared, g_routed = _gemms(model, M, tp, ep, etp)
+    (wa, na), (wd, nd), (ws, ns), (wr, nr) = (_wsum(x) for x in (g_attn, g_dense, g_shared, g_routed))
+    w_lin = layers_stage * wa + dense_stage * wd + moe_stage * ws
+    s_lin = (layers_stage * na + dense_stage * nd + moe_stage * ns) / np.maximum(w_lin, 1.0)
+    s_exp = np.broadcast_to(nr / wr if wr else 0.0, (n,)).astype(f64)
+    s_head = 1.0 / _hm(M, model.hidden, vpad / tp)
+    lowp = 1.0 - min(1.0, fp4_bf16_layers / model.layers) if fmt == "4bit" else 1.0
+    # --- memory-bound bytes, bubble (Narayanan 2021 §2.2), communication ---------------------
+    b_micro, b_step = memory_bound_bytes(model, la, precision, recompute_fraction=xf)
+    bubble = (pp - 1.0) / (vp * n_micro)
+    step = _step_traffic(model, la, topo, wire)
+    partial = (rc == 2) & (xf < 1.0)
+    if np.any(partial):
+        step = _mix_steps(_step_traffic(model, la.replace(recompute=np.where(partial, 1, rc)), topo, wire),
+                          step, np.where(partial, xf, 1.0))
+    step = _dedup_ep(step, model, topo, ep_dispatch)
+    flops = {k: tok_gpu * v for k, v in (("lin", lin_tok), ("exp", exp_tok), ("attn", attn_tok), ("head", head_tok))}
+    full = np.ones(n)
+    return StepInputs(flops_lin=flops["lin"], flops_exp=flops["exp"] * full, flops_attn=flops["attn"],
+                      flops_head=flops["head"], s_lin=s_lin * full, s_exp=s_exp, s_head=s_head * full,
+                      n_ref_fmt=gemm_reference_size(g, precision) * full,
+                      n_ref_16=gemm_reference_size(g, compute_precision(g, precision)) * full,
+                      lowp_share=lowp * full, bytes_micro=b_micro, bytes_step=b_step * full, bubble=bubble,
+                      tokens_per_step=tokens_step, gpus=la.gpus.astype(f64),
+                      model_flops_per_token=float(model.model_flops_per_token(causal=True)) * full,
+                      hw_flops_per_gpu=sum(flops.values()) * full, peak_fmt=peak_fmt * full,
+                      peak_16=peak_16 * full, hbm_bw=g.hbm_bw * full,
+                      fmt_idx=np.full(n, FORMAT_CLASSES.index(fmt)), fam_idx=np.full(n, FAMILIES.index(g.family)),
+                      comm=step)
+
+
+# =========================================================================================
+# Step time
+# =========================================================================================
+@dataclass(frozen=True)
+class StepTime:
+    """Step time per layout and its breakdown by cause, seconds (float64 arrays).
+
+    step_s = compute_s + other_s + bubble_s + exposed_comm_s. compute_s: tensor-core work;
+    other_s: memory-bound kernels and the optimizer step; bubble_s: pipeline fill and drain;
+    exposed_comm_s: communication not hidden by compute (per group in ``comm_groups``;
+    ``comm_s`` is all communication, hidden or not). Rates per GPU: tokens_per_s_per_gpu,
+    model_tflops_per_gpu (TFLOP/s, no recompute), mfu (model FLOPs / dense peak of the
+    precision, PaLM App. B), hfu (executed FLOPs incl. recompute / the same peak).
+    """
+
+    step_s: np.ndarray
+    compute_s: np.ndarray
+    other_s: np.ndarray
+    bubble_s: np.ndarray
+    exposed_comm_s: np.ndarray
+    comm_s: np.ndarray
+    comm_groups: dict[str, np.ndarray]
+    tokens_per_step: np.ndarray
+    tokens_per_s_per_gpu: np.ndarray
+    model_tflops_per_gpu: np.ndarray
+    mfu: np.ndarray
+    hfu: np.ndarray
+
+    def __len__(self) -> int:
+        return int(np.shape(self.step_s)[0])
+
+    def breakdown(self, i: int = 0) -> dict[str, float]:
+        """One layout's step time and breakdown, seconds."""
+        return {k: float(getattr(self, k)[i]) for k in ("step_s", "compute_s", "exposed_comm_s", "bubble_s", "other_s")}
+
+    def take(self, idx) -> "StepTime":
+        """The entries at ``idx`` (index array or boolean mask)."""
+        return StepTime(**{f.name: ({k: v[idx] for k, v in getattr(self, f.name).items()}
+                                    if f.name == "comm_groups" else getattr(self, f.name)[idx])
+                           for f in fields(self)})
+
+
+def evaluate(inp: StepInputs, eff: Efficiency | None = None, overlap: Overlap | None = None) -> StepTime:
+    """Step time of prepared inputs for one set of efficiencies (see the module docstring).
+
+    ``overlap``: base overlap fractions (default :class:`comm.Overlap`), scaled by
+    ``eff.overlap_scale``.
+    """
+    eff = default_efficiency() if eff is None else eff
+    ceil = np.array([eff.gemm_ceiling[k] for k in FORMAT_CLASSES])
+    fam = np.array([eff.family_factor[k] for k in FAMILIES])[inp.fam_idx]
+    # the 4-bit ceiling is absolute (no Hopper basis: FP4 tensor cores start with Blackwell)
+    r_fmt = inp.peak_fmt * ceil[inp.fmt_idx] * np.where(inp.fmt_idx == FP4_CLASS, 1.0, fam)
+    r_16 = inp.peak_16 * ceil[0] * fam
+    inv_lin = inp.lowp_share / r_fmt + (1.0 - inp.lowp_share) / r_16  # seconds per FLOP
+    k_f, k_16 = eff.gemm_roofline * inp.n_ref_fmt, eff.gemm_roofline * inp.n_ref_16
+    compute = (inp.flops_lin * inv_lin * (1.0 + k_f * inp.s_lin)
+               + inp.flops_exp * inv_lin * (1.0 + k_f * inp.s_exp)
+               + inp.flops_attn / r_16
+               + inp.flops_head / r_16 * (1.0 + k_16 * inp.s_head))
+    mem_micro = eff.memory_overhead * inp.bytes_micro / inp.hbm_bw
+    mem_step = eff.memory_overhead * inp.bytes_step / inp.hbm_bw
+    busy = compute + mem_micro
+    bubble = inp.bubble * busy
+    exp = comm.exposed_comm(inp.comm, busy, eff.overlap(overlap))
+    exposed = np.broadcast_to(np.asarray(exp.seconds, dtype=np.float64), busy.shape)
+    other = mem_micro + mem_step
+    step = compute + other + bubble + exposed
+    tps = inp.tokens_per_step / (step * inp.gpus)
+    mflops = inp.model_flops_per_token * tps
+    return StepTime(step_s=step, compute_s=compute, other_s=other, bubble_s=bubble, exposed_comm_s=exposed,
+                    comm_s=np.broadcast_to(np.asarray(inp.comm.seconds, dtype=np.float64), step.shape),
+                    comm_groups={k: np.broadcast_to(np.asarray(v, dtype=np.float64), step.shape)
+                                 for k, v in exp.groups.items()},
+                    tokens_per_step=inp.tokens_per_step, tokens_per_s_per_gpu=tps,
+                    model_tflops_per_gpu=mflops / 1e12, mfu=mflops / inp.peak_fmt,
+                    hfu=inp.hw_flops_per_gpu / step / inp.peak_fmt)
+
+
+def step_time(model: Model, layouts, precision: str, gpu, topo: Topology | None = None,
+              eff: Efficiency | None = None, overlap: Overlap | None = None,
+              wire: WireFormat | None = None, **prepare_options: Any) -> StepTime:
+    """Step time and breakdown for every layout (:func:`prepare` then :func:`evaluate`)."""
+    return evaluate(prepare(model, layouts, precision, gpu, topo, wire, **prepare_options), eff, overlap)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Central step time and its band: ``low`` / ``high`` use every efficiency parameter at the
+    end of its range that lowers / raises throughput."""
+
+    value: StepTime
+    low: StepTime
+    high: StepTime
+
+    def take(self, idx) -> "Prediction":
+        return Prediction(self.value.take(idx), self.low.take(idx), self.high.take(idx))
+
+
+def predict(model: Model, layouts, precision: str, gpu, topo: Topology | None = None,
+            band: EfficiencyBand | None = None, overlap: Overlap | None = None,
+            wire: WireFormat | None = None, inputs: StepInputs | None = None,
+            **prepare_options: Any) -> Prediction:
+    """Step time with its low / high band (``band`` default: ``data/efficiency.yaml``)."""
+    inp = prepare(model, layouts, precision, gpu, topo, wire, **prepare_options) if inputs is None else inputs
+    return evaluate_band(inp, band, overlap)
+
+
+def evaluate_band(inp: StepInputs, band: EfficiencyBand | None = None, overlap: Overlap | None = None) -> Prediction:
+    """:func:`evaluate` at the central value and both corners of ``band`` (default: the data file)."""
+    band = default_band() if band is None else band
+    return Prediction(evaluate(inp, band.value, overlap), evaluate(inp, band.low, overlap),
+                      evaluate(inp, band.high, overlap))
+
+
+# =========================================================================================
+# Least recompute that fits
+# =========================================================================================
+def least_recompute(model: Model, layouts, gpu, precision: str, **memory_options: Any):
+    """(recompute code, full-recompute fraction, total GiB) of the least recompute that fits.
+
+    Order: none, selective, then full recompute of the fewest layers per virtual pipeline chunk
+    (Megatron ``recompute_method=block`` with ``recompute_num_layers`` r of the chunk's
+    ceil(L / (pp vp)) layers, the rest selective): memory is interpolated linearly between
+    selective (r = 0) and full (r = all), which is exact for the stored per-layer activations.
+    Where even full recompute does not fit: code 2, fraction 1, and the (too large) total.
+    The layouts' own ``recompute`` is ignored. Vectorized over a ``LayoutArray``.
+    """
+    from scaletax import memory
+
+    la = _as_array(layouts)
+    cap = memory.capacity_gib(gpu) * memory.GIB
+    tot = [memory.breakdown(model, la.replace(recompute=c), precision, **memory_options).total for c in (0, 1, 2)]
+    per_chunk = np.ceil(model.layers / (la.pp * la.vp).astype(np.float64))
+    need = np.where(tot[1] > tot[2], (tot[1] - cap) / np.maximum(tot[1] - tot[2], 1.0), 1.0)
+    r = np.clip(np.ceil(np.round(need * per_chunk, 9)), 1.0, per_chunk)
+    x = r / per_chunk
+    code = np.where(tot[0] <= cap, 0, np.where(tot[1] <= cap, 1, 2))
+    frac = np.where(code == 2, np.where(tot[2] <= cap, x, 1.0), 0.0)
+    gib = np.where(code == 0, tot[0], np.where(code == 1, tot[1], tot[1] + frac * (tot[2] - tot[1]))) / memory.GIB
+    return code.astype(np.int64), frac, gib
+
+
+__all__ = ["ADAM_BYTES", "CAST_BYTES", "EFFICIENCY_YAML", "FAMILIES", "FORMAT_CLASS", "FORMAT_CLASSES",
+           "FP4_BF16_LAYERS", "PARAM_SIGN", "PRECISIONS", "Efficiency", "EfficiencyBand", "Prediction",
+           "StepInputs", "StepTime", "compute_precision", "default_band", "default_efficiency", "ep_dedup_factor",
+           "evaluate", "evaluate_band", "format_class", "least_recompute", "load_efficiency", "memory_bound_bytes", "padded_vocab",
+           "predict", "prepare", "step_time"]

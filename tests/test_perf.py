@@ -1,0 +1,241 @@
+"""Step-time model: breakdown identity, monotonicity in hardware, MFU bounds, vectorized ==
+per-layout, FLOP accounting, bubble formula, recompute, efficiency parameters."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from scaletax import hardware, memory, models, perf
+from scaletax.parallel import Layout, LayoutArray
+from scaletax.topology import Topology
+
+LLAMA70 = models.get("llama31_70b")
+KIMI = models.get("kimi_k2")
+SMALL_MOE = models.Model(layers=8, hidden=1024, heads=16, kv_heads=4, ffn_hidden=4096, vocab=32000, seq_len=4096,
+                         moe_experts=32, moe_top_k=4, moe_ffn_hidden=512, moe_shared_experts=1, moe_dense_layers=1)
+CASES = [(LLAMA70, 256, "h100_sxm", "fp8"), (LLAMA70, 256, "gb200", "mxfp8"), (LLAMA70, 64, "a100_sxm_80gb", "bf16"),
+         (SMALL_MOE, 64, "b200", "nvfp4"), (KIMI, 1024, "gb200", "fp8")]
+
+
+def grid(model, gpus):
+    la = LayoutArray.grid(gpus, model, tp=(1, 2, 4, 8), cp=(1, 2), vp=(1, 2), mbs=(1, 2), zero_stage=(1, 3))
+    # a token budget of ~4M tokens per step, whole micro-batches
+    seqs = max(1, 4_194_304 // model.seq_len)
+    n_micro = np.maximum(1, np.rint(seqs / (la.mbs * la.dp)))
+    return la.replace(gbs=(n_micro * la.mbs * la.dp).astype(np.int64))
+
+
+@pytest.fixture(scope="module", params=range(len(CASES)), ids=[f"{c[0].id or 'moe'}-{c[2]}-{c[3]}" for c in CASES])
+def case(request):
+    model, gpus, gpu, prec = CASES[request.param]
+    la = grid(model, gpus)
+    return model, la, gpu, prec, perf.step_time(model, la, prec, gpu)
+
+
+def test_breakdown_sums_to_step_time(case):
+    _, la, _, _, st = case
+    assert len(st) == len(la) > 10
+    total = st.compute_s + st.exposed_comm_s + st.bubble_s + st.other_s
+    np.testing.assert_allclose(total, st.step_s, rtol=1e-12)
+    for k in ("compute_s", "exposed_comm_s", "bubble_s", "other_s"):
+        assert np.all(getattr(st, k) >= 0), k
+    assert np.all(st.exposed_comm_s <= st.comm_s + 1e-12)
+
+
+def test_rates_are_consistent(case):
+    model, la, gpu, prec, st = case
+    tps = la.gbs * model.seq_len / (st.step_s * la.gpus)
+    np.testing.assert_allclose(st.tokens_per_s_per_gpu, tps, rtol=1e-12)
+    np.testing.assert_allclose(st.model_tflops_per_gpu * 1e12, tps * model.model_flops_per_token(), rtol=1e-12)
+    np.testing.assert_allclose(st.mfu, st.model_tflops_per_gpu * 1e12 / hardware.get(gpu).peak_flops(prec), rtol=1e-12)
+
+
+@pytest.mark.parametrize("corner", ["value", "high"])
+def test_mfu_at_most_hfu_at_most_one(case, corner):
+    model, la, gpu, prec, _ = case
+    st = perf.step_time(model, la, prec, gpu, eff=getattr(perf.default_band(), corner))
+    assert np.all(st.mfu > 0)
+    assert np.all(st.mfu <= st.hfu + 1e-12)
+    assert np.all(st.hfu <= 1.0)
+
+
+def test_vectorized_equals_per_layout(case):
+    model, la, gpu, prec, st = case
+    rng = np.random.default_rng(0)
+    for i in rng.choice(len(la), size=min(12, len(la)), replace=False):
+        one = perf.step_time(model, la.layout(int(i)), prec, gpu)
+        for k in ("step_s", "compute_s", "exposed_comm_s", "bubble_s", "other_s", "mfu"):
+            assert getattr(one, k)[0] == pytest.approx(getattr(st, k)[i], rel=1e-9), (k, la.layout(int(i)))
+
+
+def _faster(gpu: hardware.GPU, **factors) -> hardware.GPU:
+    upd = {}
+    for k, f in factors.items():
+        if k == "flops":
+            for col in ("bf16_tflops", "fp8_tflops", "fp6_tflops", "fp4_tflops", "tf32_tflops"):
+                if getattr(gpu, col) is not None:
+                    upd[col] = getattr(gpu, col) * f
+        else:
+            upd[k] = getattr(gpu, k) * f
+    return gpu.model_copy(update=upd)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(which=st.sampled_from(["flops", "hbm_tb_s", "nvlink_gb_s_bidir", "nic_gbit_s"]),
+       factor=st.floats(1.01, 4.0), i=st.integers(0, 10_000), c=st.integers(0, len(CASES) - 1))
+def test_more_bandwidth_or_peak_is_never_slower(which, factor, i, c):
+    model, gpus, gpu_id, prec = CASES[c]
+    la = grid(model, gpus)
+    lay = la[i % len(la)]
+    g = hardware.get(gpu_id)
+    fast = _faster(g, **{which: factor})
+    base = perf.step_time(model, lay, prec, g, Topology.from_gpu(g)).step_s[0]
+    quick = perf.step_time(model, lay, prec, fast, Topology.from_gpu(fast)).step_s[0]
+    assert quick <= base * (1 + 1e-12)
+
+
+def test_flops_per_gpu_add_up_to_the_model_count():
+    """Per-GPU executed FLOPs x GPUs = hardware FLOPs per token x tokens (pp divides the layers,
+    vocabulary already a multiple of 128 tp, dense model: the stage accounting is exact)."""
+    m = models.get("llama31_70b")  # 80 layers, vocab 128256 = 1002 x 128
+    for rc in ("none", "selective", "full"):
+        lay = Layout(tp=1, pp=4, dp=8, mbs=1, gbs=64, recompute=rc)
+        inp = perf.prepare(m, lay, "bf16", "h100_sxm")
+        total = inp.hw_flops_per_gpu[0] * lay.gpus
+        want = m.hardware_flops_per_token(rc) * lay.gbs * m.seq_len
+        assert total == pytest.approx(want, rel=1e-9), rc
+
+
+def test_vocab_padding():
+    assert perf.padded_vocab(50257, 4) == 50688  # GPT-3 on tp 4: next multiple of 512
+    assert perf.padded_vocab(128256, 8) == 129024
+    np.testing.assert_array_equal(perf.padded_vocab(51200, np.array([1, 8])), [51200, 51200])
+
+
+def test_bubble_is_narayanan_fraction_of_busy_time():
+    m = LLAMA70
+    eff = perf.default_efficiency()
+    for pp, vp, n_micro in ((4, 1, 8), (8, 2, 16), (1, 1, 4)):
+        lay = Layout(tp=8, pp=pp, dp=2, vp=vp, mbs=1, gbs=2 * n_micro, recompute="full")
+        inp = perf.prepare(m, lay, "fp8", "h100_sxm")
+        st = perf.evaluate(inp, eff)
+        micro = eff.memory_overhead * inp.bytes_micro[0] / inp.hbm_bw[0]
+        assert st.bubble_s[0] == pytest.approx((pp - 1) / (vp * n_micro) * (st.compute_s[0] + micro), rel=1e-12)
+
+
+def test_recompute_costs_time_and_partial_recompute_interpolates():
+    lay = Layout(tp=8, pp=8, cp=2, dp=4, vp=8, mbs=1, gbs=1152, recompute="none")
+    m = models.get("llama31_405b")
+    t = {rc: perf.step_time(m, lay.replace(recompute=rc), "fp8", "h100_sxm").compute_s[0]
+         for rc in ("none", "selective", "full")}
+    assert t["none"] < t["selective"] < t["full"]
+    half = perf.step_time(m, lay.replace(recompute="full"), "fp8", "h100_sxm", recompute_fraction=0.5).compute_s[0]
+    assert half == pytest.approx((t["selective"] + t["full"]) / 2, rel=1e-9)
+    zero = perf.step_time(m, lay.replace(recompute="full"), "fp8", "h100_sxm", recompute_fraction=0.0).compute_s[0]
+    assert zero == pytest.approx(t["selective"], rel=1e-12)
+    with pytest.raises(ValueError, match="recompute_fraction"):
+        perf.prepare(m, lay.replace(recompute="full"), "fp8", "h100_sxm", recompute_fraction=1.5)
+
+
+def test_least_recompute_is_the_least_that_fits():
+    m = models.get("llama31_405b")
+    la = LayoutArray.from_layouts([Layout(tp=8, pp=8, cp=2, dp=d, vp=v, mbs=1, gbs=1152 if d != 19 else 1216)
+                                   for d, v in ((4, 1), (16, 1), (19, 1), (4, 8))])
+    code, frac, gib = perf.least_recompute(m, la, "h100_sxm", "fp8")
+    cap = memory.capacity_gib("h100_sxm")
+    for i in range(len(la)):
+        assert gib[i] <= cap + 1e-9
+        if code[i] == 2:
+            assert 0 < frac[i] <= 1
+            per_chunk = np.ceil(m.layers / (la.pp[i] * la.vp[i]))
+            r = round(frac[i] * per_chunk)
+            assert frac[i] == pytest.approx(r / per_chunk)
+            if r > 1:  # one layer fewer would not fit
+                sel = memory.breakdown(m, la[i].replace(recompute=1), "fp8").total[0]
+                full = memory.breakdown(m, la[i].replace(recompute=2), "fp8").total[0]
+                assert (sel + (r - 1) / per_chunk * (full - sel)) / memory.GIB > cap
+        else:
+            assert frac[i] == 0
+            assert memory.breakdown(m, la[i].replace(recompute=int(code[i])), "fp8").total[0] / memory.GIB <= cap
+
+
+def test_ep_dedup_factor():
+    f = perf.ep_dedup_factor(KIMI, np.array([8, 64, 384]), np.array([8, 8, 72]))
+    assert f[0] == 1.0  # one domain: nothing leaves it
+    assert np.all((f > 0) & (f <= 1)) and f[1] < 1
+    top1 = KIMI.model_copy(update={"moe_top_k": 1})
+    assert perf.ep_dedup_factor(top1, 64, 8) == pytest.approx(1.0)  # one copy per token: no duplicates
+    assert perf.ep_dedup_factor(KIMI, 64, 8, "alltoall") == 1.0
+    lay = Layout(tp=1, pp=4, dp=256, ep=64, etp=1, mbs=1, gbs=1024)
+    plain = perf.step_time(KIMI, lay, "fp8", "h100_sxm", ep_dispatch="alltoall")
+    dedup = perf.step_time(KIMI, lay, "fp8", "h100_sxm")
+    assert dedup.comm_groups["ep"][0] < plain.comm_groups["ep"][0]
+    assert dedup.step_s[0] <= plain.step_s[0]
+
+
+def test_dedup_reproduces_comm_without_dedup():
+    """The EP re-timing in perf equals comm's own all-to-all time when nothing is deduplicated."""
+    from scaletax import comm
+
+    lay = LayoutArray.from_layouts([Layout(tp=1, pp=4, dp=256, ep=e, etp=1, mbs=1, gbs=1024) for e in (8, 64, 128)])
+    topo = Topology.from_gpu("h100_sxm")
+    step = comm.step_traffic(KIMI, lay, topo, comm.WireFormat.for_recipe("fp8"))
+    one = KIMI.model_copy(update={"moe_top_k": 1, "moe_experts": 384})
+    redo = perf._dedup_ep(step, one, topo, "dedup")  # factor 1 for top-1 routing
+    np.testing.assert_allclose(redo.groups["ep"].seconds, step.groups["ep"].seconds, rtol=1e-9)
+
+
+def test_unsupported_precision_raises():
+    with pytest.raises(hardware.UnsupportedPrecision):
+        perf.prepare(LLAMA70, Layout(tp=8, pp=1, dp=1), "nvfp4", "h100_sxm")
+    with pytest.raises(ValueError, match="precision"):
+        perf.prepare(LLAMA70, Layout(tp=8, pp=1, dp=1), "int8", "h100_sxm")
+
+
+def test_efficiency_validation():
+    e = perf.default_efficiency()
+    with pytest.raises(ValueError, match="must be in"):
+        e.with_params(gemm_ceiling_8bit=1.2)
+    with pytest.raises(ValueError, match="unknown efficiency parameter"):
+        e.with_params(bogus=1.0)
+    assert perf.Efficiency.from_params(e.to_params()) == e
+    # Ampere has no FP8 tensor cores, so its factor may exceed 1 / (8-bit ceiling)
+    e.with_params(family_factor_ampere=1.0 / e.gemm_ceiling["8bit"] + 0.01)
+
+
+def test_band_orders_predictions(case):
+    model, la, gpu, prec, _ = case
+    p = perf.predict(model, la, prec, gpu)
+    assert np.all(p.low.tokens_per_s_per_gpu <= p.value.tokens_per_s_per_gpu * (1 + 1e-12))
+    assert np.all(p.value.tokens_per_s_per_gpu <= p.high.tokens_per_s_per_gpu * (1 + 1e-12))
+
+
+def test_efficiency_file_is_complete_and_sourced(tmp_path):
+    band = perf.load_efficiency()
+    for name, entry in band.meta["parameters"].items():
+        assert entry["low"] <= entry["value"] <= entry["high"], name
+        assert len(entry["source"]) > 20, name
+    bad = tmp_path / "eff.yaml"
+    text = perf.EFFICIENCY_YAML.read_text()
+    bad.write_text(text.replace('    source: "CALIBRATED on all rows: multiplier', '    sauce: "x'))
+    with pytest.raises(ValueError, match="overlap_scale.*source"):
+        perf.load_efficiency(bad)
+
+
+def test_traffic_deduplication_is_exact():
+    """perf evaluates comm.step_traffic once per distinct communication pattern: same numbers."""
+    from scaletax import comm, search
+
+    la = search.candidates(KIMI, 2048, search.SearchSpace(tp=(1, 2, 4), cp=(1, 2), vp=(1, 2), mbs=(1, 2)), 1024)
+    assert len(la) >= 4096
+    topo, wire = Topology.from_gpu("gb200"), comm.WireFormat.for_recipe("fp8")
+    a, b = perf._step_traffic(KIMI, la, topo, wire), comm.step_traffic(KIMI, la, topo, wire)
+    n = len(la)
+    for g in comm.GROUPS:
+        for f in ("count", "nvlink_bytes", "nic_bytes", "seconds"):
+            np.testing.assert_allclose(np.broadcast_to(getattr(a.groups[g], f), (n,)),
+                                       np.broadcast_to(getattr(b.groups[g], f), (n,)), rtol=1e-12, err_msg=f"{g}.{f}")
+    t = np.linspace(0.1, 10, n)
+    np.testing.assert_allclose(comm.exposed_comm(a, t).seconds, comm.exposed_comm(b, t).seconds, rtol=1e-12)
