@@ -52,6 +52,7 @@ class Part:
 CHAPTERS = (
     Chapter("hardware", reads=("gpus",), data=("hardware.csv",)),
     Chapter("memory", reads=("models", "gpus", "cluster.sizes", "cluster.gpus", "training.precision", "training.global_batch_tokens"), data=("hardware.csv", "models.yaml", "published_runs.csv")),
+    Chapter("communication", reads=("models", "gpus", "cluster.sizes", "cluster.gpus", "training.precision", "training.global_batch_tokens"), data=("hardware.csv", "models.yaml", "collectives.csv", "efficiency.yaml")),
 )
 
 TOC = (
