@@ -30,8 +30,8 @@ def _wait_for(cond, timeout=60):
     return False
 
 
-def test_same_name_refused_other_name_runs_and_sigterm_leaves_book_intact(tmp_path):
-    build_dir = tmp_path / "build"
+def test_same_name_refused_other_name_runs_and_sigterm_leaves_book_intact(built_book, tmp_path):
+    build_dir = built_book["build_dir"]  # its execution cache makes the other builds quick
     ok = run_cli(["build", *SMALL, "--name", "shared", "--no-pdf"], build_dir)
     assert ok.returncode == 0, ok.stderr[-2000:]
     before = (build_dir / "shared" / "manifest.json").read_text()
