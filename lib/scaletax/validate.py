@@ -369,7 +369,7 @@ def calibrate(rows: Sequence[dict[str, Any]] | None = None, fit: Sequence[str] =
     names = [n for n in fit if n not in (fixed or {})]
     best = None
     for mult in _STARTS:
-        start = {k: (v * mult.get(k, 1.0)) for k, v in base.items()}
+        start = {k: (v * mult.get(k, 1.0) if k in names else v) for k, v in base.items()}  # fixed stay fixed
         p, c = _lm(inp, np.where(np.isfinite(meas), meas, 1.0), names, start, idx)
         if best is None or c < best[1] - 1e-10:
             best = (p, c)
@@ -571,7 +571,8 @@ _SOURCES = {
                           "the attention core and the output layer.",
     "gemm_ceiling_8bit": "CALIBRATED on the FP8/MXFP8 rows of data/published_runs.csv (Hopper basis; Blackwell "
                          "multiplies by its family factor). The single-GEMM H200 measurement gives {fp8_meas:.3f} "
-                         "(torch._scaled_mm without fast accumulation, random data); the training runs need more.",
+                         "(torch._scaled_mm, random data; about 0.70 with fast accumulation); the training runs "
+                         "need more: an open question discussed in the validation chapter.",
     "gemm_ceiling_4bit": "CALIBRATED on the one NVFP4 row (mbridge26.04.01-Llama3.1-DGX-GB200-256-NVFP4); absolute "
                          "(no Hopper basis: FP4 tensor cores start with Blackwell). Untestable by hold-out.",
     "family_factor_ampere": "CALIBRATED on the two A100 rows (Narayanan 2021, Korthikanti 2022): A100 16-bit GEMMs "
@@ -585,7 +586,7 @@ _SOURCES = {
                      "fitted to all rows of data/measured/gemm_h200.csv (m >= 1024; range: cuts m >= 2048, 4096).",
     "memory_overhead": "CALIBRATED on all rows: time of the memory-bound kernels over their ideal HBM time for the "
                        "bytes perf.memory_bound_bytes counts (absorbs unfused and uncounted elementwise work, launch "
-                       "gaps; an achieved copy bandwidth of ~0.7 of peak alone gives 1.4).",
+                       "gaps; the H200 device copy measured at ~0.86 of peak HBM bandwidth alone gives ~1.16).",
     "overlap_scale": "CALIBRATED on all rows: multiplier on comm.Overlap's assumed overlap fractions (clipped to 1).",
 }
 

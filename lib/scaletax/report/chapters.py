@@ -54,6 +54,7 @@ CHAPTERS = (
     Chapter("memory", reads=("models", "gpus", "cluster.sizes", "cluster.gpus", "training.precision", "training.global_batch_tokens"), data=("hardware.csv", "models.yaml", "published_runs.csv")),
     Chapter("communication", reads=("models", "gpus", "cluster.sizes", "cluster.gpus", "training.precision", "training.global_batch_tokens"), data=("hardware.csv", "models.yaml", "collectives.csv", "efficiency.yaml")),
     Chapter("precision", reads=("gpus", "training.precisions", "precision.seed", "precision.experiment_seeds", "precision.experiment_steps"), data=("hardware.csv", "published_runs.csv", "precision_vectors.json")),
+    Chapter("validation", reads=(), data=("hardware.csv", "models.yaml", "published_runs.csv", "efficiency.yaml", "collectives.csv", "measured/gemm_h200.csv")),
 )
 
 TOC = (

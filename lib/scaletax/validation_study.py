@@ -1,0 +1,493 @@
+"""Rows for the validation chapter: the runs table with display labels, errors per hardware type
+against the accuracy targets, the worst rows with their caveats and a recompute what-if, hold-out
+errors per row and per group, the calibrated parameters, step-time breakdowns, measured MFU per
+row, the H200 single-GEMM measurement beside the model's GEMM ceilings, and a refit with the 8-bit
+ceiling pinned to that measurement.
+
+Everything here shapes the output of :mod:`scaletax.validate` (and ``perf``) for the book; no new
+model.
+
+Public API
+----------
+- ``run_rows(table, rows)``: one display row per runs-table row (numbered as in the memory chapter).
+- ``hardware_rows(table)``, ``target_rows(summary)``, ``targets_met(summary)``.
+- ``worst_rows(runs, n)``, ``caveats(notes)``, ``recompute_whatif(rows, run_ids)``.
+- ``holdout_rows(runs, row_scheme, group_scheme)``, ``holdout_group_rows(merged)``, ``group_fit``.
+- ``parameter_rows(band)``, ``representative(runs)``, ``breakdown_rows(runs)``, ``mfu_rows(runs)``.
+- ``gemm_points(...)``, ``gemm_summary(points, band)``, ``gemm_curves(summary, points)``, ``copy_fraction(...)``.
+- ``claim_rows(b200_vs_h100, gb300_vs_gb200)``.
+- ``pinned_fit(prepared, pins)``.
+- Display text: ``spct(x)`` (signed percent with a true minus), ``md_escape(text)``, ``source_md(url)``.
+"""
+from __future__ import annotations
+
+import csv
+import math
+import re
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from scaletax import hardware, memory, perf, validate
+
+#: Source kind of a run (by its id prefix) and how the chapter names it.
+SOURCE_KINDS: dict[str, str] = {"mlperf": "MLPerf Training (closed division)",
+                                "mbridge": "Megatron-Bridge performance table",
+                                "paper": "Megatron paper (A100)"}
+SOURCE_SHORT: dict[str, str] = {"mlperf": "MLPerf Training", "mbridge": "Megatron-Bridge", "paper": "Megatron papers"}
+#: Step-time components of ``perf.StepTime`` in display order, with their labels.
+COMPONENTS: dict[str, str] = {"compute_s": "compute (tensor cores)", "exposed_comm_s": "exposed communication",
+                              "bubble_s": "pipeline bubble", "other_s": "other (memory-bound, optimizer)"}
+COMPONENT_COLORS: dict[str, str] = {"compute_s": "#4e79a7", "exposed_comm_s": "#e15759", "bubble_s": "#f28e2b",
+                                    "other_s": "#bab0ac"}
+#: Clauses of a row's notes that bear on its measured speed (matched case-insensitively).
+CAVEAT_WORDS: tuple[str, ...] = ("contradiction", "caution", "not checked", "recompute", "recipe", "fsdp",
+                                 "preview", "force-balanced", "synthetic")
+#: GEMM rows of ``data/measured/gemm_h200.csv``: dtype -> (precision of the peak, label).
+GEMM_DTYPES: dict[str, tuple[str, str]] = {"bf16": ("bf16", "BF16"), "fp8_e4m3": ("fp8", "FP8 E4M3"),
+                                           "fp8_e4m3_fastaccum": ("fp8", "FP8 E4M3, fast accumulation")}
+
+
+def source_kind(run_id: str) -> str:
+    rid = str(run_id)
+    if rid.startswith("mlperf"):
+        return "mlperf"
+    if rid.startswith("mbridge"):
+        return "mbridge"
+    return "paper"
+
+
+def model_short(model: str) -> str:
+    """``'GPT-3 175B (MLPerf gpt3 reference)'`` -> ``'GPT-3 175B'``."""
+    return str(model).split(" (")[0]
+
+
+def source_md(url: str) -> str:
+    """A short MyST link to a row's source."""
+    url = str(url).strip()
+    m = re.search(r"arxiv\.org/abs/([\d.]+)", url)
+    if m:
+        return f"[arXiv:{m.group(1)}]({url})"
+    m = re.search(r"training_results_v([\d.]+)/tree/main/NVIDIA/results/([^/]+)", url)
+    if m:
+        return f"[MLPerf Training v{m.group(1)} results]({url})"
+    if "Megatron-Bridge" in url:
+        return f"[Megatron-Bridge performance summary]({url})"
+    return f"<{url}>" if url else "–"
+
+
+def spct(x: float | None) -> str:
+    """A signed percentage with a true minus sign (LaTeX does not break a line after it):
+    ``+1.7%``, ``\u22129.0%``."""
+    if x is None:
+        return "–"
+    s = f"{100 * x:+.1f}%"
+    return "\u2212" + s[1:] if s.startswith("-") else s
+
+
+_pct = spct
+
+
+def md_escape(text: str) -> str:
+    """Table-cell text with underscores escaped for MyST (``family\\_factor``)."""
+    return str(text).replace("_", "\\_")
+
+
+def run_rows(table: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Display rows for ``validate.validation_table(rows)``: numbered labels (``#i model, tag`` as in
+    the memory chapter), GPUs, layout with recompute, band, error, source, caveats."""
+    if len(table) != len(rows):
+        raise ValueError(f"run_rows: {len(table)} table rows but {len(rows)} runs rows")
+    out = []
+    for i, (t, r) in enumerate(zip(table, rows), start=1):
+        if t["run_id"] != r.get("run_id", ""):
+            raise ValueError(f"run_rows: table row {i} is {t['run_id']!r}, runs row is {r.get('run_id')!r}")
+        hw = hardware.get(str(t["hardware"]))
+        assumed = "recompute assumed" in t["assumptions"]
+        lay = t["layout"].rsplit(" ", 1)[0]
+        rec = t["recompute"].replace("full on ", "full ").replace(" of layers, selective on the rest", ", sel. rest")
+        short = model_short(t["model"])
+        kind = source_kind(t["run_id"])
+        meas, pred = t["measured"], t["predicted"]
+        out.append({
+            "n": i, "run_id": t["run_id"], "run": f"#{i} {short}, {str(t['run_id']).split('-')[0]}",
+            "label": f"#{i} {short}, {hw.label} ×{t['gpus']:,}, {str(t['precision']).upper()}",
+            "model_short": short, "arch": "dense" if _blank(r.get("moe_experts")) else "MoE", "kind": kind, "kind_label": SOURCE_KINDS[kind], "kind_short": SOURCE_SHORT[kind], "group": t["group"],
+            "hardware": hw.id, "hw_label": hw.label, "family": hw.family, "gpus": t["gpus"],
+            "gpus_text": f"{t['gpus']:,} × {hw.label}", "precision": str(t["precision"]).upper(),
+            "layout_text": f"{lay}; recompute {rec}{' (assumed)' if assumed else ''}",
+            "recompute": t["recompute"], "recompute_assumed": assumed, "assumptions": t["assumptions"] or "–",
+            "measured": meas, "predicted": pred, "predicted_low": t["predicted_low"],
+            "predicted_high": t["predicted_high"],
+            "predicted_text": f"{pred:,.{_dec(pred)}f} [{t['predicted_low']:,.{_dec(pred)}f}, "
+                              f"{t['predicted_high']:,.{_dec(pred)}f}]",
+            "error": t["error"], "abs_error": None if t["error"] is None else abs(t["error"]),
+            "error_text": _pct(t["error"]), "in_band": t["in_band"],
+            "error_low": None if meas is None else t["predicted_low"] / meas - 1.0,
+            "error_high": None if meas is None else t["predicted_high"] / meas - 1.0,
+            "basis": t["basis"], "source_md": source_md(r.get("source_url", "")),
+            "run_id_md": md_escape(t["run_id"]), "caveats": caveats(r.get("notes", "")),
+            "caveats_md": md_escape(caveats(r.get("notes", ""))),
+            "mfu_pred": t["mfu"], "step_s": t["step_s"], "model_flops_per_token": t["model_flops_per_token"],
+            **{f"{k}_share": t[f"{k}_share"] for k in COMPONENTS},
+        })
+    return out
+
+
+def _blank(v: Any) -> bool:
+    return v is None or (isinstance(v, str) and not v.strip()) or (isinstance(v, float) and math.isnan(v))
+
+
+def _dec(v: float) -> int:
+    """Decimals that show a tokens/s value to about three significant figures."""
+    return max(0, 2 - int(math.floor(math.log10(abs(v))))) if v else 0
+
+
+def caveats(notes: str) -> str:
+    """The clauses of a row's notes (``;``-separated) that bear on its speed (:data:`CAVEAT_WORDS`)."""
+    parts = [p.strip() for p in str(notes or "").split(";")]
+    keep = [p for p in parts if p and any(w in p.lower() for w in CAVEAT_WORDS)]
+    return "; ".join(keep) or "–"
+
+
+# =========================================================================================
+# Errors against the targets
+# =========================================================================================
+def hardware_rows(table: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Error statistics per hardware type (in table order) and over all rows (first row)."""
+    rows = [r for r in table if r.get("error") is not None]
+    groups: dict[str, list[dict]] = {"all": rows}
+    for r in rows:
+        groups.setdefault(r["hardware"], []).append(r)
+    out = []
+    for hw, rs in groups.items():
+        e = np.array([r["error"] for r in rs], dtype=np.float64)
+        a = np.abs(e)
+        out.append({"hardware": hw, "label": "all rows" if hw == "all" else hardware.get(hw).label,
+                    "rows": len(rs), "median_abs_error": float(np.median(a)), "max_abs_error": float(a.max()),
+                    "median_signed_error": float(np.median(e)),
+                    "in_band": int(sum(bool(r["in_band"]) for r in rs)),
+                    "within_10": int(np.sum(a <= 0.10)), "within_25": int(np.sum(a <= 0.25))})
+    return out
+
+
+def target_rows(summary: dict[str, Any], targets: dict[str, float] | None = None) -> list[dict[str, Any]]:
+    """Each accuracy target (``validate.TARGETS``), what the table achieves, and whether it is met."""
+    t = validate.TARGETS if targets is None else targets
+    worst_hw = max(summary["per_hardware"].items(), key=lambda kv: kv[1]["median_abs_error"])
+    worst_row = summary["worst"][0]
+    rows = [
+        {"target": "median absolute error, all rows", "limit": t["median_abs_error"],
+         "achieved": summary["median_abs_error"], "where": f"{summary['rows']} rows"},
+        {"target": "median absolute error, every hardware type", "limit": t["per_hardware_median_abs_error"],
+         "achieved": worst_hw[1]["median_abs_error"], "where": f"worst: {hardware.get(worst_hw[0]).label}"},
+        {"target": "absolute error, every row", "limit": t["max_abs_error"],
+         "achieved": summary["max_abs_error"], "where": f"worst: {worst_row['run_id']}"},
+    ]
+    for r in rows:
+        r["met"] = bool(r["achieved"] <= r["limit"])
+    return rows
+
+
+def targets_met(summary: dict[str, Any]) -> str:
+    """One sentence: are all targets met, or which are not."""
+    rows = target_rows(summary)
+    missed = [r["target"] for r in rows if not r["met"]]
+    if not missed:
+        return f"All {len(rows)} accuracy targets are met."
+    return f"Not met: {'; '.join(missed)}."
+
+
+# =========================================================================================
+# Worst rows
+# =========================================================================================
+def worst_rows(runs: Sequence[dict[str, Any]], n: int = 5) -> list[dict[str, Any]]:
+    """The ``n`` rows with the largest absolute error, largest first."""
+    rows = [r for r in runs if r["error"] is not None]
+    return sorted(rows, key=lambda r: -abs(r["error"]))[:n]
+
+
+_MODES = ("none", "selective", "full")
+
+
+def recompute_whatif(rows: Sequence[dict[str, Any]], run_ids: Sequence[str],
+                     band: perf.EfficiencyBand | None = None) -> list[dict[str, Any]]:
+    """Each named row predicted with its layout and recompute none / selective / full (every layer),
+    at the calibrated parameters: error, GiB per GPU and whether that fits the GPU's capacity."""
+    eff = (perf.default_band() if band is None else band).value
+    by_id = {r["run_id"]: r for r in rows}
+    out = []
+    for rid in run_ids:
+        row = by_id[rid]
+        base = validate.row_setup(row)
+        setups = [validate.row_setup(row, layout=base.layout.replace(recompute=m)) for m in _MODES]
+        st = perf.evaluate(validate.prepare_setups(setups), eff)
+        cap = memory.capacity_gib(str(row["hardware"]).strip())
+        rec = {"run_id": rid, "capacity_gib": cap, "used": base.recompute_label,
+               "assumed": any(a.startswith("recompute assumed") for a in base.assumptions)}
+        for m, su, tps in zip(_MODES, setups, st.tokens_per_s_per_gpu):
+            err = float(tps) / base.measured - 1.0
+            fits = bool(su.memory_gib <= cap)
+            rec[f"{m}_error"], rec[f"{m}_gib"], rec[f"{m}_fits"] = err, su.memory_gib, fits
+            rec[f"{m}_text"] = f"{_pct(err)} ({su.memory_gib:.0f} GiB{'' if fits else ', no fit'})"
+        fit_err = [rec[f"{m}_error"] for m in _MODES if rec[f"{m}_fits"]]
+        # does some recompute choice that fits bracket the measurement?
+        rec["brackets"] = bool(fit_err) and min(fit_err) <= 0.0 <= max(fit_err)
+        out.append(rec)
+    return out
+
+
+# =========================================================================================
+# Hold-out
+# =========================================================================================
+def holdout_rows(runs: Sequence[dict[str, Any]], by_row: Sequence[dict[str, Any]],
+                 by_group: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per run: in-sample error and the errors of the leave-one-row-out and leave-one-group-out
+    fits (None where the row is untestable: a parameter only it identifies)."""
+    lo = {r["run_id"]: r for r in by_row}
+    lg = {r["run_id"]: r for r in by_group}
+    out = []
+    for r in runs:
+        if r["error"] is None:
+            continue
+        a, b = lo[r["run_id"]], lg[r["run_id"]]
+        out.append({"n": r["n"], "run_id": r["run_id"], "label": r["label"], "group": r["group"],
+                    "hardware": r["hardware"], "error": r["error"],
+                    "row_error": a["error"] if a["testable"] else None,
+                    "group_error": b["error"] if b["testable"] else None,
+                    "untestable": ", ".join(sorted({x["frozen"] for x in (a, b) if not x["testable"]})) or ""})
+    return out
+
+
+def holdout_group_rows(merged: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Median absolute error per group: in-sample, leave-one-row-out, leave-one-group-out."""
+    groups: dict[str, list[dict]] = {}
+    for r in merged:
+        groups.setdefault(r["group"], []).append(r)
+    groups["all groups"] = list(merged)
+
+    def med(rs, key):
+        v = [abs(r[key]) for r in rs if r[key] is not None]
+        return float(np.median(v)) if v else None
+
+    def mx(rs, key):
+        v = [abs(r[key]) for r in rs if r[key] is not None]
+        return float(max(v)) if v else None
+
+    out = []
+    for g, rs in groups.items():
+        un = sorted({f"#{r['n']}" for r in rs if r["group_error"] is None or r["row_error"] is None})
+        out.append({"group": g, "rows": len(rs), "in_sample": med(rs, "error"), "row": med(rs, "row_error"),
+                    "group_out": med(rs, "group_error"), "group_max": mx(rs, "group_error"),
+                    "untestable": ", ".join(un) or "–"})
+    return out
+
+
+# =========================================================================================
+# Parameters, breakdown, MFU
+# =========================================================================================
+def parameter_rows(band: perf.EfficiencyBand | None = None) -> list[dict[str, Any]]:
+    """The parameters of ``data/efficiency.yaml`` in file order: value, range, kind, source."""
+    band = perf.default_band() if band is None else band
+    out = []
+    for name, e in band.meta["parameters"].items():
+        out.append({"parameter": name, "parameter_md": md_escape(name), "value": float(e["value"]),
+                    "low": float(e["low"]), "high": float(e["high"]), "kind": str(e.get("kind", "")),
+                    "range_text": f"{float(e['low']):.3f} – {float(e['high']):.3f}", "source": str(e["source"]),
+                    "source_md": md_escape(e["source"])})
+    return out
+
+
+def representative(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One run per (group, GPU family): the one with the most GPUs (first in table order on ties)."""
+    best: dict[tuple[str, str], dict] = {}
+    for r in runs:
+        key = (r["group"], r["family"])
+        if key not in best or r["gpus"] > best[key]["gpus"]:
+            best[key] = r
+    return sorted(best.values(), key=lambda r: r["n"])
+
+
+def breakdown_rows(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Long rows (run x component) of step-time shares for a stacked bar."""
+    out = []
+    for r in runs:
+        for order, (k, name) in enumerate(COMPONENTS.items()):
+            out.append({"label": r["label"], "n": r["n"], "component": name, "order": order,
+                        "share": r[f"{k}_share"], "seconds": r[f"{k}_share"] * r["step_s"], "step_s": r["step_s"]})
+    return out
+
+
+def mfu_rows(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Measured MFU per row (measured tokens/s x model FLOPs per token / dense peak of the row's
+    precision; ``validate.mfu_by_precision`` per row) and the model's."""
+    out = []
+    for r in runs:
+        if r["measured"] is None:
+            continue
+        peak = hardware.get(r["hardware"]).peak_flops(r["precision"].lower())
+        out.append({"label": r["label"], "n": r["n"], "hardware": r["hardware"], "hw_label": r["hw_label"],
+                    "family": r["family"], "precision": r["precision"], "arch": r["arch"],
+                    "mfu": r["measured"] * r["model_flops_per_token"] / peak, "mfu_pred": r["mfu_pred"]})
+    return out
+
+
+# =========================================================================================
+# The H200 single-GEMM measurement beside the model's ceilings
+# =========================================================================================
+def gemm_points(path: Path | str = validate.GEMM_CSV, gpu: str = "h200_sxm", min_m: int = 1024,
+                band: perf.EfficiencyBand | None = None) -> list[dict[str, Any]]:
+    """Every GEMM of the measurement that the fit uses (m >= ``min_m``; squares from 2048), all three
+    dtypes: achieved fraction of the dense peak, the single-GEMM fit's rule at that shape, and the
+    step-time model's rule (calibrated ceiling of the format class, Hopper basis) at that shape.
+
+    The single-GEMM ceiling of each dtype is the geometric mean of ``frac x (1 + k n_ref / n)`` with
+    the fit's ``k`` (``validate.fit_gemm_measurements``): for BF16 and FP8 it equals that fit; the
+    fast-accumulation rows, which the fit leaves out, get theirs the same way.
+    """
+    band = perf.default_band() if band is None else band
+    g = hardware.get(gpu)
+    fit = validate.fit_gemm_measurements(path, min_m=min_m, gpu=gpu)
+    with Path(path).open(encoding="utf-8", newline="") as fh:
+        raw = [r for r in csv.DictReader(fh) if r["dtype"] in GEMM_DTYPES]
+    m, n, k = (np.array([float(r[c]) for r in raw]) for c in ("m", "n", "k"))
+    keep = (m >= min_m) & ~((np.array([r["label"] for r in raw]) == "square") & (m < 2048))
+    dt = np.array([r["dtype"] for r in raw])
+    prec = np.array([GEMM_DTYPES[d][0] for d in dt])
+    peak = np.array([g.peak_flops(p) for p in prec])
+    frac = np.array([float(r["tflops"]) for r in raw]) * 1e12 / peak
+    n_hm = 3.0 / (1.0 / m + 1.0 / n + 1.0 / k)
+    n_ref = np.array([perf.gemm_reference_size(g, p) for p in prec])
+    kr = fit["gemm_roofline"]
+    implied = frac * (1.0 + kr * n_ref / n_hm)
+    single = {d: float(np.exp(np.mean(np.log(implied[keep & (dt == d)])))) for d in GEMM_DTYPES}
+    eff = band.value
+    model_ceiling = np.array([eff.ceiling(p, g.family) for p in prec])
+    model_frac = model_ceiling / (1.0 + eff.gemm_roofline * n_ref / n_hm)
+    single_frac = np.array([single[d] for d in dt]) / (1.0 + kr * n_ref / n_hm)
+    out = []
+    for i in np.flatnonzero(keep):
+        out.append({"label": raw[i]["label"], "dtype": dt[i], "dtype_label": GEMM_DTYPES[dt[i]][1],
+                    "m": int(m[i]), "n": int(n[i]), "k": int(k[i]), "n_hm": float(n_hm[i]),
+                    "frac": float(frac[i]), "single_fit_frac": float(single_frac[i]),
+                    "single_ceiling": single[dt[i]], "model_frac": float(model_frac[i]),
+                    "model_ceiling": float(model_ceiling[i]), "format_class": perf.format_class(str(prec[i]))})
+    return out
+
+
+def gemm_summary(points: Sequence[dict[str, Any]], band: perf.EfficiencyBand | None = None) -> list[dict[str, Any]]:
+    """Per dtype: how many shapes, median / quartiles / best achieved fraction of the dense peak,
+    the single-GEMM fitted ceiling, and the model's ceiling for the format class with its range."""
+    band = perf.default_band() if band is None else band
+    params = {p["parameter"]: p for p in parameter_rows(band)}
+    out = []
+    for d, (prec, label) in GEMM_DTYPES.items():
+        pts = [p for p in points if p["dtype"] == d]
+        if not pts:
+            continue
+        f = np.array([p["frac"] for p in pts])
+        q1, med, q3 = (float(x) for x in np.percentile(f, [25, 50, 75]))
+        par = params[f"gemm_ceiling_{perf.format_class(prec)}"]
+        model_med = float(np.median([p["model_frac"] for p in pts]))
+        out.append({"dtype": d, "dtype_label": label, "shapes": len(pts), "median": med, "q1": q1, "q3": q3,
+                    "best": float(f.max()), "achieved_text": f"{med:.2f} ({q1:.2f}–{q3:.2f}; best {f.max():.2f})",
+                    "single_ceiling": pts[0]["single_ceiling"], "model_ceiling": par["value"],
+                    "model_low": par["low"], "model_high": par["high"], "model_kind": par["kind"],
+                    "model_text": f"{par['value']:.3f} [{par['low']:.3f}, {par['high']:.3f}] ({par['kind']})",
+                    "model_median_frac": model_med, "model_over_measured": par["value"] / pts[0]["single_ceiling"]})
+    return out
+
+
+def gemm_curves(summary: Sequence[dict[str, Any]], points: Sequence[dict[str, Any]], gpu: str = "h200_sxm",
+                band: perf.EfficiencyBand | None = None, num: int = 60) -> list[dict[str, Any]]:
+    """Lines for the GEMM chart: fraction of the dense peak against the GEMM size n for the model's
+    16- and 8-bit ceilings and the single-GEMM FP8 fits, ``ceiling / (1 + k n_ref / n)``
+    (the model's ``k`` for the model, the measurement fit's ``k`` for the fits)."""
+    band = perf.default_band() if band is None else band
+    g = hardware.get(gpu)
+    n_hm = np.array([p["n_hm"] for p in points])
+    grid = np.geomspace(n_hm.min(), n_hm.max(), num)
+    k_fit = validate.fit_gemm_measurements(gpu=gpu)["gemm_roofline"]
+    by = {s["dtype"]: s for s in summary}
+    lines = [("model: 16-bit ceiling (measured)", band.value.ceiling("bf16", g.family), band.value.gemm_roofline, "bf16"),
+             ("model: 8-bit ceiling (calibrated on runs)", band.value.ceiling("fp8", g.family),
+              band.value.gemm_roofline, "fp8")]
+    for d in ("fp8_e4m3", "fp8_e4m3_fastaccum"):
+        if d in by:
+            lines.append((f"single-GEMM fit: {by[d]['dtype_label']}", by[d]["single_ceiling"], k_fit, "fp8"))
+    out = []
+    for name, ceil, kr, prec in lines:
+        y = ceil / (1.0 + kr * perf.gemm_reference_size(g, prec) / grid)
+        out += [{"curve": name, "n_hm": float(a), "frac": float(b)} for a, b in zip(grid, y)]
+    return out
+
+
+def claim_rows(b200: dict[str, Any], gb300: dict[str, Any]) -> list[dict[str, Any]]:
+    """The two generation claims side by side: measured ratio (or why none), model, dense peak."""
+    return [
+        {"claim": "B200 / H100 per GPU, MLPerf GPT-3 175B, FP8",
+         "measured": b200["measured_ratio"] if b200.get("available") else None,
+         "predicted": b200.get("predicted_ratio"), "peak": b200.get("peak_ratio"),
+         "rows": f"{len(b200.get('b200_rows', []))} B200 row vs median of {len(b200.get('h100_rows', []))} H100 rows (≤ 512 GPUs)"
+         if b200.get("available") else b200.get("reason", "")},
+        {"claim": "GB300 / GB200 per GPU, Llama 3.1 405B, NVFP4 (projection)",
+         "measured": None, "predicted": gb300["predicted_ratio_nvfp4_llama405b"], "peak": gb300["peak_ratio_fp4"],
+         "rows": (", ".join(gb300["measured_rows"]) if gb300["available"] else "no GB300 row: model only")},
+    ]
+
+
+def copy_fraction(path: Path | str = validate.GEMM_CSV, gpu: str = "h200_sxm") -> float:
+    """The measured device copy (read + write bytes per second) over the GPU's HBM bandwidth."""
+    with Path(path).open(encoding="utf-8", newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if r["label"].startswith("device copy")]
+    if not rows:
+        raise ValueError(f"{path}: no device copy row")
+    return float(rows[0]["tflops"]) * 1e12 / hardware.get(gpu).hbm_bw
+
+
+def group_fit(prepared, group: str) -> validate.Calibration:
+    """``validate.calibrate`` on every row outside ``group`` (``validate.row_group``): the fit that
+    the leave-one-group-out check uses for that group (before freezing unidentified parameters)."""
+    inp, setups = prepared
+    train = [i for i, su in enumerate(setups) if validate.row_group(su.row) != group]
+    if len(train) == len(setups):
+        raise ValueError(f"group_fit: no row in group {group!r}")
+    return validate.calibrate(prepared=prepared, subset=train)
+
+
+# =========================================================================================
+# Refit with pinned parameters
+# =========================================================================================
+def pinned_fit(prepared, pins: dict[str, float]) -> dict[str, Any]:
+    """Calibrate the run-fitted parameters with ``pins`` held at the given values, and the errors.
+
+    Same fit as ``validate.calibrate`` (its start points, ``_lm``, the tied families) except that a
+    pinned parameter keeps its value at every start point: ``calibrate(fixed=...)`` multiplies the
+    fixed values by the start multipliers of ``validate._STARTS`` too (e.g. ``gemm_ceiling_8bit``
+    x 1.25), so it does not hold them.
+    """
+    inp, setups = prepared
+    meas = np.array([su.measured if su.measured else np.nan for su in setups], dtype=np.float64)
+    idx = np.flatnonzero(np.isfinite(meas))
+    base = {**validate.measured_base(), **pins}
+    names = [n for n in validate.FIT_PARAMS if n not in pins]
+    best = None
+    for mult in validate._STARTS:
+        start = {k: (x * mult.get(k, 1.0) if k in names else x) for k, x in base.items()}
+        p, c = validate._lm(inp, np.where(np.isfinite(meas), meas, 1.0), names, start, idx)
+        if best is None or c < best[1] - 1e-10:
+            best = (p, c)
+    params = {k: float(v) for k, v in validate._tie(best[0]).items()}
+    eff = perf.Efficiency.from_params(params)
+    table = validate.validation_table(prepared=prepared, band=perf.EfficiencyBand(eff, eff, eff))
+    summary = validate.error_summary(table)
+    return {"params": params, "cost": float(best[1]), "table": table, "summary": summary,
+            "targets": target_rows(summary)}
+
+
+__all__ = ["CAVEAT_WORDS", "COMPONENTS", "COMPONENT_COLORS", "GEMM_DTYPES", "SOURCE_KINDS", "SOURCE_SHORT",
+           "breakdown_rows", "caveats", "claim_rows", "copy_fraction", "gemm_curves", "gemm_points", "gemm_summary",
+           "group_fit", "hardware_rows", "holdout_group_rows", "holdout_rows", "md_escape", "mfu_rows",
+           "model_short", "parameter_rows", "pinned_fit", "recompute_whatif", "representative", "run_rows",
+           "source_kind", "source_md", "spct", "target_rows", "targets_met", "worst_rows"]

@@ -1,0 +1,248 @@
+"""The validation chapter's rows: labels, errors per hardware and against the targets, worst rows
+and the recompute what-if, hold-out tables, parameters, breakdowns, MFU, the H200 GEMM
+measurement beside the model, the pinned refit, and the notebook itself."""
+import math
+import os
+
+import numpy as np
+import pytest
+
+from scaletax import hardware, perf, validate
+from scaletax import validation_study as vs
+
+
+@pytest.fixture(scope="module")
+def prepared():
+    return validate.prepare_rows(validate.load_rows())
+
+
+@pytest.fixture(scope="module")
+def table(prepared):
+    return validate.validation_table(prepared=prepared)
+
+
+@pytest.fixture(scope="module")
+def runs(table):
+    return vs.run_rows(table, validate.load_rows())
+
+
+def test_run_rows_follow_the_table(table, runs):
+    assert [r["run_id"] for r in runs] == [t["run_id"] for t in table]
+    assert [r["n"] for r in runs] == list(range(1, len(table) + 1))
+    assert len({r["label"] for r in runs}) == len(runs)
+    for r, t in zip(runs, table):
+        assert r["run"].startswith(f"#{r['n']} ")
+        assert r["error"] == pytest.approx(t["predicted"] / t["measured"] - 1.0)
+        assert r["error_low"] <= r["error"] <= r["error_high"]
+        assert r["error_text"] == vs.spct(t["error"])
+        assert "_" not in r["run_id_md"].replace("\\_", "")
+        assert r["recompute_assumed"] == ("recompute assumed" in t["assumptions"])
+        assert ("(assumed)" in r["layout_text"]) == r["recompute_assumed"]
+        assert r["kind"] in vs.SOURCE_KINDS and r["source_md"].startswith("[")
+        assert sum(r[f"{k}_share"] for k in vs.COMPONENTS) == pytest.approx(1.0)
+    assert {r["arch"] for r in runs} == {"dense", "MoE"}
+
+
+def test_run_rows_refuse_misaligned_inputs(table):
+    rows = validate.load_rows()
+    with pytest.raises(ValueError, match="run_rows"):
+        vs.run_rows(table, rows[1:] + rows[:1])
+
+
+def test_source_links():
+    assert vs.source_md("https://arxiv.org/abs/2104.04473") == "[arXiv:2104.04473](https://arxiv.org/abs/2104.04473)"
+    url = "https://github.com/mlcommons/training_results_v5.0/tree/main/NVIDIA/results/tyche_ngpu256_ngc25.04_nemo/llama31_405b"
+    assert vs.source_md(url) == f"[MLPerf Training v5.0 results]({url})"
+    assert vs.source_md("") == "–"
+
+
+def test_display_text_helpers():
+    assert vs.spct(0.017) == "+1.7%" and vs.spct(-0.09) == "\u22129.0%" and vs.spct(None) == "–"
+    assert vs.md_escape("a_b_c") == "a\\_b\\_c"
+
+
+def test_caveats_keep_only_speed_relevant_clauses():
+    notes = "vocab 50257 is unpadded; precision recipe: FP8 hybrid; MLPerf closed division; recompute not checked"
+    assert vs.caveats(notes) == "precision recipe: FP8 hybrid; recompute not checked"
+    assert vs.caveats("") == "–"
+
+
+def test_hardware_rows_agree_with_error_summary(table):
+    summ = validate.error_summary(table)
+    rows = vs.hardware_rows(table)
+    assert rows[0]["hardware"] == "all" and rows[0]["rows"] == summ["rows"]
+    assert rows[0]["median_abs_error"] == pytest.approx(summ["median_abs_error"])
+    assert rows[0]["median_signed_error"] == pytest.approx(summ["median_signed_error"])
+    assert rows[0]["in_band"] == round(summ["band_coverage"] * summ["rows"])
+    assert sum(r["rows"] for r in rows[1:]) == summ["rows"]
+    for r in rows[1:]:
+        ref = summ["per_hardware"][r["hardware"]]
+        assert r["median_abs_error"] == pytest.approx(ref["median_abs_error"])
+        assert r["max_abs_error"] == pytest.approx(ref["max_abs_error"])
+
+
+def test_targets(table):
+    summ = validate.error_summary(table)
+    rows = vs.target_rows(summ)
+    assert [r["limit"] for r in rows] == [validate.TARGETS[k] for k in
+                                          ("median_abs_error", "per_hardware_median_abs_error", "max_abs_error")]
+    assert all(r["met"] == (r["achieved"] <= r["limit"]) for r in rows)
+    assert rows[2]["achieved"] == pytest.approx(summ["max_abs_error"])
+    text = vs.targets_met(summ)
+    assert text.startswith("All") if all(r["met"] for r in rows) else text.startswith("Not met")
+    strict = {k: 0.0 for k in validate.TARGETS}
+    assert all(not r["met"] for r in vs.target_rows(summ, strict))
+
+
+def test_worst_rows_and_recompute_whatif(runs):
+    worst = vs.worst_rows(runs, 4)
+    errs = [abs(r["error"]) for r in worst]
+    assert errs == sorted(errs, reverse=True) and errs[0] == max(abs(r["error"]) for r in runs)
+    rows = validate.load_rows()
+    ids = [r["run_id"] for r in runs if r["recompute"] in ("none", "selective")][:4]
+    wi = vs.recompute_whatif(rows, ids)
+    by = {r["run_id"]: r for r in runs}
+    for w in wi:
+        r = by[w["run_id"]]
+        # the mode the model used reproduces the table's prediction
+        assert w[f"{r['recompute']}_error"] == pytest.approx(r["error"], rel=1e-9, abs=1e-12)
+        # more recompute: slower and less memory
+        assert w["none_error"] > w["selective_error"] > w["full_error"]
+        assert w["none_gib"] >= w["selective_gib"] > w["full_gib"]
+        fit = [w[f"{m}_error"] for m in ("none", "selective", "full") if w[f"{m}_fits"]]
+        assert w["brackets"] == (bool(fit) and min(fit) <= 0 <= max(fit))
+        assert w["capacity_gib"] == pytest.approx(w["capacity_gib"]) and "GiB" in w["none_text"]
+
+
+def test_holdout_tables(prepared, runs):
+    by_row = validate.holdout(prepared=prepared, scheme="row")
+    by_group = validate.holdout(prepared=prepared, scheme="group")
+    merged = vs.holdout_rows(runs, by_row, by_group)
+    assert len(merged) == len(runs)
+    nv = next(m for m in merged if "NVFP4" in m["run_id"])
+    assert nv["row_error"] is None and nv["group_error"] is None and "gemm_ceiling_4bit" in nv["untestable"]
+    groups = vs.holdout_group_rows(merged)
+    assert groups[-1]["group"] == "all groups" and groups[-1]["rows"] == len(merged)
+    assert groups[-1]["group_out"] == pytest.approx(validate.holdout_summary(by_group)["median_abs_error"])
+    assert groups[-1]["row"] == pytest.approx(validate.holdout_summary(by_row)["median_abs_error"])
+    assert sum(g["rows"] for g in groups[:-1]) == len(merged)
+    paper = next(g for g in groups if g["group"] == "Megatron papers (A100)")
+    assert paper["group_out"] is None and paper["untestable"] != "–"
+
+
+def test_group_fit(prepared):
+    fit = vs.group_fit(prepared, "Megatron papers (A100)")
+    assert set(fit.rows).isdisjoint({i for i, su in enumerate(prepared[1])
+                                     if validate.row_group(su.row) == "Megatron papers (A100)"})
+    with pytest.raises(ValueError, match="no row in group"):
+        vs.group_fit(prepared, "no such group")
+
+
+def test_parameter_rows_are_the_data_file():
+    band = perf.default_band()
+    rows = vs.parameter_rows(band)
+    assert [r["parameter"] for r in rows] == list(band.meta["parameters"])
+    for r in rows:
+        assert r["low"] <= r["value"] <= r["high"] and r["source"]
+    assert {r["kind"] for r in rows} == {"measured", "calibrated", "reference", "tied"}
+
+
+def test_representative_and_breakdown(runs):
+    rep = vs.representative(runs)
+    keys = [(r["group"], r["family"]) for r in rep]
+    assert len(keys) == len(set(keys)) == len({(r["group"], r["family"]) for r in runs})
+    for r in rep:
+        assert r["gpus"] == max(x["gpus"] for x in runs if (x["group"], x["family"]) == (r["group"], r["family"]))
+    brk = vs.breakdown_rows(rep)
+    assert len(brk) == len(rep) * len(vs.COMPONENTS)
+    for r in rep:
+        parts = [b for b in brk if b["label"] == r["label"]]
+        assert sum(b["share"] for b in parts) == pytest.approx(1.0)
+        assert sum(b["seconds"] for b in parts) == pytest.approx(r["step_s"])
+
+
+def test_mfu_rows_match_mfu_by_precision(table, runs):
+    pts = vs.mfu_rows(runs)
+    for g in validate.mfu_by_precision(table):
+        v = [p["mfu"] for p in pts if p["precision"] == g["precision"].upper() and p["family"] == g["family"]]
+        assert len(v) == g["rows"]
+        assert float(np.median(v)) == pytest.approx(g["measured_mfu_median"])
+
+
+def test_gemm_points_reproduce_the_fit():
+    fit = validate.fit_gemm_measurements()
+    pts = vs.gemm_points()
+    summ = {s["dtype"]: s for s in vs.gemm_summary(pts)}
+    assert set(summ) == set(vs.GEMM_DTYPES)
+    assert summ["bf16"]["single_ceiling"] == pytest.approx(fit["ceiling_bf16"])
+    assert summ["fp8_e4m3"]["single_ceiling"] == pytest.approx(fit["ceiling_fp8"])
+    assert sum(s["shapes"] for k, s in summ.items() if k != "fp8_e4m3_fastaccum") == fit["points"]
+    for p in pts:
+        assert p["m"] >= 1024 and 0 < p["frac"] < 1
+        assert p["single_fit_frac"] < p["single_ceiling"] and p["model_frac"] < p["model_ceiling"]
+        if p["dtype"] == "bf16":  # the model's 16-bit ceiling is this fit (data file rounds to 4 digits)
+            assert p["model_frac"] == pytest.approx(p["single_fit_frac"], rel=2e-3)
+    for s in summ.values():
+        assert s["q1"] <= s["median"] <= s["q3"] <= s["best"]
+        assert s["model_over_measured"] == pytest.approx(s["model_ceiling"] / s["single_ceiling"])
+    curves = vs.gemm_curves(list(summ.values()), pts)
+    assert len({c["curve"] for c in curves}) == 4
+    for name in {c["curve"] for c in curves}:
+        y = [c["frac"] for c in curves if c["curve"] == name]
+        assert all(a < b for a, b in zip(y, y[1:]))
+
+
+def test_copy_fraction():
+    f = vs.copy_fraction()
+    assert 0.5 < f < 1.0
+    assert f == pytest.approx(4.1223559 / 4.8, rel=1e-3)
+
+
+def test_pinned_fit_holds_the_pin(prepared):
+    free = validate.calibrate(prepared=prepared)
+    pin = vs.pinned_fit(prepared, {"gemm_ceiling_8bit": 0.68})
+    assert pin["params"]["gemm_ceiling_8bit"] == 0.68
+    assert pin["cost"] >= free.cost - 1e-9
+    assert pin["summary"]["rows"] == len(free.rows)
+    # pinned at the free optimum, the fit returns to it
+    same = vs.pinned_fit(prepared, {"gemm_ceiling_8bit": free.params["gemm_ceiling_8bit"]})
+    assert same["cost"] == pytest.approx(free.cost, rel=1e-3)
+    assert same["params"]["memory_overhead"] == pytest.approx(free.params["memory_overhead"], rel=1e-2)
+
+
+def test_claim_rows(table):
+    rows = vs.claim_rows(validate.b200_vs_h100(table), validate.gb300_vs_gb200(table))
+    assert rows[0]["measured"] is not None and rows[0]["peak"] == pytest.approx(
+        hardware.get("b200").peak_flops("fp8") / hardware.get("h100_sxm").peak_flops("fp8"))
+    assert rows[1]["measured"] is None and "projection" in rows[1]["claim"]
+    assert math.isfinite(rows[1]["predicted"])
+
+
+def test_notebook_runs_and_glues_every_key_it_uses(tmp_path):
+    jupytext = pytest.importorskip("jupytext")
+    pm = pytest.importorskip("papermill")
+    import re
+
+    path = validate.DATA_DIR.parent / "notebooks" / "validation.md"
+    src = jupytext.read(path)
+    old = os.environ.get("SCALETAX_FIGURES_DIR")
+    os.environ["SCALETAX_FIGURES_DIR"] = str(tmp_path / "figures")
+    try:
+        nb = pm.execute_notebook(src, str(tmp_path / "validation.ipynb"), kernel_name="python3",
+                                 progress_bar=False, cwd=str(tmp_path))
+    finally:
+        if old is None:
+            os.environ.pop("SCALETAX_FIGURES_DIR", None)
+        else:
+            os.environ["SCALETAX_FIGURES_DIR"] = old
+    glued = {out.get("metadata", {}).get("scrapbook", {}).get("name")
+             for cell in nb.cells for out in cell.get("outputs", [])}
+    text = path.read_text(encoding="utf-8")
+    used = set(re.findall(r"\{glue:text\}`([a-z0-9_]+)", text)) | set(re.findall(r"\{glue:figure\} (\S+)", text))
+    assert used and used <= glued, sorted(used - glued)
+    assert all(k.startswith(("val_", "fig-val-")) for k in glued if k)
+    plain = [out["data"].get("text/plain", "") for cell in nb.cells for out in cell.get("outputs", [])
+             if out.get("metadata", {}).get("scrapbook", {}).get("name", "").startswith("val_")]
+    assert plain and not [t for t in plain if "np." in t]  # numpy scalars do not format in glue:text
+    figs = tmp_path / "figures"
+    assert {p.stem for p in figs.glob("fig-val-*.png")} == {p.stem for p in figs.glob("fig-val-*.csv")}
