@@ -96,6 +96,9 @@ class ChartBundle:
             f'.push(["#{div}", {spec}]);</script>'
         )
 
+    def __repr__(self) -> str:  # stable text/plain (no memory address)
+        return f"Figure {self.label}"
+
     def _repr_mimebundle_(self, include=None, exclude=None):
         return {"text/html": self.html(), "image/png": self.png}
 

@@ -69,6 +69,9 @@ class Table:
     def _repr_markdown_(self) -> str:
         return self.source
 
+    def __repr__(self) -> str:  # stable text/plain (no memory address: builds must be byte-identical)
+        return self.source.splitlines()[0].removeprefix("```{list-table} ")
+
 
 def table(rows: Sequence[dict], columns: dict[str, str], *, label: str, caption: str,
           formats: dict[str, Callable[[Any], str]] | None = None,

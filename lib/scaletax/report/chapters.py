@@ -49,21 +49,40 @@ class Part:
     entries: tuple
 
 
+_MODEL_DATA = ("hardware.csv", "models.yaml", "efficiency.yaml")
+_PLAN = ("models", "gpus", "training.tokens", "training.global_batch_tokens", "training.precision",
+         "training.precisions", "cluster.sizes", "cluster.gpus", "cluster.target_days", "economics.prices",
+         "economics.energy", "economics.usd_per_mwh")
+
+#: Executed chapters, in book order (the summary is the book's first page).
 CHAPTERS = (
+    Chapter("summary", reads=("name", *_PLAN), data=_MODEL_DATA),
     Chapter("hardware", reads=("gpus",), data=("hardware.csv",)),
-    Chapter("memory", reads=("models", "gpus", "cluster.sizes", "cluster.gpus", "training.precision", "training.global_batch_tokens"), data=("hardware.csv", "models.yaml", "published_runs.csv")),
-    Chapter("communication", reads=("models", "gpus", "cluster.sizes", "cluster.gpus", "training.precision", "training.global_batch_tokens"), data=("hardware.csv", "models.yaml", "collectives.csv", "efficiency.yaml")),
-    Chapter("precision", reads=("gpus", "training.precisions", "precision.seed", "precision.experiment_seeds", "precision.experiment_steps"), data=("hardware.csv", "published_runs.csv", "precision_vectors.json")),
-    Chapter("validation", reads=(), data=("hardware.csv", "models.yaml", "published_runs.csv", "efficiency.yaml", "collectives.csv", "measured/gemm_h200.csv")),
+    Chapter("memory", reads=("models", "gpus", "cluster.sizes", "cluster.gpus", "training.precision",
+                             "training.global_batch_tokens"),
+            data=("hardware.csv", "models.yaml", "published_runs.csv")),
+    Chapter("communication", reads=("models", "gpus", "cluster.sizes", "cluster.gpus", "training.precision",
+                                    "training.global_batch_tokens"),
+            data=("hardware.csv", "models.yaml", "collectives.csv", "efficiency.yaml")),
+    Chapter("precision", reads=("gpus", "training.precisions", "precision.seed", "precision.experiment_seeds",
+                                "precision.experiment_steps"),
+            data=("hardware.csv", "published_runs.csv", "precision_vectors.json")),
+    Chapter("validation", reads=(),
+            data=("hardware.csv", "models.yaml", "published_runs.csv", "efficiency.yaml", "collectives.csv",
+                  "measured/gemm_h200.csv")),
+    Chapter("decision", reads=("name", *_PLAN, "training.tokens_source", "economics.usd_per_mwh_source"),
+            data=_MODEL_DATA),
 )
+_BY_SLUG = {c.slug: c for c in CHAPTERS}
 
 TOC = (
-    Part("The question", (Page("intro"),)),
-    Part("The three taxes", tuple(CHAPTERS)),
+    Part("About this book", (Page("intro"),)),
+    Part("The three taxes", tuple(_BY_SLUG[s] for s in ("hardware", "memory", "communication", "precision"))),
+    Part("What it costs", tuple(_BY_SLUG[s] for s in ("validation", "decision"))),
     Part("Method and provenance", (Page("method"), Page("reproduce", generated=True),
                                    Page("cite"), Page("bibliography"))),
 )
-ROOT_PAGE = "intro"
+ROOT_PAGE = "summary"
 
 
 def chapter(slug: str) -> Chapter:

@@ -85,9 +85,23 @@ def _execute_one(source: str, params_file: str, workdir: str) -> int:
         error, cell = f"{exc.ename}: {exc.evalue}".splitlines()[0][:300], exc.cell_index
     except Exception as exc:  # kernel died, timeout, unreadable notebook
         error = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+    _stable_ids(work / "notebook.ipynb")
     status = {"seconds": time.perf_counter() - t0, "error": error, "cell": cell}
     (work / "status.json").write_text(json.dumps(status), encoding="utf-8")
     return 0 if error is None else 1
+
+
+def _stable_ids(path: Path) -> None:
+    """Replace the random cell ids (jupytext, papermill) by their position, so that the same
+    inputs give byte-identical notebooks apart from papermill's timestamps."""
+    import nbformat
+
+    if not path.exists():
+        return
+    nb = nbformat.read(path, as_version=4)
+    for i, cell in enumerate(nb.cells):
+        cell["id"] = f"cell-{i:03d}"
+    nbformat.write(nb, path)
 
 
 @dataclass

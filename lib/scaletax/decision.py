@@ -1,0 +1,1330 @@
+"""The decision: which GPU, how many, how long, at what cost, and why, for the scenario.
+
+Computations of the decision chapter and the executive summary. Every number comes from the
+layout search (:func:`scaletax.search.search`: the fastest layout that fits, with the
+throughput band of the calibrated step-time model) and the arithmetic of :mod:`scaletax.cost`;
+this module chooses the cases, runs them once (results are memoized per process) and turns
+them into rows and sentences.
+
+Public API
+----------
+- ``Plan``: the scenario inputs both notebooks read (:meth:`Plan.from_params` takes the
+  notebook parameters); ``run_precision`` / ``fastest_precision`` per GPU.
+- ``best(...)``: one memoized search; ``outcome(...)`` one case as a row with time, GPU-hours,
+  energy and cost and their low/high bands; ``economics(rows, plan)`` fills those columns for
+  many rows at once (numpy arrays through :mod:`scaletax.cost`).
+- ``decision_rows(plan)``: every model x GPU type on the scenario's cluster, with the GPU count
+  that finishes in the target time (:func:`gpus_for_target`, searched, not extrapolated).
+- ``waterfall(plan, model, target)``: where a GPU's advantage over H100 comes from, by swapping
+  one group of hardware properties at a time in the model (:data:`FACTORS`).
+- ``breakeven_rows``: cost per trained token against the reference Hopper, and the price per
+  GPU-hour at which each newer GPU matches it.
+- ``top_rows``: the largest cluster of the scenario; ``heq_rows``: H-equivalents;
+  ``rubin_claim``: GPUs to train an MoE budget in a fixed time, Rubin against GB200;
+  ``tornado_rows``: one-at-a-time sensitivity (:func:`scaletax.cost.training_sensitivity`).
+- ``headline(plan)``: the numbers and sentences of the executive summary.
+- Sentence helpers (``*_sentence``) for the prose: comparisons are computed from what the
+  scenario contains and say so when they fall back on catalog GPUs.
+
+Conventions: the cost of a run is GPU-hours x price per GPU-hour plus facility energy x the
+scenario's electricity price (:func:`scaletax.cost.train_estimate`); the price is treated as
+excluding power. Bands: the efficiency band's low/high corners of the step-time model; for a
+ratio of two GPUs both at the same corner (the parameters are shared), min/max of the two.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from scaletax import cost, hardware, search
+from scaletax import models as catalog
+
+# =========================================================================================
+# Constants
+# =========================================================================================
+#: The Hopper baseline of the advantage waterfall ("Blackwell's advantage over H100").
+BASELINE = "h100_sxm"
+#: Hopper GPUs of the H-equivalent framing (H800 and H20: export variants; catalog values).
+HEQ_HOPPER: tuple[str, ...] = ("h800_sxm", "h20", "h100_sxm", "h200_sxm")
+#: Blackwell GPUs whose H-equivalents are computed.
+HEQ_BLACKWELL: tuple[str, ...] = ("b200", "gb200")
+#: The reference Hopper of the break-even comparison when the scenario has it.
+HOPPER_REF = "h200_sxm"
+#: NVIDIA's announced claim (CES 2026, Rubin platform blog, as relayed): Rubin trains MoE
+#: models with one quarter of the GPUs Blackwell needs.
+RUBIN_CLAIM = 0.25
+CLAIM_PAIR = ("rubin", "gb200")
+#: Families counted as Blackwell (the waterfall targets, the "best Blackwell").
+BLACKWELL_FAMILIES = ("blackwell", "blackwell_ultra")
+#: Hardware fields swapped by each factor of the waterfall, in order: memory capacity, the
+#: NVLink domain and links, then compute (dense peaks, HBM bandwidth and the family's
+#: calibrated sustained fraction of peak); the last factor, precision, changes the format.
+FACTORS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("memory", "memory capacity", ("hbm_gib",)),
+    ("communication", "NVLink domain and links", ("nvlink_domain", "nvlink_gb_s_bidir", "nic_gbit_s")),
+    ("compute", "compute and HBM bandwidth", ("tf32_tflops", "bf16_tflops", "fp8_tflops", "hbm_tb_s", "family")),
+)
+#: Resolution of a searched GPU count: multiples of 2^(floor(log2 n) - RESOLUTION_BITS), at
+#: least 8 (whole 8-GPU nodes), i.e. about 1/16 of the count.
+RESOLUTION_BITS = 4
+#: Largest GPU count a "GPUs needed" search tries.
+MAX_COUNT = 4_000_000
+_SEARCH_CACHE: dict[tuple, search.SearchResult] = {}
+
+
+# =========================================================================================
+# Scenario inputs
+# =========================================================================================
+@dataclass(frozen=True)
+class Plan:
+    """What the decision needs from the scenario (plain data, validated by the scenario).
+
+    prices: GPU id -> {"usd_per_gpu_hour", "assumption", "source"}; energy: PUE, system
+    overhead (all-in system power / TDP) and utilization (average / peak power).
+    """
+
+    name: str
+    models: tuple[str, ...]
+    gpus: tuple[str, ...]
+    tokens: float
+    batch_tokens: int
+    precision: str
+    precisions: tuple[str, ...]
+    cluster_gpus: int
+    sizes: tuple[int, ...]
+    target_days: float
+    prices: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    pue: float = 1.2
+    system_overhead: float = 1.7
+    utilization: float = 0.9
+    usd_per_mwh: float = 0.0
+
+    @classmethod
+    def from_params(cls, *, name: str, models, gpus, training_tokens, training_global_batch_tokens,
+                    training_precision, training_precisions, cluster_sizes, cluster_gpus, cluster_target_days,
+                    economics_prices, economics_energy, economics_usd_per_mwh, **_ignored: Any) -> "Plan":
+        """Build from the notebook parameters (scenario keys with '_' for '.')."""
+        e = economics_energy or {}
+        return cls(name=str(name), models=tuple(models), gpus=tuple(gpus), tokens=float(training_tokens),
+                   batch_tokens=int(training_global_batch_tokens), precision=str(training_precision),
+                   precisions=tuple(training_precisions), cluster_gpus=int(cluster_gpus),
+                   sizes=tuple(int(n) for n in cluster_sizes), target_days=float(cluster_target_days),
+                   prices={k: dict(v) for k, v in (economics_prices or {}).items()},
+                   pue=float(e.get("pue", 1.2)), system_overhead=float(e.get("system_overhead", 1.7)),
+                   utilization=float(e.get("utilization", 0.9)), usd_per_mwh=float(economics_usd_per_mwh))
+
+    @property
+    def top(self) -> int:
+        """The largest cluster of the scenario (its sizes and its reference count)."""
+        return max(set(self.sizes) | {self.cluster_gpus})
+
+    def price(self, gpu_id: str) -> float | None:
+        p = self.prices.get(gpu_id)
+        return None if p is None else float(p["usd_per_gpu_hour"])
+
+    def price_assumed(self, gpu_id: str) -> bool:
+        p = self.prices.get(gpu_id)
+        return True if p is None else bool(p.get("assumption", False))
+
+    def economics(self, gpu_id: str) -> cost.Economics:
+        """Scenario economics with this GPU's price (0 when the scenario has none)."""
+        return cost.Economics(usd_per_gpu_hour=self.price(gpu_id) or 0.0, system_overhead=self.system_overhead,
+                              utilization=self.utilization, pue=self.pue, usd_per_mwh=self.usd_per_mwh)
+
+    def run_precision(self, gpu) -> str:
+        """The scenario precision where the GPU runs it natively, else its fastest native format
+        among the scenario's precisions (Hopper has no block-scaled formats), else BF16."""
+        g = _gpu(gpu)
+        if g.supports(self.precision):
+            return self.precision
+        ok = [p for p in self.precisions if g.supports(p)]
+        return max(ok, key=g.peak_flops) if ok else "bf16"
+
+    def fastest_precision(self, gpu) -> str:
+        """The native format with the highest dense peak among the scenario's precisions (ties:
+        the run precision, then list order)."""
+        g = _gpu(gpu)
+        base = self.run_precision(g)
+        ok = [base] + [p for p in self.precisions if g.supports(p) and p != base]
+        return max(ok, key=g.peak_flops)  # max keeps the first of equal peaks
+
+
+def _gpu(gpu) -> hardware.GPU:
+    return hardware.get(gpu) if isinstance(gpu, str) else gpu
+
+
+def model_name(mid: str) -> str:
+    """Short display name: the catalog name without its parenthesised note ("GPT 1T", "Kimi K2")."""
+    m = catalog.get(mid)
+    return (m.name or m.id).split(" (")[0]
+
+
+def gpu_label(gpu) -> str:
+    """Table label; announced parts are marked as projections."""
+    g = _gpu(gpu)
+    return f"{g.label} (projection)" if g.announced else g.label
+
+
+def _join(items: Sequence[str], last: str = "and") -> str:
+    items = list(items)
+    if len(items) <= 1:
+        return "".join(items)
+    return ", ".join(items[:-1]) + f" {last} " + items[-1]
+
+
+def join_labels(gpu_ids: Sequence[str]) -> str:
+    """GPU labels joined for prose ("A, B and C"), announced parts marked."""
+    return _join([gpu_label(g) for g in gpu_ids])
+
+
+# =========================================================================================
+# Searches
+# =========================================================================================
+def best(model_id: str, gpu, precision: str, gpus: int, batch_tokens: int) -> search.SearchResult:
+    """The fastest layout of ``model_id`` on ``gpus`` GPUs of ``gpu`` (an id or a ``GPU``,
+    possibly a hypothetical one), memoized per process."""
+    g = _gpu(gpu)
+    key = (model_id, g, precision, int(gpus), int(batch_tokens))
+    res = _SEARCH_CACHE.get(key)
+    if res is None:
+        res = search.search(catalog.get(model_id), precision, g, int(gpus), tokens_per_step=batch_tokens,
+                            pareto=False)
+        _SEARCH_CACHE[key] = res
+    return res
+
+
+def clear_cache() -> None:
+    _SEARCH_CACHE.clear()
+
+
+def _tps(res: search.SearchResult) -> tuple[float, float, float] | None:
+    if not res.fits:
+        return None
+    m = res.metrics
+    return m["tokens_per_s_per_gpu"], m["tokens_per_s_per_gpu_low"], m["tokens_per_s_per_gpu_high"]
+
+
+def round_count(n: float) -> int:
+    """``n`` rounded up to the resolution of a searched count (:data:`RESOLUTION_BITS`)."""
+    n = max(8.0, float(n))
+    step = max(8, 2 ** max(0, int(math.floor(math.log2(n))) - RESOLUTION_BITS))
+    return int(step * math.ceil(n / step - 1e-12))
+
+
+def _next_count(n: int) -> int:
+    """The next searched count above ``n``."""
+    return round_count(n + 1)
+
+
+def gpus_for_target(plan: Plan, model_id: str, gpu, precision: str | None = None, days: float | None = None,
+                    start: int | None = None, max_iter: int = 6) -> dict[str, Any]:
+    """Fewest GPUs (to the count resolution, :func:`round_count`) that train the token budget
+    in ``days`` (default: the scenario's target), searching the layout again at each count.
+
+    Throughput per GPU falls as the cluster grows at a fixed global batch, so the count is
+    first iterated as n -> GPUs needed at the throughput of the best layout on n GPUs (from
+    ``start``, default the scenario cluster; a count where nothing fits moves up to the memory
+    minimum the search reports), then bisected between the largest count seen that misses the
+    target and the smallest that meets it. Band: GPUs needed at the band's throughputs on the
+    found count (held fixed). Returns gpus, low, high, days, the search result, searches and
+    ``memory_bound`` (the smallest count that fits already meets the target).
+    """
+    g = _gpu(gpu)
+    prec = precision or plan.run_precision(g)
+    days = plan.target_days if days is None else float(days)
+    seen: dict[int, search.SearchResult] = {}
+    memory_min: int | None = None
+
+    def run(n: int) -> search.SearchResult:
+        nonlocal memory_min
+        if n not in seen:
+            seen[n] = best(model_id, g, prec, n, plan.batch_tokens)
+            r = seen[n]
+            if not r.fits and r.min_gpus is not None and r.min_gpus > n:
+                memory_min = max(memory_min or 0, r.min_gpus)
+        return seen[n]
+
+    def ok(n: int) -> bool:
+        r = run(n)
+        return r.fits and cost.days_to_train(plan.tokens, r.metrics["tokens_per_s_per_gpu"], n) <= days * (1 + 1e-9)
+
+    n = round_count(start or plan.cluster_gpus)
+    for _ in range(max_iter):  # fixed-point iteration
+        r = run(n)
+        if r.fits:
+            nxt = round_count(cost.gpus_for_days(plan.tokens, r.metrics["tokens_per_s_per_gpu"], days))
+        elif r.min_gpus is None:
+            return _no_target(r)
+        else:
+            nxt = round_count(max(r.min_gpus, n + 1))
+        nxt = min(max(nxt, round_count(memory_min or 8)), MAX_COUNT + 1)
+        if nxt == n or nxt in seen:
+            n = nxt
+            break
+        n = nxt
+    good = sorted(k for k in seen if ok(k))
+    while not good:  # grow until a count meets the target
+        n = round_count(max(seen) * 1.5)
+        if n > MAX_COUNT:
+            return _no_target(run(max(seen)), too_many=True)
+        if ok(n):
+            good = [n]
+    hi = good[0]
+    bad = [k for k in seen if k < hi and not ok(k)]
+    lo = max(bad) if bad else None
+    if lo is None:  # walk down until a count misses the target (or nothing fits)
+        k = hi
+        while k > 8:
+            k = round_count(k * 0.75) if round_count(k * 0.75) < k else k - 8
+            if ok(k):
+                hi = k
+            else:
+                lo = k
+                break
+    while lo is not None and _next_count(lo) < hi:  # bisect on the count grid
+        mid = round_count((lo + hi) / 2)
+        mid = mid if lo < mid < hi else _next_count(lo)
+        if mid >= hi:
+            break
+        if ok(mid):
+            hi = mid
+        else:
+            lo = mid
+    misses, k = 0, hi  # feasibility is not monotone on the grid: look below until two misses in a row
+    while misses < 2 and k > 8:
+        k = k - max(8, 2 ** max(0, int(math.floor(math.log2(k - 1))) - RESOLUTION_BITS))
+        if k < 8:
+            break
+        if ok(k):
+            hi, misses = k, 0
+        else:
+            misses += 1
+    res = run(hi)
+    t, tlo, thi = _tps(res)
+    low, high = cost.gpus_for_days(plan.tokens, thi, days), cost.gpus_for_days(plan.tokens, tlo, days)
+    exact = [plan.tokens / (x * days * cost.SECONDS_PER_DAY) for x in (t, thi, tlo)]
+    return {"gpus": hi, "low": min(low, hi), "high": max(high, hi), "days": cost.days_to_train(plan.tokens, t, hi),
+            "exact": exact[0], "exact_low": exact[1], "exact_high": exact[2],
+            "result": res, "memory_bound": lo is not None and not run(lo).fits,
+            "tokens_per_s_per_gpu": t, "tps_low": tlo, "tps_high": thi, "searches": len(seen), "message": ""}
+
+
+def _no_target(res: search.SearchResult, too_many: bool = False) -> dict[str, Any]:
+    msg = (f"needs more than {MAX_COUNT:,} GPUs" if too_many else res.message)
+    return {"gpus": None, "low": None, "high": None, "days": None, "exact": None, "exact_low": None, "exact_high": None,
+            "result": res, "memory_bound": False, "tokens_per_s_per_gpu": None, "tps_low": None, "tps_high": None,
+            "searches": 0, "message": msg}
+
+
+# =========================================================================================
+# Rows with time, GPU-hours, energy and cost
+# =========================================================================================
+def outcome(plan: Plan, model_id: str, gpu, gpus: int | None = None, precision: str | None = None) -> dict[str, Any]:
+    """One case as a row (no economics yet: see :func:`economics`)."""
+    g = _gpu(gpu)
+    n = int(gpus or plan.cluster_gpus)
+    prec = precision or plan.run_precision(g)
+    res = best(model_id, g, prec, n, plan.batch_tokens)
+    row = {"model": model_id, "model_name": model_name(model_id), "gpu": g.id, "label": gpu_label(g),
+           "family": g.family, "announced": g.announced, "domain": g.nvlink_domain, "precision": prec, "gpus": n,
+           "fits": res.fits, "message": res.message, "min_gpus": res.min_gpus,
+           "price": plan.price(g.id), "price_assumed": plan.price_assumed(g.id)}
+    if res.fits:
+        m = res.metrics
+        row.update(layout=search.perf_label(res.best), tps=m["tokens_per_s_per_gpu"],
+                   tps_low=m["tokens_per_s_per_gpu_low"], tps_high=m["tokens_per_s_per_gpu_high"], mfu=m["mfu"],
+                   step_s=m["step_s"], comm_share=m["exposed_comm_s"] / m["step_s"],
+                   sequences_per_gpu=res.sequences / n)
+    else:
+        row.update(layout=_nofit_text(res), tps=None, tps_low=None, tps_high=None, mfu=None)
+    return row
+
+
+def _nofit_text(res: search.SearchResult) -> str:
+    return (f"does not fit; needs at least {res.min_gpus:,}" if res.min_gpus is not None
+            else "no layout fits")
+
+
+_ECON = ("days", "gpu_hours", "energy_mwh", "cost_usd", "usd_per_mtok", "tokens_per_day")
+
+
+def economics(rows: list[dict[str, Any]], plan: Plan) -> list[dict[str, Any]]:
+    """Add days, GPU-hours, energy (MWh), cost (USD), USD per million tokens and tokens per day,
+    each with ``_low`` / ``_high``, to every row that fits; one numpy pass over all rows.
+
+    Low throughput gives the high end of days, GPU-hours, energy and cost.
+    """
+    fit = [r for r in rows if r.get("tps")]
+    for r in rows:
+        if not r.get("tps"):
+            r.update({k + s: None for k in _ECON for s in ("", "_low", "_high")})
+    if not fit:
+        return rows
+    n = np.array([r["gpus"] for r in fit], dtype=float)
+    tdp = np.array([hardware.get(r["gpu"]).tdp_w for r in fit])
+    price = np.array([np.nan if r["price"] is None else r["price"] for r in fit])
+
+    def cols(tps):
+        hours = cost.gpu_hours(plan.tokens, tps)
+        mwh = cost.energy_mwh(hours, tdp, plan.system_overhead, plan.utilization, plan.pue)
+        usd = np.where(np.isnan(price), np.nan, cost.cost_usd(hours, np.nan_to_num(price), mwh, plan.usd_per_mwh))
+        return {"days": cost.days_to_train(plan.tokens, tps, n), "gpu_hours": hours, "energy_mwh": mwh,
+                "cost_usd": usd, "usd_per_mtok": usd / plan.tokens * 1e6,
+                "tokens_per_day": tps * n * cost.SECONDS_PER_DAY}
+
+    mid, slow, fast = (cols(np.array([r[k] for r in fit], dtype=float)) for k in ("tps", "tps_low", "tps_high"))
+    for k in _ECON:
+        a, b = np.atleast_1d(slow[k]), np.atleast_1d(fast[k])
+        for suffix, v in (("", np.atleast_1d(mid[k])), ("_low", np.minimum(a, b)), ("_high", np.maximum(a, b))):
+            for r, x in zip(fit, v):
+                r[k + suffix] = float(x) if np.isfinite(x) else None
+    return rows
+
+
+def decision_rows(plan: Plan, target: bool = True) -> list[dict[str, Any]]:
+    """Every model x GPU type of the scenario on ``cluster_gpus``: layout, throughput, time,
+    GPU-hours, energy, cost (with bands) and, with ``target``, the GPUs that finish in the
+    target time (``need``, ``need_low``, ``need_high``)."""
+    rows = [outcome(plan, m, g) for m in plan.models for g in plan.gpus]
+    economics(rows, plan)
+    for r in rows:
+        if target:
+            t = gpus_for_target(plan, r["model"], r["gpu"], r["precision"])
+            r.update(need=t["gpus"], need_low=t["low"], need_high=t["high"], need_memory_bound=t["memory_bound"],
+                     need_layout=search.perf_label(t["result"].best) if t["gpus"] else t["message"])
+    return rows
+
+
+# =========================================================================================
+# Picks from the rows
+# =========================================================================================
+def _fitting(rows, **where):
+    return [r for r in rows if r.get("tps") and all(r.get(k) == v for k, v in where.items())]
+
+
+def cheapest(rows: list[dict], model_id: str, gpu_ids: Iterable[str] | None = None,
+             shipping: bool = True) -> dict | None:
+    """The row with the lowest central cost (then fewest days) for a model among ``gpu_ids``."""
+    ids = set(gpu_ids) if gpu_ids is not None else None
+    cands = [r for r in _fitting(rows, model=model_id) if (ids is None or r["gpu"] in ids)
+             and (not shipping or not r["announced"])]
+    cands = [r for r in cands if r.get("cost_usd") is not None] or cands
+    if not cands:
+        return None
+    return min(cands, key=lambda r: (r.get("cost_usd") or math.inf, r["days"]))
+
+
+def fastest(rows: list[dict], model_id: str, gpu_ids: Iterable[str] | None = None, shipping: bool = True) -> dict | None:
+    ids = set(gpu_ids) if gpu_ids is not None else None
+    cands = [r for r in _fitting(rows, model=model_id) if (ids is None or r["gpu"] in ids)
+             and (not shipping or not r["announced"])]
+    return max(cands, key=lambda r: r["tps"]) if cands else None
+
+
+def hopper_ids(gpu_ids: Iterable[str]) -> list[str]:
+    return [g for g in gpu_ids if hardware.get(g).family == "hopper"]
+
+
+def blackwell_ids(gpu_ids: Iterable[str]) -> list[str]:
+    return [g for g in gpu_ids if hardware.get(g).family in BLACKWELL_FAMILIES]
+
+
+def waterfall_targets(gpu_ids: Sequence[str]) -> tuple[list[str], bool]:
+    """The Blackwell GPUs of the waterfall: the scenario's first 8-GPU-domain and first
+    NVL72-class Blackwell; (catalog B200 and GB200, False) when the scenario has none."""
+    bw = blackwell_ids(gpu_ids)
+    picks = [next((g for g in bw if hardware.get(g).nvlink_domain <= 8), None),
+             next((g for g in bw if hardware.get(g).nvlink_domain > 8), None)]
+    picks = [g for g in picks if g]
+    return (picks, True) if picks else (list(HEQ_BLACKWELL), False)
+
+
+# =========================================================================================
+# Where the advantage comes from
+# =========================================================================================
+def hybrid(base, target, fields: Iterable[str], tag: str) -> hardware.GPU:
+    """``base`` with the ``fields`` of ``target`` (a hypothetical GPU for the waterfall)."""
+    b, t = _gpu(base), _gpu(target)
+    upd = {f: getattr(t, f) for f in fields}
+    return b.model_copy(update={**upd, "id": f"{b.id}_{tag}", "label": f"{b.label} + {tag}"[:24]})
+
+
+def waterfall(plan: Plan, model_id: str, target: str, base: str = BASELINE, gpus: int | None = None,
+              alone: bool = True) -> list[dict[str, Any]]:
+    """Tokens/s per GPU from ``base`` to ``target`` swapping one factor at a time.
+
+    Rows, in order: the base GPU at its run precision; each factor of :data:`FACTORS` added to
+    the previous hypothetical GPU (after the last one it is the target GPU at the base's
+    precision); the target at its fastest format. Each row: tokens/s per GPU and band,
+    ``gain`` over the previous row, ``cumulative`` ratio over the base (with ``_low`` / ``_high``
+    at the band's corners), ``alone`` (the factor applied to the base by itself; for precision,
+    the same as ``gain``) and ``share`` of the total log-gain. Rows whose case does not fit have
+    tps None.
+    """
+    n = int(gpus or plan.cluster_gpus)
+    b, t = hardware.get(base), hardware.get(target)
+    prec = plan.run_precision(b)
+    if not t.supports(prec):
+        prec = "bf16"
+    cases = [("base", f"{b.label} {prec.upper()}", b, prec)]
+    cur, fields = b, []
+    for key, label, fs in FACTORS:
+        fields += list(fs)
+        cur = hybrid(b, t, fields, key)
+        cases.append((key, label, cur, prec))
+    fast = plan.fastest_precision(t)
+    cases.append(("precision", f"precision {prec.upper()} to {fast.upper()}", t, fast))
+    out, prev = [], None
+    base_tps = None
+    for key, label, g, p in cases:
+        tp = _tps(best(model_id, g, p, n, plan.batch_tokens))
+        row = {"model": model_id, "model_name": model_name(model_id), "target": t.id, "target_label": gpu_label(t),
+               "step": key, "label": label, "precision": p, "tps": None, "tps_low": None, "tps_high": None,
+               "gain": None, "cumulative": None, "cumulative_low": None, "cumulative_high": None, "alone": None}
+        if tp is not None:
+            row.update(tps=tp[0], tps_low=tp[1], tps_high=tp[2])
+            if key == "base":
+                base_tps = tp
+            if base_tps is not None:
+                row["cumulative"] = tp[0] / base_tps[0]
+                lo, hi = tp[1] / base_tps[1], tp[2] / base_tps[2]
+                row["cumulative_low"], row["cumulative_high"] = min(lo, hi), max(lo, hi)
+            if prev is not None and prev["tps"]:
+                row["gain"] = tp[0] / prev["tps"]
+        if alone and key in {f[0] for f in FACTORS} and base_tps is not None:
+            fs = next(f[2] for f in FACTORS if f[0] == key)
+            ta = _tps(best(model_id, hybrid(b, t, fs, key + "_alone"), prec, n, plan.batch_tokens))
+            row["alone"] = None if ta is None else ta[0] / base_tps[0]
+        elif key == "precision":
+            row["alone"] = row["gain"]
+        out.append(row)
+        prev = row
+    total = out[-1]["cumulative"]
+    for r in out:
+        r["share"] = (math.log(r["gain"]) / math.log(total) if (r["gain"] and total and total > 0 and abs(math.log(total)) > 1e-12)
+                      else None)
+    return out
+
+
+def waterfall_check(plan: Plan, model_id: str, target: str, base: str = BASELINE, gpus: int | None = None) -> float | None:
+    """Relative difference between the waterfall after its hardware factors and the real
+    target GPU at the same precision (0 when every property that matters was swapped)."""
+    rows = waterfall(plan, model_id, target, base, gpus, alone=False)
+    real = _tps(best(model_id, target, rows[0]["precision"], int(gpus or plan.cluster_gpus), plan.batch_tokens))
+    last = rows[len(FACTORS)]["tps"]
+    if real is None or last is None:
+        return None
+    return abs(last / real[0] - 1.0)
+
+
+def blackwell_factor() -> float:
+    """The calibrated sustained fraction of peak of the Blackwell family relative to Hopper
+    (``family_factor_blackwell`` of ``data/efficiency.yaml``)."""
+    from scaletax import perf
+
+    return float(perf.default_efficiency().family_factor["blackwell"])
+
+
+def main_source(rows: list[dict]) -> dict | None:
+    """The factor of a waterfall with the largest gain (ties: the earlier)."""
+    steps = [r for r in rows if r["step"] != "base" and r["gain"]]
+    return max(steps, key=lambda r: r["gain"]) if steps else None
+
+
+NO_CASE = "no case of this scenario fits"
+
+
+def _or_placeholder(rows: list[dict], fields: Sequence[str], label_field: str = "model_name") -> list[dict]:
+    """``rows``, or one row of empty values (so a chart and its CSV exist) when there are none."""
+    if rows:
+        return rows
+    return [{**{f: None for f in fields}, label_field: NO_CASE}]
+
+
+def has_cases(rows: list[dict]) -> bool:
+    """False for the placeholder of :func:`_or_placeholder` (a chart with nothing to draw)."""
+    return not (len(rows) == 1 and NO_CASE in rows[0].values())
+
+
+def waterfall_chart_rows(rows: list[dict]) -> list[dict]:
+    """Bars of a waterfall chart per model and target: the base (1.0), each factor from the
+    previous cumulative ratio to its own, the target at the base precision (a total), the
+    precision step and the target at its fastest format (a total). ``order`` sorts the bars."""
+    out = []
+    for key in dict.fromkeys((r["model"], r["target"]) for r in rows):
+        rs = [r for r in rows if (r["model"], r["target"]) == key]
+        if any(r["cumulative"] is None for r in rs):
+            continue
+        short = rs[0]["target_label"].split(" (")[0]
+        common = {"model": key[0], "model_name": rs[0]["model_name"], "target": rs[0]["target_label"]}
+        bars = [(rs[0]["label"], "total", 0.0, 1.0)]
+        prev = 1.0
+        for r in rs[1:]:
+            cum = r["cumulative"]
+            if r["step"] == "precision":
+                if r["precision"] == rs[0]["precision"]:
+                    break
+                bars.append(("+ " + r["label"], "gain" if cum >= prev else "loss", prev, cum))
+                bars.append((f"= {short} {r['precision'].upper()}", "total", 0.0, cum))
+            else:
+                bars.append(("+ " + r["label"], "gain" if cum >= prev else "loss", prev, cum))
+                if r["step"] == FACTORS[-1][0]:
+                    bars.append((f"= {short} {r['precision'].upper()}", "total", 0.0, cum))
+            prev = cum
+        for i, (step, kind, a, b) in enumerate(bars):
+            text = f"{b:.2f}x" if kind == "total" else f"x{b / a:.2f}"
+            out.append({**common, "order": i, "step": step, "kind": kind, "start": a, "end": b, "text": text})
+    return _or_placeholder(out, ("model", "model_name", "target", "order", "step", "kind", "start", "end", "text"))
+
+
+# =========================================================================================
+# When the older GPU is enough
+# =========================================================================================
+def hopper_reference(plan: Plan, rows: list[dict], model_id: str) -> tuple[str, bool]:
+    """The Hopper to compare with: H200 if the scenario has it, else the scenario's cheapest
+    Hopper per token, else the catalog H200; and whether it is from the scenario."""
+    if HOPPER_REF in plan.gpus:
+        return HOPPER_REF, True
+    r = cheapest(rows, model_id, hopper_ids(plan.gpus))
+    if r is not None:
+        return r["gpu"], True
+    return HOPPER_REF, False
+
+
+def _energy_usd_per_gpu_hour(plan: Plan, gpu_id: str) -> float:
+    g = hardware.get(gpu_id)
+    return cost.energy_mwh(1.0, g.tdp_w, plan.system_overhead, plan.utilization, plan.pue) * plan.usd_per_mwh
+
+
+def breakeven_rows(plan: Plan, rows: list[dict]) -> list[dict[str, Any]]:
+    """Per model, every non-Hopper GPU against the reference Hopper (:func:`hopper_reference`).
+
+    ratio: tokens/s per GPU over the reference's (band at the shared corners); price_ratio;
+    cost per million tokens of both; breakeven: the price per GPU-hour at which the GPU's cost
+    per token equals the reference's, (p_ref + e_ref) x ratio - e_gpu with e the electricity
+    cost per GPU-hour (band from the ratio's band); verdict: "pays" (price below the band),
+    "does not pay" (above) or "within band"; deadline_ref: whether the reference finishes in the
+    target time on the scenario cluster.
+    """
+    out = []
+    for mid in plan.models:
+        ref_id, in_scen = hopper_reference(plan, rows, mid)
+        ref = next((r for r in rows if r["model"] == mid and r["gpu"] == ref_id), None)
+        if ref is None:
+            ref = economics([outcome(plan, mid, ref_id)], plan)[0]
+        others = [g for g in plan.gpus if hardware.get(g).family not in ("hopper", "ampere")]
+        if not others:
+            others = list(HEQ_BLACKWELL)
+        for gid in others:
+            r = next((x for x in rows if x["model"] == mid and x["gpu"] == gid), None)
+            if r is None:
+                r = economics([outcome(plan, mid, gid)], plan)[0]
+            row = {"model": mid, "model_name": model_name(mid), "gpu": gid, "label": gpu_label(gid),
+                   "ref": ref_id, "ref_label": gpu_label(ref_id), "ref_in_scenario": in_scen,
+                   "in_scenario": gid in plan.gpus, "announced": hardware.get(gid).announced,
+                   "price": plan.price(gid), "price_assumed": plan.price_assumed(gid), "ref_price": plan.price(ref_id),
+                   "ratio": None, "ratio_low": None, "ratio_high": None, "price_ratio": None,
+                   "usd_per_mtok": r.get("usd_per_mtok"), "ref_usd_per_mtok": ref.get("usd_per_mtok"),
+                   "breakeven": None, "breakeven_low": None, "breakeven_high": None, "verdict": "no comparison",
+                   "ref_days": ref.get("days"), "days": r.get("days"),
+                   "deadline_ref": (ref.get("days") is not None and ref["days"] <= plan.target_days)}
+            if r.get("tps") and ref.get("tps"):
+                lo, hi = r["tps_low"] / ref["tps_low"], r["tps_high"] / ref["tps_high"]
+                row.update(ratio=r["tps"] / ref["tps"], ratio_low=min(lo, hi), ratio_high=max(lo, hi))
+                if row["price"] is not None and row["ref_price"] is not None:
+                    e_ref, e_gpu = _energy_usd_per_gpu_hour(plan, ref_id), _energy_usd_per_gpu_hour(plan, gid)
+                    be = [(row["ref_price"] + e_ref) * x - e_gpu for x in (row["ratio"], row["ratio_low"], row["ratio_high"])]
+                    row.update(price_ratio=row["price"] / row["ref_price"], breakeven=be[0], breakeven_low=be[1],
+                               breakeven_high=be[2])
+                    row["verdict"] = ("pays" if row["price"] < be[1] else "does not pay" if row["price"] > be[2]
+                                      else "within band")
+            out.append(row)
+    return out
+
+
+# =========================================================================================
+# The largest cluster, H-equivalents, the Rubin claim
+# =========================================================================================
+def top_rows(plan: Plan, gpu_ids: Sequence[str] | None = None, base_rows: list[dict] | None = None) -> list[dict]:
+    """Every model on the scenario's largest cluster for ``gpu_ids`` (default: the scenario's
+    GPUs), with economics and ``scaling``: tokens/s per GPU there over that on the scenario
+    cluster (from ``base_rows`` when given)."""
+    ids = list(gpu_ids or plan.gpus)
+    rows = economics([outcome(plan, m, g, plan.top) for m in plan.models for g in ids], plan)
+    for r in rows:
+        b = next((x for x in (base_rows or []) if x["model"] == r["model"] and x["gpu"] == r["gpu"]), None)
+        if b is None:
+            b = outcome(plan, r["model"], r["gpu"])
+        r["scaling"] = (r["tps"] / b["tps"]) if (r.get("tps") and b.get("tps")) else None
+    return rows
+
+
+def nvl72_ids(gpu_ids: Sequence[str]) -> tuple[list[str], bool]:
+    """The scenario's GPUs with an NVLink domain larger than 8; (catalog GB200, False) if none."""
+    big = [g for g in gpu_ids if hardware.get(g).nvlink_domain > 8]
+    return (big, True) if big else (["gb200"], False)
+
+
+def heq_rows(plan: Plan, hopper: Sequence[str] = HEQ_HOPPER, blackwell: Sequence[str] = HEQ_BLACKWELL,
+             gpus: int | None = None) -> list[dict[str, Any]]:
+    """How many of each Hopper GPU match one Blackwell GPU in tokens/s, per model, on the same
+    cluster size: tokens/s per GPU of the Blackwell over that of the Hopper, each GPU at its run
+    precision (``mode`` "scenario") and at its fastest format ("fastest"). Columns
+    ``<hopper id>``, ``<hopper id>_low``, ``<hopper id>_high`` (None where one does not fit)."""
+    n = int(gpus or plan.cluster_gpus)
+    out = []
+    for mid in plan.models:
+        for bw in blackwell:
+            for mode in ("scenario", "fastest"):
+                pick = plan.run_precision if mode == "scenario" else plan.fastest_precision
+                tb = _tps(best(mid, bw, pick(bw), n, plan.batch_tokens))
+                row = {"model": mid, "model_name": model_name(mid), "gpu": bw, "label": gpu_label(bw), "mode": mode,
+                       "precision": pick(bw), "gpus": n}
+                for h in hopper:
+                    th = _tps(best(mid, h, pick(h), n, plan.batch_tokens))
+                    row[f"{h}_precision"] = pick(h)
+                    if tb is None or th is None:
+                        row[h] = row[f"{h}_low"] = row[f"{h}_high"] = None
+                        continue
+                    lo, hi = tb[1] / th[1], tb[2] / th[2]
+                    row.update({h: tb[0] / th[0], f"{h}_low": min(lo, hi), f"{h}_high": max(lo, hi)})
+                out.append(row)
+    return out
+
+
+def first_moe(model_ids: Sequence[str]) -> tuple[str, bool]:
+    """The scenario's first MoE model, else the catalog's trillion-parameter MoE; and whether
+    it is one of the scenario's models."""
+    for mid in model_ids:
+        if catalog.get(mid).is_moe:
+            return mid, True
+    return catalog.MOE_1T, False
+
+
+def rubin_claim(plan: Plan, model_id: str | None = None, pair: tuple[str, str] = CLAIM_PAIR,
+                days: float | None = None) -> dict[str, Any]:
+    """GPUs to train ``model_id``'s token budget (default: the scenario's first MoE) in
+    ``days`` (default the target) on the announced GPU against the Blackwell one, at each GPU's
+    run precision and at its fastest format (:func:`gpus_for_target`). ``ratio`` = new / old
+    GPUs needed at the throughput of each one's right-sized cluster, i.e. the old GPU's tokens/s
+    per GPU over the new one's there (the claim: :data:`RUBIN_CLAIM`); band at the efficiency
+    band's corners (both GPUs at the same corner)."""
+    mid, in_scen = (model_id, model_id in plan.models) if model_id else first_moe(plan.models)
+    days = plan.target_days if days is None else float(days)
+    new, old = pair
+    rows = []
+    for mode in ("scenario", "fastest"):
+        pick = plan.run_precision if mode == "scenario" else plan.fastest_precision
+        cells = {}
+        for g in (new, old):
+            t = gpus_for_target(plan, mid, g, pick(g), days)
+            cells[g] = t
+            rows.append({"model": mid, "model_name": model_name(mid), "gpu": g, "label": gpu_label(g), "mode": mode,
+                         "precision": pick(g), "gpus": t["gpus"], "gpus_low": t["low"], "gpus_high": t["high"],
+                         "tps": t["tokens_per_s_per_gpu"], "days": t["days"], "memory_bound": t["memory_bound"],
+                         "layout": search.perf_label(t["result"].best) if t["gpus"] else t["message"]})
+        a, b = cells[new], cells[old]
+        ratio = lo = hi = None
+        if a["gpus"] and b["gpus"]:
+            # GPU-count ratio at equal time, from the throughput of each right-sized cluster
+            # (free of the count grid): (tokens / t_new) / (tokens / t_old) = t_old / t_new
+            ratio = a["exact"] / b["exact"]
+            x, y = a["exact_low"] / b["exact_low"], a["exact_high"] / b["exact_high"]
+            lo, hi = min(x, y, ratio), max(x, y, ratio)
+        for r in rows[-2:]:
+            r.update(ratio=ratio, ratio_low=lo, ratio_high=hi)
+    sc = rows[0]
+    return {"model": mid, "model_name": model_name(mid), "in_scenario": in_scen, "days": days,
+            "new": new, "old": old, "new_label": hardware.get(new).label, "old_label": hardware.get(old).label,
+            "new_in_scenario": new in plan.gpus, "old_in_scenario": old in plan.gpus,
+            "claim": RUBIN_CLAIM, "ratio": sc["ratio"], "ratio_low": sc["ratio_low"], "ratio_high": sc["ratio_high"],
+            "ratio_fastest": rows[2]["ratio"], "ratio_fastest_low": rows[2]["ratio_low"],
+            "ratio_fastest_high": rows[2]["ratio_high"], "rows": rows}
+
+
+# =========================================================================================
+# Sensitivity
+# =========================================================================================
+def tornado_rows(plan: Plan, rows: list[dict], outputs: Sequence[str] = ("cost_usd", "days"),
+                 options: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """One-at-a-time sensitivity of each model's cheapest shipping case (cost, then days):
+    :func:`scaletax.cost.training_sensitivity` with the efficiency band of its search and the
+    cluster size re-searched at its low and high value. One row per model, output and input."""
+    out = []
+    for mid in plan.models:
+        r = cheapest(rows, mid) or cheapest(rows, mid, shipping=False)
+        if r is None:
+            continue
+
+        def tps_at(n, _r=r):
+            t = _tps(best(_r["model"], _r["gpu"], _r["precision"], n, plan.batch_tokens))
+            return t[0] if t else float("nan")
+
+        for o in outputs:
+            for s in cost.training_sensitivity(plan.tokens, r["tps"], r["gpus"], r["gpu"], plan.economics(r["gpu"]),
+                                               low=r["tps_low"], high=r["tps_high"], output=o, tps_at_gpus=tps_at,
+                                               options=options):
+                swing = 100 * abs(s["high_change"] - s["low_change"])
+                out.append({**s, "model": mid, "model_name": model_name(mid), "gpu": r["gpu"], "gpu_label": r["label"],
+                            "low_pct": 100 * s["low_change"], "high_pct": 100 * s["high_change"],
+                            "swing_pct": swing if math.isfinite(swing) else 0.0})
+    return out
+
+
+def tornado_chart_rows(rows: list[dict]) -> list[dict]:
+    """Two bars per input (input at its low and at its high end), change of the output in %."""
+    names = {"cost_usd": "cost", "days": "days to train", "energy_mwh": "energy", "gpu_hours": "GPU-hours"}
+    out = []
+    for r in rows:
+        for end in ("low", "high"):
+            v = r[f"{end}_pct"]
+            out.append({"model_name": r["model_name"], "output": names.get(r["output"], r["output"]),
+                        "input": r["label"], "end": f"input at its {end} value", "change_pct": v if math.isfinite(v) else None,
+                        "swing_pct": r["swing_pct"], "value": f"{r[f'{end}_value']:,.4g}"})
+    return _or_placeholder(out, ("model_name", "output", "input", "end", "change_pct", "swing_pct", "value"))
+
+
+def top_input(rows: list[dict], model_id: str, output: str = "cost_usd") -> dict | None:
+    rs = [r for r in rows if r["model"] == model_id and r["output"] == output]
+    return max(rs, key=lambda r: r["swing_pct"]) if rs else None
+
+
+# =========================================================================================
+# Sentences
+# =========================================================================================
+def band_text(v, lo, hi, digits: int = 3) -> str:
+    """``v (lo–hi)`` with ``digits`` significant figures (tables)."""
+    from scaletax.tables import fmt
+
+    if v is None:
+        return "–"
+    if lo is None or hi is None:
+        return fmt(v, digits)
+    return f"{fmt(v, digits)} ({fmt(lo, digits)}–{fmt(hi, digits)})"
+
+
+def nofit_sentence(rows: list[dict], plan: Plan) -> str:
+    bad = [r for r in rows if not r["fits"]]
+    if not bad:
+        return (f"every model fits on every GPU type of the scenario at {plan.cluster_gpus:,} GPUs")
+    return "; ".join(r["message"] for r in bad)
+
+
+def assumed_prices_sentence(plan: Plan, gpu_ids: Sequence[str] | None = None) -> str:
+    ids = list(gpu_ids or plan.gpus)
+    assumed = [g for g in ids if plan.price_assumed(g)]
+    quoted = [g for g in ids if not plan.price_assumed(g)]
+    parts = []
+    if quoted:
+        parts.append("published rental prices for " + _join(
+            [f"{hardware.get(g).label} (${plan.price(g):.2f})" for g in quoted]))
+    if assumed:
+        parts.append("assumed prices for " + _join(
+            [f"{hardware.get(g).label} (${plan.price(g):.2f})" if plan.price(g) is not None
+             else f"{hardware.get(g).label} (no price)" for g in assumed]))
+    return "; ".join(parts) if parts else "no prices"
+
+
+def table_sentence(rows: list[dict], plan: Plan) -> str:
+    """Per model: the fastest and the cheapest shipping GPU on the scenario cluster."""
+    parts = []
+    for mid in plan.models:
+        f, c = fastest(rows, mid), cheapest(rows, mid)
+        if f is None:
+            parts.append(f"{model_name(mid)} fits on none of the shipping GPUs at {plan.cluster_gpus:,} GPUs")
+            continue
+        text = (f"{model_name(mid)} trains fastest on {f['label']}, in {f['days']:.0f} days "
+                f"({f['days_low']:.0f}–{f['days_high']:.0f})")
+        if c is not None and c.get("cost_usd") is not None:
+            text += (f", and cheapest on {c['label']}, for ${c['cost_usd'] / 1e6:,.0f}M "
+                     f"({c['cost_usd_low'] / 1e6:,.0f}–{c['cost_usd_high'] / 1e6:,.0f})")
+        parts.append(text)
+    return "; ".join(parts)
+
+
+def target_sentence(rows: list[dict], plan: Plan) -> str:
+    """Per model: which shipping GPUs finish within the target on the scenario cluster."""
+    parts = []
+    for mid in plan.models:
+        ok = [r["label"] for r in _fitting(rows, model=mid) if not r["announced"] and r["days"] <= plan.target_days]
+        if ok:
+            parts.append(f"{model_name(mid)} finishes within {plan.target_days:g} days on {_join(ok)}")
+        else:
+            parts.append(f"{model_name(mid)} finishes within {plan.target_days:g} days on none of the shipping GPUs")
+    return "; ".join(parts)
+
+
+def waterfall_sentence(rows: list[dict]) -> str:
+    """Per model and target: the total speed-up over the base and its largest factor."""
+    parts = []
+    for key in dict.fromkeys((r["model"], r["target"]) for r in rows):
+        rs = [r for r in rows if (r["model"], r["target"]) == key]
+        hw = rs[len(FACTORS)]
+        last = rs[-1]
+        if hw["cumulative"] is None or rs[0]["tps"] is None:
+            parts.append(f"{rs[0]['model_name']} on {rs[0]['target_label']}: no comparison (a case does not fit)")
+            continue
+        src = main_source(rs)
+        text = (f"{rs[0]['model_name']} on {rs[0]['target_label']}: {hw['cumulative']:.2f}x "
+                f"({hw['cumulative_low']:.2f}–{hw['cumulative_high']:.2f}) at {hw['precision'].upper()}")
+        if last["precision"] != hw["precision"] and last["cumulative"] is not None:
+            text += f", {last['cumulative']:.2f}x at {last['precision'].upper()}"
+        if src is not None:
+            text += f"; the largest factor is {src['label']} (x{src['gain']:.2f})"
+        parts.append(text)
+    return "; ".join(parts)
+
+
+def breakeven_sentence(rows: list[dict], plan: Plan) -> str:
+    parts = []
+    for mid in plan.models:
+        rs = [r for r in rows if r["model"] == mid and r["breakeven"] is not None]
+        if not rs:
+            parts.append(f"{model_name(mid)}: no price comparison possible")
+            continue
+        ref = rs[0]["ref_label"]
+        pays = [r["label"] for r in rs if r["verdict"] == "pays"]
+        nope = [r["label"] for r in rs if r["verdict"] == "does not pay"]
+        band = [r["label"] for r in rs if r["verdict"] == "within band"]
+        bits = []
+        if pays:
+            bits.append(f"{_join(pays)} cost less per token than {ref} at the scenario prices")
+        if nope:
+            bits.append(f"{_join(nope)} cost more")
+        if band:
+            bits.append(f"{_join(band)} within the band")
+        parts.append(f"for {model_name(mid)}, " + ", ".join(bits))
+    return "; ".join(parts)
+
+
+def deadline_sentence(rows: list[dict], plan: Plan) -> str:
+    """Whether the reference Hopper meets the target time on the scenario cluster, per model."""
+    parts = []
+    for mid in plan.models:
+        r = next((x for x in rows if x["model"] == mid), None)
+        if r is None:
+            continue
+        if r["ref_days"] is None:
+            parts.append(f"{r['ref_label']} cannot train {model_name(mid)} on {plan.cluster_gpus:,} GPUs")
+        else:
+            verdict = "meets" if r["deadline_ref"] else "misses"
+            parts.append(f"for {model_name(mid)} {r['ref_label']} {verdict} the {plan.target_days:g}-day target on "
+                         f"{plan.cluster_gpus:,} GPUs ({r['ref_days']:.0f} days)")
+    return "; ".join(parts)
+
+
+def top_sentence(rows: list[dict], plan: Plan, gpu_ids: Sequence[str]) -> str:
+    parts = []
+    for mid in plan.models:
+        for g in gpu_ids:
+            r = next((x for x in rows if x["model"] == mid and x["gpu"] == g), None)
+            if r is None:
+                continue
+            if not r.get("tps"):
+                parts.append(f"{model_name(mid)} on {r['label']}: {r['message']}")
+                continue
+            text = (f"{model_name(mid)} on {r['label']}: {r['days']:.1f} days ({r['days_low']:.1f}–{r['days_high']:.1f}), "
+                    f"{r['tokens_per_day'] / 1e9:,.0f}B tokens per day")
+            if r.get("scaling"):
+                text += f", each GPU at {100 * r['scaling']:.0f}% of its throughput on {plan.cluster_gpus:,} GPUs"
+            parts.append(text)
+    return "; ".join(parts) if parts else "no case"
+
+
+def heq_sentence(rows: list[dict], mode: str = "scenario") -> str:
+    parts = []
+    for r in rows:
+        if r["mode"] != mode:
+            continue
+        cells = [f"{r[h]:.1f} {hardware.get(h).label}" for h in HEQ_HOPPER if r.get(h) is not None]
+        if cells:
+            parts.append(f"for {r['model_name']} one {r['label']} ({r['precision'].upper()}) does the work of "
+                         + _join(cells, "or"))
+    return "; ".join(parts) if parts else "no comparison (a case does not fit)"
+
+
+def claim_sentence(c: dict[str, Any]) -> str:
+    if c["ratio"] is None:
+        bad = [r for r in c["rows"] if r["gpus"] is None]
+        return "no comparison: " + "; ".join(f"{r['label']}: {r['layout']}" for r in bad)
+    sc, fa = c["rows"][0], c["rows"][2]
+    text = (f"{c['new_label']} needs {sc['gpus']:,} GPUs and {c['old_label']} {c['rows'][1]['gpus']:,} at "
+            f"{sc['precision'].upper()}, a ratio of {c['ratio']:.2f} ({c['ratio_low']:.2f}–{c['ratio_high']:.2f})")
+    if c["ratio_fastest"] is not None and fa["precision"] != sc["precision"]:
+        text += (f"; at {fa['precision'].upper()} {fa['gpus']:,} against {c['rows'][3]['gpus']:,}, a ratio of "
+                 f"{c['ratio_fastest']:.2f} ({c['ratio_fastest_low']:.2f}–{c['ratio_fastest_high']:.2f})")
+    verdict = ("consistent with" if c["ratio_low"] <= c["claim"] <= c["ratio_high"] else
+               "more favourable to Rubin than" if c["ratio_high"] < c["claim"] else "less favourable to Rubin than")
+    return text + f"; this projection is {verdict} the announced {c['claim']:.2f}"
+
+
+def tornado_sentence(rows: list[dict], plan: Plan) -> str:
+    """Per model: the case, and the input with the largest swing of cost and of days."""
+    parts = []
+    for mid in plan.models:
+        c, t = top_input(rows, mid, "cost_usd"), top_input(rows, mid, "days")
+        if c is None:
+            continue
+        text = (f"for {model_name(mid)} on {c['gpu_label']} the cost moves most with the {c['label']} "
+                f"({c['low_pct']:+.0f}% / {c['high_pct']:+.0f}%)")
+        if t is not None:
+            text += f", the time with the {t['label']} ({t['low_pct']:+.0f}% / {t['high_pct']:+.0f}%)"
+        parts.append(text)
+    return "; ".join(parts) if parts else "no case fits"
+
+
+def tornado_notes(tornado: list[dict], rows: list[dict], plan: Plan) -> dict[str, float]:
+    """For the cases of :func:`tornado_rows`: the largest change of cost (%) that an energy input
+    (PUE, power utilization, system overhead) causes, and the range of electricity's share of the
+    cost (%)."""
+    swing = [max(abs(r["low_pct"]), abs(r["high_pct"])) for r in tornado
+             if r["output"] == "cost_usd" and r["input"] in ("pue", "utilization", "system_overhead")
+             and math.isfinite(r["low_pct"]) and math.isfinite(r["high_pct"])]
+    shares = []
+    for mid in plan.models:
+        r = cheapest(rows, mid) or cheapest(rows, mid, shipping=False)
+        if r is not None and r.get("cost_usd"):
+            shares.append(100 * r["energy_mwh"] * plan.usd_per_mwh / r["cost_usd"])
+    nan = float("nan")
+    return {"energy_swing_max": max(swing) if swing else nan, "energy_share_min": min(shares) if shares else nan,
+            "energy_share_max": max(shares) if shares else nan}
+
+
+# =========================================================================================
+# Display rows for the tables (text cells; the notebooks only pick the columns)
+# =========================================================================================
+def _m(v, scale=1e6):
+    return None if v is None else v / scale
+
+
+def price_text(price: float | None, assumed: bool) -> str:
+    if price is None:
+        return "no price"
+    return f"${price:.2f}" + (" (assumed)" if assumed else "")
+
+
+def time_table(rows: list[dict]) -> list[dict]:
+    """Model, GPU, precision, layout, tokens/s per GPU, days and GPUs for the target (bands)."""
+    out = []
+    for r in rows:
+        need = "–"
+        if r.get("need"):
+            need = band_text(r["need"], r["need_low"], r["need_high"]) + (" (memory)" if r.get("need_memory_bound") else "")
+        elif "need" in r:
+            need = r.get("need_layout") or "–"
+        out.append({"model": r["model_name"], "gpu": r["label"], "precision": r["precision"].upper(),
+                    "layout": r["layout"], "tps": band_text(r["tps"], r["tps_low"], r["tps_high"]),
+                    "days": band_text(r["days"], r["days_low"], r["days_high"]), "need": need})
+    return out
+
+
+def cost_table(rows: list[dict]) -> list[dict]:
+    """Model, GPU, GPU-hours (millions), price, cost (USD millions), USD per million tokens,
+    energy (MWh), each with its band."""
+    return [{"model": r["model_name"], "gpu": r["label"],
+             "gpu_hours": band_text(_m(r["gpu_hours"]), _m(r["gpu_hours_low"]), _m(r["gpu_hours_high"])),
+             "price": price_text(r["price"], r["price_assumed"]),
+             "cost": band_text(_m(r["cost_usd"]), _m(r["cost_usd_low"]), _m(r["cost_usd_high"])),
+             "per_mtok": band_text(r["usd_per_mtok"], r["usd_per_mtok_low"], r["usd_per_mtok_high"]),
+             "energy": band_text(r["energy_mwh"], r["energy_mwh_low"], r["energy_mwh_high"])} for r in rows]
+
+
+def waterfall_table(rows: list[dict]) -> list[dict]:
+    out = []
+    for r in rows:
+        out.append({"model": r["model_name"], "target": r["target_label"],
+                    "step": r["label"], "precision": r["precision"].upper(),
+                    "tps": band_text(r["tps"], r["tps_low"], r["tps_high"]),
+                    "gain": "–" if r["gain"] is None else f"x{r['gain']:.2f}",
+                    "cumulative": "–" if r["cumulative"] is None else (
+                        f"{r['cumulative']:.2f}x ({r['cumulative_low']:.2f}–{r['cumulative_high']:.2f})"),
+                    "alone": "–" if r["alone"] is None else f"x{r['alone']:.2f}"})
+    return out
+
+
+def breakeven_table(rows: list[dict]) -> list[dict]:
+    return [{"model": r["model_name"], "gpu": r["label"] + ("" if r["in_scenario"] else " (catalog)"),
+             "ratio": band_text(r["ratio"], r["ratio_low"], r["ratio_high"]),
+             "price_ratio": "–" if r["price_ratio"] is None else f"{r['price_ratio']:.2f}",
+             "per_mtok": ("–" if r["usd_per_mtok"] is None or r["ref_usd_per_mtok"] is None
+                          else f"{r['usd_per_mtok']:.2f} / {r['ref_usd_per_mtok']:.2f}"),
+             "breakeven": "–" if r["breakeven"] is None else (
+                 f"${r['breakeven']:.2f} ({r['breakeven_low']:.2f}–{r['breakeven_high']:.2f})"),
+             "price": price_text(r["price"], r["price_assumed"]), "verdict": r["verdict"]} for r in rows]
+
+
+def breakeven_chart_rows(rows: list[dict]) -> list[dict]:
+    """Break-even price (with band) and the scenario's price per GPU-hour, per model and GPU."""
+    out = []
+    for r in rows:
+        if r["breakeven"] is None:
+            continue
+        out.append({"model_name": r["model_name"], "label": r["label"], "gpu": r["gpu"], "kind": "break-even price",
+                    "usd": r["breakeven"], "low": r["breakeven_low"], "high": r["breakeven_high"]})
+        out.append({"model_name": r["model_name"], "label": r["label"], "gpu": r["gpu"],
+                    "kind": "scenario price (assumed)" if r["price_assumed"] else "scenario price (published)",
+                    "usd": r["price"], "low": r["price"], "high": r["price"]})
+    return _or_placeholder(out, ("model_name", "label", "gpu", "kind", "usd", "low", "high"))
+
+
+def top_table(rows: list[dict]) -> list[dict]:
+    return [{"model": r["model_name"], "gpu": r["label"], "layout": r["layout"],
+             "tps": band_text(r["tps"], r["tps_low"], r["tps_high"]),
+             "days": band_text(r["days"], r["days_low"], r["days_high"]),
+             "per_day": band_text(_m(r["tokens_per_day"], 1e9), _m(r["tokens_per_day_low"], 1e9),
+                                  _m(r["tokens_per_day_high"], 1e9)),
+             "scaling": "–" if not r.get("scaling") else f"{100 * r['scaling']:.0f}%",
+             "energy": band_text(r["energy_mwh"], r["energy_mwh_low"], r["energy_mwh_high"])} for r in rows]
+
+
+def heq_table(rows: list[dict], hopper: Sequence[str] = HEQ_HOPPER) -> list[dict]:
+    out = []
+    for r in rows:
+        row = {"model": r["model_name"], "gpu": r["label"], "precision": r["precision"].upper()}
+        for h in hopper:
+            row[h] = ("–" if r.get(h) is None else
+                      f"{r[h]:.1f} ({r[h + '_low']:.1f}–{r[h + '_high']:.1f})" + (
+                          "" if r[h + "_precision"] == r["precision"] else f" [{r[h + '_precision'].upper()}]"))
+        out.append(row)
+    return out
+
+
+def claim_table(c: dict[str, Any]) -> list[dict]:
+    return [{"gpu": r["label"], "precision": r["precision"].upper(),
+             "gpus": "–" if r["gpus"] is None else band_text(r["gpus"], r["gpus_low"], r["gpus_high"]),
+             "layout": r["layout"], "tps": "–" if r["tps"] is None else f"{r['tps']:,.0f}",
+             "days": "–" if r["days"] is None else f"{r['days']:.0f}",
+             "ratio": "–" if r["ratio"] is None else f"{r['ratio']:.2f} ({r['ratio_low']:.2f}–{r['ratio_high']:.2f})"}
+            for r in c["rows"]]
+
+
+def cost_time_chart_rows(rows: list[dict], plan: Plan) -> list[dict]:
+    """Points with bands for the cost-against-time figure (fitting cases with a price)."""
+    out = [{"model_name": r["model_name"], "gpu": r["gpu"], "label": r["label"],
+            "status": "announced (projection)" if r["announced"] else "shipping",
+            "days": r["days"], "days_low": r["days_low"], "days_high": r["days_high"],
+            "cost_musd": r["cost_usd"] / 1e6, "cost_low": r["cost_usd_low"] / 1e6,
+            "cost_high": r["cost_usd_high"] / 1e6}
+           for r in rows if r.get("tps") and r.get("cost_usd") is not None]
+    return _or_placeholder(out, ("model_name", "gpu", "label", "status", "days", "days_low", "days_high",
+                                 "cost_musd", "cost_low", "cost_high"))
+
+
+# =========================================================================================
+# The executive summary
+# =========================================================================================
+def headline(plan: Plan, rows: list[dict] | None = None) -> dict[str, Any]:
+    """The handful of numbers a planner quotes, computed with the functions above.
+
+    Per model (list ``models``): the cheapest Hopper and the cheapest Blackwell on the scenario
+    cluster (days, cost, bands), the per-GPU speed-up between them and its largest factor in the
+    waterfall from H100 to that Blackwell, the achieved gain of the fastest format; plus the
+    H-equivalents of the first model and the Rubin claim check.
+    """
+    rows = decision_rows(plan, target=False) if rows is None else rows
+    out: dict[str, Any] = {"models": []}
+    for mid in plan.models:
+        h = cheapest(rows, mid, hopper_ids(plan.gpus))
+        b = cheapest(rows, mid, blackwell_ids(plan.gpus))
+        item = {"model": mid, "model_name": model_name(mid), "hopper": h, "blackwell": b, "waterfall": None,
+                "source": None, "speedup": None, "speedup_low": None, "speedup_high": None,
+                "precision_gain": None, "precision_from": None, "precision_to": None}
+        if h and b:
+            lo, hi = b["tps_low"] / h["tps_low"], b["tps_high"] / h["tps_high"]
+            item.update(speedup=b["tps"] / h["tps"], speedup_low=min(lo, hi), speedup_high=max(lo, hi))
+        target = _waterfall_target_for(plan, b["gpu"] if b else None)
+        if target:
+            wf = waterfall(plan, mid, target, alone=False)
+            item["waterfall"] = wf
+            item["source"] = main_source(wf[:_run_step(wf, plan) + 1])
+            p = wf[-1]
+            if p["gain"] is not None:
+                item.update(precision_gain=p["gain"], precision_from=wf[0]["precision"], precision_to=p["precision"],
+                            precision_gpu=gpu_label(target))
+        out["models"].append(item)
+    return out
+
+
+def _waterfall_target_for(plan: Plan, gpu_id: str | None) -> str:
+    """The waterfall target of the decision chapter closest to ``gpu_id``: itself if it is
+    one, else the one with the same NVLink-domain class, else the last one."""
+    targets = waterfall_targets(plan.gpus)[0]
+    if gpu_id in targets:
+        return gpu_id
+    if gpu_id is not None:
+        big = hardware.get(gpu_id).nvlink_domain > 8
+        same = [t for t in targets if (hardware.get(t).nvlink_domain > 8) == big]
+        if same:
+            return same[0]
+    return targets[-1]
+
+
+def heq_summary(rows: list[dict], mode: str = "scenario", hopper: Sequence[str] = HEQ_HOPPER) -> str:
+    """Per Blackwell GPU: how many of each Hopper GPU it matches, as a range over the models."""
+    parts = []
+    for bw in dict.fromkeys(r["gpu"] for r in rows):
+        rs = [r for r in rows if r["gpu"] == bw and r["mode"] == mode]
+        cells = []
+        for h in hopper:
+            v = [r[h] for r in rs if r.get(h) is not None]
+            if v:
+                span = f"{min(v):.1f}" if len(v) == 1 or round(min(v), 1) == round(max(v), 1) else f"{min(v):.1f}–{max(v):.1f}"
+                cells.append(f"{span} {hardware.get(h).label}")
+        if cells:
+            parts.append(f"one {gpu_label(bw)} does the work of " + _join(cells, "or"))
+    if not parts:
+        return "no comparison (a case does not fit)"
+    models = list(dict.fromkeys(r["model_name"] for r in rows))
+    tail = f" (the range spans {_join(models)})" if len(models) > 1 else ""
+    return "; ".join(parts) + tail
+
+
+def top_summary(rows: list[dict], plan: Plan, gpu_ids: Sequence[str]) -> str:
+    """Days to train and tokens per day on the largest cluster for the first shipping and every
+    announced GPU of ``gpu_ids``, and the range of the per-GPU scaling."""
+    ship = [g for g in gpu_ids if not hardware.get(g).announced][:1]
+    pick = ship + [g for g in gpu_ids if hardware.get(g).announced]
+    parts = []
+    for g in pick:
+        rs = [r for r in rows if r["gpu"] == g]
+        cells = [f"{r['model_name']} in {r['days']:.1f} days ({r['days_low']:.1f}–{r['days_high']:.1f}, "
+                 f"{r['tokens_per_day'] / 1e9:,.0f}B tokens per day)" if r.get("tps") else f"{r['model_name']}: {r['message']}"
+                 for r in rs]
+        if cells:
+            parts.append(f"{plan.top:,} {gpu_label(g)} GPUs train " + _join(cells))
+    sc = [r["scaling"] for r in rows if r.get("scaling") and r["gpu"] in pick]
+    text = "; ".join(parts) if parts else "no case"
+    if sc and plan.top != plan.cluster_gpus:
+        text += (f"; at the scenario's batch each GPU then runs at {100 * min(sc):.0f}–{100 * max(sc):.0f}% of its "
+                 f"throughput on {plan.cluster_gpus:,} GPUs")
+    return text
+
+
+def summary_model_sentence(item: dict[str, Any], plan: Plan) -> str:
+    """One sentence per model for the summary: days and cost on the cheapest Hopper and
+    Blackwell of the scenario, and the per-GPU speed-up with its main source."""
+    h, b = item["hopper"], item["blackwell"]
+    name = item["model_name"]
+
+    def case(r):
+        c = "" if r.get("cost_usd") is None else (
+            f" for ${r['cost_usd'] / 1e6:,.0f}M ({r['cost_usd_low'] / 1e6:,.0f}–{r['cost_usd_high'] / 1e6:,.0f})"
+            + (" at an assumed price" if r["price_assumed"] else ""))
+        return f"{r['days']:.0f} days ({r['days_low']:.0f}–{r['days_high']:.0f}) on {r['label']}{c}"
+
+    if h is None and b is None:
+        return f"{name} fits on neither a Hopper nor a Blackwell GPU of this scenario at {plan.cluster_gpus:,} GPUs"
+    parts = [case(r) for r in (h, b) if r is not None]
+    text = f"{name} trains in " + " against ".join(parts)
+    if item["speedup"] is not None:
+        text += (f": {item['speedup']:.2f}x ({item['speedup_low']:.2f}–{item['speedup_high']:.2f}) the throughput "
+                 f"per GPU")
+    wf = item["waterfall"]
+    if wf:
+        end = _run_step(wf, plan)
+        hw, steps = wf[end], [r for r in wf[1:end + 1] if r["gain"]]
+        if hw["cumulative"] and steps:
+            steps.sort(key=lambda r: -r["gain"])
+            target = wf[0]["target"]
+            where = "" if target in plan.gpus else ", a catalog GPU not in this scenario"
+            text += (f"; the largest factor of the {hw['cumulative']:.2f}x from H100 to {wf[0]['target_label']} "
+                     f"in {hw['precision'].upper()}{where} is {steps[0]['label']} (x{steps[0]['gain']:.2f})")
+            if len(steps) > 1 and math.log(steps[1]["gain"]) >= 0.9 * math.log(steps[0]["gain"]):
+                text += f", with {steps[1]['label']} close behind (x{steps[1]['gain']:.2f})"
+    return text
+
+
+def _run_step(wf: list[dict], plan: Plan) -> int:
+    """Index of the waterfall row that is the target GPU at its run precision: after the
+    hardware factors if that is the base's precision, else the precision step."""
+    return len(FACTORS) if plan.run_precision(wf[0]["target"]) == wf[0]["precision"] else len(wf) - 1
+
+
+def precision_sentence(items: list[dict[str, Any]]) -> str:
+    parts = [f"{it['model_name']} on {it['precision_gpu']}: x{it['precision_gain']:.2f} "
+             f"({it['precision_from'].upper()} to {it['precision_to'].upper()})"
+             for it in items if it.get("precision_gain") is not None and it["precision_from"] != it["precision_to"]]
+    return "; ".join(parts) if parts else "no faster format among the scenario's precisions on these GPUs"
+
+
+def breakeven_summary(rows: list[dict], gpu_ids: Sequence[str]) -> str:
+    """For each GPU of ``gpu_ids``: the price per GPU-hour at which it matches the reference
+    Hopper's cost per token, per model, next to the scenario's price."""
+    parts = []
+    for g in gpu_ids:
+        rs = [r for r in rows if r["gpu"] == g and r["breakeven"] is not None]
+        if not rs:
+            continue
+        cells = [f"${r['breakeven']:.2f} ({r['breakeven_low']:.2f}–{r['breakeven_high']:.2f}) for {r['model_name']}"
+                 for r in rs]
+        parts.append(f"{rs[0]['label']} matches {rs[0]['ref_label']}'s cost per token at " + _join(cells)
+                     + f" (scenario price {price_text(rs[0]['price'], rs[0]['price_assumed'])})")
+    return "; ".join(parts) if parts else "no price comparison is possible in this scenario"
+
+
+def headline_table(h: dict[str, Any]) -> list[dict]:
+    """Per model: the cheapest Hopper and Blackwell cases (GPU, days, cost) and the speed-up."""
+    def cells(r):
+        if r is None:
+            return "none fits", "–", "–"
+        c = "–" if r.get("cost_usd") is None else (band_text(_m(r["cost_usd"]), _m(r["cost_usd_low"]),
+                                                             _m(r["cost_usd_high"])) + (" *" if r["price_assumed"] else ""))
+        return r["label"], band_text(r["days"], r["days_low"], r["days_high"]), c
+
+    out = []
+    for it in h["models"]:
+        hg, hd, hc = cells(it["hopper"])
+        bg, bd, bc = cells(it["blackwell"])
+        out.append({"model": it["model_name"], "hopper": hg, "hopper_days": hd, "hopper_cost": hc, "blackwell": bg,
+                    "blackwell_days": bd, "blackwell_cost": bc,
+                    "speedup": band_text(it["speedup"], it["speedup_low"], it["speedup_high"])})
+    return out
+
+
+def assumptions_sentence(plan: Plan) -> str:
+    """What the summary's numbers assume, in one sentence."""
+    return (f"scenario {plan.name}: {plan.tokens / 1e12:g} trillion training tokens per model, a global batch of "
+            f"{plan.batch_tokens / 2**20:g} Mi tokens, {plan.precision.upper()} where the GPU runs it, "
+            f"{plan.cluster_gpus:,} GPUs, a {plan.target_days:g}-day horizon; " + assumed_prices_sentence(plan)
+            + f"; electricity at ${plan.usd_per_mwh:g}/MWh with a PUE of {plan.pue:g}")
+
+
+def nvl72_tax(plan: Plan) -> dict[str, Any]:
+    """The communication tax at the scenario's largest cluster with an 8- and a 72-GPU NVLink
+    domain, as the communication chapter computes it (:mod:`scaletax.comm_study`, same GPU
+    and layout rules), per model."""
+    from scaletax import comm_study as cs
+
+    gpu = cs.sweep_gpu(plan.gpus)
+    rows = cs.domain_rows(list(plan.models), gpu, [plan.top], (8, 72), batch_tokens=plan.batch_tokens,
+                          precision=plan.run_precision(gpu))
+    pairs = cs.nvl72_rows(rows, 8, 72)
+    return {"gpu": gpu, "label": hardware.get(gpu).label, "native": hardware.get(gpu).nvlink_domain > 8,
+            "gpus": plan.top, "pairs": pairs}
+
+
+def nvl72_sentence(t: dict[str, Any]) -> str:
+    if not t["pairs"]:
+        return f"no model fits on {t['gpus']:,} {t['label']} GPUs with both domain sizes"
+    parts = [f"{model_name(p['model'])} {100 * p['share_small']:.0f}% with an 8-GPU domain and "
+             f"{100 * p['share_large']:.0f}% with a 72-GPU one (a {p['speedup']:.2f}x faster step)" for p in t["pairs"]]
+    what = "" if t["native"] else " (a what-if: this GPU has no 72-GPU domain)"
+    return f"on {t['gpus']:,} {t['label']} GPUs{what}: " + "; ".join(parts)
+
+
+__all__ = ["BASELINE", "BLACKWELL_FAMILIES", "CLAIM_PAIR", "FACTORS", "HEQ_BLACKWELL", "HEQ_HOPPER", "HOPPER_REF",
+           "MAX_COUNT", "NO_CASE", "Plan", "RESOLUTION_BITS", "RUBIN_CLAIM", "assumed_prices_sentence",
+           "assumptions_sentence", "band_text", "best", "blackwell_factor", "blackwell_ids",
+           "breakeven_chart_rows", "breakeven_rows", "breakeven_sentence", "breakeven_summary", "breakeven_table",
+           "cheapest", "claim_sentence", "claim_table", "clear_cache", "cost_table", "cost_time_chart_rows",
+           "deadline_sentence", "decision_rows", "economics", "fastest", "first_moe", "gpu_label",
+           "gpus_for_target", "has_cases", "headline", "headline_table", "heq_rows", "heq_sentence", "heq_summary",
+           "heq_table", "hopper_ids", "hopper_reference", "hybrid", "join_labels", "main_source", "model_name",
+           "nofit_sentence", "nvl72_ids", "nvl72_sentence", "nvl72_tax", "outcome", "precision_sentence",
+           "price_text", "round_count", "rubin_claim", "summary_model_sentence", "table_sentence",
+           "target_sentence", "time_table", "top_input", "top_rows", "top_sentence", "top_summary", "top_table",
+           "tornado_chart_rows", "tornado_notes", "tornado_rows", "tornado_sentence", "waterfall",
+           "waterfall_chart_rows", "waterfall_check", "waterfall_sentence", "waterfall_table", "waterfall_targets"]

@@ -1,0 +1,286 @@
+"""The decision chapter's computations: plan, searched GPU counts, economics, the advantage
+waterfall, break-even prices, H-equivalents, the Rubin claim, sensitivity, and robustness to
+scenarios the default does not exercise (no Blackwell, no MoE, a cluster that is too small)."""
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pytest
+import yaml
+
+from scaletax import ROOT, cost, hardware, search
+from scaletax import models as catalog
+from scaletax import decision as d
+from scaletax.report.chapters import chapter
+
+DEFAULT = yaml.safe_load((ROOT / "data" / "scenarios" / "default.yaml").read_text())
+# fast models for most tests: dense searches take ~0.01-0.05 s
+DENSE, SMALL_MOE = "megatron_1t", "qwen3_235b_a22b"
+
+
+def make(**kw) -> d.Plan:
+    p = dict(name="test", models=[DENSE], gpus=["h100_sxm", "h200_sxm", "b200", "gb200"],
+             training_tokens=DEFAULT["training"]["tokens"],
+             training_global_batch_tokens=DEFAULT["training"]["global_batch_tokens"], training_precision="fp8",
+             training_precisions=["bf16", "fp8", "mxfp8", "nvfp4"], cluster_sizes=[4096, 16384],
+             cluster_gpus=4096, cluster_target_days=90, economics_prices=DEFAULT["economics"]["prices"],
+             economics_energy=DEFAULT["economics"]["energy"], economics_usd_per_mwh=80)
+    p.update(kw)
+    return d.Plan.from_params(**p)
+
+
+@pytest.fixture(scope="module")
+def plan():
+    return make()
+
+
+@pytest.fixture(scope="module")
+def rows(plan):
+    return d.decision_rows(plan)
+
+
+# --- plan ------------------------------------------------------------------------------------
+def test_plan_from_params_and_precisions():
+    p = make(training_precision="nvfp4")
+    assert p.top == 16384 and p.price("gb200") == 4.5 and p.price_assumed("gb200") and not p.price_assumed("h100_sxm")
+    assert p.run_precision("h100_sxm") == "fp8"  # Hopper has no NVFP4: its fastest native format
+    assert p.run_precision("gb200") == "nvfp4"
+    assert p.fastest_precision("gb200") == "nvfp4" and p.fastest_precision("h200_sxm") == "fp8"
+    q = make(training_precision="bf16", training_precisions=["bf16"])
+    assert q.run_precision("gb200") == q.fastest_precision("gb200") == "bf16"
+    e = p.economics("gb200")
+    assert (e.usd_per_gpu_hour, e.pue, e.usd_per_mwh) == (4.5, DEFAULT["economics"]["energy"]["pue"], 80.0)
+    assert make(economics_prices={}).price("gb200") is None
+
+
+@pytest.mark.parametrize("n", [8, 9, 100, 1000, 1500, 12051, 99_999])
+def test_round_count(n):
+    r = d.round_count(n)
+    assert r >= n and r % 8 == 0
+    assert (r - n) <= max(8, r / 16)  # resolution about 1/16 of the count
+
+
+# --- rows and economics ----------------------------------------------------------------------
+def test_rows_match_search_and_cost(plan, rows):
+    assert [(r["model"], r["gpu"]) for r in rows] == [(DENSE, g) for g in plan.gpus]
+    for r in rows:
+        res = search.search(catalog.get(DENSE), r["precision"], r["gpu"], plan.cluster_gpus,
+                            tokens_per_step=plan.batch_tokens, pareto=False)
+        assert r["tps"] == pytest.approx(res.metrics["tokens_per_s_per_gpu"])
+        est = cost.train_estimate(plan.tokens, r["tps"], r["gpus"], r["gpu"], plan.economics(r["gpu"]),
+                                  low=r["tps_low"], high=r["tps_high"])
+        for k in ("days", "gpu_hours", "energy_mwh", "cost_usd"):
+            assert r[k] == pytest.approx(est[k]) and r[k + "_low"] == pytest.approx(est[k + "_low"])
+            assert r[k + "_low"] <= r[k] <= r[k + "_high"]
+        assert r["usd_per_mtok"] == pytest.approx(r["cost_usd"] / plan.tokens * 1e6)
+        assert r["tokens_per_day_low"] <= r["tokens_per_day"] <= r["tokens_per_day_high"]
+        assert r["tokens_per_day"] == pytest.approx(plan.tokens / r["days"])
+
+
+def test_gpus_for_target_meets_the_target_and_is_tight(plan, rows):
+    for r in rows:
+        n = r["need"]
+        res = d.best(DENSE, r["gpu"], r["precision"], n, plan.batch_tokens)
+        assert res.fits
+        assert cost.days_to_train(plan.tokens, res.metrics["tokens_per_s_per_gpu"], n) <= plan.target_days * (1 + 1e-9)
+        below = d.round_count(n * 0.9)
+        if below < n:
+            rb = d.best(DENSE, r["gpu"], r["precision"], below, plan.batch_tokens)
+            assert not rb.fits or cost.days_to_train(plan.tokens, rb.metrics["tokens_per_s_per_gpu"],
+                                                     below) > plan.target_days
+        assert r["need_low"] <= n <= r["need_high"]
+
+
+def test_gpus_for_target_does_not_depend_on_the_start(plan):
+    a = d.gpus_for_target(plan, DENSE, "gb200", start=64)
+    b = d.gpus_for_target(plan, DENSE, "gb200", start=65536)
+    assert a["gpus"] == b["gpus"]
+    shorter = d.gpus_for_target(plan, DENSE, "gb200", days=30)
+    assert shorter["gpus"] > a["gpus"]
+
+
+def test_nofit_rows_say_how_many_gpus_are_needed():
+    p = make(cluster_gpus=16, cluster_sizes=[16])
+    rows = d.decision_rows(p, target=False)
+    assert all(not r["fits"] and r["tps"] is None and r["days"] is None for r in rows)
+    for r in rows:
+        res = d.best(DENSE, r["gpu"], r["precision"], 16, p.batch_tokens)
+        assert r["layout"] == f"does not fit; needs at least {res.min_gpus:,}"
+        assert f"needs at least {res.min_gpus:,}" in d.nofit_sentence(rows, p)
+    assert "fits on none" in d.table_sentence(rows, p)
+    assert all(t["need"] == "–" for t in d.time_table(rows))
+    assert not d.has_cases(d.cost_time_chart_rows(rows, p))
+    assert d.breakeven_summary(d.breakeven_rows(p, rows), ["gb200"]).startswith("no price comparison")
+    assert d.tornado_rows(p, rows) == [] and not d.has_cases(d.tornado_chart_rows([]))
+
+
+# --- the waterfall ---------------------------------------------------------------------------
+def test_hybrid_swaps_only_the_named_fields():
+    h = d.hybrid("h100_sxm", "gb200", ("hbm_gib", "nvlink_domain"), "x")
+    g, t = hardware.get("h100_sxm"), hardware.get("gb200")
+    assert (h.hbm_gib, h.nvlink_domain) == (t.hbm_gib, t.nvlink_domain)
+    assert (h.bf16_tflops, h.family, h.nic_gbit_s) == (g.bf16_tflops, g.family, g.nic_gbit_s)
+    assert h.id != g.id and hash(h) != hash(g)
+
+
+@pytest.mark.parametrize("target", ["b200", "gb200"])
+def test_waterfall_reaches_the_real_gpu(plan, target):
+    assert d.waterfall_check(plan, DENSE, target) == pytest.approx(0.0, abs=1e-12)
+    wf = d.waterfall(plan, DENSE, target)
+    assert [r["step"] for r in wf] == ["base"] + [f[0] for f in d.FACTORS] + ["precision"]
+    gains = [r["gain"] for r in wf[1:]]
+    assert math.prod(gains) == pytest.approx(wf[-1]["cumulative"])
+    assert sum(r["share"] for r in wf[1:]) == pytest.approx(1.0)
+    assert wf[-1]["precision"] == "nvfp4" and wf[0]["precision"] == "fp8"
+    assert wf[-1]["tps"] == pytest.approx(d.best(DENSE, target, "nvfp4", plan.cluster_gpus, plan.batch_tokens)
+                                          .metrics["tokens_per_s_per_gpu"])
+    for r in wf:
+        assert r["cumulative_low"] <= r["cumulative_high"]
+    # the memory factor alone equals the first step (the base plus memory only)
+    assert wf[1]["alone"] == pytest.approx(wf[1]["gain"])
+    bars = d.waterfall_chart_rows(wf)
+    assert [b["order"] for b in bars] == list(range(len(bars)))
+    assert bars[-1]["end"] == pytest.approx(wf[-1]["cumulative"]) and bars[-1]["kind"] == "total"
+    assert d.main_source(wf)["gain"] == max(gains)
+
+
+def test_waterfall_targets_fall_back_to_the_catalog():
+    assert d.waterfall_targets(["h100_sxm", "b200", "gb200", "gb300"]) == (["b200", "gb200"], True)
+    assert d.waterfall_targets(["gb300"]) == (["gb300"], True)
+    assert d.waterfall_targets(["h100_sxm"]) == (list(d.HEQ_BLACKWELL), False)
+
+
+# --- break-even, H-equivalents, the largest cluster, the Rubin claim ----------------------------
+def test_breakeven_price_equalizes_cost_per_token(plan, rows):
+    be = d.breakeven_rows(plan, rows)
+    assert {r["gpu"] for r in be} == {"b200", "gb200"} and all(r["ref"] == "h200_sxm" for r in be)
+    ref = next(r for r in rows if r["gpu"] == "h200_sxm")
+    for r in be:
+        x = next(q for q in rows if q["gpu"] == r["gpu"])
+        e = lambda g: cost.energy_mwh(1.0, hardware.get(g).tdp_w, plan.system_overhead, plan.utilization, plan.pue)
+        per_tok = lambda price, g, tps: (price + e(g) * plan.usd_per_mwh) / (tps * 3600)
+        assert per_tok(r["breakeven"], r["gpu"], x["tps"]) == pytest.approx(per_tok(2.50, "h200_sxm", ref["tps"]))
+        assert r["ratio"] == pytest.approx(x["tps"] / ref["tps"])
+        assert r["breakeven_low"] <= r["breakeven"] <= r["breakeven_high"]
+        expect = ("pays" if r["price"] < r["breakeven_low"] else "does not pay" if r["price"] > r["breakeven_high"]
+                  else "within band")
+        assert r["verdict"] == expect
+        assert (r["usd_per_mtok"] < r["ref_usd_per_mtok"]) == (r["price"] < r["breakeven"])
+
+
+def test_hopper_reference_without_h200():
+    p = make(gpus=["h100_sxm", "gb200"])
+    rows = d.decision_rows(p, target=False)
+    assert d.hopper_reference(p, rows, DENSE) == ("h100_sxm", True)
+    q = make(gpus=["gb200"])
+    assert d.hopper_reference(q, d.decision_rows(q, target=False), DENSE) == ("h200_sxm", False)
+
+
+def test_heq_is_the_throughput_ratio(plan):
+    rows = d.heq_rows(plan)
+    assert len(rows) == len(d.HEQ_BLACKWELL) * 2
+    for r in rows:
+        tb = d.best(DENSE, r["gpu"], r["precision"], plan.cluster_gpus, plan.batch_tokens).metrics
+        for h in d.HEQ_HOPPER:
+            th = d.best(DENSE, h, r[f"{h}_precision"], plan.cluster_gpus, plan.batch_tokens).metrics
+            assert r[h] == pytest.approx(tb["tokens_per_s_per_gpu"] / th["tokens_per_s_per_gpu"])
+            assert r[f"{h}_low"] <= r[f"{h}_high"]
+    assert "H20" in d.heq_summary(rows)
+
+
+def test_top_rows_and_scaling(plan, rows):
+    top = d.top_rows(plan, ["gb200"], base_rows=rows)
+    r = top[0]
+    assert r["gpus"] == plan.top and r["scaling"] == pytest.approx(
+        r["tps"] / next(x for x in rows if x["gpu"] == "gb200")["tps"])
+    seqs = search.target_sequences(catalog.get(DENSE), plan.batch_tokens)
+    assert r["sequences_per_gpu"] == pytest.approx(seqs / plan.top, rel=0.1)
+    assert f"{plan.top:,} GB200 NVL72" in d.top_summary(top, plan, ["gb200"])
+
+
+def test_rubin_claim_counts_meet_the_target():
+    p = make(models=[SMALL_MOE])
+    c = d.rubin_claim(p)
+    assert c["model"] == SMALL_MOE and c["in_scenario"] and c["claim"] == d.RUBIN_CLAIM
+    for r in c["rows"]:
+        res = d.best(SMALL_MOE, r["gpu"], r["precision"], r["gpus"], p.batch_tokens)
+        assert cost.days_to_train(p.tokens, res.metrics["tokens_per_s_per_gpu"], r["gpus"]) <= p.target_days * (1 + 1e-9)
+    new, old = c["rows"][0], c["rows"][1]
+    assert c["ratio"] == pytest.approx(old["tps"] / new["tps"])
+    assert c["ratio_low"] <= c["ratio"] <= c["ratio_high"]
+    assert "announced" in d.claim_sentence(c)
+    # no MoE in the scenario: the catalog's trillion-parameter MoE, flagged
+    assert d.first_moe([DENSE]) == ("kimi_k2", False)
+
+
+# --- sensitivity -----------------------------------------------------------------------------
+def test_tornado_rows(plan, rows):
+    tor = d.tornado_rows(plan, rows)
+    ref = d.cheapest(rows, DENSE)
+    assert {r["gpu"] for r in tor} == {ref["gpu"]}
+    costs = [r for r in tor if r["output"] == "cost_usd"]
+    assert {r["input"] for r in costs} == {"tokens_per_s_per_gpu", "tokens", "usd_per_gpu_hour", "pue", "utilization",
+                                            "system_overhead", "gpus"}
+    swings = [r["swing_pct"] for r in costs]
+    assert swings == sorted(swings, reverse=True)
+    tok = next(r for r in costs if r["input"] == "tokens")
+    assert (tok["low_pct"], tok["high_pct"]) == pytest.approx((-25.0, 25.0))  # cost is linear in tokens
+    days = [r for r in tor if r["output"] == "days"]
+    assert next(r for r in days if r["input"] == "pue")["swing_pct"] == 0.0
+    notes = d.tornado_notes(tor, rows, plan)
+    assert 0 < notes["energy_share_min"] <= notes["energy_share_max"] < 100
+    assert notes["energy_swing_max"] < notes["energy_share_max"]
+    assert len(d.tornado_chart_rows(tor)) == 2 * len(tor)
+
+
+# --- the summary and robustness --------------------------------------------------------------
+def test_headline_and_sentences(plan, rows):
+    h = d.headline(plan, rows)
+    it = h["models"][0]
+    assert it["hopper"]["gpu"] in ("h100_sxm", "h200_sxm") and it["blackwell"]["gpu"] in ("b200", "gb200")
+    assert it["speedup"] == pytest.approx(it["blackwell"]["tps"] / it["hopper"]["tps"])
+    assert it["precision_to"] == "nvfp4" and it["precision_gain"] > 1
+    text = d.summary_model_sentence(it, plan)
+    assert "from H100 to" in text and "days" in text
+    assert "assumed prices for" in d.assumptions_sentence(plan)
+    t = d.headline_table(h)[0]
+    assert t["blackwell_cost"].endswith("*")  # assumed Blackwell price
+
+
+def test_scenario_without_blackwell_or_hopper():
+    p = make(gpus=["h100_sxm"])
+    rows = d.decision_rows(p, target=False)
+    be = d.breakeven_rows(p, rows)
+    assert {r["gpu"] for r in be} == set(d.HEQ_BLACKWELL) and not any(r["in_scenario"] for r in be)
+    h = d.headline(p, rows)
+    assert h["models"][0]["blackwell"] is None
+    assert "a catalog GPU not in this scenario" in d.summary_model_sentence(h["models"][0], p)
+    q = make(gpus=["gb300"])
+    rq = d.decision_rows(q, target=False)
+    assert d.headline(q, rq)["models"][0]["hopper"] is None
+    assert d.breakeven_rows(q, rq)[0]["ref_in_scenario"] is False
+
+
+def test_chapters_are_registered_with_their_parameters():
+    for slug in ("decision", "summary"):
+        ch = chapter(slug)
+        src = ch.source.read_text()
+        cell = re.search(r":tags: \[parameters, remove-cell\]\n\n(.*?)```", src, re.S).group(1)
+        names = set(re.findall(r"^([a-z_]+) = ", cell, re.M))
+        assert names == {k.replace(".", "_") for k in ch.reads}, slug
+        assert set(ch.data) >= {"hardware.csv", "models.yaml", "efficiency.yaml"}
+        keys = re.findall(r'glue\("([a-z0-9_]+)"', src)
+        prefix = "dec_" if slug == "decision" else "sum_"
+        assert keys and all(k.startswith(prefix) for k in keys)
+        used = set(re.findall(r"\{glue:text\}`([a-z0-9_]+)", src))
+        assert used <= set(keys), used - set(keys)
+
+
+def test_band_text_and_tables(rows):
+    assert d.band_text(None, 1, 2) == "–" and d.band_text(1234.4, None, None) == "1,234"
+    assert d.band_text(160.2, 141.0, 173.3) == "160 (141–173)"
+    for tab in (d.time_table(rows), d.cost_table(rows)):
+        assert len(tab) == len(rows) and all(len(r) <= 8 for r in tab)
+    assert np.all([("assumed" in r["price"]) == rows[i]["price_assumed"] for i, r in enumerate(d.cost_table(rows))])
