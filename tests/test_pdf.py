@@ -19,8 +19,11 @@ def _pages(pdf):
 
 
 def _chapter_title(slug):
-    src = toc.NOTEBOOK_DIR / f"{slug}.md"
-    return re.search(r"^# (.+)$", src.read_text(), re.M).group(1)
+    """The chapter heading LaTeX prints: the page title, or for the root page (whose title
+    becomes the book's) its first section."""
+    src = (toc.NOTEBOOK_DIR / f"{slug}.md").read_text()
+    level = "##" if slug == toc.ROOT_PAGE else "#"
+    return re.search(rf"^{level} (.+)$", src, re.M).group(1)
 
 
 def test_pdf_structure_page_by_page(built_book):
