@@ -38,3 +38,18 @@ def built_book(tmp_path_factory):
     book = build_dir / "small"
     return {"dir": book, "build_dir": build_dir, "manifest": json.loads((book / "manifest.json").read_text()),
             "stderr": proc.stderr}
+
+
+@pytest.fixture(scope="session")
+def prepared():
+    """The published runs prepared for the step-time model (shared by the validation tests)."""
+    from scaletax import validate
+
+    return validate.prepare_rows(validate.load_rows())
+
+
+@pytest.fixture(scope="session")
+def table(prepared):
+    from scaletax import validate
+
+    return validate.validation_table(prepared=prepared)

@@ -12,16 +12,6 @@ from scaletax import models, perf, validate
 
 
 @pytest.fixture(scope="module")
-def prepared():
-    return validate.prepare_rows(validate.load_rows())
-
-
-@pytest.fixture(scope="module")
-def table(prepared):
-    return validate.validation_table(prepared=prepared)
-
-
-@pytest.fixture(scope="module")
 def summary(table):
     return validate.error_summary(table)
 

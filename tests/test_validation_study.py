@@ -12,16 +12,6 @@ from scaletax import validation_study as vs
 
 
 @pytest.fixture(scope="module")
-def prepared():
-    return validate.prepare_rows(validate.load_rows())
-
-
-@pytest.fixture(scope="module")
-def table(prepared):
-    return validate.validation_table(prepared=prepared)
-
-
-@pytest.fixture(scope="module")
 def runs(table):
     return vs.run_rows(table, validate.load_rows())
 

@@ -93,14 +93,10 @@ def _parse_float(col: str, v: str) -> float:
 
 
 def _parse_bool(col: str, v: Any) -> bool:
-    if isinstance(v, bool):
-        return v
-    s = str(v).strip().lower()
-    if s in ("1", "true", "yes", "on"):
-        return True
-    if s in ("0", "false", "no", "off"):
-        return False
-    raise _CellError(col, f"expected true/false, got {v!r}")
+    try:
+        return models._to_bool(col, v)
+    except ValueError:
+        raise _CellError(col, f"expected true/false, got {v!r}") from None
 
 
 def _hardware_ids() -> list[str]:
