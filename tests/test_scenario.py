@@ -46,6 +46,8 @@ def test_overrides_apply_and_hash_changes():
     ("name=Bad Name!", "name: String should match pattern"),
     ("training", "expected dotted.key=value"),
     ("training.tokens.x=1", "training.tokens: is a value, not a section"),
+    ("title=```{raw} html", "title: text may not contain '```'"),
+    ("question=see @@commit@@", "question: text may not contain '@@'"),
 ])
 def test_bad_overrides_are_refused_in_one_line(override, expect):
     with pytest.raises(ScenarioError) as exc:

@@ -61,10 +61,6 @@ class BuildOptions:
     build_root: Path = BUILD_ROOT
 
 
-def _say(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
 class _Interrupted(BaseException):
     pass
 

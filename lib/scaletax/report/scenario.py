@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator,
+                      model_validator)
 
 from scaletax import DATA_DIR
 
@@ -23,7 +24,15 @@ DEFAULT_SCENARIO = DATA_DIR / "scenarios" / "default.yaml"
 
 PRECISIONS = ("bf16", "fp8", "mxfp8", "nvfp4", "mxfp4")
 Slug = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$")]
-Text = Annotated[str, Field(min_length=1, max_length=2000)]
+def _plain_text(v: str) -> str:
+    """Text reaches the book's pages verbatim: refuse what would change their markup."""
+    for seq in ("```", ":::", "@@"):
+        if seq in v:
+            raise ValueError(f"text may not contain {seq!r} (it would change the book's markup)")
+    return v
+
+
+Text = Annotated[str, Field(min_length=1, max_length=2000), AfterValidator(_plain_text)]
 PosFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 Share = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
 
