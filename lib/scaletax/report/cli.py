@@ -34,6 +34,20 @@ def _resolve(scenario: Optional[Path], sets: List[str]):
         _fail(str(exc), 2)
 
 
+def _check_data() -> None:
+    """Load every data file the chapters read, so a corrupted one stops the build before
+    anything runs (exit 2, the message names file, row and column)."""
+    from scaletax import DATA_DIR, hardware, models, perf, runs
+
+    try:
+        hardware.catalog()
+        models.catalog()
+        perf.default_band()
+        runs.read_runs(DATA_DIR / "published_runs.csv")
+    except ValueError as exc:
+        _fail(f"data file error: {str(exc).splitlines()[0]}", 2)
+
+
 SCENARIO_OPT = typer.Option(None, "--scenario", help="scenario YAML (default: data/scenarios/default.yaml)",
                             dir_okay=True, exists=False)
 SET_OPT = typer.Option([], "--set", help="override a scenario value: dotted.key=value (repeatable)")
@@ -53,6 +67,7 @@ def build(
     from scaletax.report.scenario import ScenarioError, build_name
 
     path, scen = _resolve(scenario, set_)
+    _check_data()
     try:
         out_name = build_name(scen, set_, name)
     except ScenarioError as exc:
