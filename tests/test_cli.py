@@ -47,3 +47,26 @@ def test_build_refuses_when_build_dir_cannot_be_written(tmp_path):
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("scaletax: error: cannot write to the build folder")
     assert "Traceback" not in proc.stderr
+
+
+def test_corrupted_data_file_stops_the_build_before_anything_runs(tmp_path, monkeypatch, capsys):
+    import typer
+
+    from scaletax import hardware
+    from scaletax.report import cli
+
+    bad = tmp_path / "hardware.csv"
+    lines = hardware.HARDWARE_CSV.read_text().splitlines()
+    lines[3] = lines[3].replace(",hopper,", ",hoper,", 1)
+    bad.write_text("\n".join(lines) + "\n")
+    monkeypatch.setattr(hardware, "HARDWARE_CSV", bad)
+    hardware.catalog.cache_clear()
+    try:
+        with pytest.raises(typer.Exit) as exc:
+            cli._check_data()
+    finally:
+        hardware.catalog.cache_clear()
+    assert exc.value.exit_code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("scaletax: error: data file error: hardware.csv: row 4, column 'family'")
+    assert len(err.splitlines()) == 1
