@@ -31,6 +31,24 @@ def test_calibration_table_every_run_fits(tmp_path):
         total = sum(float(r[f"memory_{k}_gib"]) for k in ("weights", "gradients", "optimizer", "activations", "reserve"))
         assert total == pytest.approx(float(r["memory_total_gib"]), abs=0.01)
         assert float(r["memory_total_gib"]) <= float(r["memory_capacity_gib"])
+        lo, mid, hi = (float(r[f"predicted_tokens_per_s_per_gpu{k}"]) for k in ("_low", "", "_high"))
+        assert 0 < lo <= mid <= hi
+        parts = sum(float(r[k]) for k in ("compute_s", "exposed_comm_s", "bubble_s", "other_s"))
+        assert parts == pytest.approx(float(r["predicted_step_time_s"]), rel=1e-3)
+        assert 0 < float(r["predicted_mfu"]) < 1
+    errors = sorted(abs(float(r["error_vs_measured"])) for r in rows if r["error_vs_measured"])
+    assert errors[len(errors) // 2] <= 0.10 and errors[-1] <= 0.25   # the accuracy targets
+
+
+def test_row_without_layout_gets_a_searched_one(tmp_path):
+    row = HAND.replace(",h200_sxm,256,4,4,1,,5,16,1,", ",h200_sxm,256,,,,,,,,")
+    path = tmp_path / "nolayout.csv"
+    path.write_text(HEADER + "\n" + row + "\n")
+    proc = run_cli(["predict", "--runs", str(path)], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    r = list(csv.DictReader(proc.stdout.splitlines()))[0]
+    assert r["layout_searched"] and int(r["tp"]) * int(r["pp"]) * int(r["dp"]) * int(r["cp"] or 1) == 256
+    assert float(r["predicted_tokens_per_s_per_gpu"]) > 0 and r["fits"] == "true"
 
 
 def test_hand_written_table_with_extra_column_to_stdout(tmp_path):
