@@ -98,3 +98,18 @@ def test_rebuild_with_nothing_changed_is_up_to_date(built_book):
     assert m["up_to_date"] is True and m["book_sha256"] == key
     assert {n["status"] for n in m["notebooks"]} == {"reused"}
     assert "up to date" in proc.stderr
+
+
+def test_a_model_that_does_not_fit_is_an_answer_not_a_crash(built_book):
+    """Llama 3.1 405B on 64 H100 fits on no layout: the book builds and says what it needs."""
+    args = ["build", "--set", "gpus=[h100_sxm]", "--set", "models=[llama31_405b]", "--set", "cluster.gpus=64",
+            "--set", "cluster.sizes=[64,1024]", "--set",
+            "economics.prices={h100_sxm: {usd_per_gpu_hour: 2.35, assumption: false, source: test}}",
+            "--set", "precision.experiment_steps=20", "--set", "precision.experiment_seeds=1",
+            "--name", "nofit", "--no-pdf"]
+    proc = run_cli(args, built_book["build_dir"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    html = built_book["build_dir"] / "nofit" / "html"
+    decision = (html / "decision.html").read_text(encoding="utf-8")
+    assert re.search(r"does not fit on 64 GPUs of type H100 SXM in fp8; needs at least \d+", decision)
+    assert re.search(r"does not fit on 64 H100 SXM GPUs; it needs at least \d+", (html / "memory.html").read_text())

@@ -47,3 +47,12 @@ def test_vega_bundle_is_self_contained():
     js = charts.vega_bundle()
     assert "window.vegaEmbed" in js and "__scaletaxCharts" in js
     assert "import " not in js[:200]
+
+
+def test_figure_without_rows_shows_a_note(tmp_path, monkeypatch):
+    monkeypatch.setenv(charts.FIGURES_ENV, str(tmp_path))
+    chart = alt.Chart(charts.data([])).mark_line().encode(x="x:Q", y="y:Q")
+    bundle = charts.figure("fig-empty", chart, [], empty="No layout fits on 8 GPUs.")
+    assert bundle.png[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "No layout fits on 8 GPUs." in bundle.html()
+    assert list(csv.DictReader(open(tmp_path / "fig-empty.csv"))) == [{"note": "No layout fits on 8 GPUs."}]

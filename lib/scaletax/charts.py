@@ -131,14 +131,22 @@ def _plain(v: Any) -> Any:
     return v
 
 
-def figure(label: str, chart: alt.TopLevelMixin, rows: Sequence[dict]) -> ChartBundle:
+def figure(label: str, chart: alt.TopLevelMixin, rows: Sequence[dict], *,
+           empty: str = "Nothing to plot for this scenario.") -> ChartBundle:
     """Render ``chart`` (built on ``rows``), save PNG + CSV, and glue it under ``label``.
+
+    With no rows (nothing applies to the scenario), the figure holds the ``empty`` note, so
+    the numbered figure and its caption stay in place.
 
     In the page, place it with a ``{glue:figure}`` directive naming ``label``; the
     directive's ``:name:`` makes it a numbered, referencable figure.
     """
     from myst_nb import glue
 
+    if not rows:  # a scenario where nothing applies: say so in place of the chart
+        rows = [{"note": empty}]
+        chart = alt.Chart(data(rows)).mark_text(fontSize=14).encode(text="note:N").properties(
+            width=520, height=60)
     spec = chart.to_dict()
     png = vlc.vegalite_to_png(spec, scale=PNG_SCALE)
     out = _figures_dir()
