@@ -534,19 +534,8 @@ def main_source(rows: list[dict]) -> dict | None:
     return max(steps, key=lambda r: r["gain"]) if steps else None
 
 
-NO_CASE = "no case of this scenario fits"
-
-
-def _or_placeholder(rows: list[dict], fields: Sequence[str], label_field: str = "model_name") -> list[dict]:
-    """``rows``, or one row of empty values (so a chart and its CSV exist) when there are none."""
-    if rows:
-        return rows
-    return [{**{f: None for f in fields}, label_field: NO_CASE}]
-
-
-def has_cases(rows: list[dict]) -> bool:
-    """False for the placeholder of :func:`_or_placeholder` (a chart with nothing to draw)."""
-    return not (len(rows) == 1 and NO_CASE in rows[0].values())
+#: The note a chart shows when no case of the scenario fits (``charts.figure(..., empty=...)``).
+NO_CASE = "No case of this scenario fits."
 
 
 def waterfall_chart_rows(rows: list[dict]) -> list[dict]:
@@ -577,7 +566,7 @@ def waterfall_chart_rows(rows: list[dict]) -> list[dict]:
         for i, (step, kind, a, b) in enumerate(bars):
             text = f"{b:.2f}x" if kind == "total" else f"x{b / a:.2f}"
             out.append({**common, "order": i, "step": step, "kind": kind, "start": a, "end": b, "text": text})
-    return _or_placeholder(out, ("model", "model_name", "target", "order", "step", "kind", "start", "end", "text"))
+    return out
 
 
 # =========================================================================================
@@ -784,7 +773,7 @@ def tornado_chart_rows(rows: list[dict]) -> list[dict]:
             out.append({"model_name": r["model_name"], "output": names.get(r["output"], r["output"]),
                         "input": r["label"], "end": f"input at its {end} value", "change_pct": v if math.isfinite(v) else None,
                         "swing_pct": r["swing_pct"], "value": f"{r[f'{end}_value']:,.4g}"})
-    return _or_placeholder(out, ("model_name", "output", "input", "end", "change_pct", "swing_pct", "value"))
+    return out
 
 
 def top_input(rows: list[dict], model_id: str, output: str = "cost_usd") -> dict | None:
@@ -1067,7 +1056,7 @@ def breakeven_chart_rows(rows: list[dict]) -> list[dict]:
         out.append({"model_name": r["model_name"], "label": r["label"], "gpu": r["gpu"],
                     "kind": "scenario price (assumed)" if r["price_assumed"] else "scenario price (published)",
                     "usd": r["price"], "low": r["price"], "high": r["price"]})
-    return _or_placeholder(out, ("model_name", "label", "gpu", "kind", "usd", "low", "high"))
+    return out
 
 
 def top_table(rows: list[dict]) -> list[dict]:
@@ -1109,8 +1098,7 @@ def cost_time_chart_rows(rows: list[dict], plan: Plan) -> list[dict]:
             "cost_musd": r["cost_usd"] / 1e6, "cost_low": r["cost_usd_low"] / 1e6,
             "cost_high": r["cost_usd_high"] / 1e6}
            for r in rows if r.get("tps") and r.get("cost_usd") is not None]
-    return _or_placeholder(out, ("model_name", "gpu", "label", "status", "days", "days_low", "days_high",
-                                 "cost_musd", "cost_low", "cost_high"))
+    return out
 
 
 # =========================================================================================
@@ -1321,7 +1309,7 @@ __all__ = ["BASELINE", "BLACKWELL_FAMILIES", "CLAIM_PAIR", "FACTORS", "HEQ_BLACK
            "breakeven_chart_rows", "breakeven_rows", "breakeven_sentence", "breakeven_summary", "breakeven_table",
            "cheapest", "claim_sentence", "claim_table", "clear_cache", "cost_table", "cost_time_chart_rows",
            "deadline_sentence", "decision_rows", "economics", "fastest", "first_moe", "gpu_label",
-           "gpus_for_target", "has_cases", "headline", "headline_table", "heq_rows", "heq_sentence", "heq_summary",
+           "gpus_for_target", "headline", "headline_table", "heq_rows", "heq_sentence", "heq_summary",
            "heq_table", "hopper_ids", "hopper_reference", "hybrid", "join_labels", "main_source", "model_name",
            "nofit_sentence", "nvl72_ids", "nvl72_sentence", "nvl72_tax", "outcome", "precision_sentence",
            "price_text", "round_count", "rubin_claim", "summary_model_sentence", "table_sentence",
