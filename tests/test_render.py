@@ -27,6 +27,8 @@ def test_table_is_a_numbered_list_table_and_writes_csv(tmp_path, monkeypatch):
     assert got[1] == {"gpu": "gb200", "tf": "2500.0", "note": "c"}
     with pytest.raises(ValueError, match="no rows"):
         tables.table([], {"a": "A"}, label="tbl-y", caption="c")
+    none = tables.table([], {"a": "A", "b": "B"}, label="tbl-z", caption="c", empty="no model fits")
+    assert "* - no model fits\n  - –" in none._repr_markdown_()
 
 
 def test_figure_has_html_and_png_and_saves_png_csv(tmp_path, monkeypatch):

@@ -624,11 +624,7 @@ def triple(row: dict, prefix: str, fmt=str) -> str:
 
 
 def limit_table_rows(limits: Sequence[dict]) -> list[dict[str, Any]]:
-    """``limit_rows`` with the per-recompute columns joined as ``mbs`` and ``seq`` text (a
-    placeholder row when no model fits anywhere)."""
-    if not limits:
-        return [{"model_short": "no model fits", "label": "–", "capacity_gib": None, "least_recompute": "–",
-                 "mbs": "–", "seq": "–"}]
+    """``limit_rows`` with the per-recompute columns joined as ``mbs`` and ``seq`` text."""
     return [dict(r, mbs=triple(r, "mbs"), seq=triple(r, "seq", seq_text)) for r in limits]
 
 
@@ -670,10 +666,8 @@ def run_rows(path: str | Path | None = None) -> list[dict[str, Any]]:
 
 def run_table_rows(rows: Sequence[dict], kind: str) -> list[dict[str, Any]]:
     """The runs of one ``kind`` ("mlperf": MLPerf Training submissions, "other": framework
-    recipes and papers), or one placeholder row when there are none."""
-    out = [r for r in rows if r["kind"] == kind]
-    return out or [{"run": "none in this table", "gpus_text": "–", "layout_text": "–", "terms_text": "–",
-                    "recompute_text": "–"}]
+    recipes and papers)."""
+    return [r for r in rows if r["kind"] == kind]
 
 
 def run_term_rows(rows: Sequence[dict]) -> list[dict[str, Any]]:

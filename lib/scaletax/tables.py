@@ -75,10 +75,17 @@ class Table:
 
 def table(rows: Sequence[dict], columns: dict[str, str], *, label: str, caption: str,
           formats: dict[str, Callable[[Any], str]] | None = None,
-          widths: Sequence[int] | None = None, long: bool = False) -> Table:
-    """Build a numbered table and save its rows to ``<label>.csv``; display the result."""
+          widths: Sequence[int] | None = None, long: bool = False, empty: str | None = None) -> Table:
+    """Build a numbered table and save its rows to ``<label>.csv``; display the result.
+
+    With no rows, ``empty`` (the reason, e.g. "no model fits") fills the first column of a
+    single row, so the numbered table stays in place; without ``empty`` that is an error.
+    """
     if not rows:
-        raise ValueError(f"table {label}: no rows")
+        if empty is None:
+            raise ValueError(f"table {label}: no rows")
+        first = next(iter(columns))
+        rows = [{k: (empty if k == first else None) for k in columns}]
     write_csv(_figures_dir() / f"{label}.csv", [{k: r.get(k) for k in columns} for r in rows])
     return Table(markdown(rows, columns, label=label, caption=caption, formats=formats, widths=widths,
                           long=long))

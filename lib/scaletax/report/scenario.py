@@ -113,24 +113,14 @@ class Scenario(_Strict):
     def _known_gpus(cls, v: list[str]) -> list[str]:
         from scaletax import hardware
 
-        valid = hardware.ids()
-        for g in v:
-            if g not in valid:
-                raise ValueError(f"unknown GPU id {g!r}; allowed: {', '.join(valid)}")
-        if len(set(v)) != len(v):
-            raise ValueError("GPU ids must be unique")
-        return v
+        return _known_ids(v, hardware.ids(), "GPU")
 
     @field_validator("models")
     @classmethod
     def _known_models(cls, v: list[str]) -> list[str]:
         from scaletax import models
 
-        valid = models.ids()
-        for m in v:
-            if m not in valid:
-                raise ValueError(f"unknown model id {m!r}; allowed: {', '.join(valid)}")
-        return v
+        return _known_ids(v, models.ids(), "model")
 
     @model_validator(mode="after")
     def _prices_cover_gpus(self) -> "Scenario":
@@ -160,6 +150,16 @@ class Scenario(_Strict):
         for part in dotted.split("."):
             node = node[part]
         return node
+
+
+def _known_ids(ids: list[str], valid: list[str], kind: str) -> list[str]:
+    """``ids`` if each is in ``valid`` and none repeats; else a one-line error."""
+    for i in ids:
+        if i not in valid:
+            raise ValueError(f"unknown {kind} id {i!r}; allowed: {', '.join(valid)}")
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"{kind} ids must be unique")
+    return ids
 
 
 def canonical_json(obj: Any) -> str:
