@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from scaletax import comm, hardware, models, topology
 from scaletax.comm import (GROUPS, Overlap, WireFormat, bus_factor, collective_phases, collective_time,
                            exposed_comm, link_bytes, step_traffic, wire_bytes)
-from scaletax.parallel import Layout, LayoutArray
+from scaletax.layout import Layout, LayoutArray
 from scaletax.topology import Topology, placement
 
 GiB = 2.0**30

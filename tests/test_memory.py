@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from scaletax import memory as M
 from scaletax import models
 from scaletax.models import Model
-from scaletax.parallel import Layout, LayoutArray
+from scaletax.layout import Layout, LayoutArray
 
 GIB = 2**30
 ONE_T = models.get("megatron_1t")

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scaletax import hardware, memory, models, perf
-from scaletax.parallel import Layout, LayoutArray
+from scaletax.layout import Layout, LayoutArray
 from scaletax.topology import Topology
 
 LLAMA70 = models.get("llama31_70b")

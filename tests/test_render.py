@@ -4,7 +4,7 @@ import csv
 import altair as alt
 import pytest
 
-from scaletax import charts, tables
+from scaletax.render import charts, tables
 
 
 def test_fmt_significant_figures_and_missing_values():

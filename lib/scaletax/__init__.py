@@ -1,6 +1,6 @@
 """scaletax: the memory, communication and precision taxes of training at scale.
 
-Model modules (hardware, models, parallel, memory, comm, precision, perf, search,
+Model modules (hardware, models, layout, memory, comm, precision, perf, search,
 validate) are plain numpy; `scaletax.report` drives notebooks and the book and is
 the only part that imports papermill or Jupyter Book.
 """

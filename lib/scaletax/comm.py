@@ -455,7 +455,7 @@ class GroupTraffic:
     count: collectives (or p2p transfers) per step; nvlink_bytes / nic_bytes: bytes each GPU
     sends per step over NVLink / its NIC (ring or direct algorithm wire bytes); seconds:
     communication time per step if nothing overlapped it; size, stride: the group's size and
-    rank stride (:func:`scaletax.parallel.group_strides`); domain: NVLink domain size.
+    rank stride (:func:`scaletax.layout.group_strides`); domain: NVLink domain size.
     """
 
     count: np.ndarray
@@ -591,8 +591,8 @@ def step_traffic(model, layouts, topo: Topology, wire: WireFormat | None = None,
                  algorithm: str = "auto") -> StepComm:
     """Communication per GPU per training step for each layout (the heaviest pipeline stage).
 
-    model: :class:`scaletax.models.Model`; layouts: :class:`scaletax.parallel.LayoutArray` or
-    :class:`~scaletax.parallel.Layout`; topo: :class:`Topology` (fields may be arrays that
+    model: :class:`scaletax.models.Model`; layouts: :class:`scaletax.layout.LayoutArray` or
+    :class:`~scaletax.layout.Layout`; topo: :class:`Topology` (fields may be arrays that
     broadcast against the layouts); wire: bytes per element (:class:`WireFormat`, default bf16).
 
     Per micro-batch of b sequences, each CP rank holds t = s*b/cp tokens. Per layer:
@@ -624,7 +624,7 @@ def step_traffic(model, layouts, topo: Topology, wire: WireFormat | None = None,
     Runs in blocks of :data:`CHUNK` layouts when the topology's fields are scalars or arrays of
     the same length as the layouts (other broadcast shapes run in one pass).
     """
-    from scaletax.parallel import Layout, LayoutArray
+    from scaletax.layout import Layout, LayoutArray
 
     if isinstance(layouts, Layout):
         layouts = LayoutArray.from_layouts([layouts])
@@ -644,7 +644,7 @@ def step_traffic(model, layouts, topo: Topology, wire: WireFormat | None = None,
             return np.broadcast_to(arrays[0][0], (n,))  # constant (e.g. no MoE traffic)
         return np.concatenate([np.broadcast_to(a, (k,)) for a, k in zip(arrays, lengths)])
 
-    from scaletax.parallel import group_strides
+    from scaletax.layout import group_strides
 
     strides = group_strides(layouts)
     keys = {"dp": "dp_cp"}
@@ -659,7 +659,7 @@ def step_traffic(model, layouts, topo: Topology, wire: WireFormat | None = None,
 def _step_traffic(model, layouts, topo: Topology, wire: WireFormat | None = None,
                   algorithm: str = "auto") -> StepComm:
     """One block of :func:`step_traffic`."""
-    from scaletax.parallel import Layout, LayoutArray, group_strides
+    from scaletax.layout import Layout, LayoutArray, group_strides
 
     if isinstance(layouts, Layout):
         layouts = LayoutArray.from_layouts([layouts])
@@ -880,7 +880,7 @@ def traffic_table(model, layout, topo: Topology, wire: WireFormat | None = None,
     total_gb (GB = 1e9 bytes sent per GPU per step), seconds (not overlapped) and, when
     ``t_compute`` is given, exposed_s (after :func:`exposed_comm`).
     """
-    from scaletax.parallel import Layout, LayoutArray
+    from scaletax.layout import Layout, LayoutArray
 
     arr = LayoutArray.from_layouts([layout]) if isinstance(layout, Layout) else layout
     if len(arr) != 1:
@@ -927,7 +927,7 @@ def llama405b_traffic(gpu: str = "h100_sxm", *, gbs: int = 1152, precision: str 
     with the wire format of ``precision`` (:meth:`WireFormat.for_recipe`).
     """
     from scaletax import models
-    from scaletax.parallel import Layout
+    from scaletax.layout import Layout
 
     layout = Layout(**{**LLAMA405B_LAYOUT, "gbs": gbs})
     topo = Topology.from_gpu(gpu, domain=domain)

@@ -71,7 +71,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from scaletax.models import Model
-from scaletax.parallel import Layout, LayoutArray
+from scaletax.layout import Layout, LayoutArray
 
 GIB = 2**30
 

@@ -74,7 +74,7 @@ import yaml
 from scaletax import DATA_DIR, comm, hardware
 from scaletax.comm import Overlap, WireFormat
 from scaletax.models import Model
-from scaletax.parallel import Layout, LayoutArray
+from scaletax.layout import Layout, LayoutArray
 from scaletax.topology import Topology
 
 EFFICIENCY_YAML = DATA_DIR / "efficiency.yaml"
@@ -399,7 +399,7 @@ def _concat_steps(steps: list[comm.StepComm]) -> comm.StepComm:
                                    stride=cati([s.groups[k].stride for s in steps]),
                                    domain=cati([s.groups[k].domain for s in steps]))
               for k in steps[0].groups}
-    from scaletax.parallel import FIELDS
+    from scaletax.layout import FIELDS
 
     la = LayoutArray(**{f: np.concatenate([getattr(s.layouts, f) for s in steps]) for f in FIELDS})
     return comm.StepComm(groups=groups, dp_grad_s=cat([s.dp_grad_s for s in steps]),
@@ -655,7 +655,7 @@ def _expand_step(step: comm.StepComm, inv: np.ndarray, la: LayoutArray) -> comm.
     def take(a):
         return np.broadcast_to(np.asarray(a, dtype=np.float64), (nu,))[inv]
 
-    from scaletax.parallel import group_strides
+    from scaletax.layout import group_strides
 
     strides = group_strides(la)
     key = {"dp": "dp_cp"}

@@ -14,7 +14,7 @@ Public API:
 
 Schema: ``data/sources/README.md`` (the ``published_runs_calibration.csv`` columns). Required
 columns: ``REQUIRED_COLUMNS``. Defaults for empty layout cells: ``cp`` 1, ``ep`` 1, ``vp`` 1,
-``mbs`` 1, ``dp`` = gpu_count / (tp * pp * cp), ``gbs`` = mbs * dp * pp (``parallel.Layout``).
+``mbs`` 1, ``dp`` = gpu_count / (tp * pp * cp), ``gbs`` = mbs * dp * pp (``layout.Layout``).
 Optional columns read when present: ``sequence_parallel`` (default on when tp > 1),
 ``zero_stage`` (default 1: Megatron's distributed optimizer over dp * cp; 3 for FSDP),
 ``etp`` (default tp), ``reserve_gib`` (default ``memory.RESERVE_GIB``), ``recompute_modules``
@@ -34,7 +34,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from scaletax import memory, models
-from scaletax.parallel import RECOMPUTE_NAME, Layout, LayoutArray
+from scaletax.layout import RECOMPUTE_NAME, Layout, LayoutArray
 
 REQUIRED_COLUMNS: tuple[str, ...] = ("layers", "hidden", "heads", "ffn_hidden", "vocab", "seq_len",
                                      "hardware", "gpu_count", "tp", "pp", "precision")

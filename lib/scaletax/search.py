@@ -37,7 +37,7 @@ import numpy as np
 
 from scaletax import hardware, memory, perf
 from scaletax.models import Model
-from scaletax.parallel import RECOMPUTE_CODE, RECOMPUTE_NAME, Layout, LayoutArray
+from scaletax.layout import RECOMPUTE_CODE, RECOMPUTE_NAME, Layout, LayoutArray
 from scaletax.topology import Topology
 
 
@@ -335,7 +335,7 @@ def _take_inputs(inp: perf.StepInputs, j: int) -> perf.StepInputs:
 
 
 def _concat(las: list[LayoutArray]) -> LayoutArray:
-    from scaletax.parallel import FIELDS
+    from scaletax.layout import FIELDS
 
     return LayoutArray(**{f: np.concatenate([getattr(x, f) for x in las]) for f in FIELDS})
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from scaletax.parallel import members_per_domain
+from scaletax.layout import members_per_domain
 
 # --- achieved-bandwidth efficiencies (fraction of the per-direction link rate) -------------
 #: CALIBRATED: ring collectives over NVLink reach 0.826 of the link rate at large messages

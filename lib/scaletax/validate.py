@@ -41,7 +41,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from scaletax import DATA_DIR, hardware, models, perf, runs
-from scaletax.parallel import Layout, RECOMPUTE_NAME
+from scaletax.layout import Layout, RECOMPUTE_NAME
 
 RUNS_CSV = DATA_DIR / "published_runs.csv"
 GEMM_CSV = DATA_DIR / "measured" / "gemm_h200.csv"

@@ -25,7 +25,7 @@ import yaml
 from filelock import FileLock, Timeout
 
 from scaletax import ROOT, __version__
-from scaletax.charts import VEGA_BUNDLE, vega_bundle
+from scaletax.render.charts import VEGA_BUNDLE, vega_bundle
 from scaletax.report import chapters as toc
 from scaletax.report.execute import ChapterFailed, Result, execute_chapters
 from scaletax.report.provenance import (git_commit, lib_hash, lock_hash, package_versions,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Sequence
 
-from scaletax.charts import _figures_dir, write_csv
+from scaletax.render.charts import _figures_dir, write_csv
 
 
 def fmt(value: Any, digits: int = 3) -> str:

@@ -1,4 +1,4 @@
-"""Tests for scaletax.precision_study: the rows, numbers and sentences of the precision chapter."""
+"""Tests for scaletax.chapters.precision: the rows, numbers and sentences of the precision chapter."""
 from __future__ import annotations
 
 import json
@@ -10,7 +10,7 @@ import pytest
 
 from scaletax import lowp_training as L
 from scaletax import precision as P
-from scaletax import precision_study as ps
+from scaletax.chapters import precision as ps
 from scaletax.report import chapters
 
 TINY = dict(vocab=32, embed_dim=16, width=32, batch=64, eval_size=256)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from scaletax import hardware, perf, validate
-from scaletax import validation_study as vs
+from scaletax.chapters import validation as vs
 
 
 @pytest.fixture(scope="module")

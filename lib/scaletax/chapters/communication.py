@@ -24,7 +24,7 @@ model, kept for comparison and for tests of the sweeps::
 
 In both, the communication tax is t_exposed / t_step.
 
-Every array function is vectorized over a :class:`~scaletax.parallel.LayoutArray`; the sweeps
+Every array function is vectorized over a :class:`~scaletax.layout.LayoutArray`; the sweeps
 loop only over the handful of (model, GPU, count, domain) cells of a chapter.
 
 Layout search (:func:`candidates`): tp a power of two that divides the NVLink domain (a TP
@@ -46,7 +46,7 @@ import numpy as np
 from scaletax import comm, hardware, memory
 from scaletax.comm import GROUPS, Overlap, WireFormat
 from scaletax.models import Model
-from scaletax.parallel import Layout, LayoutArray, group_strides
+from scaletax.layout import Layout, LayoutArray, group_strides
 from scaletax.topology import Topology, placement
 
 #: ASSUMPTION (the one free parameter of the fallback compute time): the fraction of the dense

@@ -39,7 +39,7 @@ import numpy as np
 
 from scaletax import hardware, memory, models, runs
 from scaletax.models import Model
-from scaletax.parallel import RECOMPUTE_CODE, RECOMPUTE_NAME, Layout, LayoutArray
+from scaletax.layout import RECOMPUTE_CODE, RECOMPUTE_NAME, Layout, LayoutArray
 
 GIB = memory.GIB
 TERMS = memory.TERMS

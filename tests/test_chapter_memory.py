@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from scaletax import hardware, memory, models
-from scaletax import memory_study as ms
-from scaletax.parallel import Layout
+from scaletax.chapters import memory as ms
+from scaletax.layout import Layout
 
 GIB = 2**30
 ONE_T = models.get(models.DENSE_1T)

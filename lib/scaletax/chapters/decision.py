@@ -786,7 +786,7 @@ def top_input(rows: list[dict], model_id: str, output: str = "cost_usd") -> dict
 # =========================================================================================
 def band_text(v, lo, hi, digits: int = 3) -> str:
     """``v (lo–hi)`` with ``digits`` significant figures (tables)."""
-    from scaletax.tables import fmt
+    from scaletax.render.tables import fmt
 
     if v is None:
         return "–"
@@ -1282,9 +1282,9 @@ def assumptions_sentence(plan: Plan) -> str:
 
 def nvl72_tax(plan: Plan) -> dict[str, Any]:
     """The communication tax at the scenario's largest cluster with an 8- and a 72-GPU NVLink
-    domain, as the communication chapter computes it (:mod:`scaletax.comm_study`, same GPU
+    domain, as the communication chapter computes it (:mod:`scaletax.chapters.communication`, same GPU
     and layout rules), per model."""
-    from scaletax import comm_study as cs
+    from scaletax.chapters import communication as cs
 
     gpu = cs.sweep_gpu(plan.gpus)
     rows = cs.domain_rows(list(plan.models), gpu, [plan.top], (8, 72), batch_tokens=plan.batch_tokens,

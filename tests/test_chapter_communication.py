@@ -1,12 +1,13 @@
-"""Tests for scaletax.comm_study: the sweeps behind the communication chapter."""
+"""Tests for scaletax.chapters.communication: the sweeps behind the communication chapter."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from scaletax import comm, comm_study as cs, hardware, memory, models
+from scaletax import comm, hardware, memory, models
+from scaletax.chapters import communication as cs
 from scaletax.comm import GROUPS, Overlap
-from scaletax.parallel import Layout, LayoutArray
+from scaletax.layout import Layout, LayoutArray
 
 BATCH = 16 * 2**20
 DENSE = models.get("megatron_1t")

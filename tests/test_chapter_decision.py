@@ -12,7 +12,7 @@ import yaml
 
 from scaletax import ROOT, cost, hardware, search
 from scaletax import models as catalog
-from scaletax import decision as d
+from scaletax.chapters import decision as d
 from scaletax.report.chapters import chapter
 
 DEFAULT = yaml.safe_load((ROOT / "data" / "scenarios" / "default.yaml").read_text())
