@@ -8,11 +8,12 @@ STAMP  := $(VENV)/.installed
 ARGS   ?=
 PYTEST_ARGS ?=
 
-.PHONY: venv book test tex clean bench lock help
+.PHONY: venv book test test-fast tex clean bench lock help
 
 help:
 	@echo "make book    build the default book into _build/default/ (ARGS='--set k=v ...' for more)"
 	@echo "make test    run the test suite"
+	@echo "make test-fast  the unit tests only (no book, browser, PDF or CLI build), about a minute"
 	@echo "make venv    create .venv from requirements.lock only"
 	@echo "make bench   run the benchmarks, write benchmarks/results/latest.json"
 	@echo "make clean   remove _build/ (books, cache, logs)"
@@ -35,6 +36,11 @@ book: venv tex
 
 test: venv
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+FAST_K := not book and not browser and not pdf and not failures and not determinism and not cli
+
+test-fast: venv
+	$(BIN)/python -m pytest -q -x -p no:cacheprovider -k "$(FAST_K)" $(PYTEST_ARGS)
 
 bench: venv
 	$(BIN)/python benchmarks/run.py
