@@ -13,6 +13,7 @@ import yaml
 from scaletax import ROOT, cost, hardware, search
 from scaletax import models as catalog
 from scaletax.chapters import decision as d
+from scaletax.chapters import summary as s
 from scaletax.report.chapters import chapter
 
 DEFAULT = yaml.safe_load((ROOT / "data" / "scenarios" / "default.yaml").read_text())
@@ -108,11 +109,11 @@ def test_nofit_rows_say_how_many_gpus_are_needed():
     for r in rows:
         res = d.best(DENSE, r["gpu"], r["precision"], 16, p.batch_tokens)
         assert r["layout"] == f"does not fit; needs at least {res.min_gpus:,}"
-        assert f"needs at least {res.min_gpus:,}" in d.nofit_sentence(rows, p)
-    assert "fits on none" in d.table_sentence(rows, p)
-    assert all(t["need"] == "–" for t in d.time_table(rows))
+        assert f"needs at least {res.min_gpus:,}" in s.nofit_sentence(rows, p)
+    assert "fits on none" in s.table_sentence(rows, p)
+    assert all(t["need"] == "–" for t in s.time_table(rows))
     assert d.cost_time_chart_rows(rows, p) == []
-    assert d.breakeven_summary(d.breakeven_rows(p, rows), ["gb200"]).startswith("no price comparison")
+    assert s.breakeven_summary(d.breakeven_rows(p, rows), ["gb200"]).startswith("no price comparison")
     assert d.tornado_rows(p, rows) == [] and d.tornado_chart_rows([]) == []
 
 
@@ -187,7 +188,7 @@ def test_heq_is_the_throughput_ratio(plan):
             th = d.best(DENSE, h, r[f"{h}_precision"], plan.cluster_gpus, plan.batch_tokens).metrics
             assert r[h] == pytest.approx(tb["tokens_per_s_per_gpu"] / th["tokens_per_s_per_gpu"])
             assert r[f"{h}_low"] <= r[f"{h}_high"]
-    assert "H20" in d.heq_summary(rows)
+    assert "H20" in s.heq_summary(rows)
 
 
 def test_top_rows_and_scaling(plan, rows):
@@ -197,7 +198,7 @@ def test_top_rows_and_scaling(plan, rows):
         r["tps"] / next(x for x in rows if x["gpu"] == "gb200")["tps"])
     seqs = search.target_sequences(catalog.get(DENSE), plan.batch_tokens)
     assert r["sequences_per_gpu"] == pytest.approx(seqs / plan.top, rel=0.1)
-    assert f"{plan.top:,} GB200 NVL72" in d.top_summary(top, plan, ["gb200"])
+    assert f"{plan.top:,} GB200 NVL72" in s.top_summary(top, plan, ["gb200"])
 
 
 def test_rubin_claim_counts_meet_the_target():
@@ -210,7 +211,7 @@ def test_rubin_claim_counts_meet_the_target():
     new, old = c["rows"][0], c["rows"][1]
     assert c["ratio"] == pytest.approx(old["tps"] / new["tps"])
     assert c["ratio_low"] <= c["ratio"] <= c["ratio_high"]
-    assert "announced" in d.claim_sentence(c)
+    assert "announced" in s.claim_sentence(c)
     # no MoE in the scenario: the catalog's trillion-parameter MoE, flagged
     assert d.first_moe([DENSE]) == ("kimi_k2", False)
 
@@ -237,15 +238,15 @@ def test_tornado_rows(plan, rows):
 
 # --- the summary and robustness --------------------------------------------------------------
 def test_headline_and_sentences(plan, rows):
-    h = d.headline(plan, rows)
+    h = s.headline(plan, rows)
     it = h["models"][0]
     assert it["hopper"]["gpu"] in ("h100_sxm", "h200_sxm") and it["blackwell"]["gpu"] in ("b200", "gb200")
     assert it["speedup"] == pytest.approx(it["blackwell"]["tps"] / it["hopper"]["tps"])
     assert it["precision_to"] == "nvfp4" and it["precision_gain"] > 1
-    text = d.summary_model_sentence(it, plan)
+    text = s.summary_model_sentence(it, plan)
     assert "from H100 to" in text and "days" in text
-    assert "assumed prices for" in d.assumptions_sentence(plan)
-    t = d.headline_table(h)[0]
+    assert "assumed prices for" in s.assumptions_sentence(plan)
+    t = s.headline_table(h)[0]
     assert t["blackwell_cost"].endswith("*")  # assumed Blackwell price
 
 
@@ -254,12 +255,12 @@ def test_scenario_without_blackwell_or_hopper():
     rows = d.decision_rows(p, target=False)
     be = d.breakeven_rows(p, rows)
     assert {r["gpu"] for r in be} == set(d.HEQ_BLACKWELL) and not any(r["in_scenario"] for r in be)
-    h = d.headline(p, rows)
+    h = s.headline(p, rows)
     assert h["models"][0]["blackwell"] is None
-    assert "a catalog GPU not in this scenario" in d.summary_model_sentence(h["models"][0], p)
+    assert "a catalog GPU not in this scenario" in s.summary_model_sentence(h["models"][0], p)
     q = make(gpus=["gb300"])
     rq = d.decision_rows(q, target=False)
-    assert d.headline(q, rq)["models"][0]["hopper"] is None
+    assert s.headline(q, rq)["models"][0]["hopper"] is None
     assert d.breakeven_rows(q, rq)[0]["ref_in_scenario"] is False
 
 
@@ -279,8 +280,8 @@ def test_chapters_are_registered_with_their_parameters():
 
 
 def test_band_text_and_tables(rows):
-    assert d.band_text(None, 1, 2) == "–" and d.band_text(1234.4, None, None) == "1,234"
-    assert d.band_text(160.2, 141.0, 173.3) == "160 (141–173)"
-    for tab in (d.time_table(rows), d.cost_table(rows)):
+    assert s.band_text(None, 1, 2) == "–" and s.band_text(1234.4, None, None) == "1,234"
+    assert s.band_text(160.2, 141.0, 173.3) == "160 (141–173)"
+    for tab in (s.time_table(rows), s.cost_table(rows)):
         assert len(tab) == len(rows) and all(len(r) <= 8 for r in tab)
-    assert np.all([("assumed" in r["price"]) == rows[i]["price_assumed"] for i, r in enumerate(d.cost_table(rows))])
+    assert np.all([("assumed" in r["price"]) == rows[i]["price_assumed"] for i, r in enumerate(s.cost_table(rows))])

@@ -153,7 +153,7 @@ def test_representative_and_breakdown(runs):
 
 def test_mfu_rows_match_mfu_by_precision(table, runs):
     pts = vs.mfu_rows(runs)
-    for g in validate.mfu_by_precision(table):
+    for g in vs.mfu_by_precision(table):
         v = [p["mfu"] for p in pts if p["precision"] == g["precision"].upper() and p["family"] == g["family"]]
         assert len(v) == g["rows"]
         assert float(np.median(v)) == pytest.approx(g["measured_mfu_median"])
@@ -201,7 +201,7 @@ def test_pinned_fit_holds_the_pin(prepared):
 
 
 def test_claim_rows(table):
-    rows = vs.claim_rows(validate.b200_vs_h100(table), validate.gb300_vs_gb200(table))
+    rows = vs.claim_rows(vs.b200_vs_h100(table), vs.gb300_vs_gb200(table))
     assert rows[0]["measured"] is not None and rows[0]["peak"] == pytest.approx(
         hardware.get("b200").peak_flops("fp8") / hardware.get("h100_sxm").peak_flops("fp8"))
     assert rows[1]["measured"] is None and "projection" in rows[1]["claim"]
@@ -236,3 +236,28 @@ def test_notebook_runs_and_glues_every_key_it_uses(tmp_path):
     assert plain and not [t for t in plain if "np." in t]  # numpy scalars do not format in glue:text
     figs = tmp_path / "figures"
     assert {p.stem for p in figs.glob("fig-val-*.png")} == {p.stem for p in figs.glob("fig-val-*.csv")}
+
+
+def test_claim_b200_about_twice_h100(table):
+    c = vs.b200_vs_h100(table)
+    assert c["available"]
+    assert 1.8 <= c["measured_ratio"] <= 2.4
+    assert c["predicted_ratio"] == pytest.approx(c["measured_ratio"], rel=0.15)
+    assert c["predicted_ratio"] < c["peak_ratio"]
+
+
+def test_claim_gb300_vs_gb200_says_when_no_data(table):
+    c = vs.gb300_vs_gb200(table)
+    assert not c["available"] and "no GB300 row" in c["reason"]
+    assert 1.0 < c["predicted_ratio_nvfp4_llama405b"] <= c["peak_ratio_fp4"]
+
+
+def test_mfu_by_precision(table):
+    rows = vs.mfu_by_precision(table)
+    keys = {(r["precision"], r["family"]) for r in rows}
+    assert {("fp8", "hopper"), ("fp8", "blackwell"), ("mxfp8", "blackwell"), ("nvfp4", "blackwell")} <= keys
+    for r in rows:
+        assert 0 < r["measured_mfu_median"] <= r["measured_mfu_max"] < 1
+        assert 0 < r["predicted_mfu_median"] < 1
+    hop = next(r for r in rows if r["precision"] == "fp8" and r["family"] == "hopper")
+    assert hop["measured_mfu_median"] == pytest.approx(0.41, abs=0.03)

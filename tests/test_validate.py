@@ -115,31 +115,6 @@ def test_row_conventions(prepared):
             assert any(a.startswith("recompute assumed") for a in s.assumptions)
 
 
-def test_claim_b200_about_twice_h100(table):
-    c = validate.b200_vs_h100(table)
-    assert c["available"]
-    assert 1.8 <= c["measured_ratio"] <= 2.4
-    assert c["predicted_ratio"] == pytest.approx(c["measured_ratio"], rel=0.15)
-    assert c["predicted_ratio"] < c["peak_ratio"]
-
-
-def test_claim_gb300_vs_gb200_says_when_no_data(table):
-    c = validate.gb300_vs_gb200(table)
-    assert not c["available"] and "no GB300 row" in c["reason"]
-    assert 1.0 < c["predicted_ratio_nvfp4_llama405b"] <= c["peak_ratio_fp4"]
-
-
-def test_mfu_by_precision(table):
-    rows = validate.mfu_by_precision(table)
-    keys = {(r["precision"], r["family"]) for r in rows}
-    assert {("fp8", "hopper"), ("fp8", "blackwell"), ("mxfp8", "blackwell"), ("nvfp4", "blackwell")} <= keys
-    for r in rows:
-        assert 0 < r["measured_mfu_median"] <= r["measured_mfu_max"] < 1
-        assert 0 < r["predicted_mfu_median"] < 1
-    hop = next(r for r in rows if r["precision"] == "fp8" and r["family"] == "hopper")
-    assert hop["measured_mfu_median"] == pytest.approx(0.41, abs=0.03)
-
-
 def test_calibrate_on_a_subset_predicts_the_rest(prepared):
     """A simple hold-out: fit on the rows with an even index, predict the odd ones."""
     inp, setups = prepared

@@ -1,5 +1,5 @@
 """Predictions for a published-runs table against its measurements; calibration of the
-step-time model's efficiencies; error statistics, hold-out checks and the report's seed claims.
+step-time model's efficiencies; error statistics and hold-out checks.
 
 Public API
 ----------
@@ -17,7 +17,6 @@ Public API
 - ``holdout(rows=None, scheme="row" | "group") -> list[dict]`` and ``holdout_summary(...)``.
 - ``efficiency_ranges(...)``, ``band_from_ranges``, ``efficiency_yaml_text(...)``, ``write_efficiency_yaml(path)``:
   how ``data/efficiency.yaml`` is produced.
-- Seed claims: ``b200_vs_h100()``, ``gb300_vs_gb200()``, ``mfu_by_precision()``.
 
 Measured quantity: tokens/s per GPU. Rows that do not report it are converted with the
 formula their source used, so the comparison is on what they measured:
@@ -649,67 +648,9 @@ def write_efficiency_yaml(path: Path | str = perf.EFFICIENCY_YAML) -> Path:
     return path
 
 
-# =========================================================================================
-# Seed claims
-# =========================================================================================
-def b200_vs_h100(table: Sequence[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """Per-GPU tokens/s of B200 over H100 on the MLPerf GPT-3 175B rows: measured and predicted.
-
-    The only B200 GPT-3 row (64 GPUs, MLPerf 4.1 preview) is compared with the H100 GPT-3 rows
-    at <= 512 GPUs (the large-scale 10k-GPU H100 rows have 6 micro-batches per step: a different
-    regime). Returns the ratio of B200 to the median H100 row, measured and predicted.
-    """
-    table = validation_table() if table is None else table
-    g = [r for r in table if r["group"] == "MLPerf GPT-3 175B"]
-    b = [r for r in g if r["hardware"] == "b200"]
-    h = [r for r in g if r["hardware"] == "h100_sxm" and r["gpus"] <= 512]
-    if not b or not h:
-        return {"available": False, "reason": "no B200 and H100 MLPerf GPT-3 rows"}
-    mh, ph = float(np.median([r["measured"] for r in h])), float(np.median([r["predicted"] for r in h]))
-    return {"available": True, "b200_rows": [r["run_id"] for r in b], "h100_rows": [r["run_id"] for r in h],
-            "measured_ratio": float(np.median([r["measured"] for r in b])) / mh,
-            "predicted_ratio": float(np.median([r["predicted"] for r in b])) / ph,
-            "peak_ratio": hardware.get("b200").peak_flops("fp8") / hardware.get("h100_sxm").peak_flops("fp8")}
-
-
-def gb300_vs_gb200(table: Sequence[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """GB300 vs GB200 per GPU: measured only if the table has GB300 rows; always the model's ratio.
-
-    The model's ratio is for Llama 3.1 405B in the GB200 NVFP4 row's layout on both (same model,
-    precision and layout), with the Blackwell Ultra factor tied to Blackwell's (no GB300 row).
-    """
-    table = validation_table() if table is None else table
-    has = [r for r in table if r["hardware"] == "gb300"]
-    lay = Layout(tp=4, pp=16, dp=4, vp=8, mbs=1, gbs=1536, recompute="none")
-    m = models.get("llama31_405b")
-    res = {}
-    for gpu in ("gb200", "gb300"):
-        res[gpu] = float(perf.step_time(m, lay, "nvfp4", gpu).tokens_per_s_per_gpu[0])
-    return {"available": bool(has), "measured_rows": [r["run_id"] for r in has],
-            "reason": "" if has else "no GB300 row in data/published_runs.csv: the ratio is the model's only",
-            "predicted_ratio_nvfp4_llama405b": res["gb300"] / res["gb200"],
-            "peak_ratio_fp4": hardware.get("gb300").peak_flops("nvfp4") / hardware.get("gb200").peak_flops("nvfp4")}
-
-
-def mfu_by_precision(table: Sequence[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-    """Achieved MFU (model FLOPs / dense peak of the row's precision) by precision and family,
-    from the measurements (with the model's MFU beside them)."""
-    table = validation_table() if table is None else table
-    groups: dict[tuple[str, str], list[tuple[float, float]]] = {}
-    for r in table:
-        if r["measured"] is None:
-            continue
-        gpu = hardware.get(r["hardware"])
-        mfu = r["measured"] * r["model_flops_per_token"] / gpu.peak_flops(r["precision"])
-        groups.setdefault((r["precision"], gpu.family), []).append((mfu, r["mfu"]))
-    return [{"precision": p, "family": f, "rows": len(v), "measured_mfu_median": float(np.median([a for a, _ in v])),
-             "measured_mfu_max": float(max(a for a, _ in v)), "predicted_mfu_median": float(np.median([b for _, b in v]))}
-            for (p, f), v in sorted(groups.items())]
-
-
 __all__ = ["Calibration", "FIT_BOUNDS", "FIT_PARAMS", "GEMM_CSV", "HOLDOUT_TARGETS", "ROW_CONVENTIONS", "RUNS_CSV",
-           "RowSetup", "TARGETS", "b200_vs_h100", "band_from_ranges", "calibrate", "efficiency_ranges",
-           "efficiency_yaml_text", "error_summary", "fit_gemm_measurements", "gb300_vs_gb200", "holdout",
+           "RowSetup", "TARGETS", "band_from_ranges", "calibrate", "efficiency_ranges",
+           "efficiency_yaml_text", "error_summary", "fit_gemm_measurements", "holdout",
            "holdout_summary", "layout_string", "load_rows", "measured_base", "measured_tokens_per_s",
-           "mfu_by_precision", "prepare_rows", "prepare_setups", "row_group", "row_setup", "validation_table",
+           "prepare_rows", "prepare_setups", "row_group", "row_setup", "validation_table",
            "write_efficiency_yaml"]

@@ -15,7 +15,8 @@ Public API
 - ``holdout_rows(runs, row_scheme, group_scheme)``, ``holdout_group_rows(merged)``, ``group_fit``.
 - ``parameter_rows(band)``, ``representative(runs)``, ``breakdown_rows(runs)``, ``mfu_rows(runs)``.
 - ``gemm_points(...)``, ``gemm_summary(points, band)``, ``gemm_curves(summary, points)``, ``copy_fraction(...)``.
-- ``claim_rows(b200_vs_h100, gb300_vs_gb200)``.
+- Seed claims ``b200_vs_h100(table)``, ``gb300_vs_gb200(table)``, ``mfu_by_precision(table)``, and
+  ``claim_rows(b200_vs_h100, gb300_vs_gb200)``.
 - ``pinned_fit(prepared, pins)``.
 - Display text: ``spct(x)`` (signed percent with a true minus), ``md_escape(text)``, ``source_md(url)``.
 """
@@ -29,7 +30,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from scaletax import hardware, memory, perf, validate
+from scaletax import hardware, memory, models, perf, validate
+from scaletax.layout import Layout
 
 #: Source kind of a run (by its id prefix) and how the chapter names it.
 SOURCE_KINDS: dict[str, str] = {"mlperf": "MLPerf Training (closed division)",
@@ -486,8 +488,66 @@ def pinned_fit(prepared, pins: dict[str, float]) -> dict[str, Any]:
             "targets": target_rows(summary)}
 
 
+# =========================================================================================
+# Seed claims (the report's comparisons checked against the runs table)
+# =========================================================================================
+def b200_vs_h100(table: Sequence[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Per-GPU tokens/s of B200 over H100 on the MLPerf GPT-3 175B rows: measured and predicted.
+
+    The only B200 GPT-3 row (64 GPUs, MLPerf 4.1 preview) is compared with the H100 GPT-3 rows
+    at <= 512 GPUs (the large-scale 10k-GPU H100 rows have 6 micro-batches per step: a different
+    regime). Returns the ratio of B200 to the median H100 row, measured and predicted.
+    """
+    table = validate.validation_table() if table is None else table
+    g = [r for r in table if r["group"] == "MLPerf GPT-3 175B"]
+    b = [r for r in g if r["hardware"] == "b200"]
+    h = [r for r in g if r["hardware"] == "h100_sxm" and r["gpus"] <= 512]
+    if not b or not h:
+        return {"available": False, "reason": "no B200 and H100 MLPerf GPT-3 rows"}
+    mh, ph = float(np.median([r["measured"] for r in h])), float(np.median([r["predicted"] for r in h]))
+    return {"available": True, "b200_rows": [r["run_id"] for r in b], "h100_rows": [r["run_id"] for r in h],
+            "measured_ratio": float(np.median([r["measured"] for r in b])) / mh,
+            "predicted_ratio": float(np.median([r["predicted"] for r in b])) / ph,
+            "peak_ratio": hardware.get("b200").peak_flops("fp8") / hardware.get("h100_sxm").peak_flops("fp8")}
+
+
+def gb300_vs_gb200(table: Sequence[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """GB300 vs GB200 per GPU: measured only if the table has GB300 rows; always the model's ratio.
+
+    The model's ratio is for Llama 3.1 405B in the GB200 NVFP4 row's layout on both (same model,
+    precision and layout), with the Blackwell Ultra factor tied to Blackwell's (no GB300 row).
+    """
+    table = validate.validation_table() if table is None else table
+    has = [r for r in table if r["hardware"] == "gb300"]
+    lay = Layout(tp=4, pp=16, dp=4, vp=8, mbs=1, gbs=1536, recompute="none")
+    m = models.get("llama31_405b")
+    res = {}
+    for gpu in ("gb200", "gb300"):
+        res[gpu] = float(perf.step_time(m, lay, "nvfp4", gpu).tokens_per_s_per_gpu[0])
+    return {"available": bool(has), "measured_rows": [r["run_id"] for r in has],
+            "reason": "" if has else "no GB300 row in data/published_runs.csv: the ratio is the model's only",
+            "predicted_ratio_nvfp4_llama405b": res["gb300"] / res["gb200"],
+            "peak_ratio_fp4": hardware.get("gb300").peak_flops("nvfp4") / hardware.get("gb200").peak_flops("nvfp4")}
+
+
+def mfu_by_precision(table: Sequence[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Achieved MFU (model FLOPs / dense peak of the row's precision) by precision and family,
+    from the measurements (with the model's MFU beside them)."""
+    table = validate.validation_table() if table is None else table
+    groups: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for r in table:
+        if r["measured"] is None:
+            continue
+        gpu = hardware.get(r["hardware"])
+        mfu = r["measured"] * r["model_flops_per_token"] / gpu.peak_flops(r["precision"])
+        groups.setdefault((r["precision"], gpu.family), []).append((mfu, r["mfu"]))
+    return [{"precision": p, "family": f, "rows": len(v), "measured_mfu_median": float(np.median([a for a, _ in v])),
+             "measured_mfu_max": float(max(a for a, _ in v)), "predicted_mfu_median": float(np.median([b for _, b in v]))}
+            for (p, f), v in sorted(groups.items())]
+
+
 __all__ = ["CAVEAT_WORDS", "COMPONENTS", "COMPONENT_COLORS", "GEMM_DTYPES", "SOURCE_KINDS", "SOURCE_SHORT",
-           "breakdown_rows", "caveats", "claim_rows", "copy_fraction", "gemm_curves", "gemm_points", "gemm_summary",
-           "group_fit", "hardware_rows", "holdout_group_rows", "holdout_rows", "md_escape", "mfu_rows",
+           "b200_vs_h100", "breakdown_rows", "caveats", "claim_rows", "copy_fraction", "gemm_curves", "gemm_points", "gemm_summary",
+           "gb300_vs_gb200", "group_fit", "hardware_rows", "holdout_group_rows", "holdout_rows", "md_escape", "mfu_by_precision", "mfu_rows",
            "model_short", "parameter_rows", "pinned_fit", "recompute_whatif", "representative", "run_rows",
            "source_kind", "source_md", "spct", "target_rows", "targets_met", "worst_rows"]

@@ -1,0 +1,533 @@
+"""The text of the decision chapter and the executive summary: sentences that branch on data,
+table rows with text cells, and the summary's headline rows.
+
+Every number comes from the analysis in :mod:`scaletax.chapters.decision` (plans, searches per
+model x GPU, costs, waterfall, break-even, H-equivalents, the Rubin claim, sensitivity); this
+module only picks from its rows and writes them out.
+
+Public API
+----------
+- ``headline(plan)``: the numbers of the executive summary (cheapest Hopper and Blackwell per
+  model, the speed-up between them and its largest factor); ``headline_table``.
+- Sentence helpers (``*_sentence``, ``*_summary``) for the prose: comparisons are computed from
+  what the scenario contains and say so when they fall back on catalog GPUs.
+- Display rows (``*_table``): text cells with bands (``band_text``: ``v (lo–hi)``).
+- ``nvl72_tax(plan)``: the communication tax at the largest cluster with an 8- and a 72-GPU
+  NVLink domain, for the summary.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+from scaletax import hardware
+from scaletax.chapters.decision import (FACTORS, HEQ_HOPPER, Plan, blackwell_ids, cheapest, decision_rows,
+                                        fastest, fitting, gpu_label, hopper_ids, main_source, model_name,
+                                        top_input, waterfall, waterfall_targets)
+
+
+# =========================================================================================
+# Sentence helpers
+# =========================================================================================
+#: The note a chart shows when no case of the scenario fits (``charts.figure(..., empty=...)``).
+NO_CASE = "No case of this scenario fits."
+
+
+def _join(items: Sequence[str], last: str = "and") -> str:
+    items = list(items)
+    if len(items) <= 1:
+        return "".join(items)
+    return ", ".join(items[:-1]) + f" {last} " + items[-1]
+
+
+def join_labels(gpu_ids: Sequence[str]) -> str:
+    """GPU labels joined for prose ("A, B and C"), announced parts marked."""
+    return _join([gpu_label(g) for g in gpu_ids])
+
+
+def band_text(v, lo, hi, digits: int = 3) -> str:
+    """``v (lo–hi)`` with ``digits`` significant figures (tables)."""
+    from scaletax.render.tables import fmt
+
+    if v is None:
+        return "–"
+    if lo is None or hi is None:
+        return fmt(v, digits)
+    return f"{fmt(v, digits)} ({fmt(lo, digits)}–{fmt(hi, digits)})"
+
+
+def _m(v, scale=1e6):
+    return None if v is None else v / scale
+
+
+def price_text(price: float | None, assumed: bool) -> str:
+    if price is None:
+        return "no price"
+    return f"${price:.2f}" + (" (assumed)" if assumed else "")
+
+
+# =========================================================================================
+# Sentences of the decision chapter
+# =========================================================================================
+def nofit_sentence(rows: list[dict], plan: Plan) -> str:
+    bad = [r for r in rows if not r["fits"]]
+    if not bad:
+        return (f"every model fits on every GPU type of the scenario at {plan.cluster_gpus:,} GPUs")
+    return "; ".join(r["message"] for r in bad)
+
+
+def assumed_prices_sentence(plan: Plan, gpu_ids: Sequence[str] | None = None) -> str:
+    ids = list(gpu_ids or plan.gpus)
+    assumed = [g for g in ids if plan.price_assumed(g)]
+    quoted = [g for g in ids if not plan.price_assumed(g)]
+    parts = []
+    if quoted:
+        parts.append("published rental prices for " + _join(
+            [f"{hardware.get(g).label} (${plan.price(g):.2f})" for g in quoted]))
+    if assumed:
+        parts.append("assumed prices for " + _join(
+            [f"{hardware.get(g).label} (${plan.price(g):.2f})" if plan.price(g) is not None
+             else f"{hardware.get(g).label} (no price)" for g in assumed]))
+    return "; ".join(parts) if parts else "no prices"
+
+
+def table_sentence(rows: list[dict], plan: Plan) -> str:
+    """Per model: the fastest and the cheapest shipping GPU on the scenario cluster."""
+    parts = []
+    for mid in plan.models:
+        f, c = fastest(rows, mid), cheapest(rows, mid)
+        if f is None:
+            parts.append(f"{model_name(mid)} fits on none of the shipping GPUs at {plan.cluster_gpus:,} GPUs")
+            continue
+        text = (f"{model_name(mid)} trains fastest on {f['label']}, in {f['days']:.0f} days "
+                f"({f['days_low']:.0f}–{f['days_high']:.0f})")
+        if c is not None and c.get("cost_usd") is not None:
+            text += (f", and cheapest on {c['label']}, for ${c['cost_usd'] / 1e6:,.0f}M "
+                     f"({c['cost_usd_low'] / 1e6:,.0f}–{c['cost_usd_high'] / 1e6:,.0f})")
+        parts.append(text)
+    return "; ".join(parts)
+
+
+def target_sentence(rows: list[dict], plan: Plan) -> str:
+    """Per model: which shipping GPUs finish within the target on the scenario cluster."""
+    parts = []
+    for mid in plan.models:
+        ok = [r["label"] for r in fitting(rows, model=mid) if not r["announced"] and r["days"] <= plan.target_days]
+        if ok:
+            parts.append(f"{model_name(mid)} finishes within {plan.target_days:g} days on {_join(ok)}")
+        else:
+            parts.append(f"{model_name(mid)} finishes within {plan.target_days:g} days on none of the shipping GPUs")
+    return "; ".join(parts)
+
+
+def waterfall_sentence(rows: list[dict]) -> str:
+    """Per model and target: the total speed-up over the base and its largest factor."""
+    parts = []
+    for key in dict.fromkeys((r["model"], r["target"]) for r in rows):
+        rs = [r for r in rows if (r["model"], r["target"]) == key]
+        hw = rs[len(FACTORS)]
+        last = rs[-1]
+        if hw["cumulative"] is None or rs[0]["tps"] is None:
+            parts.append(f"{rs[0]['model_name']} on {rs[0]['target_label']}: no comparison (a case does not fit)")
+            continue
+        src = main_source(rs)
+        text = (f"{rs[0]['model_name']} on {rs[0]['target_label']}: {hw['cumulative']:.2f}x "
+                f"({hw['cumulative_low']:.2f}–{hw['cumulative_high']:.2f}) at {hw['precision'].upper()}")
+        if last["precision"] != hw["precision"] and last["cumulative"] is not None:
+            text += f", {last['cumulative']:.2f}x at {last['precision'].upper()}"
+        if src is not None:
+            text += f"; the largest factor is {src['label']} (x{src['gain']:.2f})"
+        parts.append(text)
+    return "; ".join(parts)
+
+
+def breakeven_sentence(rows: list[dict], plan: Plan) -> str:
+    parts = []
+    for mid in plan.models:
+        rs = [r for r in rows if r["model"] == mid and r["breakeven"] is not None]
+        if not rs:
+            parts.append(f"{model_name(mid)}: no price comparison possible")
+            continue
+        ref = rs[0]["ref_label"]
+        pays = [r["label"] for r in rs if r["verdict"] == "pays"]
+        nope = [r["label"] for r in rs if r["verdict"] == "does not pay"]
+        band = [r["label"] for r in rs if r["verdict"] == "within band"]
+        bits = []
+        if pays:
+            bits.append(f"{_join(pays)} cost less per token than {ref} at the scenario prices")
+        if nope:
+            bits.append(f"{_join(nope)} cost more")
+        if band:
+            bits.append(f"{_join(band)} within the band")
+        parts.append(f"for {model_name(mid)}, " + ", ".join(bits))
+    return "; ".join(parts)
+
+
+def deadline_sentence(rows: list[dict], plan: Plan) -> str:
+    """Whether the reference Hopper meets the target time on the scenario cluster, per model."""
+    parts = []
+    for mid in plan.models:
+        r = next((x for x in rows if x["model"] == mid), None)
+        if r is None:
+            continue
+        if r["ref_days"] is None:
+            parts.append(f"{r['ref_label']} cannot train {model_name(mid)} on {plan.cluster_gpus:,} GPUs")
+        else:
+            verdict = "meets" if r["deadline_ref"] else "misses"
+            parts.append(f"for {model_name(mid)} {r['ref_label']} {verdict} the {plan.target_days:g}-day target on "
+                         f"{plan.cluster_gpus:,} GPUs ({r['ref_days']:.0f} days)")
+    return "; ".join(parts)
+
+
+def top_sentence(rows: list[dict], plan: Plan, gpu_ids: Sequence[str]) -> str:
+    parts = []
+    for mid in plan.models:
+        for g in gpu_ids:
+            r = next((x for x in rows if x["model"] == mid and x["gpu"] == g), None)
+            if r is None:
+                continue
+            if not r.get("tps"):
+                parts.append(f"{model_name(mid)} on {r['label']}: {r['message']}")
+                continue
+            text = (f"{model_name(mid)} on {r['label']}: {r['days']:.1f} days ({r['days_low']:.1f}–{r['days_high']:.1f}), "
+                    f"{r['tokens_per_day'] / 1e9:,.0f}B tokens per day")
+            if r.get("scaling"):
+                text += f", each GPU at {100 * r['scaling']:.0f}% of its throughput on {plan.cluster_gpus:,} GPUs"
+            parts.append(text)
+    return "; ".join(parts) if parts else "no case"
+
+
+def heq_sentence(rows: list[dict], mode: str = "scenario") -> str:
+    parts = []
+    for r in rows:
+        if r["mode"] != mode:
+            continue
+        cells = [f"{r[h]:.1f} {hardware.get(h).label}" for h in HEQ_HOPPER if r.get(h) is not None]
+        if cells:
+            parts.append(f"for {r['model_name']} one {r['label']} ({r['precision'].upper()}) does the work of "
+                         + _join(cells, "or"))
+    return "; ".join(parts) if parts else "no comparison (a case does not fit)"
+
+
+def claim_sentence(c: dict[str, Any]) -> str:
+    if c["ratio"] is None:
+        bad = [r for r in c["rows"] if r["gpus"] is None]
+        return "no comparison: " + "; ".join(f"{r['label']}: {r['layout']}" for r in bad)
+    sc, fa = c["rows"][0], c["rows"][2]
+    text = (f"{c['new_label']} needs {sc['gpus']:,} GPUs and {c['old_label']} {c['rows'][1]['gpus']:,} at "
+            f"{sc['precision'].upper()}, a ratio of {c['ratio']:.2f} ({c['ratio_low']:.2f}–{c['ratio_high']:.2f})")
+    if c["ratio_fastest"] is not None and fa["precision"] != sc["precision"]:
+        text += (f"; at {fa['precision'].upper()} {fa['gpus']:,} against {c['rows'][3]['gpus']:,}, a ratio of "
+                 f"{c['ratio_fastest']:.2f} ({c['ratio_fastest_low']:.2f}–{c['ratio_fastest_high']:.2f})")
+    verdict = ("consistent with" if c["ratio_low"] <= c["claim"] <= c["ratio_high"] else
+               "more favourable to Rubin than" if c["ratio_high"] < c["claim"] else "less favourable to Rubin than")
+    return text + f"; this projection is {verdict} the announced {c['claim']:.2f}"
+
+
+def tornado_sentence(rows: list[dict], plan: Plan) -> str:
+    """Per model: the case, and the input with the largest swing of cost and of days."""
+    parts = []
+    for mid in plan.models:
+        c, t = top_input(rows, mid, "cost_usd"), top_input(rows, mid, "days")
+        if c is None:
+            continue
+        text = (f"for {model_name(mid)} on {c['gpu_label']} the cost moves most with the {c['label']} "
+                f"({c['low_pct']:+.0f}% / {c['high_pct']:+.0f}%)")
+        if t is not None:
+            text += f", the time with the {t['label']} ({t['low_pct']:+.0f}% / {t['high_pct']:+.0f}%)"
+        parts.append(text)
+    return "; ".join(parts) if parts else "no case fits"
+
+
+# =========================================================================================
+# Display rows for the tables (text cells; the notebooks only pick the columns)
+# =========================================================================================
+def time_table(rows: list[dict]) -> list[dict]:
+    """Model, GPU, precision, layout, tokens/s per GPU, days and GPUs for the target (bands)."""
+    out = []
+    for r in rows:
+        need = "–"
+        if r.get("need"):
+            need = band_text(r["need"], r["need_low"], r["need_high"]) + (" (memory)" if r.get("need_memory_bound") else "")
+        elif "need" in r:
+            need = r.get("need_layout") or "–"
+        out.append({"model": r["model_name"], "gpu": r["label"], "precision": r["precision"].upper(),
+                    "layout": r["layout"], "tps": band_text(r["tps"], r["tps_low"], r["tps_high"]),
+                    "days": band_text(r["days"], r["days_low"], r["days_high"]), "need": need})
+    return out
+
+
+def cost_table(rows: list[dict]) -> list[dict]:
+    """Model, GPU, GPU-hours (millions), price, cost (USD millions), USD per million tokens,
+    energy (MWh), each with its band."""
+    return [{"model": r["model_name"], "gpu": r["label"],
+             "gpu_hours": band_text(_m(r["gpu_hours"]), _m(r["gpu_hours_low"]), _m(r["gpu_hours_high"])),
+             "price": price_text(r["price"], r["price_assumed"]),
+             "cost": band_text(_m(r["cost_usd"]), _m(r["cost_usd_low"]), _m(r["cost_usd_high"])),
+             "per_mtok": band_text(r["usd_per_mtok"], r["usd_per_mtok_low"], r["usd_per_mtok_high"]),
+             "energy": band_text(r["energy_mwh"], r["energy_mwh_low"], r["energy_mwh_high"])} for r in rows]
+
+
+def waterfall_table(rows: list[dict]) -> list[dict]:
+    out = []
+    for r in rows:
+        out.append({"model": r["model_name"], "target": r["target_label"],
+                    "step": r["label"], "precision": r["precision"].upper(),
+                    "tps": band_text(r["tps"], r["tps_low"], r["tps_high"]),
+                    "gain": "–" if r["gain"] is None else f"x{r['gain']:.2f}",
+                    "cumulative": "–" if r["cumulative"] is None else (
+                        f"{r['cumulative']:.2f}x ({r['cumulative_low']:.2f}–{r['cumulative_high']:.2f})"),
+                    "alone": "–" if r["alone"] is None else f"x{r['alone']:.2f}"})
+    return out
+
+
+def breakeven_table(rows: list[dict]) -> list[dict]:
+    return [{"model": r["model_name"], "gpu": r["label"] + ("" if r["in_scenario"] else " (catalog)"),
+             "ratio": band_text(r["ratio"], r["ratio_low"], r["ratio_high"]),
+             "price_ratio": "–" if r["price_ratio"] is None else f"{r['price_ratio']:.2f}",
+             "per_mtok": ("–" if r["usd_per_mtok"] is None or r["ref_usd_per_mtok"] is None
+                          else f"{r['usd_per_mtok']:.2f} / {r['ref_usd_per_mtok']:.2f}"),
+             "breakeven": "–" if r["breakeven"] is None else (
+                 f"${r['breakeven']:.2f} ({r['breakeven_low']:.2f}–{r['breakeven_high']:.2f})"),
+             "price": price_text(r["price"], r["price_assumed"]), "verdict": r["verdict"]} for r in rows]
+
+
+def top_table(rows: list[dict]) -> list[dict]:
+    return [{"model": r["model_name"], "gpu": r["label"], "layout": r["layout"],
+             "tps": band_text(r["tps"], r["tps_low"], r["tps_high"]),
+             "days": band_text(r["days"], r["days_low"], r["days_high"]),
+             "per_day": band_text(_m(r["tokens_per_day"], 1e9), _m(r["tokens_per_day_low"], 1e9),
+                                  _m(r["tokens_per_day_high"], 1e9)),
+             "scaling": "–" if not r.get("scaling") else f"{100 * r['scaling']:.0f}%",
+             "energy": band_text(r["energy_mwh"], r["energy_mwh_low"], r["energy_mwh_high"])} for r in rows]
+
+
+def heq_table(rows: list[dict], hopper: Sequence[str] = HEQ_HOPPER) -> list[dict]:
+    out = []
+    for r in rows:
+        row = {"model": r["model_name"], "gpu": r["label"], "precision": r["precision"].upper()}
+        for h in hopper:
+            row[h] = ("–" if r.get(h) is None else
+                      f"{r[h]:.1f} ({r[h + '_low']:.1f}–{r[h + '_high']:.1f})" + (
+                          "" if r[h + "_precision"] == r["precision"] else f" [{r[h + '_precision'].upper()}]"))
+        out.append(row)
+    return out
+
+
+def claim_table(c: dict[str, Any]) -> list[dict]:
+    return [{"gpu": r["label"], "precision": r["precision"].upper(),
+             "gpus": "–" if r["gpus"] is None else band_text(r["gpus"], r["gpus_low"], r["gpus_high"]),
+             "layout": r["layout"], "tps": "–" if r["tps"] is None else f"{r['tps']:,.0f}",
+             "days": "–" if r["days"] is None else f"{r['days']:.0f}",
+             "ratio": "–" if r["ratio"] is None else f"{r['ratio']:.2f} ({r['ratio_low']:.2f}–{r['ratio_high']:.2f})"}
+            for r in c["rows"]]
+
+
+# =========================================================================================
+# The executive summary
+# =========================================================================================
+def headline(plan: Plan, rows: list[dict] | None = None) -> dict[str, Any]:
+    """The handful of numbers a planner quotes, computed with the functions above.
+
+    Per model (list ``models``): the cheapest Hopper and the cheapest Blackwell on the scenario
+    cluster (days, cost, bands), the per-GPU speed-up between them and its largest factor in the
+    waterfall from H100 to that Blackwell, the achieved gain of the fastest format; plus the
+    H-equivalents of the first model and the Rubin claim check.
+    """
+    rows = decision_rows(plan, target=False) if rows is None else rows
+    out: dict[str, Any] = {"models": []}
+    for mid in plan.models:
+        h = cheapest(rows, mid, hopper_ids(plan.gpus))
+        b = cheapest(rows, mid, blackwell_ids(plan.gpus))
+        item = {"model": mid, "model_name": model_name(mid), "hopper": h, "blackwell": b, "waterfall": None,
+                "source": None, "speedup": None, "speedup_low": None, "speedup_high": None,
+                "precision_gain": None, "precision_from": None, "precision_to": None}
+        if h and b:
+            lo, hi = b["tps_low"] / h["tps_low"], b["tps_high"] / h["tps_high"]
+            item.update(speedup=b["tps"] / h["tps"], speedup_low=min(lo, hi), speedup_high=max(lo, hi))
+        target = _waterfall_target_for(plan, b["gpu"] if b else None)
+        if target:
+            wf = waterfall(plan, mid, target, alone=False)
+            item["waterfall"] = wf
+            item["source"] = main_source(wf[:_run_step(wf, plan) + 1])
+            p = wf[-1]
+            if p["gain"] is not None:
+                item.update(precision_gain=p["gain"], precision_from=wf[0]["precision"], precision_to=p["precision"],
+                            precision_gpu=gpu_label(target))
+        out["models"].append(item)
+    return out
+
+
+def _waterfall_target_for(plan: Plan, gpu_id: str | None) -> str:
+    """The waterfall target of the decision chapter closest to ``gpu_id``: itself if it is
+    one, else the one with the same NVLink-domain class, else the last one."""
+    targets = waterfall_targets(plan.gpus)[0]
+    if gpu_id in targets:
+        return gpu_id
+    if gpu_id is not None:
+        big = hardware.get(gpu_id).nvlink_domain > 8
+        same = [t for t in targets if (hardware.get(t).nvlink_domain > 8) == big]
+        if same:
+            return same[0]
+    return targets[-1]
+
+
+def _run_step(wf: list[dict], plan: Plan) -> int:
+    """Index of the waterfall row that is the target GPU at its run precision: after the
+    hardware factors if that is the base's precision, else the precision step."""
+    return len(FACTORS) if plan.run_precision(wf[0]["target"]) == wf[0]["precision"] else len(wf) - 1
+
+
+def heq_summary(rows: list[dict], mode: str = "scenario", hopper: Sequence[str] = HEQ_HOPPER) -> str:
+    """Per Blackwell GPU: how many of each Hopper GPU it matches, as a range over the models."""
+    parts = []
+    for bw in dict.fromkeys(r["gpu"] for r in rows):
+        rs = [r for r in rows if r["gpu"] == bw and r["mode"] == mode]
+        cells = []
+        for h in hopper:
+            v = [r[h] for r in rs if r.get(h) is not None]
+            if v:
+                span = f"{min(v):.1f}" if len(v) == 1 or round(min(v), 1) == round(max(v), 1) else f"{min(v):.1f}–{max(v):.1f}"
+                cells.append(f"{span} {hardware.get(h).label}")
+        if cells:
+            parts.append(f"one {gpu_label(bw)} does the work of " + _join(cells, "or"))
+    if not parts:
+        return "no comparison (a case does not fit)"
+    models = list(dict.fromkeys(r["model_name"] for r in rows))
+    tail = f" (the range spans {_join(models)})" if len(models) > 1 else ""
+    return "; ".join(parts) + tail
+
+
+def top_summary(rows: list[dict], plan: Plan, gpu_ids: Sequence[str]) -> str:
+    """Days to train and tokens per day on the largest cluster for the first shipping and every
+    announced GPU of ``gpu_ids``, and the range of the per-GPU scaling."""
+    ship = [g for g in gpu_ids if not hardware.get(g).announced][:1]
+    pick = ship + [g for g in gpu_ids if hardware.get(g).announced]
+    parts = []
+    for g in pick:
+        rs = [r for r in rows if r["gpu"] == g]
+        cells = [f"{r['model_name']} in {r['days']:.1f} days ({r['days_low']:.1f}–{r['days_high']:.1f}, "
+                 f"{r['tokens_per_day'] / 1e9:,.0f}B tokens per day)" if r.get("tps") else f"{r['model_name']}: {r['message']}"
+                 for r in rs]
+        if cells:
+            parts.append(f"{plan.top:,} {gpu_label(g)} GPUs train " + _join(cells))
+    sc = [r["scaling"] for r in rows if r.get("scaling") and r["gpu"] in pick]
+    text = "; ".join(parts) if parts else "no case"
+    if sc and plan.top != plan.cluster_gpus:
+        text += (f"; at the scenario's batch each GPU then runs at {100 * min(sc):.0f}–{100 * max(sc):.0f}% of its "
+                 f"throughput on {plan.cluster_gpus:,} GPUs")
+    return text
+
+
+def summary_model_sentence(item: dict[str, Any], plan: Plan) -> str:
+    """One sentence per model for the summary: days and cost on the cheapest Hopper and
+    Blackwell of the scenario, and the per-GPU speed-up with its main source."""
+    h, b = item["hopper"], item["blackwell"]
+    name = item["model_name"]
+
+    def case(r):
+        c = "" if r.get("cost_usd") is None else (
+            f" for ${r['cost_usd'] / 1e6:,.0f}M ({r['cost_usd_low'] / 1e6:,.0f}–{r['cost_usd_high'] / 1e6:,.0f})"
+            + (" at an assumed price" if r["price_assumed"] else ""))
+        return f"{r['days']:.0f} days ({r['days_low']:.0f}–{r['days_high']:.0f}) on {r['label']}{c}"
+
+    if h is None and b is None:
+        return f"{name} fits on neither a Hopper nor a Blackwell GPU of this scenario at {plan.cluster_gpus:,} GPUs"
+    parts = [case(r) for r in (h, b) if r is not None]
+    text = f"{name} trains in " + " against ".join(parts)
+    if item["speedup"] is not None:
+        text += (f": {item['speedup']:.2f}x ({item['speedup_low']:.2f}–{item['speedup_high']:.2f}) the throughput "
+                 f"per GPU")
+    wf = item["waterfall"]
+    if wf:
+        end = _run_step(wf, plan)
+        hw, steps = wf[end], [r for r in wf[1:end + 1] if r["gain"]]
+        if hw["cumulative"] and steps:
+            steps.sort(key=lambda r: -r["gain"])
+            target = wf[0]["target"]
+            where = "" if target in plan.gpus else ", a catalog GPU not in this scenario"
+            text += (f"; the largest factor of the {hw['cumulative']:.2f}x from H100 to {wf[0]['target_label']} "
+                     f"in {hw['precision'].upper()}{where} is {steps[0]['label']} (x{steps[0]['gain']:.2f})")
+            if len(steps) > 1 and math.log(steps[1]["gain"]) >= 0.9 * math.log(steps[0]["gain"]):
+                text += f", with {steps[1]['label']} close behind (x{steps[1]['gain']:.2f})"
+    return text
+
+
+def precision_sentence(items: list[dict[str, Any]]) -> str:
+    parts = [f"{it['model_name']} on {it['precision_gpu']}: x{it['precision_gain']:.2f} "
+             f"({it['precision_from'].upper()} to {it['precision_to'].upper()})"
+             for it in items if it.get("precision_gain") is not None and it["precision_from"] != it["precision_to"]]
+    return "; ".join(parts) if parts else "no faster format among the scenario's precisions on these GPUs"
+
+
+def breakeven_summary(rows: list[dict], gpu_ids: Sequence[str]) -> str:
+    """For each GPU of ``gpu_ids``: the price per GPU-hour at which it matches the reference
+    Hopper's cost per token, per model, next to the scenario's price."""
+    parts = []
+    for g in gpu_ids:
+        rs = [r for r in rows if r["gpu"] == g and r["breakeven"] is not None]
+        if not rs:
+            continue
+        cells = [f"${r['breakeven']:.2f} ({r['breakeven_low']:.2f}–{r['breakeven_high']:.2f}) for {r['model_name']}"
+                 for r in rs]
+        parts.append(f"{rs[0]['label']} matches {rs[0]['ref_label']}'s cost per token at " + _join(cells)
+                     + f" (scenario price {price_text(rs[0]['price'], rs[0]['price_assumed'])})")
+    return "; ".join(parts) if parts else "no price comparison is possible in this scenario"
+
+
+def headline_table(h: dict[str, Any]) -> list[dict]:
+    """Per model: the cheapest Hopper and Blackwell cases (GPU, days, cost) and the speed-up."""
+    def cells(r):
+        if r is None:
+            return "none fits", "–", "–"
+        c = "–" if r.get("cost_usd") is None else (band_text(_m(r["cost_usd"]), _m(r["cost_usd_low"]),
+                                                             _m(r["cost_usd_high"])) + (" *" if r["price_assumed"] else ""))
+        return r["label"], band_text(r["days"], r["days_low"], r["days_high"]), c
+
+    out = []
+    for it in h["models"]:
+        hg, hd, hc = cells(it["hopper"])
+        bg, bd, bc = cells(it["blackwell"])
+        out.append({"model": it["model_name"], "hopper": hg, "hopper_days": hd, "hopper_cost": hc, "blackwell": bg,
+                    "blackwell_days": bd, "blackwell_cost": bc,
+                    "speedup": band_text(it["speedup"], it["speedup_low"], it["speedup_high"])})
+    return out
+
+
+def assumptions_sentence(plan: Plan) -> str:
+    """What the summary's numbers assume, in one sentence."""
+    return (f"scenario {plan.name}: {plan.tokens / 1e12:g} trillion training tokens per model, a global batch of "
+            f"{plan.batch_tokens / 2**20:g} Mi tokens, {plan.precision.upper()} where the GPU runs it, "
+            f"{plan.cluster_gpus:,} GPUs, a {plan.target_days:g}-day horizon; " + assumed_prices_sentence(plan)
+            + f"; electricity at ${plan.usd_per_mwh:g}/MWh with a PUE of {plan.pue:g}")
+
+
+def nvl72_tax(plan: Plan) -> dict[str, Any]:
+    """The communication tax at the scenario's largest cluster with an 8- and a 72-GPU NVLink
+    domain, as the communication chapter computes it (:mod:`scaletax.chapters.communication`, same GPU
+    and layout rules), per model."""
+    from scaletax.chapters import communication as cs
+
+    gpu = cs.sweep_gpu(plan.gpus)
+    rows = cs.domain_rows(list(plan.models), gpu, [plan.top], (8, 72), batch_tokens=plan.batch_tokens,
+                          precision=plan.run_precision(gpu))
+    pairs = cs.nvl72_rows(rows, 8, 72)
+    return {"gpu": gpu, "label": hardware.get(gpu).label, "native": hardware.get(gpu).nvlink_domain > 8,
+            "gpus": plan.top, "pairs": pairs}
+
+
+def nvl72_sentence(t: dict[str, Any]) -> str:
+    if not t["pairs"]:
+        return f"no model fits on {t['gpus']:,} {t['label']} GPUs with both domain sizes"
+    parts = [f"{model_name(p['model'])} {100 * p['share_small']:.0f}% with an 8-GPU domain and "
+             f"{100 * p['share_large']:.0f}% with a 72-GPU one (a {p['speedup']:.2f}x faster step)" for p in t["pairs"]]
+    what = "" if t["native"] else " (a what-if: this GPU has no 72-GPU domain)"
+    return f"on {t['gpus']:,} {t['label']} GPUs{what}: " + "; ".join(parts)
+
+
+__all__ = ["NO_CASE", "assumed_prices_sentence", "assumptions_sentence", "band_text", "breakeven_sentence",
+           "breakeven_summary", "breakeven_table", "claim_sentence", "claim_table", "cost_table",
+           "deadline_sentence", "headline", "headline_table", "heq_sentence", "heq_summary", "heq_table",
+           "join_labels", "nofit_sentence", "nvl72_sentence", "nvl72_tax", "precision_sentence", "price_text",
+           "summary_model_sentence", "table_sentence", "target_sentence", "time_table", "top_sentence",
+           "top_summary", "top_table", "tornado_sentence", "waterfall_sentence", "waterfall_table"]
