@@ -16,3 +16,13 @@ except PackageNotFoundError:  # running from a source tree without install
 ROOT = Path(__file__).resolve().parents[2]
 #: Sourced data files.
 DATA_DIR = ROOT / "data"
+
+
+def unknown_id(value: str, valid: list[str], what: str = "id") -> str:
+    """"unknown <what> 'X' (did you mean 'x'?)": a case-insensitive match first, else the nearest."""
+    import difflib
+
+    lower = {v.lower(): v for v in valid}
+    key = str(value).lower()
+    near = [lower[key]] if key in lower else difflib.get_close_matches(key, valid, n=1)
+    return f"unknown {what} {value!r}" + (f" (did you mean {near[0]!r}?)" if near else "")

@@ -5,18 +5,32 @@ Public API
 ----------
 Arithmetic (scalars or numpy arrays, broadcasting):
 
-- ``days_to_train(tokens, tokens_per_s_per_gpu, gpus)``: tokens / (tokens/s per GPU x GPUs x 86,400).
-- ``gpus_for_days(tokens, tokens_per_s_per_gpu, days)``: the inverse, rounded up to whole GPUs
-  (at fixed tokens/s per GPU; a planner re-runs the search at that count: per-GPU throughput
-  falls as the cluster grows).
-- ``gpu_hours(tokens, tokens_per_s_per_gpu)``: tokens / (tokens/s per GPU) / 3,600.
+- ``days_to_train(tokens, tokens_per_s_per_gpu, gpus, goodput=1)``: tokens / (tokens/s per GPU x
+  GPUs x 86,400 x goodput).
+- ``gpus_for_days(tokens, tokens_per_s_per_gpu, days, goodput=1, per_system=1)``: the inverse,
+  rounded up to whole GPUs, or to whole systems of ``per_system`` GPUs (8-GPU nodes, 72-GPU
+  racks); at fixed tokens/s per GPU (a planner re-runs the search at that count: per-GPU
+  throughput falls as the cluster grows).
+- ``whole_systems(gpus, per_system)``: systems holding ``gpus`` GPUs (ceil).
+- ``gpu_hours(tokens, tokens_per_s_per_gpu, goodput=1)``: scheduled (billed) GPU-hours,
+  tokens / (tokens/s per GPU) / 3,600 / goodput.
 - ``energy_mwh(hours, tdp_w, system_overhead, utilization, pue)``:
   GPU-hours x TDP x system overhead x utilization x PUE / 1e6.
 - ``cost_usd(hours, usd_per_gpu_hour, mwh=0, usd_per_mwh=0)``: GPU-hours x price + MWh x price.
+- ``run_costs(tokens, tokens_per_s_per_gpu, gpus, tdp_w, economics, usd_per_gpu_hour=None)``:
+  days, GPU-hours, energy, cost (GPU and energy parts) and USD per million tokens of a run,
+  vectorized over arrays; what every chapter and ``scaletax plan`` use.
+
+Goodput: the share of scheduled time that trains (the rest is lost to failures, restarts and
+checkpoints). Llama 3 405B on 16k H100: 466 job interruptions in a 54-day snapshot and "higher
+than 90% effective training time" (arXiv 2407.21783, Sec. 3.3.4); the default scenario's 0.9.
+Days and billed GPU-hours are the productive ones divided by goodput; energy is counted on the
+scheduled hours too (an upper bound: a restarting cluster draws less than a training one).
 
 Estimates:
 
-- ``Economics``: price per GPU-hour, energy factors and electricity price (scenario inputs).
+- ``Economics``: price per GPU-hour, energy factors, electricity price, goodput and whether the
+  price includes power (scenario inputs).
 - ``train_estimate(tokens, tokens_per_s_per_gpu, gpus, gpu, economics, target_days=None,
   low=None, high=None) -> dict``: every quantity with ``_low`` / ``_high`` from the throughput
   band (low throughput gives the high cost, and so on).
@@ -53,23 +67,41 @@ def _out(a):
     return float(a) if np.ndim(a) == 0 else a
 
 
-def days_to_train(tokens, tokens_per_s_per_gpu, gpus):
-    """Days to train ``tokens`` on ``gpus`` GPUs at ``tokens_per_s_per_gpu``."""
+def _goodput(goodput) -> np.ndarray:
+    g = np.asarray(goodput, dtype=np.float64)
+    if np.any(~np.isfinite(g)) or np.any((g <= 0) | (g > 1)):
+        raise ValueError(f"goodput: must be in (0, 1] (got {goodput!r})")
+    return g
+
+
+def days_to_train(tokens, tokens_per_s_per_gpu, gpus, goodput=1.0):
+    """Days to train ``tokens`` on ``gpus`` GPUs at ``tokens_per_s_per_gpu``, when ``goodput``
+    of the scheduled time trains."""
     return _out(_pos("tokens", tokens) / (_pos("tokens_per_s_per_gpu", tokens_per_s_per_gpu)
-                                          * _pos("gpus", gpus) * SECONDS_PER_DAY))
+                                          * _pos("gpus", gpus) * SECONDS_PER_DAY * _goodput(goodput)))
 
 
-def gpus_for_days(tokens, tokens_per_s_per_gpu, days):
-    """Whole GPUs needed to train ``tokens`` in ``days`` at ``tokens_per_s_per_gpu`` (ceil)."""
+def whole_systems(gpus, per_system):
+    """Systems of ``per_system`` GPUs (a node, a rack) needed to hold ``gpus`` GPUs (ceil)."""
+    n = np.ceil(_pos("gpus", gpus) / _pos("per_system", per_system) * (1 - 1e-12))
+    return int(n) if np.ndim(n) == 0 else n.astype(np.int64)
+
+
+def gpus_for_days(tokens, tokens_per_s_per_gpu, days, goodput=1.0, per_system=1):
+    """GPUs needed to train ``tokens`` in ``days`` at ``tokens_per_s_per_gpu``: rounded up to
+    whole GPUs, or to whole systems of ``per_system`` GPUs (then a multiple of it)."""
     need = _pos("tokens", tokens) / (_pos("tokens_per_s_per_gpu", tokens_per_s_per_gpu)
-                                     * _pos("days", days) * SECONDS_PER_DAY)
+                                     * _pos("days", days) * SECONDS_PER_DAY * _goodput(goodput))
     g = np.ceil(need * (1 - 1e-12))  # tolerate round-off when the quotient is an integer
-    return int(g) if np.ndim(g) == 0 else g.astype(np.int64)
+    g = whole_systems(g, per_system) * np.asarray(per_system) if np.any(np.asarray(per_system) != 1) else g
+    return int(g) if np.ndim(g) == 0 else np.asarray(g).astype(np.int64)
 
 
-def gpu_hours(tokens, tokens_per_s_per_gpu):
-    """GPU-hours to process ``tokens`` at ``tokens_per_s_per_gpu`` (independent of cluster size)."""
-    return _out(_pos("tokens", tokens) / _pos("tokens_per_s_per_gpu", tokens_per_s_per_gpu) / 3600.0)
+def gpu_hours(tokens, tokens_per_s_per_gpu, goodput=1.0):
+    """Scheduled (billed) GPU-hours to process ``tokens`` at ``tokens_per_s_per_gpu`` when
+    ``goodput`` of the time trains (independent of cluster size)."""
+    return _out(_pos("tokens", tokens) / _pos("tokens_per_s_per_gpu", tokens_per_s_per_gpu) / 3600.0
+                / _goodput(goodput))
 
 
 def energy_mwh(hours, tdp_w, system_overhead=1.7, utilization=0.9, pue=1.2):
@@ -100,13 +132,17 @@ def cost_usd(hours, usd_per_gpu_hour, mwh=0.0, usd_per_mwh=0.0):
 class Economics:
     """Scenario economics. usd_per_gpu_hour: rental or amortized price; system_overhead: all-in
     system power / GPU TDP; utilization: average / peak power; pue: facility power usage
-    effectiveness; usd_per_mwh: electricity price (0: included in the GPU-hour price)."""
+    effectiveness; usd_per_mwh: electricity price (0: included in the GPU-hour price);
+    price_includes_power: all-in rental price, so no energy cost is added whatever usd_per_mwh;
+    goodput: share of scheduled time that trains."""
 
     usd_per_gpu_hour: float
     system_overhead: float = 1.7
     utilization: float = 0.9
     pue: float = 1.2
     usd_per_mwh: float = 0.0
+    goodput: float = 1.0
+    price_includes_power: bool = False
 
     def __post_init__(self) -> None:
         if not self.usd_per_gpu_hour >= 0:
@@ -114,16 +150,37 @@ class Economics:
         energy_mwh(1.0, 1.0, self.system_overhead, self.utilization, self.pue)  # validates
         if not self.usd_per_mwh >= 0:
             raise ValueError(f"usd_per_mwh: must be >= 0 (got {self.usd_per_mwh})")
+        _goodput(self.goodput)
+
+    @property
+    def energy_usd_per_mwh(self) -> float:
+        """What one MWh adds to the cost: 0 when the GPU-hour price includes power."""
+        return 0.0 if self.price_includes_power else self.usd_per_mwh
+
+
+def run_costs(tokens, tokens_per_s_per_gpu, gpus, tdp_w, economics: Economics, usd_per_gpu_hour=None) -> dict:
+    """Days, scheduled GPU-hours, energy (MWh), cost (USD: total, GPU part, energy part), USD per
+    million tokens and tokens per day of a run; arrays broadcast (``usd_per_gpu_hour`` overrides
+    the economics' price, e.g. one price per row)."""
+    econ = economics
+    price = np.asarray(econ.usd_per_gpu_hour if usd_per_gpu_hour is None else usd_per_gpu_hour, dtype=float)
+    tps = _pos("tokens_per_s_per_gpu", tokens_per_s_per_gpu)
+    hours = np.asarray(gpu_hours(tokens, tps, econ.goodput))
+    mwh = np.asarray(energy_mwh(hours, tdp_w, econ.system_overhead, econ.utilization, econ.pue))
+    gpu_usd, energy_usd = hours * price, mwh * econ.energy_usd_per_mwh
+    out = {"days": days_to_train(tokens, tps, gpus, econ.goodput), "gpu_hours": hours, "energy_mwh": mwh,
+           "gpu_cost_usd": gpu_usd, "energy_cost_usd": energy_usd, "cost_usd": gpu_usd + energy_usd,
+           "usd_per_mtok": (gpu_usd + energy_usd) / np.asarray(tokens, dtype=float) * 1e6,
+           "tokens_per_day": tps * np.asarray(gpus, dtype=float) * SECONDS_PER_DAY * econ.goodput}
+    return {k: _out(v) for k, v in out.items()}
 
 
 def _one(tokens, tps, gpus, tdp_w, econ: Economics, target_days) -> dict[str, float]:
-    gh = gpu_hours(tokens, tps)
-    e = energy_mwh(gh, tdp_w, econ.system_overhead, econ.utilization, econ.pue)
-    out = {"tokens_per_s_per_gpu": float(tps), "days": days_to_train(tokens, tps, gpus), "gpu_hours": gh,
-           "energy_mwh": e, "cost_usd": cost_usd(gh, econ.usd_per_gpu_hour, e, econ.usd_per_mwh),
-           "energy_cost_usd": e * econ.usd_per_mwh, "gpu_cost_usd": gh * econ.usd_per_gpu_hour}
+    r = run_costs(tokens, tps, gpus, tdp_w, econ)
+    out = {"tokens_per_s_per_gpu": float(tps), **{k: r[k] for k in ("days", "gpu_hours", "energy_mwh", "cost_usd",
+                                                                     "energy_cost_usd", "gpu_cost_usd")}}
     if target_days is not None:
-        out["gpus_for_target_days"] = gpus_for_days(tokens, tps, target_days)
+        out["gpus_for_target_days"] = gpus_for_days(tokens, tps, target_days, econ.goodput)
     return out
 
 
@@ -227,4 +284,5 @@ def training_sensitivity(tokens: float, tokens_per_s_per_gpu: float, gpus: int, 
 
 
 __all__ = ["Economics", "SECONDS_PER_DAY", "SENSITIVITY_DEFAULTS", "cost_usd", "days_to_train", "energy_mwh",
-           "gpu_hours", "gpus_for_days", "sensitivity", "train_estimate", "training_sensitivity"]
+           "gpu_hours", "gpus_for_days", "run_costs", "sensitivity", "train_estimate", "training_sensitivity",
+           "whole_systems"]

@@ -12,15 +12,23 @@ from __future__ import annotations
 
 import csv
 import difflib
+import json
+import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from scaletax import DATA_DIR
+from scaletax import DATA_DIR, unknown_id
 
 HARDWARE_CSV = DATA_DIR / "hardware.csv"
+SYSTEMS_CSV = DATA_DIR / "systems.csv"
+#: Environment variable naming a JSON file of user definitions (``{"gpus": {...}, "models": {...}}``)
+#: that the chapter runner writes for a kernel; see :func:`register`.
+DEFINITIONS_ENV = "SCALETAX_DEFINITIONS"
+#: Marker on the label and verification of a GPU defined or changed in a scenario.
+USER_MARK = "your input"
 
 #: Precision name -> the CSV column holding its dense peak. MX / NV block formats run on
 #: the same tensor-core paths as their element type, but only where ``native_mx`` is true.
@@ -76,10 +84,17 @@ class GPU(BaseModel):
     sources: str = Field(min_length=5)
     conflicts: str = ""
     assumptions: str = ""
+    #: The system capacity is bought in (``data/systems.csv``): its name and GPUs per system.
+    system: str = ""
+    system_gpus: int | None = Field(default=None, gt=0, le=100_000)
+    #: Fields a scenario set (empty for a catalog row): what the book marks as the user's.
+    user_fields: tuple[str, ...] = ()
 
     @field_validator("sources")
     @classmethod
     def _has_source(cls, v: str) -> str:
+        if v.startswith(USER_MARK):
+            return v
         if not any(tok in v for tok in (".", "arXiv", "MLPerf")):
             raise ValueError("must name a document or URL")
         return v
@@ -108,6 +123,16 @@ class GPU(BaseModel):
     @property
     def announced(self) -> bool:
         return self.status == "announced"
+
+    @property
+    def user_defined(self) -> bool:
+        """True for a GPU defined or changed in a scenario (not a catalog row)."""
+        return bool(self.user_fields)
+
+    @property
+    def gpus_per_system(self) -> int:
+        """GPUs in the smallest unit sold (a node or rack); the NVLink domain when not listed."""
+        return self.system_gpus or self.nvlink_domain
 
     def supports(self, precision: str) -> bool:
         """True when the GPU runs ``precision`` natively on its tensor cores."""
@@ -149,8 +174,7 @@ def load_catalog(path: Path | str = HARDWARE_CSV) -> dict[str, GPU]:
     except OSError as exc:
         raise HardwareError(f"{path}: cannot read hardware file ({exc.strerror})") from None
     reader = csv.DictReader(text.splitlines())
-    required = set(GPU.model_fields) - {"conflicts", "assumptions", "tf32_tflops",
-                                         "fp8_tflops", "fp6_tflops", "fp4_tflops"}
+    required = {k for k, f in GPU.model_fields.items() if f.is_required()}
     missing = required - set(reader.fieldnames or [])
     if missing:
         raise HardwareError(f"{path}: missing column(s) {', '.join(sorted(missing))}")
@@ -175,15 +199,76 @@ def load_catalog(path: Path | str = HARDWARE_CSV) -> dict[str, GPU]:
     return catalog
 
 
+def load_systems(path: Path | str = SYSTEMS_CSV) -> dict[str, tuple[str, int]]:
+    """GPU id -> (system name, GPUs per system) from a systems CSV (sourced rows)."""
+    path = Path(path)
+    out: dict[str, tuple[str, int]] = {}
+    for rownum, row in enumerate(csv.DictReader(path.read_text(encoding="utf-8").splitlines()), start=2):
+        try:
+            n = int(row["gpus_per_system"])
+        except (KeyError, TypeError, ValueError):
+            raise HardwareError(f"{path.name}: row {rownum}, column 'gpus_per_system': expected an integer") from None
+        if n <= 0 or not (row.get("source") or "").strip():
+            raise HardwareError(f"{path.name}: row {rownum}: needs a positive gpus_per_system and a source")
+        out[row["gpu"]] = (row["system"], n)
+    return out
+
+
 @lru_cache(maxsize=1)
+def _data_catalog() -> dict[str, GPU]:
+    cat = load_catalog(HARDWARE_CSV)
+    systems = load_systems() if SYSTEMS_CSV.exists() else {}
+    for gid, (system, n) in systems.items():
+        if gid not in cat:
+            raise HardwareError(f"{SYSTEMS_CSV.name}: unknown GPU id {gid!r}")
+        cat[gid] = cat[gid].model_copy(update={"system": system, "system_gpus": n})
+    return cat
+
+
+#: GPUs defined in a scenario (see :func:`register`), consulted before the catalog.
+_USER: dict[str, GPU] = {}
+
+
+def _load_env_definitions() -> None:
+    path = os.environ.get(DEFINITIONS_ENV)
+    if path and not _USER:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        register({k: GPU(**v) for k, v in data.get("gpus", {}).items()})
+
+
 def catalog() -> dict[str, GPU]:
-    """The project catalog (``data/hardware.csv``), loaded once."""
-    return load_catalog(HARDWARE_CSV)
+    """The project catalog (``data/hardware.csv`` + ``data/systems.csv``), then the GPUs a
+    scenario defined (:func:`register`)."""
+    _load_env_definitions()
+    return {**_data_catalog(), **_USER}
+
+
+catalog.cache_clear = _data_catalog.cache_clear  # type: ignore[attr-defined]  # reload the data files
+
+
+def register(gpus: dict[str, GPU]) -> None:
+    """Make scenario-defined GPUs (from :func:`define`) visible to :func:`get` in this process.
+
+    A chapter kernel gets them from the JSON file named by ``SCALETAX_DEFINITIONS``.
+    """
+    for gid, g in gpus.items():
+        if gid in _data_catalog():
+            raise HardwareError(f"GPU id {gid!r} is a catalog id; give your GPU another id")
+        _USER[gid] = g
+
+
+def unregister() -> None:
+    """Forget the scenario-defined GPUs of this process."""
+    _USER.clear()
 
 
 def ids() -> list[str]:
-    """All GPU ids in catalog order."""
+    """All GPU ids in catalog order (scenario-defined ones last)."""
     return list(catalog())
+
+
+def _unknown(gpu_id: str, valid: list[str], what: str = "GPU id") -> str:
+    return unknown_id(gpu_id, valid, what)
 
 
 def get(gpu_id: str) -> GPU:
@@ -191,6 +276,58 @@ def get(gpu_id: str) -> GPU:
     cat = catalog()
     if gpu_id in cat:
         return cat[gpu_id]
-    near = difflib.get_close_matches(str(gpu_id), list(cat), n=1)
-    hint = f" (did you mean {near[0]!r}?)" if near else ""
-    raise UnknownHardware(f"unknown GPU id {gpu_id!r}{hint}; valid ids: {', '.join(cat)}")
+    raise UnknownHardware(f"{_unknown(gpu_id, list(cat))}; valid ids: {', '.join(cat)}")
+
+
+#: Fields a scenario may not set on a GPU (bookkeeping, not hardware).
+_NOT_SETTABLE = ("user_fields",)
+
+
+def define(spec: dict) -> GPU:
+    """A GPU from a scenario entry: ``id`` plus GPU fields (the :class:`GPU` schema, CSV units),
+    or ``base: <catalog id>`` plus the fields that differ (``nic_gbit_s: 800``, ``tdp_w: 500``).
+
+    The result is marked as the user's: ``user_fields`` lists what the scenario set, the label
+    ends with "(yours)", ``verification`` and ``sources`` start with "your input". A ``source``
+    key (text) says where the user's values come from. Raises HardwareError (one line).
+    """
+    if not isinstance(spec, dict):
+        raise HardwareError(f"a GPU definition must be a mapping or a catalog id (got {spec!r})")
+    spec = dict(spec)
+    gid = spec.pop("id", None)
+    if not isinstance(gid, str) or not gid:
+        raise HardwareError("a GPU definition needs an 'id'")
+    base_id = spec.pop("base", None)
+    note = spec.pop("source", None)
+    for key in spec:
+        if key not in GPU.model_fields or key in _NOT_SETTABLE:
+            near = difflib.get_close_matches(str(key), [f for f in GPU.model_fields if f not in _NOT_SETTABLE], n=1)
+            hint = f"; did you mean {near[0]!r}?" if near else ""
+            raise HardwareError(f"GPU {gid!r}: unknown field {key!r}{hint}")
+    changed = tuple(sorted(spec))
+    if base_id is not None:
+        cat = _data_catalog()
+        if base_id not in cat:
+            raise HardwareError(f"GPU {gid!r}: base: {_unknown(base_id, list(cat), 'GPU id')}")
+        base = cat[base_id]
+        if not changed:
+            raise HardwareError(f"GPU {gid!r}: base {base_id!r} with no field changed; use the id {base_id!r}")
+        fields = base.model_dump()
+        what = ", ".join(f"{k}={spec[k]}" for k in changed)
+        fields.update(name=f"{base.name} with your {', '.join(changed)}", label=base.label,
+                      verification=f"{USER_MARK} ({what}); other values as {base_id}: {base.verification}",
+                      sources=f"{USER_MARK}{': ' + note if note else ''} ({what}); other values: {base.sources}")
+    else:
+        fields = {"verification": f"{USER_MARK}: defined in the scenario",
+                  "sources": f"{USER_MARK}{': ' + note if note else ''}", "hbm_basis": USER_MARK}
+    fields.update(spec)
+    label = str(fields.get("label") or gid)
+    if len(label) > 16:
+        raise HardwareError(f"GPU {gid!r}: label: at most 16 characters (got {label!r}); the book appends ' (yours)'")
+    fields.update(id=gid, label=f"{label} (yours)", user_fields=changed or ("id",))
+    try:
+        return GPU(**fields)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        col = ".".join(str(p) for p in err["loc"]) or "?"
+        raise HardwareError(f"GPU {gid!r}: field {col!r}: {err['msg']} (got {fields.get(col)!r})") from None

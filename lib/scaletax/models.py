@@ -44,7 +44,10 @@ output layer), which reproduces Narayanan eq. 3's ``96 B s l h^2 (1 + s/(6h) + V
 """
 from __future__ import annotations
 
+import difflib
+import json
 import math
+import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -52,7 +55,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
 
-from scaletax import DATA_DIR
+from scaletax import DATA_DIR, unknown_id
 
 MODELS_YAML = DATA_DIR / "models.yaml"
 
@@ -390,22 +393,122 @@ def load_catalog(path: Path | str = MODELS_YAML) -> dict[str, Model]:
 
 
 @lru_cache(maxsize=1)
-def catalog() -> dict[str, Model]:
-    """The project catalog (``data/models.yaml``), loaded once."""
+def _data_catalog() -> dict[str, Model]:
     return load_catalog(MODELS_YAML)
 
 
+#: Models defined in a scenario (see :func:`register`), consulted after the catalog.
+_USER: dict[str, Model] = {}
+#: Environment variable naming the JSON file of user definitions a chapter kernel reads
+#: (the same file as ``hardware.DEFINITIONS_ENV``; this module reads its "models").
+DEFINITIONS_ENV = "SCALETAX_DEFINITIONS"
+#: Marker on the name and source of a model defined in a scenario.
+USER_MARK = "your input"
+#: Largest relative gap allowed between a declared parameter count and the architecture's.
+PARAM_TOLERANCE = 0.02
+
+
+def catalog() -> dict[str, Model]:
+    """The project catalog (``data/models.yaml``), then the models a scenario defined."""
+    path = os.environ.get(DEFINITIONS_ENV)
+    if path and not _USER:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        register({k: Model(**v) for k, v in data.get("models", {}).items()})
+    return {**_data_catalog(), **_USER}
+
+
+catalog.cache_clear = _data_catalog.cache_clear  # type: ignore[attr-defined]
+
+
+def register(models: dict[str, Model]) -> None:
+    """Make scenario-defined models (from :func:`define`) visible to :func:`get` in this process."""
+    for mid, m in models.items():
+        if mid in _data_catalog():
+            raise ValueError(f"model id {mid!r} is a catalog id; give your model another id")
+        _USER[mid] = m
+
+
+def unregister() -> None:
+    """Forget the scenario-defined models of this process."""
+    _USER.clear()
+
+
 def ids() -> list[str]:
-    """All catalog model ids, in file order."""
+    """All model ids, in file order (scenario-defined ones last)."""
     return list(catalog())
 
 
 def get(model_id: str) -> Model:
-    """Catalog model by id; an unknown id raises ValueError listing the valid ids."""
+    """Model by id; an unknown id raises ValueError with the nearest id and the valid ones."""
     cat = catalog()
     if model_id not in cat:
-        raise ValueError(f"unknown model id {model_id!r}; valid ids: {', '.join(cat)}")
+        raise ValueError(f"{unknown_id(model_id, list(cat), 'model id')}; valid ids: {', '.join(cat)}")
     return cat[model_id]
+
+
+def check_declared(m: Model) -> None:
+    """Raise ValueError when a declared (published) parameter count differs from the
+    architecture's count by more than :data:`PARAM_TOLERANCE`; the message shows both."""
+    for kind, declared, computed in (("total", m.published_total_params_b, m.total_params),
+                                     ("active", m.published_active_params_b, m.active_params)):
+        if declared is None:
+            continue
+        gap = computed / (declared * 1e9) - 1.0
+        if abs(gap) > PARAM_TOLERANCE:
+            raise ValueError(
+                f"model {m.id!r}: declared {kind} parameters {declared:g}B but the architecture has "
+                f"{computed / 1e9:.4g}B ({gap:+.1%}; allowed {PARAM_TOLERANCE:.0%}): fix the shape or the declared count")
+
+
+def define(spec: dict) -> Model:
+    """A model from a scenario entry: ``id`` plus :class:`Model` fields (the schema of
+    ``data/models.yaml``), or ``base: <catalog id>`` plus the fields that differ.
+
+    ``published_total_params_b`` / ``published_active_params_b`` (billions), when given, must
+    match the architecture within 2%. The name ends with "(yours)" and the source starts with
+    "your input". Raises ValueError (one line).
+    """
+    if not isinstance(spec, dict):
+        raise ValueError(f"a model definition must be a mapping or a catalog id (got {spec!r})")
+    spec = dict(spec)
+    mid = spec.pop("id", None)
+    if not isinstance(mid, str) or not mid:
+        raise ValueError("a model definition needs an 'id'")
+    base_id = spec.pop("base", None)
+    allowed = [f for f in Model.model_fields if f not in ("id", "verified")]
+    for key in spec:
+        if key not in allowed:
+            near = difflib.get_close_matches(str(key), allowed, n=1)
+            hint = f"; did you mean {near[0]!r}?" if near else ""
+            raise ValueError(f"model {mid!r}: unknown field {key!r}{hint}")
+    note = spec.pop("source", "")
+    fields: dict[str, Any] = {}
+    if base_id is not None:
+        cat = _data_catalog()
+        if base_id not in cat:
+            raise ValueError(f"model {mid!r}: base: unknown model id {base_id!r}; valid ids: {', '.join(cat)}")
+        base = cat[base_id]
+        fields = base.model_dump(exclude={"published_total_params_b", "published_active_params_b"})
+        what = ", ".join(f"{k}={spec[k]}" for k in sorted(spec) if k not in ("name", "notes"))
+        fields.update(name=f"{base.name} with your {what}" if what else base.name, notes="")
+        note = f"{note + '; ' if note else ''}{base_id} with {what}; other values: {base.source}"
+    fields.update(spec)
+    fields.update(id=mid, verified=False, source=f"{USER_MARK}{': ' + note if note else ''}")
+    fields["name"] = f"{fields.get('name') or mid} (yours)"
+    try:
+        m = Model(**fields)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"]) or "?"
+        msg = err["msg"][len("Value error, "):] if err["msg"].startswith("Value error, ") else err["msg"]
+        raise ValueError(f"model {mid!r}: field {loc!r}: {msg}") from None
+    check_declared(m)
+    return m
+
+
+def user_defined(m: Model) -> bool:
+    """True for a model defined in a scenario (not a catalog entry)."""
+    return m.source.startswith(USER_MARK)
 
 
 # --- runs-table rows ----------------------------------------------------------------------

@@ -28,8 +28,8 @@ from scaletax import ROOT, __version__
 from scaletax.render.charts import VEGA_BUNDLE, vega_bundle
 from scaletax.report import chapters as toc
 from scaletax.report.execute import ChapterFailed, Result, execute_chapters
-from scaletax.report.provenance import (git_commit, lib_hash, lock_hash, package_versions,
-                                        sha256_bytes)
+from scaletax.report.provenance import (data_hashes, git_commit, lib_hash, lock_hash, package_versions,
+                                        sha256_bytes, short_commit)
 from scaletax.report.scenario import Scenario
 
 #: Where books, the execution cache and logs go (``SCALETAX_BUILD_DIR`` overrides, e.g. in tests).
@@ -91,11 +91,14 @@ def _fill(template: str, values: dict[str, str]) -> str:
 
 
 def _provenance_md(info: dict) -> str:
+    mine = info.get("user_inputs") or []
+    yours = ("\n\nYour inputs (not from the catalog or a cited source): "
+             + "; ".join(f"`{m}`" for m in mine) + ".") if mine else ""
     return (
         ":::{admonition} Provenance\n:class: note\n\n"
         f"Scenario **{info['name']}** (`{info['scenario_file']}`, sha256 `{info['scenario_hash'][:12]}`), "
-        f"scaletax {info['version']}, commit `{info['commit'][:12]}`, built {info['date']}. "
-        "See [Reproduce this book](reproduce.md) for the exact command and inputs.\n:::\n"
+        f"scaletax {info['version']}, commit `{short_commit(info['commit'])}`, built {info['date']}. "
+        f"See [Reproduce this book](reproduce.md) for the exact command and inputs.{yours}\n:::\n"
     )
 
 
@@ -174,7 +177,8 @@ def _book_key(opts: BuildOptions, info: dict, cache: Path) -> str:
 
     code = lib_hash()
     parts = {
-        "chapters": [cache_key(ch, ch.parameters(opts.scenario), code) for ch in toc.CHAPTERS],
+        "chapters": [cache_key(ch, ch.parameters(opts.scenario), code, ch.definitions(opts.scenario))
+                     for ch in toc.CHAPTERS],
         "pages": tree_hash(toc.BOOK_DIR, ("*",)),
         "config": CONFIG_YML.read_text(encoding="utf-8"),
         "scenario": info["scenario_hash"], "overrides": list(opts.overrides), "name": opts.name,
@@ -279,6 +283,7 @@ def _build_in(stage: Path, logs: Path, opts: BuildOptions, progress) -> dict:
         "name": opts.name, "title": scen.title, "version": __version__, "commit": commit,
         "date": date, "scenario_hash": scen.content_hash(),
         "scenario_file": os.path.relpath(opts.scenario_path, toc.ROOT),
+        "user_inputs": [u.replace("`", "'") for u in scen.user_inputs()],
     }
     info["tokens"] = {
         "name": opts.name, "version": __version__, "commit": commit, "date": date,
@@ -337,6 +342,9 @@ def _build_in(stage: Path, logs: Path, opts: BuildOptions, progress) -> dict:
         "packages": package_versions(),
         "lib_sha256": lib_hash(),
         "lock_sha256": lock_hash(),
+        "data_sha256": data_hashes(),
+        "definitions": scen.definitions(),
+        "user_inputs": info["user_inputs"],
         "built_at": date,
         "pdf": pdf_status,
         "notebooks": [

@@ -2,7 +2,10 @@
 
 A chapter names the scenario keys it reads and the data files it reads; those, its
 source and the library code make its cache key, so changing one parameter re-executes
-only the chapters that read it.
+only the chapters that read it. GPUs and models defined in the scenario enter the key (as
+resolved definitions) only of the chapters that read ``gpus`` / ``models``; a chapter that
+reads the catalog only for the scenario's GPUs (``scenario_gpus_only``) is keyed on those
+GPUs' resolved rows instead of the whole ``hardware.csv``.
 """
 from __future__ import annotations
 
@@ -25,14 +28,30 @@ class Chapter:
     slug: str
     reads: tuple[str, ...]
     data: tuple[str, ...]
+    scenario_gpus_only: bool = False
 
     @property
     def source(self):
         return NOTEBOOK_DIR / f"{self.slug}.md"
 
     def parameters(self, scenario) -> dict:
-        """Notebook parameters: each dotted key becomes a name with '_' for '.'."""
-        return {key.replace(".", "_"): scenario.get(key) for key in self.reads}
+        """Notebook parameters: each dotted key becomes a name with '_' for '.'; ``gpus`` and
+        ``models`` are lists of ids (inline definitions reach the kernel via :meth:`definitions`)."""
+        ids = {"gpus": scenario.gpu_ids, "models": scenario.model_ids}
+        return {key.replace(".", "_"): ids[key] if key in ids else scenario.get(key) for key in self.reads}
+
+    def definitions(self, scenario) -> dict:
+        """The resolved scenario-defined GPUs / models this chapter reads (JSON-ready), plus,
+        for a ``scenario_gpus_only`` chapter, the resolved rows of all the scenario's GPUs."""
+        from scaletax import hardware
+
+        defs = scenario.definitions()
+        out = {"gpus": defs["gpus"] if "gpus" in self.reads else {},
+               "models": defs["models"] if "models" in self.reads else {}}
+        if self.scenario_gpus_only:
+            cat = hardware._data_catalog()
+            out["catalog_gpus"] = {g: cat[g].model_dump(mode="json") for g in scenario.gpu_ids if g in cat}
+        return out
 
 
 @dataclass(frozen=True)
@@ -49,7 +68,7 @@ class Part:
     entries: tuple
 
 
-_MODEL_DATA = ("hardware.csv", "models.yaml", "efficiency.yaml")
+_MODEL_DATA = ("hardware.csv", "systems.csv", "models.yaml", "efficiency.yaml")
 _PLAN = ("models", "gpus", "training.tokens", "training.global_batch_tokens", "training.precision",
          "training.precisions", "cluster.sizes", "cluster.gpus", "cluster.target_days", "economics.prices",
          "economics.energy", "economics.usd_per_mwh")
@@ -57,7 +76,7 @@ _PLAN = ("models", "gpus", "training.tokens", "training.global_batch_tokens", "t
 #: Executed chapters, in book order (the summary is the book's first page).
 CHAPTERS = (
     Chapter("summary", reads=("name", *_PLAN), data=_MODEL_DATA),
-    Chapter("hardware", reads=("gpus",), data=("hardware.csv",)),
+    Chapter("hardware", reads=("gpus",), data=(), scenario_gpus_only=True),
     Chapter("memory", reads=("models", "gpus", "cluster.sizes", "cluster.gpus", "training.precision",
                              "training.global_batch_tokens"),
             data=("hardware.csv", "models.yaml", "published_runs.csv")),

@@ -12,6 +12,8 @@ from typing import List, Optional
 
 import typer
 
+from scaletax import ROOT
+
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Build the scale-tax book and query its model.")
 scenario_app = typer.Typer(no_args_is_help=True, help="Inspect scenarios.")
@@ -60,6 +62,7 @@ def build(
     name: Optional[str] = typer.Option(None, "--name", help="output name (default: scenario name, plus a hash of --set overrides)"),
     jobs: int = typer.Option(os.cpu_count() or 1, "--jobs", min=1, max=64, help="notebooks executed in parallel"),
     no_pdf: bool = typer.Option(False, "--no-pdf", help="build the HTML only"),
+    force: bool = typer.Option(False, "--force", help="let --name replace the book of another scenario"),
 ) -> None:
     """Execute the chapters for a scenario and build _build/<name>/ (HTML, PDF, figures, manifest)."""
     from scaletax.report.book import (BuildBusy, BuildError, BuildOptions, ChapterFailed,
@@ -72,6 +75,13 @@ def build(
         out_name = build_name(scen, set_, name)
     except ScenarioError as exc:
         _fail(str(exc), 2)
+    from scaletax.report.book import BUILD_ROOT
+    from scaletax.report.provenance import name_conflict
+
+    conflict = None if force else name_conflict(BUILD_ROOT / out_name, os.path.relpath(Path(path).resolve(), ROOT),
+                                                 set_)
+    if conflict:
+        _fail(conflict, 2)
     if not no_pdf and not xelatex_available():
         banner = "!" * 78
         typer.echo(f"{banner}\nWARNING: xelatex/latexmk not found: building the HTML only, NO PDF.\n"

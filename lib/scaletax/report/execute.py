@@ -49,10 +49,13 @@ class Result:
     parameters: dict = field(default_factory=dict)
 
 
-def cache_key(ch: Chapter, parameters: dict, code_hash: str | None = None) -> str:
+def cache_key(ch: Chapter, parameters: dict, code_hash: str | None = None,
+              definitions: dict | None = None) -> str:
     h = hashlib.sha256()
     h.update(b"source\0" + ch.source.read_bytes())
     h.update(b"params\0" + canonical_json(parameters).encode())
+    if definitions and any(definitions.values()):  # scenario-defined GPUs/models the chapter reads
+        h.update(b"definitions\0" + canonical_json(definitions).encode())
     h.update(b"lib\0" + (code_hash or lib_hash()).encode())
     h.update(b"lock\0" + lock_hash().encode())
     for name in sorted(ch.data):
@@ -73,6 +76,9 @@ def _execute_one(source: str, params_file: str, workdir: str) -> int:
     figures.mkdir(parents=True, exist_ok=True)
     os.environ["SCALETAX_FIGURES_DIR"] = str(figures)
     os.environ["PYTHONHASHSEED"] = "0"
+    defs = work / "definitions.json"
+    if defs.exists():  # GPUs / models defined in the scenario: hardware.get / models.get read them
+        os.environ["SCALETAX_DEFINITIONS"] = str(defs)
     parameters = json.loads(Path(params_file).read_text(encoding="utf-8"))
     nb = jupytext.read(source)
     t0 = time.perf_counter()
@@ -111,11 +117,14 @@ class _Job:
     key: str
     work: Path
     proc: subprocess.Popen | None = None
+    definitions: dict = field(default_factory=dict)
 
 
 def _start(job: _Job) -> None:
     params_file = job.work / "parameters.json"
     params_file.write_text(canonical_json(job.params), encoding="utf-8")
+    if job.definitions.get("gpus") or job.definitions.get("models"):
+        (job.work / "definitions.json").write_text(canonical_json(job.definitions), encoding="utf-8")
     log = (job.work / "worker.log").open("w", encoding="utf-8")
     job.proc = subprocess.Popen(
         [sys.executable, "-m", "scaletax.report.execute", str(job.chapter.source), str(params_file),
@@ -153,7 +162,8 @@ def execute_chapters(chapters: list[Chapter], scenario, cache_dir: Path, log_dir
     pending: list[_Job] = []
     for ch in chapters:
         params = ch.parameters(scenario)
-        key = cache_key(ch, params, code)
+        defs = ch.definitions(scenario)
+        key = cache_key(ch, params, code, defs)
         entry = cache_dir / key
         if (entry / "notebook.ipynb").exists():
             results[ch.slug] = Result(ch.slug, key, entry / "notebook.ipynb", entry / "figures",
@@ -161,7 +171,7 @@ def execute_chapters(chapters: list[Chapter], scenario, cache_dir: Path, log_dir
             if progress:
                 progress(ch.slug, "reused (inputs unchanged)")
         else:
-            pending.append(_Job(ch, params, key, Path()))
+            pending.append(_Job(ch, params, key, Path(), definitions=defs))
 
     running: list[_Job] = []
     failures: list[ChapterFailed] = []
@@ -202,7 +212,7 @@ def _finish(job: _Job, cache_dir: Path, log_dir: Path, results: dict, progress) 
                   "error": (tail[-1] if tail else f"worker exited with status {job.proc.returncode}")[:300]}
     if status["error"] is None:
         entry = cache_dir / job.key
-        for name in ("status.json", "parameters.json", "worker.log"):
+        for name in ("status.json", "parameters.json", "worker.log", "definitions.json"):
             (work / name).unlink(missing_ok=True)
         if entry.exists():  # a concurrent build of another name filled it first
             shutil.rmtree(work, ignore_errors=True)

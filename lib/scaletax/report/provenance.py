@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import platform
 import subprocess
 from importlib import metadata
 from pathlib import Path
 
-from scaletax import ROOT, __version__
+from scaletax import DATA_DIR, ROOT, __version__
 
 #: Packages whose versions go into the manifest (the rest are in requirements.lock).
 KEY_PACKAGES = ("numpy", "ml_dtypes", "altair", "vl-convert-python", "papermill", "jupytext",
@@ -61,3 +62,30 @@ def package_versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             out[name] = "not installed"
     return out
+
+
+def short_commit(commit: str) -> str:
+    """The commit as the book shows it: 12 hex digits, keeping ``+dirty``."""
+    sha, _, rest = commit.partition("+")
+    return sha[:12] + (f"+{rest}" if rest else "")
+
+
+def data_hashes(root: Path = DATA_DIR) -> dict[str, str]:
+    """sha256 of every data file the model can read (``data/``, relative path -> hex)."""
+    return {str(p.relative_to(root.parent)): sha256_bytes(p.read_bytes())
+            for p in sorted(root.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
+
+
+def name_conflict(book: Path, scenario_file: str, overrides: list[str] | tuple[str, ...]) -> str | None:
+    """Why ``book`` (a built book folder) must not be replaced by a build of another scenario
+    (another scenario file or other ``--set`` overrides); None when it may (no book there, or
+    the same scenario rebuilt)."""
+    try:
+        old = json.loads((book / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if old.get("scenario_file") == scenario_file and sorted(old.get("overrides", [])) == sorted(overrides):
+        return None
+    sets = " ".join(f"--set {o}" for o in old.get("overrides", [])) or "no --set"
+    return (f"--name {book.name}: {book} holds the book of another scenario ({old.get('scenario_file')}, {sets}); "
+            "choose another --name, or add --force to replace it")

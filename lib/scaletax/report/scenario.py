@@ -11,19 +11,22 @@ import difflib
 import hashlib
 import json
 import math
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator,
-                      model_validator)
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
+                      field_validator, model_validator)
 
 from scaletax import DATA_DIR
 
 DEFAULT_SCENARIO = DATA_DIR / "scenarios" / "default.yaml"
 
 PRECISIONS = ("bf16", "fp8", "mxfp8", "nvfp4", "mxfp4")
-Slug = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$")]
+_SLUG = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+Slug = Annotated[str, Field(pattern=_SLUG.pattern)]
+Id = Annotated[str, Field(min_length=1, max_length=64)]  # checked against the catalogs (with a hint)
 def _plain_text(v: str) -> str:
     """Text reaches the book's pages verbatim: refuse what would change their markup."""
     for seq in ("```", ":::", "@@"):
@@ -45,12 +48,18 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
 
 
+#: Marks a value the user set (``--set`` or their scenario) without giving a source for it.
+YOUR_INPUT = "your input"
+
+
 class Price(_Strict):
-    """Rental price of one GPU-hour, with where it comes from."""
+    """Rental price of one GPU-hour, with where it comes from: a published source, an
+    assumption (``assumption: true``) or the user's own figure (``your_input: true``)."""
 
     usd_per_gpu_hour: PosFloat = Field(le=1000)
     source: Text
     assumption: bool
+    your_input: bool = False
 
 
 class Training(_Strict):
@@ -65,6 +74,9 @@ class Cluster(_Strict):
     sizes: list[Annotated[int, Field(ge=8, le=1_000_000)]] = Field(min_length=1)
     gpus: int = Field(ge=8, le=1_000_000, description="cluster size for time to train")
     target_days: PosFloat = Field(le=3650)
+    goodput: Share = Field(default=1.0, description="share of scheduled time that trains (failures, "
+                           "restarts and checkpoints take the rest)")
+    goodput_source: Text = "ASSUMPTION: no time lost to failures, restarts or checkpoints"
 
     @field_validator("sizes")
     @classmethod
@@ -85,8 +97,10 @@ class Energy(_Strict):
 class Economics(_Strict):
     prices: dict[str, Price] = Field(min_length=1)
     energy: Energy
-    usd_per_mwh: PosFloat = Field(le=10_000)
+    usd_per_mwh: float = Field(ge=0, le=10_000, allow_inf_nan=False,
+                               description="electricity price; 0 when the GPU-hour price includes power")
     usd_per_mwh_source: Text
+    price_includes_power: bool = Field(default=False, description="all-in rental prices: cost adds no energy")
 
 
 class Precision(_Strict):
@@ -101,40 +115,95 @@ class Scenario(_Strict):
     name: Slug
     title: Text
     question: Text
-    models: list[Slug] = Field(min_length=1)
-    gpus: list[Slug] = Field(min_length=1)
+    #: Catalog ids or inline definitions (``models.define`` / ``hardware.define``: the schema
+    #: of data/models.yaml / data/hardware.csv, or ``base: <id>`` plus the fields that differ).
+    models: list[Id | dict[str, Any]] = Field(min_length=1)
+    gpus: list[Id | dict[str, Any]] = Field(min_length=1)
     training: Training
     cluster: Cluster
     economics: Economics
     precision: Precision
 
+    _user_gpus: dict = PrivateAttr(default_factory=dict)
+    _user_models: dict = PrivateAttr(default_factory=dict)
+
     @field_validator("gpus")
     @classmethod
-    def _known_gpus(cls, v: list[str]) -> list[str]:
+    def _known_gpus(cls, v: list) -> list:
         from scaletax import hardware
 
-        return _known_ids(v, hardware.ids(), "GPU")
+        _known_ids(_entry_ids(v, "GPU"), list(hardware._data_catalog()), "GPU", inline=_inline_ids(v))
+        for entry in v:
+            if isinstance(entry, dict):
+                _plain_entry(entry)
+                hardware.define(entry)  # validates; raises HardwareError (a ValueError)
+        return v
 
     @field_validator("models")
     @classmethod
-    def _known_models(cls, v: list[str]) -> list[str]:
+    def _known_models(cls, v: list) -> list:
         from scaletax import models
 
-        return _known_ids(v, models.ids(), "model")
+        _known_ids(_entry_ids(v, "model"), list(models._data_catalog()), "model", inline=_inline_ids(v))
+        for entry in v:
+            if isinstance(entry, dict):
+                _plain_entry(entry)
+                models.define(entry)
+        return v
 
     @model_validator(mode="after")
     def _prices_cover_gpus(self) -> "Scenario":
-        from scaletax import hardware
+        from scaletax import hardware, models
 
+        self._user_gpus = {e["id"]: hardware.define(e) for e in self.gpus if isinstance(e, dict)}
+        self._user_models = {e["id"]: models.define(e) for e in self.models if isinstance(e, dict)}
+        known = list(hardware._data_catalog()) + list(self._user_gpus)
         for g in self.economics.prices:
-            if g not in hardware.ids():
-                raise ValueError(f"economics.prices: unknown GPU id {g!r}; allowed: {', '.join(hardware.ids())}")
-        missing = [g for g in self.gpus if g not in self.economics.prices]
+            if g not in known:
+                raise ValueError(f"economics.prices: {hardware._unknown(g, known)}; allowed: {', '.join(known)}")
+        missing = [g for g in self.gpu_ids if g not in self.economics.prices]
         if missing:
             raise ValueError(f"economics.prices has no price for {', '.join(missing)}")
         if self.training.precision not in self.training.precisions:
             raise ValueError("training.precision must be one of training.precisions")
         return self
+
+    @property
+    def gpu_ids(self) -> list[str]:
+        """The scenario's GPU ids (catalog and inline), in scenario order."""
+        return [e["id"] if isinstance(e, dict) else e for e in self.gpus]
+
+    @property
+    def model_ids(self) -> list[str]:
+        return [e["id"] if isinstance(e, dict) else e for e in self.models]
+
+    def definitions(self) -> dict[str, dict[str, dict]]:
+        """The resolved user-defined GPUs and models, JSON-ready: ``{"gpus": {id: fields},
+        "models": {id: fields}}`` (empty sections when the scenario uses catalog ids only)."""
+        return {"gpus": {k: g.model_dump(mode="json") for k, g in self._user_gpus.items()},
+                "models": {k: m.model_dump(mode="json") for k, m in self._user_models.items()}}
+
+    def register(self) -> None:
+        """Make the user-defined GPUs and models visible to hardware.get / models.get here."""
+        from scaletax import hardware, models
+
+        hardware.unregister()
+        models.unregister()
+        hardware.register(self._user_gpus)
+        models.register(self._user_models)
+
+    def user_inputs(self) -> list[str]:
+        """One line per value the user supplied (defined GPUs and models, sourceless values)."""
+        out = [f"GPU {k}: {g.verification}" for k, g in self._user_gpus.items()]
+        out += [f"model {k}: {m.source}" for k, m in self._user_models.items()]
+        for g, p in self.economics.prices.items():
+            if p.your_input:
+                out.append(f"price of {g}: ${p.usd_per_gpu_hour:g} per GPU-hour ({p.source})")
+        for key in ("training.tokens_source", "economics.usd_per_mwh_source", "economics.energy.source",
+                    "cluster.goodput_source"):
+            if str(self.get(key)).startswith(YOUR_INPUT):
+                out.append(f"{key.rsplit('.', 1)[0]}: {self.get(key)}")
+        return out
 
     def to_plain(self) -> dict[str, Any]:
         """JSON-ready dict (the resolved scenario)."""
@@ -152,11 +221,44 @@ class Scenario(_Strict):
         return node
 
 
-def _known_ids(ids: list[str], valid: list[str], kind: str) -> list[str]:
-    """``ids`` if each is in ``valid`` and none repeats; else a one-line error."""
+def _plain_entry(entry: dict) -> None:
+    """Text of an inline definition reaches the book's tables: the rules of scenario text."""
+    for key, value in entry.items():
+        if isinstance(value, str):
+            if len(value) > 2000:
+                raise ValueError(f"{entry.get('id')}.{key}: at most 2000 characters")
+            _plain_text(value)
+
+
+def _entry_ids(entries: list, kind: str) -> list[str]:
+    out = []
+    for e in entries:
+        if isinstance(e, dict):
+            if not isinstance(e.get("id"), str) or not _SLUG.match(e["id"]):
+                raise ValueError(f"an inline {kind} needs an 'id' of lowercase letters, digits, '-' or '_' (got {e.get('id')!r})")
+            out.append(e["id"])
+        else:
+            out.append(e)
+    return out
+
+
+def _inline_ids(entries: list) -> set[str]:
+    return {e["id"] for e in entries if isinstance(e, dict)}
+
+
+def _known_ids(ids: list[str], valid: list[str], kind: str, inline: set[str] = frozenset()) -> list[str]:
+    """``ids`` if each is in ``valid`` (or defined inline) and none repeats; else a one-line error
+    (with a case-insensitive or nearest-id hint)."""
+    from scaletax import hardware
+
     for i in ids:
+        if i in inline:
+            if i in valid:
+                raise ValueError(f"inline {kind} id {i!r} is a catalog id; give your {kind} another id "
+                                 f"(or derive from it with base: {i})")
+            continue
         if i not in valid:
-            raise ValueError(f"unknown {kind} id {i!r}; allowed: {', '.join(valid)}")
+            raise ValueError(f"{hardware._unknown(i, valid, f'{kind} id')}; allowed: {', '.join(valid)}")
     if len(set(ids)) != len(ids):
         raise ValueError(f"{kind} ids must be unique")
     return ids
@@ -291,13 +393,101 @@ def load_yaml(path: Path | str) -> dict:
     return data
 
 
+#: Value key -> the key of the source text that vouches for it (prices: per GPU, below).
+SOURCED = {"training.tokens": "training.tokens_source",
+           "economics.usd_per_mwh": "economics.usd_per_mwh_source",
+           "economics.price_includes_power": "economics.usd_per_mwh_source",
+           "cluster.goodput": "cluster.goodput_source",
+           "economics.energy.pue": "economics.energy.source",
+           "economics.energy.system_overhead": "economics.energy.source",
+           "economics.energy.utilization": "economics.energy.source"}
+#: Sources that cover one value only: a new value drops the old text (energy.source covers several).
+_SINGLE = {"training.tokens_source", "economics.usd_per_mwh_source", "cluster.goodput_source"}
+_MISSING = object()
+
+
+def _at(data: Any, dotted: str) -> Any:
+    node = data
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return _MISSING
+        node = node[part]
+    return node
+
+
+def _put(data: dict, dotted: str, value: Any) -> None:
+    *head, last = dotted.split(".")
+    node = data
+    for part in head:
+        node = node.setdefault(part, {})
+    node[last] = value
+
+
+def _sourced_pairs(data: dict) -> list[tuple[str, str]]:
+    prices = _at(data, "economics.prices")
+    pairs = list(SOURCED.items())
+    if isinstance(prices, dict):
+        pairs += [(f"economics.prices.{g}.usd_per_gpu_hour", f"economics.prices.{g}.source") for g in prices]
+    return pairs
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal values, reading numbers written as text ("15e12") as numbers."""
+    def num(x):
+        if isinstance(x, str):
+            try:
+                return float(x)
+            except ValueError:
+                return x
+        return x
+    return num(a) == num(b)
+
+
+def relabel_sources(data: dict, reference: dict, how: str) -> None:
+    """Label values the user changed as "your input" unless they gave a new source with them.
+
+    A value that differs from ``reference`` (the scenario it was changed from) while its source
+    text is still the reference's (or missing) gets the source ``your input (<how>: key=value)``;
+    a price also gets ``your_input: true, assumption: false``. Sources covering several values
+    (the energy factors) keep the old text for the values that did not change.
+    """
+    changed: dict[str, list[str]] = {}
+    for vkey, skey in _sourced_pairs(data):
+        value = _at(data, vkey)
+        if value is _MISSING or _same(value, _at(reference, vkey)):
+            continue
+        src = _at(data, skey)
+        if src is _MISSING or src == _at(reference, skey):
+            changed.setdefault(skey, []).append(f"{vkey}={value}")
+    for skey, what in changed.items():
+        label = f"{YOUR_INPUT} ({how} {', '.join(what)})"
+        old = _at(data, skey)
+        if skey not in _SINGLE and not skey.startswith("economics.prices.") and isinstance(old, str):
+            label += f"; other values: {old}"
+        _put(data, skey, label)
+        if skey.startswith("economics.prices."):
+            _put(data, skey.rsplit(".", 1)[0] + ".your_input", True)
+            _put(data, skey.rsplit(".", 1)[0] + ".assumption", False)
+
+
 def resolve(path: Path | str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Scenario:
-    """Load, override and validate a scenario. Raises ScenarioError (one line)."""
-    data = load_yaml(path or DEFAULT_SCENARIO)
+    """Load, override and validate a scenario. Raises ScenarioError (one line).
+
+    Values changed by ``--set`` (or, in a scenario file other than the default, changed from the
+    default) without a new source are labelled as the user's (:func:`relabel_sources`).
+    """
+    import copy
+
+    path = Path(path or DEFAULT_SCENARIO)
+    data = load_yaml(path)
     _check_keys(data, Scenario)
+    if path.resolve() != DEFAULT_SCENARIO.resolve():
+        relabel_sources(data, load_yaml(DEFAULT_SCENARIO), f"in {path.name}:")
+    reference = copy.deepcopy(data)
     for text in overrides:
         key, value = parse_override(text)
         apply_override(data, key, value, raw=text.split("=", 1)[1])
+    relabel_sources(data, reference, "--set")
     try:
         return Scenario.model_validate(data)
     except ValidationError as exc:
