@@ -39,6 +39,17 @@ TARGETS = {
 CALCULON_LAYOUTS_PER_S = 22.0
 
 
+def _cpu_and_wall(fn, repeats: int) -> tuple[dict, object]:
+    """Median CPU time (this process, all threads) and wall time of ``fn()`` over ``repeats`` runs."""
+    cpu, wall, out = [], [], None
+    for _ in range(repeats):
+        c0, w0 = time.process_time(), time.perf_counter()
+        out = fn()
+        cpu.append(time.process_time() - c0)
+        wall.append(time.perf_counter() - w0)
+    return {"cpu_s": statistics.median(cpu), "wall_s": statistics.median(wall), "rounds": repeats}, out
+
+
 def median_time(fn, repeats: int) -> tuple[float, list[float]]:
     times = []
     for _ in range(repeats):
@@ -249,6 +260,40 @@ def bench_search(repeats: int) -> dict:
     }
 
 
+def _random_layouts(n: int, seed: int = 0):
+    """n random layouts over the axes the memory and communication models read."""
+    from scaletax.layout import LayoutArray
+
+    rng = np.random.default_rng(seed)
+    tp = 2 ** rng.integers(0, 4, n)
+    dp, pp = 2 ** rng.integers(0, 6, n), 2 ** rng.integers(0, 5, n)
+    return LayoutArray.from_arrays(tp=tp, pp=pp, cp=rng.integers(1, 3, n), dp=dp, ep=2 ** rng.integers(0, 6, n),
+                                   etp=np.where(rng.random(n) < 0.5, 1, tp), vp=rng.integers(1, 3, n),
+                                   mbs=rng.integers(1, 4, n), gbs=dp * pp * 4, sp=rng.integers(0, 2, n),
+                                   zero_stage=rng.integers(0, 4, n), recompute=rng.integers(0, 3, n))
+
+
+def bench_kernels(repeats: int) -> dict:
+    """The vectorized model kernels on many layouts (moved here from wall-clock asserts in tests):
+    memory.breakdown on 10^6 layouts, comm.step_traffic + exposed_comm on 10^5, and the
+    communication chapter's tax sweep (2 models x 3 GPUs x 3 cluster sizes)."""
+    from scaletax import comm, memory, models
+    from scaletax.chapters import communication as cs
+    from scaletax.topology import Topology
+
+    moe, dense = models.get(models.MOE_1T), models.get("llama31_405b")
+    la6 = _random_layouts(1_000_000)
+    la5 = _random_layouts(100_000, seed=2).replace(ep=1, etp=1)
+    topo = Topology.from_gpu("h100_sxm")
+    mem, _ = _cpu_and_wall(lambda: memory.breakdown(moe, la6, "mxfp8"), repeats)
+    step, _ = _cpu_and_wall(lambda: comm.exposed_comm(comm.step_traffic(dense, la5, topo), 30.0), repeats)
+    sweep, _ = _cpu_and_wall(lambda: cs.tax_rows(["megatron_1t", "kimi_k2"], ["h100_sxm", "b200", "gb200"],
+                                                 [1024, 16384, 100000], batch_tokens=16 * 2**20), repeats)
+    return {"memory_breakdown_1e6": {**mem, "layouts_per_s": 1e6 / mem["cpu_s"]},
+            "comm_step_traffic_1e5": {**step, "layouts_per_s": 1e5 / step["cpu_s"]},
+            "communication_tax_sweep": sweep}
+
+
 def bench_chapters_scaling(repeats: int) -> dict:
     """Cold build time (HTML) with the first k chapters, k = 1..n: is it linear in k?"""
     from scaletax.report import book, chapters
@@ -332,7 +377,7 @@ def _table(results: dict) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", nargs="*", default=["book", "search", "quantizers", "chapters_scaling"])
+    ap.add_argument("--only", nargs="*", default=["book", "search", "quantizers", "kernels", "chapters_scaling"])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--book-repeats", type=int, default=2)
     ap.add_argument("--out", type=Path, default=RESULTS / "latest.json")
@@ -343,7 +388,8 @@ def main(argv=None) -> int:
     runners = {"quantizers": lambda: bench_quantizers(args.repeats),
                "search": lambda: bench_search(args.repeats),
                "book": lambda: bench_book(args.book_repeats),
-               "chapters_scaling": lambda: bench_chapters_scaling(1)}
+               "chapters_scaling": lambda: bench_chapters_scaling(1),
+               "kernels": lambda: bench_kernels(args.repeats)}
     if args.out.exists():  # keep the parts not rerun now (each part carries its own date)
         previous = json.loads(args.out.read_text())
         results = {**{k: v for k, v in previous.items() if k in runners}, **results}

@@ -311,3 +311,24 @@ def test_budget_and_worth_text(tiny):
     assert ps.worth_text(rows).startswith("BF16's own curve")
     none = [{**r, "bf16_steps_pct": None} for r in rows]
     assert "never" in ps.worth_text(none)
+
+
+def test_experiment_results_do_not_depend_on_the_number_of_workers(tmp_path, monkeypatch):
+    """Seeded trainings split across processes give the serial results bit for bit, and the
+    cached copies (scaletax.memo) are the same values again."""
+    monkeypatch.delenv("SCALETAX_MEMO_DIR", raising=False)
+    serial, _ = ps.run(5, 2, 6, ("bf16", "nvfp4", "fp8_tensor"), n_workers=1, **TINY)
+    direct = L.run_experiment(("bf16", "nvfp4", "fp8_tensor"), [5, 6], ps.task_config(6, **TINY))
+    monkeypatch.setenv("SCALETAX_MEMO_DIR", str(tmp_path))
+    parallel, _ = ps.run(5, 2, 6, ("bf16", "nvfp4", "fp8_tensor"), n_workers=2, **TINY)
+    cached, _ = ps.run(5, 2, 6, ("bf16", "nvfp4", "fp8_tensor"), n_workers=1, **TINY)
+    assert len(list(tmp_path.rglob("*.pkl"))) == 6
+    for other in (direct, parallel, cached):
+        assert list(other) == list(serial)
+        for name, r in serial.items():
+            o = other[name]
+            assert o.seeds == r.seeds
+            assert np.array_equal(o.curves, r.curves)
+            assert np.array_equal(o.final_loss, r.final_loss)
+            assert np.array_equal(o.final_loss_fp32, r.final_loss_fp32)
+            assert o.bayes_loss == r.bayes_loss

@@ -3,7 +3,6 @@ per-step traffic of a published layout, overlap, vectorization."""
 from __future__ import annotations
 
 import csv
-import time
 
 import numpy as np
 import pytest
@@ -452,10 +451,3 @@ def test_array_matches_scalar_and_chunking(monkeypatch):
     np.testing.assert_allclose(exposed_comm(chunked, 20.0).seconds, exposed_comm(full, 20.0).seconds)
 
 
-def test_speed_1e5_layouts():
-    arr = _random_layouts(100_000, seed=2)
-    step_traffic(llama405b(), arr[:1000], H100)  # warm up
-    t0 = time.perf_counter()
-    step = step_traffic(llama405b(), arr, H100)
-    exposed_comm(step, 30.0)
-    assert time.perf_counter() - t0 < 2.0  # ~0.1 s measured; generous for a noisy 2-core box

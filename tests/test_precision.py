@@ -147,6 +147,66 @@ def test_rne_table_is_ml_dtypes_astype_on_random_bit_patterns(fmt):
     assert np.isnan(got[~num]).all()  # NaN stays NaN even where the format has none
 
 
+def _edge_inputs(fmt: str) -> np.ndarray:
+    """Random bit patterns (every exponent, subnormals, inf, NaN), the format's grid, its
+    ties (midpoints) and their float32 neighbours, +-max, +-0, and values just above max."""
+    e = P._ELEMS[fmt]
+    bits = np.random.default_rng(11).integers(0, 2**32, 200_000, dtype=np.uint32).view(F32)
+    grid = P.representable_values(fmt)
+    mid = ((grid[:-1] + grid[1:]) / 2).astype(F32)
+    g = grid.astype(F32)
+    near = np.concatenate([g, mid, np.nextafter(mid, F32(0)), np.nextafter(mid, F32(np.inf)),
+                           np.nextafter(F32(e.max), F32(np.inf)) * np.array([1, 1.01, 2], F32),
+                           np.array([0, e.min_subnormal / 2, 1e-45, np.inf, np.nan], F32)])
+    return np.concatenate([bits, near, -near])
+
+
+@pytest.mark.parametrize("fmt", ["fp8_e4m3", "fp8_e5m2", "fp6_e3m2", "fp6_e2m3", "fp4_e2m1"])
+def test_saturating_rne_table_is_clip_then_ml_dtypes_astype_bit_for_bit(fmt):
+    """The clip is fused into the table: the same bits as np.clip then ml_dtypes' cast."""
+    e = P._ELEMS[fmt]
+    x = _edge_inputs(fmt)
+    with np.errstate(invalid="ignore", over="ignore"):
+        ref = np.clip(x, -e.max, e.max).astype(e.dtype).astype(F32)
+    ref[np.isnan(x)] = np.nan  # FP6/FP4 have no NaN: the library keeps NaN as NaN
+    got = P.quantize(x, fmt)
+    assert np.array_equal(got.view(np.uint32), ref.view(np.uint32))
+
+
+def _stochastic_reference(v, e, rng):
+    """The stochastic rounding as first written (ldexp and divisions), kept to check the
+    bit-built version against."""
+    v = np.asarray(v, dtype=F32)
+    a = np.abs(v)
+    qexp = (a.view(np.uint32) >> np.uint32(23)).view(np.int32)
+    qexp -= 127
+    np.maximum(qexp, e.emin, out=qexp)
+    qexp -= e.man_bits
+    ulp = np.ldexp(F32(1), qexp).astype(F32, copy=False)
+    with np.errstate(invalid="ignore"):
+        lo = a / ulp
+        np.floor(lo, out=lo)
+        lo *= ulp
+        a -= lo
+        a /= ulp
+        up = rng.random(a.shape, dtype=F32) < a
+    ulp *= up
+    lo += ulp
+    return np.copysign(lo, v, out=lo)
+
+
+@pytest.mark.parametrize("fmt", P.ELEMENT_FORMATS)
+def test_stochastic_rounding_matches_the_reference_bit_for_bit(fmt):
+    e = P._ELEMS[fmt]
+    x = _edge_inputs(fmt) if e.bits <= 8 else np.random.default_rng(3).integers(
+        0, 2**32, 200_000, dtype=np.uint32).view(F32)
+    with np.errstate(invalid="ignore"):
+        v = np.clip(x, -e.max, e.max)
+    ref = _stochastic_reference(v, e, np.random.default_rng(5))
+    got = P.quantize(x, fmt, rounding="stochastic", rng=np.random.default_rng(5))
+    assert np.array_equal(got.view(np.uint32), ref.view(np.uint32))
+
+
 # --------------------------------------------------------------------------------------------
 # MX blocks
 # --------------------------------------------------------------------------------------------

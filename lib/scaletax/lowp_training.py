@@ -28,7 +28,7 @@ from . import precision as P
 __all__ = [
     "Recipe", "RECIPES", "DEFAULT_RECIPES", "TaskConfig", "Task", "RunResult", "RecipeResult",
     "PUBLISHED_REFERENCE_POINTS", "published_reference_points", "make_task", "train",
-    "run_experiment", "summary",
+    "run_experiment", "collect", "summary",
 ]
 
 _F32 = np.float32
@@ -458,13 +458,24 @@ def run_experiment(recipes: Iterable[str | Recipe] = DEFAULT_RECIPES,
                          f"{', '.join(TaskConfig.__dataclass_fields__)}")
     cfg = replace(cfg, **overrides)
     task = make_task(cfg)
+    recipes = [_recipe(r) for r in recipes]
+    return collect(recipes, seeds, [train(r, s, cfg, task) for r in recipes for s in seeds])
+
+
+def collect(recipes: Sequence[str | Recipe], seeds: Sequence[int],
+            runs: Sequence[RunResult]) -> dict[str, RecipeResult]:
+    """{recipe name: RecipeResult} from the runs of every recipe and seed, recipe-major
+    (``runs[i * len(seeds) + j]`` is recipe i from seed j), as `run_experiment` returns."""
+    names = [_recipe(r).name for r in recipes]
+    if len(runs) != len(names) * len(seeds):
+        raise ValueError(f"expected {len(names) * len(seeds)} runs, got {len(runs)}")
     out = {}
-    for r in map(_recipe, recipes):
-        runs = [train(r, s, cfg, task) for s in seeds]
-        out[r.name] = RecipeResult(
-            r.name, tuple(seeds), np.array([u.curve for u in runs]),
-            np.array([u.final_loss for u in runs]), np.array([u.final_loss_fp32 for u in runs]),
-            runs[0].bayes_loss if runs else float("nan"), runs)
+    for i, name in enumerate(names):
+        rs = list(runs[i * len(seeds):(i + 1) * len(seeds)])
+        out[name] = RecipeResult(
+            name, tuple(seeds), np.array([u.curve for u in rs]),
+            np.array([u.final_loss for u in rs]), np.array([u.final_loss_fp32 for u in rs]),
+            rs[0].bayes_loss if rs else float("nan"), rs)
     return out
 
 

@@ -22,6 +22,7 @@ Non-finite inputs (one rule for every function here):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Sequence
 
 import ml_dtypes
@@ -110,7 +111,7 @@ _E2M1 = _ELEMS["fp4_e2m1"]
 _NVFP4_S_ENC_NUM = _F32(_E2M1.max * _E4M3.max)  # 6 * 448 = 2688 (arXiv 2509.25149 App. B)
 
 
-def _rne_table(e: _Elem) -> tuple[np.ndarray, int]:
+def _rne_table(e: _Elem, saturate: bool) -> tuple[np.ndarray, int]:
     """ml_dtypes' RNE cast (then decode to float32) tabulated over float32 bit classes.
 
     Round-to-nearest-even of a float32 to an element with m mantissa bits depends only on the
@@ -119,17 +120,21 @@ def _rne_table(e: _Elem) -> tuple[np.ndarray, int]:
     of those 2^(10+m+1) classes, so looking it up is ml_dtypes' rounding, bit for bit (the tests
     check it against astype on random bit patterns), at ~3x the speed of astype + decode.
     NaN inputs map to NaN even for FP6/FP4, which have no NaN (ml_dtypes returns -0 there).
+    ``saturate``: the table of clip(x, -max, max) then the cast. It is exact per class because
+    max is a grid point, so its class holds max alone and every other class lies wholly above
+    or below it (inf is the class above the largest finite ones): the clip costs no pass.
     """
     shift = 23 - (e.man_bits + 1)
     hi = np.arange(2 ** (9 + e.man_bits + 1), dtype=np.uint32) << np.uint32(shift)
     rep = np.stack([hi, hi | np.uint32(1)], axis=1).reshape(-1).view(_F32)
     with np.errstate(invalid="ignore", over="ignore"):
-        table = rep.astype(e.dtype).astype(_F32)
+        table = (np.clip(rep, -e.max, e.max) if saturate else rep).astype(e.dtype).astype(_F32)
     table[np.isnan(rep)] = np.nan
     return table, shift
 
 
-_RNE_TABLES = {n: _rne_table(e) for n, e in _ELEMS.items() if e.bits <= 8}
+_RNE_TABLES = {(n, sat): _rne_table(e, sat) for n, e in _ELEMS.items() if e.bits <= 8
+               for sat in (True, False)}
 
 
 @dataclass(frozen=True)
@@ -216,12 +221,19 @@ def e8m0_decode(code) -> np.ndarray:
 # Element rounding
 # --------------------------------------------------------------------------------------------
 
-def _rne(v: np.ndarray, e: _Elem) -> np.ndarray:
-    """RNE of float32 v (already clipped if saturating) to element type e, back as float32."""
+def _rne(v: np.ndarray, e: _Elem, saturate: bool = True) -> np.ndarray:
+    """RNE of float32 v to element type e, back as float32; ``saturate``: clip to +-max first
+    (fused into the table for 8-bit-or-narrower types; NaN stays NaN).
+
+    The table lookup (~3 ns per element) is faster here than rounding arithmetically on the
+    float32 bits (normal and subnormal paths, sign and NaN fix-ups: ~13 ns; measured).
+    """
     if e.bits > 8:
+        if saturate:
+            v = _clamped(v, e)
         with np.errstate(invalid="ignore", over="ignore"):
             return v.astype(e.dtype).astype(_F32)
-    table, shift = _RNE_TABLES[e.name]
+    table, shift = _RNE_TABLES[e.name, saturate]
     b = np.ascontiguousarray(v, dtype=_F32).view(np.uint32)
     idx = (b >> np.uint32(shift)) << np.uint32(1)  # sign, exponent, kept bits, round bit
     idx |= np.minimum(b & np.uint32((1 << shift) - 1), np.uint32(1))  # sticky bit
@@ -236,28 +248,46 @@ def _stochastic(v: np.ndarray, e: _Elem, rng: np.random.Generator) -> np.ndarray
     """
     v = np.asarray(v, dtype=_F32)
     a = np.abs(v)
-    # floor(log2 a) from the float32 exponent field (float32 subnormals and 0 read as -127)
+    # biased float32 exponent of the grid spacing around a: floor(log2 a) from the exponent
+    # field (float32 subnormals and 0 read as the field 0), at least e's emin, minus m bits
     qexp = (a.view(np.uint32) >> np.uint32(23)).view(np.int32)
-    qexp -= 127
-    np.maximum(qexp, e.emin, out=qexp)
-    qexp -= e.man_bits  # spacing of the grid around a
-    ulp = np.ldexp(_F32(1), qexp).astype(_F32, copy=False)
+    np.maximum(qexp, np.int32(e.emin + 127), out=qexp)
+    qexp -= np.int32(e.man_bits)
+    if e.emin - e.man_bits > -127:  # spacing and its inverse are normal float32: from bits
+        ulp = (qexp << np.int32(23)).view(_F32)  # 2^(qexp - 127)
+        qexp -= np.int32(254)
+        np.negative(qexp, out=qexp)
+        inv = (qexp << np.int32(23)).view(_F32)  # 1 / ulp, exact (a power of two)
+    else:  # BF16: the spacing of its subnormals is a float32 subnormal
+        ulp = np.ldexp(_F32(1), qexp - np.int32(127)).astype(_F32, copy=False)
+        inv = None
     with np.errstate(invalid="ignore"):
-        lo = a / ulp  # exact: ulp is a power of two
+        lo = a * inv if inv is not None else a / ulp  # exact: powers of two
         np.floor(lo, out=lo)
         lo *= ulp
         a -= lo
-        a /= ulp  # probability of rounding up, exact
+        if inv is not None:  # probability of rounding up, exact
+            a *= inv
+        else:
+            a /= ulp
         up = rng.random(a.shape, dtype=_F32) < a
     ulp *= up
     lo += ulp
     return np.copysign(lo, v, out=lo)
 
 
+def _clamped(v: np.ndarray, e: _Elem) -> np.ndarray:
+    """float32 v clipped to +-e.max (NaN stays NaN), a new array, without np.clip's wrapper."""
+    hi = _F32(e.max)
+    out = np.minimum(v, hi)
+    return np.maximum(out, -hi, out=out)
+
+
 def _round(v: np.ndarray, e: _Elem, rounding: str, rng) -> np.ndarray:
+    """v rounded to e after saturating at +-e.max (OCP MX, NVFP4 and FP8 recipes clamp first)."""
     if rounding == "rne":
         return _rne(v, e)
-    return _stochastic(v, e, rng)
+    return _stochastic(_clamped(v, e), e, rng)
 
 
 def _check_rounding(rounding: str, rng) -> None:
@@ -273,6 +303,13 @@ def _check_rounding(rounding: str, rng) -> None:
 
 def _check_block(shape: tuple[int, ...], bs) -> tuple[int, ...]:
     """Validate a block size (int: along the last axis; (r, c): tiles of the last two axes)."""
+    try:
+        return _check_block_cached(tuple(shape), bs)
+    except TypeError:  # an unhashable block size (list, array)
+        return _check_block_uncached(tuple(shape), bs)
+
+
+def _check_block_uncached(shape: tuple[int, ...], bs) -> tuple[int, ...]:
     bs_t = (int(bs),) if np.ndim(bs) == 0 else tuple(int(b) for b in bs)
     if len(bs_t) not in (1, 2) or min(bs_t) < 1:
         raise ValueError(f"block size must be a positive int or a pair (rows, cols), got {bs!r}")
@@ -285,6 +322,9 @@ def _check_block(shape: tuple[int, ...], bs) -> tuple[int, ...]:
         raise ValueError(f"block size {bs_t if len(bs_t) == 2 else bs_t[0]} does not divide the "
                          f"{what} of length {dims if len(dims) == 2 else dims[0]} (shape {shape})")
     return bs_t
+
+
+_check_block_cached = lru_cache(maxsize=256)(_check_block_uncached)
 
 
 def _to_blocks(x: np.ndarray, bs: tuple[int, ...]) -> np.ndarray:
@@ -354,8 +394,9 @@ def _shared_exp(amax: np.ndarray, e: _Elem, rule: str) -> np.ndarray:
         # round-up rule, arXiv 2506.08027: ceil(log2(amax / max_elem)); exact in float64
         m, ex = np.frexp(amax.astype(np.float64) / e.max)
         s = ex.astype(np.int32) - (m == 0.5)
-    s = np.where(amax > 0, s, -127)  # all-zero block: any scale gives zeros; use the smallest
-    return np.clip(s, -127, 127).astype(np.int32)  # E8M0 range
+    s = np.where(amax > 0, s, np.int32(-127))  # all-zero block: any scale gives zeros; the smallest
+    np.minimum(s, np.int32(127), out=s)
+    return np.maximum(s, np.int32(-127), out=s)  # E8M0 range
 
 
 def _mx(x, e: _Elem, bs, rule, rounding, rng, want_limit):
@@ -363,9 +404,7 @@ def _mx(x, e: _Elem, bs, rule, rounding, rng, want_limit):
     amax = _block_amax(blocks)
     s = _shared_exp(amax, e, rule)
     inv = np.ldexp(_F32(1), -s).astype(_F32)  # 1/X, exact power of two (2^-127..2^127)
-    v = blocks * inv
-    np.clip(v, -e.max, e.max, out=v)  # OCP MX: clamp to +-max_elem before rounding
-    q = _round(v, e, rounding, rng)
+    q = _round(blocks * inv, e, rounding, rng)  # OCP MX: clamped to +-max_elem first
     scale = np.ldexp(_F32(1), s).astype(_F32)
     out = _from_blocks(q * scale, x.shape, bs)
     if not want_limit:
@@ -381,7 +420,7 @@ def _nvfp4_scales(amax_b: np.ndarray, amax_t: _F32):
         s_enc = _NVFP4_S_ENC_NUM / amax_t  # 6*448 / amax_tensor
     s_enc = _F32(min(s_enc, np.finfo(_F32).max))
     s_dec = (amax_b / _F32(_E2M1.max)) * s_enc  # amax_b/6 * s_enc
-    s_dec = np.clip(s_dec, 0, _E4M3.max).astype(_E4M3.dtype).astype(_F32)  # e4m3 RNE, saturating
+    s_dec = _rne(s_dec, _E4M3)  # e4m3 RNE, saturating (s_dec >= 0)
     return s_dec, s_enc
 
 
@@ -395,9 +434,7 @@ def _nvfp4(x, bs, rounding, rng, want_limit):
     # A block whose E4M3 scale rounds to 0 flushes to zero (TE clamps the encode scale to the
     # float32 max, so every element becomes +-6 * 0): encode with 0 instead of inf.
     s_enc_b[s_dec == 0] = 0
-    v = blocks * s_enc_b
-    np.clip(v, -_E2M1.max, _E2M1.max, out=v)
-    q = _round(v, _E2M1, rounding, rng)
+    q = _round(blocks * s_enc_b, _E2M1, rounding, rng)  # clamped to +-6 first
     out = _from_blocks((q * s_dec) / s_enc, x.shape, bs)  # x_hat = q * s_dec_b / s_enc
     if not want_limit:
         return out, None
@@ -441,12 +478,12 @@ def _quantize(x, fmt, block_size, scale_rule, rounding, rng, saturate, want_limi
         e = _ELEMS[fmt]
         flat = x.reshape(-1)
         if saturate:
-            v = np.clip(flat, -e.max, e.max)
+            q = _round(flat, e, rounding, rng)
         elif rounding == "stochastic":
             raise ValueError("stochastic rounding always saturates: use saturate=True")
         else:
-            v = flat
-        return _round(v, e, rounding, rng).reshape(x.shape), _F32(e.max)
+            q = _rne(flat, e, saturate=False)
+        return q.reshape(x.shape), _F32(e.max)
     if not saturate:
         raise ValueError(f"block-scaled {fmt!r} always clamps to the element max (saturate=True)")
     en, default_bs, _ = _BLOCK[fmt]
@@ -503,8 +540,7 @@ def _scaled(x, e: _Elem, scale, rounding, rng):
     """Quantize x * scale to e (clipping to +-max) and divide back; scale float32 broadcastable."""
     v = np.asarray(x * scale, dtype=_F32)
     shape = v.shape
-    v = np.clip(v.reshape(-1) if v.ndim == 0 else v, -e.max, e.max)
-    return (_round(v, e, rounding, rng) / scale).reshape(shape)
+    return (_round(v.reshape(-1) if v.ndim == 0 else v, e, rounding, rng) / scale).reshape(shape)
 
 
 def quantize_per_tensor(x, fmt: str = "fp8_e4m3", *, margin: int = 0, amax=None,

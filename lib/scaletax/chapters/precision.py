@@ -36,6 +36,9 @@ from __future__ import annotations
 
 import json
 import math
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from statistics import median
@@ -43,7 +46,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from scaletax import DATA_DIR, hardware
+from scaletax import DATA_DIR, hardware, memo
 from scaletax import lowp_training as L
 from scaletax import precision as P
 from scaletax import runs as runs_table
@@ -307,11 +310,42 @@ def task_config(steps: int, **overrides) -> L.TaskConfig:
     return replace(L.TaskConfig(), steps=int(steps), **overrides)
 
 
+#: One training of the experiment, cached on disk by recipe, seed, TaskConfig and the code of
+#: lowp_training and precision (``scaletax.memo``): a change of anything else reuses it.
+train = memo.cached(L.train)
+
+
+def _train_job(job: tuple[str, int, L.TaskConfig]) -> L.RunResult:
+    return train(*job)
+
+
+def workers() -> int:
+    """Processes the experiment may use: ``SCALETAX_WORKERS`` (the build's ``--jobs``), else 1."""
+    try:
+        return max(1, int(os.environ.get("SCALETAX_WORKERS", "1")))
+    except ValueError:
+        return 1
+
+
 def run(base_seed: int, n_seeds: int, steps: int,
-        recipes: Sequence[str] = L.DEFAULT_RECIPES, **overrides):
-    """Run the experiment: (results as ``lowp_training.run_experiment`` returns, TaskConfig)."""
+        recipes: Sequence[str] = L.DEFAULT_RECIPES, *, n_workers: int | None = None, **overrides):
+    """Run the experiment: (results as ``lowp_training.run_experiment`` returns, TaskConfig).
+
+    The recipe x seed trainings are independent: they run in ``n_workers`` processes (default
+    :func:`workers`) and each is cached (:data:`train`); the results do not depend on the
+    number of workers (every training is seeded by its own seed).
+    """
     cfg = task_config(steps, **overrides)
-    return L.run_experiment(recipes, experiment_seeds(base_seed, n_seeds), cfg), cfg
+    seeds = experiment_seeds(base_seed, n_seeds)
+    jobs = [(r, s, cfg) for r in recipes for s in seeds]
+    n = min(len(jobs), workers() if n_workers is None else max(1, int(n_workers)))
+    if n <= 1:
+        runs = [_train_job(j) for j in jobs]
+    else:
+        # forkserver: the kernel has threads, which a plain fork would copy mid-flight
+        with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("forkserver")) as pool:
+            runs = list(pool.map(_train_job, jobs))
+    return L.collect(recipes, seeds, runs), cfg
 
 
 def toy_parameters(cfg: L.TaskConfig) -> int:

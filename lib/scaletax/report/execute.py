@@ -26,6 +26,12 @@ from scaletax.report.scenario import canonical_json
 
 EXECUTION_TIMEOUT_S = 1800
 KERNEL = "python3"
+#: Thread pools of the numeric libraries in every chapter process (worker, kernel and the
+#: kernel's own worker processes): one thread each, so that ``--jobs`` chapters (and the
+#: precision chapter's training workers) share the cores without oversubscribing them. A
+#: 2-thread OpenBLAS GEMM of the training experiment's size on 2 busy cores is ~10x slower
+#: than a 1-thread one; results are byte-identical.
+THREAD_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
 class ChapterFailed(RuntimeError):
@@ -120,7 +126,17 @@ class _Job:
     definitions: dict = field(default_factory=dict)
 
 
-def _start(job: _Job) -> None:
+def kernel_env(cache_dir: Path, jobs: int) -> dict[str, str]:
+    """Environment of a chapter process: :data:`THREAD_ENV`, the shared result cache
+    (``scaletax.memo``, ``<cache_dir>/memo``) and ``SCALETAX_WORKERS`` (processes a chapter
+    may use for independent work, the build's ``--jobs``)."""
+    from scaletax import memo
+
+    return {**os.environ, **THREAD_ENV, memo.ENV: str(cache_dir / "memo"),
+            "SCALETAX_WORKERS": str(max(1, jobs))}
+
+
+def _start(job: _Job, env: dict[str, str]) -> None:
     params_file = job.work / "parameters.json"
     params_file.write_text(canonical_json(job.params), encoding="utf-8")
     if job.definitions.get("gpus") or job.definitions.get("models"):
@@ -129,7 +145,7 @@ def _start(job: _Job) -> None:
     job.proc = subprocess.Popen(
         [sys.executable, "-m", "scaletax.report.execute", str(job.chapter.source), str(params_file),
          str(job.work)],
-        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=env)
     log.close()
 
 
@@ -173,6 +189,7 @@ def execute_chapters(chapters: list[Chapter], scenario, cache_dir: Path, log_dir
         else:
             pending.append(_Job(ch, params, key, Path(), definitions=defs))
 
+    env = kernel_env(cache_dir, jobs)
     running: list[_Job] = []
     failures: list[ChapterFailed] = []
     try:
@@ -180,7 +197,7 @@ def execute_chapters(chapters: list[Chapter], scenario, cache_dir: Path, log_dir
             while pending and len(running) < max(1, jobs) and not failures:
                 job = pending.pop(0)
                 job.work = Path(tempfile.mkdtemp(prefix=f".tmp-{job.chapter.slug}-", dir=cache_dir))
-                _start(job)
+                _start(job, env)
                 running.append(job)
                 if progress:
                     progress(job.chapter.slug, "executing")

@@ -1,0 +1,208 @@
+"""Results cached on disk by the content hash of exactly their inputs (compute once, render many).
+
+``@memo.cached(data=(...))`` on a function makes its result a file
+``<SCALETAX_MEMO_DIR>/<module.function>/<key>.pkl``. The key is the sha256 of
+
+- the function's module and name;
+- the source of the library code it runs: its module and every ``scaletax`` module that module
+  imports, transitively (so an edit of ``cost.py`` does not invalidate a search, an edit of
+  ``perf.py`` does);
+- its arguments in canonical form (numbers exactly, dataclasses and pydantic models field by
+  field, arrays by dtype, shape and bytes): a resolved ``GPU`` or ``Model`` argument makes a
+  ``data/hardware.csv`` edit invalidate only the results that read the edited GPU;
+- the bytes of the data files the function declares it reads (``data``, relative to ``data/``).
+
+Without ``SCALETAX_MEMO_DIR`` in the environment the function is simply called (tests, library
+use). The build runner sets it to ``_build/.cache/memo``, shared by chapters and builds. Writes
+are atomic (temporary file, then rename); a per-key lock makes a second process that needs the
+same result while the first computes it wait and read it instead of computing it again.
+Arguments of a type with no canonical form raise ``TypeError`` (never a silent wrong hit).
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import enum
+import fcntl
+import functools
+import hashlib
+import inspect
+import json
+import math
+import os
+import pickle
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from scaletax import DATA_DIR
+
+#: Environment variable naming the cache folder; unset = no caching.
+ENV = "SCALETAX_MEMO_DIR"
+_PKG = "scaletax"
+#: This process's counts per function: {"module.name": {"hit": n, "miss": n}}.
+STATS: dict[str, dict[str, int]] = {}
+
+
+def _module_file(name: str) -> Path | None:
+    mod = sys.modules.get(name)
+    f = getattr(mod, "__file__", None)
+    return Path(f) if f else None
+
+
+def _imports(name: str, source: str) -> set[str]:
+    """``scaletax`` modules imported by the module ``name`` (absolute and relative imports)."""
+    out: set[str] = set()
+    pkg = name if _module_file(name) and _module_file(name).name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = pkg.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+            out.add(base)
+            out.update(f"{base}.{a.name}" for a in node.names)  # `from scaletax import perf`
+    return {m for m in out if m == _PKG or m.startswith(_PKG + ".")}
+
+
+@functools.lru_cache(maxsize=None)
+def closure(module: str) -> tuple[str, ...]:
+    """``module`` and the scaletax modules it imports, transitively, sorted."""
+    seen: set[str] = set()
+    todo = [module]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        if name not in sys.modules:
+            try:
+                __import__(name)
+            except ImportError:  # `from scaletax import DATA_DIR` names no module
+                continue
+        seen.add(name)
+        f = _module_file(name)
+        if f and f.suffix == ".py":
+            todo.extend(_imports(name, f.read_text(encoding="utf-8")))
+    return tuple(sorted(seen))
+
+
+@functools.lru_cache(maxsize=None)
+def code_hash(module: str) -> str:
+    """sha256 of the sources of :func:`closure` (``module`` and what it imports)."""
+    h = hashlib.sha256()
+    for name in closure(module):
+        f = _module_file(name)
+        h.update(name.encode() + b"\0" + (f.read_bytes() if f else b"") + b"\0")
+    return h.hexdigest()
+
+
+def canonical(obj: Any) -> Any:
+    """A JSON-serializable, exact and type-tagged form of ``obj``; TypeError if there is none."""
+    if obj is None or isinstance(obj, (bool, str)):
+        return obj
+    if isinstance(obj, enum.Enum):
+        return {"enum": f"{type(obj).__qualname__}.{obj.name}"}
+    if isinstance(obj, (int, np.integer)):
+        return {"int": str(int(obj))}
+    if isinstance(obj, (float, np.floating)):
+        v = float(obj)
+        return {"float": v.hex() if math.isfinite(v) else repr(v), "dtype": type(obj).__name__}
+    if isinstance(obj, np.ndarray):
+        a = np.ascontiguousarray(obj)
+        if a.dtype == object:
+            return {"array": [canonical(v) for v in a.reshape(-1)], "shape": list(a.shape)}
+        return {"array": hashlib.sha256(a.tobytes()).hexdigest(), "dtype": a.dtype.str, "shape": list(a.shape)}
+    if isinstance(obj, (list, tuple)):
+        return {type(obj).__name__: [canonical(v) for v in obj]}
+    if isinstance(obj, (set, frozenset)):
+        items = sorted((canonical(v) for v in obj), key=lambda c: json.dumps(c, sort_keys=True))
+        return {"set": items}
+    if isinstance(obj, dict):
+        items = sorted(([canonical(k), canonical(v)] for k, v in obj.items()),
+                       key=lambda kv: json.dumps(kv[0], sort_keys=True))
+        return {"dict": items}
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {"dataclass": f"{type(obj).__module__}.{type(obj).__qualname__}",
+                "fields": {f.name: canonical(getattr(obj, f.name)) for f in dataclasses.fields(obj)}}
+    dump = getattr(obj, "model_dump", None)  # pydantic models (GPU, Model, Layout)
+    if callable(dump) and hasattr(type(obj), "model_fields"):
+        return {"pydantic": f"{type(obj).__module__}.{type(obj).__qualname__}",
+                "fields": {k: canonical(getattr(obj, k)) for k in type(obj).model_fields}}
+    raise TypeError(f"memo: no canonical form for an argument of type {type(obj).__qualname__}")
+
+
+def _data_hash(names: tuple[str, ...]) -> str:
+    h = hashlib.sha256()
+    for name in sorted(names):
+        h.update(name.encode() + b"\0" + hashlib.sha256((DATA_DIR / name).read_bytes()).digest())
+    return h.hexdigest()
+
+
+def key(fn: Callable, args: tuple, kwargs: dict, data: tuple[str, ...] = ()) -> str:
+    """The cache key of ``fn(*args, **kwargs)`` (module docstring); arguments bound by name."""
+    bound = inspect.signature(fn).bind(*args, **kwargs)
+    bound.apply_defaults()
+    h = hashlib.sha256()
+    h.update(f"{fn.__module__}.{fn.__qualname__}\0".encode())
+    h.update(code_hash(fn.__module__).encode() + b"\0")
+    h.update(json.dumps(canonical(dict(bound.arguments)), sort_keys=True).encode() + b"\0")
+    h.update(_data_hash(tuple(data)).encode())
+    return h.hexdigest()
+
+
+def _count(name: str, what: str) -> None:
+    STATS.setdefault(name, {"hit": 0, "miss": 0})[what] += 1
+
+
+def _load(path: Path):
+    try:
+        with path.open("rb") as f:
+            return True, pickle.load(f)
+    except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError):
+        return False, None
+
+
+def cached(fn: Callable | None = None, *, data: tuple[str, ...] = ()):
+    """Decorator: cache ``fn``'s result on disk by :func:`key` (``data``: files it reads)."""
+    def wrap(f: Callable) -> Callable:
+        name = f"{f.__module__}.{f.__qualname__}"
+
+        @functools.wraps(f)
+        def inner(*args, **kwargs):
+            root = os.environ.get(ENV)
+            if not root:
+                return f(*args, **kwargs)
+            folder = Path(root) / name
+            path = folder / f"{key(f, args, kwargs, data)}.pkl"
+            ok, value = _load(path)
+            if ok:
+                _count(name, "hit")
+                return value
+            folder.mkdir(parents=True, exist_ok=True)
+            with open(path.with_suffix(".lock"), "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)  # another process computing it: wait, then read
+                ok, value = _load(path)
+                if ok:
+                    _count(name, "hit")
+                    return value
+                value = f(*args, **kwargs)
+                fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".pkl")
+                try:
+                    with os.fdopen(fd, "wb") as out:
+                        pickle.dump(value, out, protocol=pickle.HIGHEST_PROTOCOL)
+                    os.replace(tmp, path)
+                except BaseException:
+                    Path(tmp).unlink(missing_ok=True)
+                    raise
+            _count(name, "miss")
+            return value
+
+        inner.memo_name = name
+        return inner
+
+    return wrap(fn) if fn is not None else wrap

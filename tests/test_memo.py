@@ -1,0 +1,105 @@
+"""Tests for scaletax.memo: results cached on disk by the hash of exactly their inputs."""
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+
+from scaletax import hardware, memo
+
+CALLS: list[tuple] = []
+
+
+@memo.cached
+def _square(x, scale=1.0):
+    CALLS.append((x, scale))
+    return np.asarray(x, dtype=float) ** 2 * scale
+
+
+@memo.cached(data=("probe.csv",))
+def _reads_probe(x):
+    CALLS.append(("probe", x))
+    return (memo.DATA_DIR / "probe.csv").read_text() + str(x)
+
+
+@pytest.fixture
+def memo_dir(tmp_path, monkeypatch):
+    CALLS.clear()
+    monkeypatch.setenv(memo.ENV, str(tmp_path / "memo"))
+    return tmp_path / "memo"
+
+
+def test_without_the_environment_variable_every_call_computes(monkeypatch):
+    monkeypatch.delenv(memo.ENV, raising=False)
+    CALLS.clear()
+    _square(3)
+    _square(3)
+    assert len(CALLS) == 2
+
+
+def test_a_second_call_reads_the_file_and_returns_the_same_value(memo_dir):
+    a = _square(np.arange(5.0), scale=0.5)
+    b = _square(np.arange(5.0), scale=0.5)
+    assert len(CALLS) == 1
+    assert np.array_equal(a, b) and a.dtype == b.dtype
+    files = list((memo_dir / f"{__name__}._square").glob("*.pkl"))
+    assert len(files) == 1
+    assert np.array_equal(pickle.loads(files[0].read_bytes()), a)
+
+
+def test_arguments_are_bound_by_name_and_defaults_applied(memo_dir):
+    _square(2)
+    _square(2, 1.0)
+    _square(x=2, scale=1.0)
+    assert len(CALLS) == 1
+
+
+def test_every_argument_difference_is_a_different_key(memo_dir):
+    for args in [(2,), (2.0,), (2, 1.0 + 2 ** -52), (np.arange(3),), (np.arange(3.0),), ((2, 3),), ([2, 3],)]:
+        _square(*args)
+    assert len(CALLS) == 7
+
+
+def test_declared_data_files_are_part_of_the_key(memo_dir, tmp_path, monkeypatch):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "probe.csv").write_text("a")
+    monkeypatch.setattr(memo, "DATA_DIR", data)
+    assert _reads_probe(1) == "a1"
+    assert _reads_probe(1) == "a1"
+    (data / "probe.csv").write_text("b")
+    assert _reads_probe(1) == "b1"
+    assert len(CALLS) == 2
+
+
+def test_a_gpu_argument_is_keyed_by_its_fields():
+    """A hardware.csv edit changes the key of what reads the edited GPU, not of the others."""
+    h100, b200 = hardware.get("h100_sxm"), hardware.get("b200")
+    edited = h100.model_copy(update={"hbm_gib": h100.hbm_gib + 1})
+    k = lambda g: memo.key(_square.__wrapped__, (g,), {})  # noqa: E731
+    assert k(h100) == k(hardware.get("h100_sxm").model_copy())
+    assert k(edited) != k(h100)
+    assert k(b200) == memo.key(_square.__wrapped__, (hardware.get("b200"),), {})
+
+
+def test_the_code_hash_covers_exactly_the_imported_library_modules():
+    mods = memo.closure("scaletax.lowp_training")
+    assert mods == ("scaletax", "scaletax.lowp_training", "scaletax.precision")
+    search_mods = memo.closure("scaletax.search")
+    assert {"scaletax.perf", "scaletax.memory", "scaletax.hardware"} <= set(search_mods)
+    assert "scaletax.cost" not in search_mods and "scaletax.chapters.decision" not in search_mods
+
+
+def test_an_argument_without_canonical_form_is_refused(memo_dir):
+    with pytest.raises(TypeError, match="memo: no canonical form for an argument of type object"):
+        _square(object())
+
+
+def test_a_corrupt_cache_file_is_recomputed(memo_dir):
+    _square(4)
+    (f,) = (memo_dir / f"{__name__}._square").glob("*.pkl")
+    f.write_bytes(b"not a pickle")
+    assert _square(4) == 16
+    assert len(CALLS) == 2
+    assert pickle.loads(f.read_bytes()) == 16
