@@ -29,12 +29,6 @@ def test_compute_seconds_counts_recompute():
     assert t[0] < t[1] < t[2]
 
 
-def test_run_precision_falls_back_on_hopper():
-    assert cs.run_precision("h100_sxm", "nvfp4") == "fp8"
-    assert cs.run_precision("b200", "nvfp4") == "nvfp4"
-    assert cs.run_precision("h100_sxm", "bf16") == "bf16"
-
-
 def test_bubble_is_narayanan():
     la = LayoutArray.from_arrays(tp=1, pp=np.array([1, 4, 4]), dp=2, vp=np.array([1, 1, 2]), gbs=16)
     b = cs.bubble_seconds(la, 10.0)  # n_micro = 8

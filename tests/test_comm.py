@@ -430,7 +430,7 @@ def test_exposed_time_entry_point_and_wire_formats():
     assert t.shape == (1,) and 0 < t[0] < step_traffic(model, lay, H100).seconds[0]
     assert WireFormat.for_recipe("fp8").param == 1.0 and WireFormat.for_recipe("bf16").param == 2.0
     assert WireFormat.for_recipe("mxfp8").dispatch == pytest.approx(1 + 1 / 32)
-    with pytest.raises(ValueError, match="unknown precision"):
+    with pytest.raises(ValueError, match="precision: unknown .int3."):
         WireFormat.for_recipe("int3")
 
 

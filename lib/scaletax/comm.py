@@ -53,7 +53,7 @@ from pathlib import Path
 
 import numpy as np
 
-from scaletax import DATA_DIR
+from scaletax import DATA_DIR, recipes
 from scaletax.topology import Topology, placement
 
 COLLECTIVES_CSV = DATA_DIR / "collectives.csv"
@@ -431,21 +431,11 @@ class WireFormat:
 
     @classmethod
     def for_recipe(cls, precision: str) -> "WireFormat":
-        """Wire format for a training recipe name (bf16, fp16, fp8, mxfp8, nvfp4, mxfp4).
-
-        ASSUMPTIONS: fp8 recipes gather FP8 parameters (1 B) and dispatch FP8 tokens (1 B);
-        MX recipes add one E8M0 scale per 32 elements (OCP MX spec v1.0) to those; FP4 recipes
-        are treated like MXFP8 on the wire (their TP/DP/EP traffic formats are not modelled
-        separately); activations and gradients stay bf16 in all recipes.
-        """
-        p = precision.lower()
-        if p in ("bf16", "fp16"):
-            return cls()
-        if p == "fp8":
-            return cls(param=1.0, dispatch=1.0)
-        if p in ("mxfp8", "nvfp4", "mxfp4"):
-            return cls(param=1.0 + 1.0 / 32, dispatch=1.0 + 1.0 / 32)
-        raise ValueError(f"unknown precision recipe {precision!r}; valid: bf16, fp16, fp8, mxfp8, nvfp4, mxfp4")
+        """Wire format of a training recipe (:mod:`scaletax.recipes`): parameter gathers and MoE
+        dispatch in the recipe's ``wire_bytes`` (FP8 1 B; MX and FP4 recipes MXFP8),
+        activations and gradients 16-bit (ASSUMPTIONS stated in the registry)."""
+        wire = recipes.training(precision.lower()).wire_bytes
+        return cls(param=wire, dispatch=wire)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from scaletax import DATA_DIR, unknown_id
+from scaletax import DATA_DIR, recipes, unknown_id
 
 HARDWARE_CSV = DATA_DIR / "hardware.csv"
 SYSTEMS_CSV = DATA_DIR / "systems.csv"
@@ -29,20 +29,6 @@ SYSTEMS_CSV = DATA_DIR / "systems.csv"
 DEFINITIONS_ENV = "SCALETAX_DEFINITIONS"
 #: Marker on the label and verification of a GPU defined or changed in a scenario.
 USER_MARK = "your input"
-
-#: Precision name -> the CSV column holding its dense peak. MX / NV block formats run on
-#: the same tensor-core paths as their element type, but only where ``native_mx`` is true.
-PRECISION_COLUMN = {
-    "tf32": "tf32_tflops",
-    "bf16": "bf16_tflops",
-    "fp16": "bf16_tflops",
-    "fp8": "fp8_tflops",
-    "mxfp8": "fp8_tflops",
-    "mxfp6": "fp6_tflops",
-    "nvfp4": "fp4_tflops",
-    "mxfp4": "fp4_tflops",
-}
-BLOCK_SCALED = {"mxfp8", "mxfp6", "nvfp4", "mxfp4"}
 
 
 class HardwareError(ValueError):
@@ -135,26 +121,21 @@ class GPU(BaseModel):
         return self.system_gpus or self.nvlink_domain
 
     def supports(self, precision: str) -> bool:
-        """True when the GPU runs ``precision`` natively on its tensor cores."""
-        col = PRECISION_COLUMN.get(precision)
-        if col is None:
-            return False
-        if precision in BLOCK_SCALED and not self.native_mx:
-            return False
-        return getattr(self, col) is not None
+        """True when the GPU runs ``precision`` natively on its tensor cores (:func:`recipes.runs_on`)."""
+        return recipes.runs_on(self, precision)
 
     def peak_flops(self, precision: str) -> float:
-        """Dense peak FLOP/s for ``precision``; raises UnsupportedPrecision if not native."""
-        if precision not in PRECISION_COLUMN:
+        """Dense peak FLOP/s for ``precision`` (its recipe's column); raises UnsupportedPrecision if not native."""
+        if precision not in recipes.RECIPES:
             raise HardwareError(
-                f"unknown precision {precision!r}; valid: {', '.join(PRECISION_COLUMN)}"
+                f"unknown precision {precision!r}; valid: {', '.join(recipes.NAMES)}"
             )
         if not self.supports(precision):
             raise UnsupportedPrecision(
                 f"{self.id} has no native {precision} tensor cores"
-                f" (supported: {', '.join(p for p in PRECISION_COLUMN if self.supports(p))})"
+                f" (supported: {', '.join(p for p in recipes.NAMES if self.supports(p))})"
             )
-        return getattr(self, PRECISION_COLUMN[precision]) * 1e12
+        return getattr(self, recipes.get(precision).peak_column) * 1e12
 
     def ridge_point(self, precision: str) -> float:
         """Roofline ridge point, FLOP per byte of HBM traffic (peak FLOP/s / HBM B/s)."""

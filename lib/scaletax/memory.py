@@ -22,8 +22,8 @@ Public API:
 Options (keywords of every function above): ``attention`` "flash" (default: modern runs use
 flash attention) | "paper" (Korthikanti's stored attention scores, to reproduce the paper);
 ``dropout`` (default True with "paper", False with "flash"); ``param_bytes``, ``grad_bytes``,
-``optimizer_bytes`` per parameter (defaults ``STATE_BYTES[precision]``; optimizer 12, or 16
-with 16-bit gradients); ``lowp_weight_copy`` (True); ``lowp_params`` (False: True models
+``optimizer_bytes`` per parameter (defaults: the recipe's, :mod:`scaletax.recipes`; optimizer 12,
+or 16 with 16-bit gradients); ``lowp_weight_copy`` (True); ``lowp_params`` (False: True models
 fp8/fp4 "param gather", linear weights kept only in the low-precision format);
 ``selective_modules`` (what "selective" recomputes: ``SELECTIVE_MODULES``, or
 ``SELECTIVE_MODULES_PAPER`` with "paper"); ``include_embeddings`` (True; False reproduces the
@@ -44,7 +44,7 @@ V vocab, L layers, p pipeline size, v virtual stages):
 - Low-precision weight copies: recipes that run GEMMs in FP8/MX/NVFP4 keep the bf16 weights
   plus a cached quantized copy of every transformer linear weight in both orientations
   (row-wise for forward, column-wise for backward, as Transformer Engine caches them across
-  micro-batches): ``LOWP_COPY_BYTES``.
+  micro-batches): ``Recipe.lowp_copy_bytes``.
 - Activations: Korthikanti et al. 2022 (arXiv 2205.05198) §4, term by term in
   ``activation_items`` so that GQA, MLA, gated MLPs, MoE and the GEMM precision change the
   constants; the first pipeline stage holds ``p`` micro-batches for 1F1B and
@@ -70,6 +70,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from scaletax import recipes
 from scaletax.models import Model
 from scaletax.layout import Layout, LayoutArray
 
@@ -85,34 +86,9 @@ FSDP_PREFETCH_LAYERS = 2
 #: inputs in 8 bits would need less -- ignored, so activations are an upper bound there).
 ACT_BYTES = 2
 
-#: precision -> (param, grad) bytes per parameter by default. Megatron-LM distributed-optimizer
-#: table (docs/source/api-guide/dist_optimizer.md): "bf16 param, fp32 grads" (Megatron's default
-#: for bf16: fp32 main-grad buffer) and "fp16 param, fp16 grads". FP8/MX/NVFP4 recipes keep bf16
-#: parameters and fp32 main grads. The optimizer holds 12 bytes (fp32 master, Adam m and v), 16
-#: when gradients are 16-bit (plus an fp32 gradient shard): see ``resolve_options``.
-STATE_BYTES: dict[str, tuple[float, float]] = {
-    "bf16": (2.0, 4.0),
-    "fp16": (2.0, 2.0),
-    "fp8": (2.0, 4.0),
-    "mxfp8": (2.0, 4.0),
-    "nvfp4": (2.0, 4.0),
-    "mxfp4": (2.0, 4.0),
-}
-PRECISIONS: tuple[str, ...] = tuple(STATE_BYTES)
-
-#: precision -> extra bytes per transformer linear-weight parameter for the cached quantized
-#: copies (row-wise and column-wise). FP8 per-tensor scaling: E4M3 copy + transpose, 1 + 1
-#: (scales per tensor, negligible). MXFP8: (1 + 1/32) x 2, one E8M0 scale per 32 elements
-#: (OCP MX spec v1.0). NVFP4: (0.5 + 1/16) x 2, E2M1 values with one E4M3 scale per 16
-#: (per-tensor FP32 scale negligible). MXFP4: (0.5 + 1/32) x 2.
-LOWP_COPY_BYTES: dict[str, float] = {
-    "bf16": 0.0,
-    "fp16": 0.0,
-    "fp8": 2.0,
-    "mxfp8": 2 * (1 + 1 / 32),
-    "nvfp4": 2 * (0.5 + 1 / 16),
-    "mxfp4": 2 * (0.5 + 1 / 32),
-}
+#: The precisions the memory model trains in (the recipe registry's); their parameter, gradient,
+#: optimizer and quantized-copy bytes are the recipes' (:mod:`scaletax.recipes`).
+PRECISIONS: tuple[str, ...] = recipes.TRAINING
 
 TERMS: tuple[str, ...] = ("weights", "gradients", "optimizer", "activations", "reserve")
 
@@ -182,8 +158,7 @@ def _as_array(layouts: Layout | LayoutArray | Iterable[Layout]) -> LayoutArray:
 
 
 def _check_precision(precision: str) -> None:
-    if precision not in STATE_BYTES:
-        raise ValueError(f"precision: unknown {precision!r}; valid: {', '.join(PRECISIONS)}")
+    recipes.training(precision)
 
 
 #: Megatron-Core ``recompute_modules`` names this model understands (transformer_config.py).
@@ -196,13 +171,9 @@ SELECTIVE_MODULES: tuple[str, ...] = ("core_attn", "layernorm", "mla_up_proj", "
 #: "selective" with ``attention="paper"``: the paper's selective recompute (attention core).
 SELECTIVE_MODULES_PAPER: tuple[str, ...] = ("core_attn",)
 
-#: precision -> bytes per element of a saved GEMM input (ASSUMPTION: every transformer GEMM runs
-#: in the recipe precision, and Transformer Engine saves the quantized input -- column-wise, with
-#: its block scales -- for the weight-gradient GEMM; norms, activation-function inputs and
-#: attention Q/K/V/O stay 16-bit).
-GEMM_INPUT_BYTES: dict[str, float] = {
-    "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "mxfp8": 1 + 1 / 32, "nvfp4": 0.5 + 1 / 16, "mxfp4": 0.5 + 1 / 32,
-}
+#: ASSUMPTION: every transformer GEMM runs in the recipe precision, and Transformer Engine saves
+#: the quantized input -- column-wise, with its block scales, ``Recipe.operand_bytes`` -- for the
+#: weight-gradient GEMM; norms, activation-function inputs and attention Q/K/V/O stay 16-bit.
 
 
 def activation_items(model: Model, precision: str = "bf16", attention: str = "flash",
@@ -221,7 +192,7 @@ def activation_items(model: Model, precision: str = "bf16", attention: str = "fl
     inside), attention core 5 a s (softmax 2as, its dropout mask as and output 2as).
     Generalised: Q 2 a d_qk, K 2 g d_qk, V 2 g d_v (GQA; MLA with g = a), output-projection
     input 2 a d_v; a gated MLP saves its fc1 output (gate and up, 2 x 2f) and the product
-    (fc2 input); GEMM inputs take ``GEMM_INPUT_BYTES[precision]``; flash attention stores no
+    (fc2 input); GEMM inputs take the recipe's ``operand_bytes``; flash attention stores no
     scores, only an fp32 log-sum-exp per head (4a; Dao et al. 2022 arXiv 2205.14135 §3.1);
     MLA adds its latents (down-projection outputs 2(q_lora + kv_lora + rope), their normed
     copies as up-projection inputs); an MoE layer stores the router input (16-bit) and fp32
@@ -235,7 +206,7 @@ def activation_items(model: Model, precision: str = "bf16", attention: str = "fl
     _check_precision(precision)
     h, a, g, s = model.hidden, model.heads, model.kv_heads, model.seq_len
     dqk, dv = model.qk_head_dim, model.v_head_dim_eff
-    B, q = ACT_BYTES, GEMM_INPUT_BYTES[precision]
+    B, q = ACT_BYTES, recipes.training(precision).operand_bytes
     up = frozenset({"mla_up_proj"}) if model.attention == "mla" else frozenset()
     ln = frozenset({"layernorm"})
     none = frozenset()
@@ -416,12 +387,11 @@ def resolve_options(precision: str = "bf16", *, attention: str = "flash", dropou
     _check_precision(precision)
     if attention not in ("flash", "paper"):
         raise ValueError(f"attention: must be 'flash' or 'paper' (got {attention!r})")
-    pb, gb = STATE_BYTES[precision]
-    gb = gb if grad_bytes is None else float(grad_bytes)
+    rec = recipes.training(precision)
+    pb = rec.param_bytes
+    gb = rec.grad_bytes if grad_bytes is None else float(grad_bytes)
     if optimizer_bytes is None:
-        # fp32 master + Adam m, v; plus an fp32 copy of the gradient shard when gradients are
-        # reduced in 16 bits (Megatron distributed-optimizer table: "4 + 16/d" vs "6 + 12/d")
-        optimizer_bytes = 12.0 + (4.0 if gb < 4 else 0.0)
+        optimizer_bytes = rec.optimizer_bytes(gb)
     if selective_modules is None:
         selective_modules = SELECTIVE_MODULES_PAPER if attention == "paper" else SELECTIVE_MODULES
     bad = set(selective_modules) - set(RECOMPUTE_MODULES)
@@ -434,7 +404,7 @@ def resolve_options(precision: str = "bf16", *, attention: str = "flash", dropou
         "param_bytes": pb if param_bytes is None else float(param_bytes),
         "grad_bytes": gb,
         "optimizer_bytes": float(optimizer_bytes),
-        "lowp": LOWP_COPY_BYTES[precision] if (lowp_weight_copy or lowp_params) else 0.0,
+        "lowp": rec.lowp_copy_bytes if (lowp_weight_copy or lowp_params) else 0.0,
         "lowp_params": bool(lowp_params),
         "selective_modules": tuple(selective_modules),
         "include_embeddings": bool(include_embeddings),
@@ -451,9 +421,9 @@ def breakdown(model: Model, layouts: Layout | LayoutArray | Iterable[Layout], pr
     ``precision``: one of ``PRECISIONS``. ``stage``: "first", "last" or "max" (the heavier of
     the two by total, per layout). ``reserve_gib`` may be an array. Options:
     ``attention`` "flash" (default) | "paper"; ``dropout`` (default True for "paper");
-    ``param_bytes``/``grad_bytes``/``optimizer_bytes`` per parameter (defaults:
-    ``STATE_BYTES`` and 12, or 16 with 16-bit gradients); ``lowp_weight_copy`` (True: keep the
-    quantized weight copies of FP8/MX/NVFP4 recipes); ``lowp_params`` (False; True = fp8/fp4
+    ``param_bytes``/``grad_bytes``/``optimizer_bytes`` per parameter (defaults: the recipe's,
+    :mod:`scaletax.recipes`: optimizer 12, or 16 with 16-bit gradients); ``lowp_weight_copy``
+    (True: keep the quantized weight copies of FP8/MX/NVFP4 recipes); ``lowp_params`` (False; True = fp8/fp4
     param gather, no 16-bit linear weights); ``selective_modules`` (what "selective"
     recomputes, default ``SELECTIVE_MODULES``, ``SELECTIVE_MODULES_PAPER`` with "paper");
     ``include_embeddings`` (True; False = the papers' transformer-layers-only accounting);
@@ -623,8 +593,8 @@ def fit_map(model: Model, gpus: Iterable[Any], counts: Iterable[int], precision:
     return rows
 
 
-__all__ = ["ACT_BYTES", "FSDP_PREFETCH_LAYERS", "GEMM_INPUT_BYTES", "GIB", "LOWP_COPY_BYTES", "PRECISIONS",
-           "RECOMPUTE_MODULES", "RESERVE_GIB", "SELECTIVE_MODULES", "SELECTIVE_MODULES_PAPER", "STATE_BYTES",
+__all__ = ["ACT_BYTES", "FSDP_PREFETCH_LAYERS", "GIB", "PRECISIONS",
+           "RECOMPUTE_MODULES", "RESERVE_GIB", "SELECTIVE_MODULES", "SELECTIVE_MODULES_PAPER",
            "TERMS", "FitResult", "Memory", "activation_items", "breakdown", "capacity_gib",
            "choose_least_parallel", "fit_layout", "fit_map", "fits", "least_recompute", "max_micro_batch",
            "min_gpus_to_fit", "resolve_options"]

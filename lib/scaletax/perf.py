@@ -71,7 +71,7 @@ from typing import Any, Mapping
 import numpy as np
 import yaml
 
-from scaletax import DATA_DIR, comm, hardware
+from scaletax import DATA_DIR, comm, hardware, recipes
 from scaletax.comm import Overlap, WireFormat
 from scaletax.models import Model
 from scaletax.layout import Layout, LayoutArray
@@ -79,10 +79,9 @@ from scaletax.topology import Topology
 
 EFFICIENCY_YAML = DATA_DIR / "efficiency.yaml"
 
-PRECISIONS: tuple[str, ...] = ("bf16", "fp16", "fp8", "mxfp8", "nvfp4", "mxfp4")
-#: precision -> format class of its GEMMs (one ceiling parameter per class).
-FORMAT_CLASS: dict[str, str] = {"bf16": "16bit", "fp16": "16bit", "fp8": "8bit", "mxfp8": "8bit",
-                                "nvfp4": "4bit", "mxfp4": "4bit"}
+#: The precisions the step-time model trains in (the recipe registry's).
+PRECISIONS: tuple[str, ...] = recipes.TRAINING
+#: GEMM format classes, one ceiling parameter each (``recipes.Recipe.format_class``).
 FORMAT_CLASSES: tuple[str, ...] = ("16bit", "8bit", "4bit")
 FAMILIES: tuple[str, ...] = ("ampere", "hopper", "blackwell", "blackwell_ultra", "rubin")
 FP4_CLASS = FORMAT_CLASSES.index("4bit")
@@ -100,12 +99,6 @@ VOCAB_DIVISOR = 128
 #: kept ~15% of the blocks in BF16 for accuracy over 10T tokens; pass ``fp4_bf16_layers`` to
 #: :func:`prepare` to model that recipe. 8- and 16-bit recipes: all layers in the recipe format.
 FP4_BF16_LAYERS = 2
-#: Bytes moved per element by one low-precision cast kernel of a GEMM input (read 16 bits, write
-#: a row-wise and a column-wise copy with their scales: FP8 per-tensor 1 B each; MXFP8 1 + 1/32
-#: (OCP MX v1.0); NVFP4 0.5 + 1/16 plus one more 16-bit read for the random Hadamard transform of
-#: the weight-gradient operands (arXiv 2509.25149 §4.2); MXFP4 0.5 + 1/32). 16-bit recipes: none.
-CAST_BYTES: dict[str, float] = {"bf16": 0.0, "fp16": 0.0, "fp8": 4.0, "mxfp8": 2.0 + 2 * (1 + 1 / 32),
-                                "nvfp4": 2.0 + 2 * (0.5 + 1 / 16) + 2.0, "mxfp4": 2.0 + 2 * (0.5 + 1 / 32)}
 #: Adam step per parameter of the local optimizer shard: read fp32 grad, master, m, v (16 B),
 #: write master, m, v (12 B) and the 16-bit parameter (2 B) (Megatron distributed optimizer).
 ADAM_BYTES = 30.0
@@ -158,7 +151,7 @@ class Efficiency:
         """Fraction of the dense peak of ``precision`` a large GEMM sustains on ``family``:
         ``gemm_ceiling[class] * family_factor[family]`` for 16- and 8-bit formats, the 4-bit
         ceiling as is (FP4 tensor cores exist only from Blackwell on)."""
-        cls = FORMAT_CLASS[precision]
+        cls = format_class(precision)
         return self.gemm_ceiling[cls] * (1.0 if cls == "4bit" else self.family_factor[family])
 
     def overlap(self, base: Overlap | None = None) -> Overlap:
@@ -270,26 +263,19 @@ def default_efficiency() -> Efficiency:
 # Helpers
 # =========================================================================================
 def format_class(precision: str) -> str:
-    if precision not in FORMAT_CLASS:
-        raise ValueError(f"precision: unknown {precision!r}; valid: {', '.join(PRECISIONS)}")
-    return FORMAT_CLASS[precision]
+    """The GEMM format class of a training precision (its recipe's)."""
+    return recipes.training(precision).format_class
 
 
 def compute_precision(gpu, precision: str) -> str:
     """The 16-bit precision whose peak runs the 16-bit parts (attention, output layer)."""
-    format_class(precision)
-    return "fp16" if precision == "fp16" else "bf16"
+    return recipes.training(precision).half
 
 
 def padded_vocab(vocab, tp):
     """Megatron's padded vocabulary: the next multiple of 128 * tp (vectorized)."""
     div = VOCAB_DIVISOR * np.asarray(tp, dtype=np.int64)
     return (-(-np.asarray(vocab, dtype=np.int64) // div)) * div
-
-
-#: Bytes per element of a GEMM operand in each format (values plus block scales).
-ELEMENT_BYTES: dict[str, float] = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "mxfp8": 1 + 1 / 32,
-                                   "nvfp4": 0.5 + 1 / 16, "mxfp4": 0.5 + 1 / 32}
 
 
 def gemm_reference_size(gpu, precision: str) -> float:
@@ -302,7 +288,7 @@ def gemm_reference_size(gpu, precision: str) -> float:
     (1: operand traffic not overlapped at all; < 1: partly hidden by on-chip reuse).
     """
     g = _gpu(gpu)
-    return 1.5 * ELEMENT_BYTES[precision] * g.peak_flops(precision) / g.hbm_bw
+    return 1.5 * recipes.training(precision).operand_bytes * g.peak_flops(precision) / g.hbm_bw
 
 
 def _gpu(gpu) -> hardware.GPU:
@@ -521,12 +507,12 @@ def memory_bound_bytes(model: Model, la: LayoutArray, precision: str,
     two residual adds, 12 h bytes each (forward and backward) [rep]; rotary embedding on q and k,
     8 (a + g) d_qk bytes (MLA: the rope part, 8 (a + 1) d_rope, plus the latent norms) [split];
     activation function, SwiGLU 16 f / GELU 10 f bytes [split]; low-precision casts,
-    ``CAST_BYTES`` per element of every GEMM input forward (x) and backward (dy); MoE: router
+    the recipe's ``cast_bytes`` per element of every GEMM input forward (x) and backward (dy); MoE: router
     logits and top-k 24 E bytes, token permutation and un-permutation forward and backward
     8 (k + 1) h bytes [rep], expert activation 16 k f_e [split]; output layer (1/pp per stage):
     cross-entropy over fp32 logits 16 V / tp, final norm 10 h, embedding gather / scatter 8 h.
     Per step, per parameter on this GPU: Adam on the local optimizer shard (``ADAM_BYTES``),
-    gradient-buffer reset (``GRAD_ZERO_BYTES``), casts of the linear weights (``CAST_BYTES``: once
+    gradient-buffer reset (``GRAD_ZERO_BYTES``), casts of the linear weights (``cast_bytes``: once
     per step, every micro-batch with ZeRO-3). Recompute repeats the forward share of the
     recomputed work (full: a third of the per-layer bytes; selective: 5%).
     """
@@ -535,7 +521,7 @@ def memory_bound_bytes(model: Model, la: LayoutArray, precision: str,
     rep = np.where(la.sp.astype(bool), tp, 1.0)
     h, a, g = float(model.hidden), float(model.heads), float(model.kv_heads)
     dqk, dv = float(model.qk_head_dim), float(model.v_head_dim_eff)
-    cb = CAST_BYTES[precision]
+    cb = recipes.training(precision).cast_bytes
     mult = 2.0 if model.gated else 1.0
     act_fn = 16.0 if model.gated else 10.0
     common_rep = 20.0 * h + 24.0 * h
@@ -910,7 +896,7 @@ def least_recompute(model: Model, layouts, gpu, precision: str, **memory_options
     return code.astype(np.int64), frac, gib
 
 
-__all__ = ["ADAM_BYTES", "CAST_BYTES", "EFFICIENCY_YAML", "FAMILIES", "FORMAT_CLASS", "FORMAT_CLASSES",
+__all__ = ["ADAM_BYTES", "EFFICIENCY_YAML", "FAMILIES", "FORMAT_CLASSES",
            "FP4_BF16_LAYERS", "PARAM_SIGN", "PRECISIONS", "Efficiency", "EfficiencyBand", "Prediction",
            "StepInputs", "StepTime", "compute_precision", "default_band", "default_efficiency", "ep_dedup_factor",
            "evaluate", "evaluate_band", "format_class", "least_recompute", "load_efficiency", "memory_bound_bytes", "padded_vocab",

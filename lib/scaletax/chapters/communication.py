@@ -40,10 +40,11 @@ heaviest pipeline stage fits in memory (:func:`scaletax.memory.fits`) compete.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
-from scaletax import comm, hardware, memory
+from scaletax import comm, hardware, memory, recipes
 from scaletax.comm import GROUPS, Overlap, WireFormat
 from scaletax.models import Model
 from scaletax.layout import Layout, LayoutArray, group_strides
@@ -83,16 +84,6 @@ SCOPES = ("one NVLink domain", "two NVLink domains", "one GPU per domain")
 # =========================================================================================
 # Compute, bubble and the global batch
 # =========================================================================================
-def run_precision(gpu, precision: str) -> str:
-    """The precision a GPU trains in: ``precision`` where it is native, else FP8, else BF16
-    (e.g. an NVFP4 scenario runs FP8 on Hopper, which has no FP4 tensor cores)."""
-    g = hardware.get(gpu) if isinstance(gpu, str) else gpu
-    for p in (precision, "fp8", "bf16"):
-        if g.supports(p):
-            return p
-    raise hardware.UnsupportedPrecision(f"{g.id} supports neither {precision}, fp8 nor bf16")
-
-
 def target_sequences(model: Model, batch_tokens: int) -> int:
     """Sequences per global batch: the token budget per step in whole sequences (at least 1)."""
     return max(1, int(round(batch_tokens / model.seq_len)))
@@ -119,7 +110,7 @@ def compute_seconds(model: Model, layouts: LayoutArray, gpu, precision: str,
     flops_tok = np.array([model.hardware_flops_per_token(r) for r in ("none", "selective", "full")])
     tokens = layouts.gbs.astype(float) * model.seq_len
     flops_gpu = flops_tok[layouts.recompute] * tokens / layouts.gpus
-    return flops_gpu / (g.peak_flops(run_precision(g, precision)) * efficiency)
+    return flops_gpu / (g.peak_flops(recipes.training_precision(g, precision)) * efficiency)
 
 
 def bubble_seconds(layouts: LayoutArray, t_compute) -> np.ndarray:
@@ -207,6 +198,7 @@ def applied_overlap(overlap: Overlap | None = None, step_model: str | None = Non
 
 
 def evaluate(model: Model, layouts: LayoutArray, gpu, *, domain=None, precision: str = "fp8",
+             allowed: Sequence[str] = recipes.TRAINING,
              overlap: Overlap | None = None, efficiency: float = COMPUTE_EFFICIENCY,
              step_model: str | None = None, perf_eff=None) -> Evaluation:
     """Memory fit, compute, bubble and exposed communication of each layout on ``gpu``.
@@ -219,7 +211,7 @@ def evaluate(model: Model, layouts: LayoutArray, gpu, *, domain=None, precision:
     :func:`scaletax.comm.exposed_comm`.
     """
     g = hardware.get(gpu) if isinstance(gpu, str) else gpu
-    prec = run_precision(g, precision)
+    prec = recipes.training_precision(g, precision, allowed)
     topo = Topology.from_gpu(g, domain=domain)
     fit = memory.fits(model, layouts, g, prec)
     mode = STEP_MODEL if step_model is None else step_model
@@ -288,7 +280,8 @@ def _row(model: Model, gpu, ev: Evaluation, i: int, gpus: int, domain: int) -> d
 
 
 def best_layout(model: Model, gpu, gpus: int, *, batch_tokens: int, domain: int | None = None,
-                precision: str = "fp8", ep=None, overlap: Overlap | None = None,
+                precision: str = "fp8", allowed: Sequence[str] = recipes.TRAINING, ep=None,
+                overlap: Overlap | None = None,
                 efficiency: float = COMPUTE_EFFICIENCY, step_model: str | None = None) -> dict | None:
     """The fastest layout that fits (least step time) on ``gpus`` GPUs, as a result row.
 
@@ -300,7 +293,8 @@ def best_layout(model: Model, gpu, gpus: int, *, batch_tokens: int, domain: int 
     la = candidates(model, gpus, dom, target_sequences(model, batch_tokens), ep=ep)
     if len(la) == 0:
         return None
-    ev = evaluate(model, la, g, domain=dom, precision=precision, overlap=overlap, efficiency=efficiency,
+    ev = evaluate(model, la, g, domain=dom, precision=precision, allowed=allowed, overlap=overlap,
+                  efficiency=efficiency,
                   step_model=step_model)
     t = np.where(ev.fits, ev.t_step, np.inf)
     if not np.isfinite(t).any():
@@ -314,6 +308,7 @@ def best_layout(model: Model, gpu, gpus: int, *, batch_tokens: int, domain: int 
 # Sweeps for the chapter
 # =========================================================================================
 def tax_rows(model_ids, gpu_ids, sizes, *, batch_tokens: int, precision: str = "fp8",
+             allowed: Sequence[str] = recipes.TRAINING,
              overlap: Overlap | None = None, step_model: str | None = None) -> list[dict]:
     """Best layout and its communication tax per model, GPU (own domain) and cluster size.
 
@@ -326,7 +321,8 @@ def tax_rows(model_ids, gpu_ids, sizes, *, batch_tokens: int, precision: str = "
         m = _models.get(mid)
         for gid in gpu_ids:
             for n in sizes:
-                r = best_layout(m, gid, int(n), batch_tokens=batch_tokens, precision=precision, overlap=overlap,
+                r = best_layout(m, gid, int(n), batch_tokens=batch_tokens, precision=precision, allowed=allowed,
+                                overlap=overlap,
                                 step_model=step_model)
                 rows.append(_fill(r, m, gid, n, hardware.get(gid).nvlink_domain))
     return rows
@@ -342,7 +338,8 @@ def _fill(row, model, gpu_id, n, domain) -> dict:
 
 
 def domain_rows(model_ids, gpu_id: str, sizes, domains=DOMAIN_SWEEP, *, batch_tokens: int,
-                precision: str = "fp8", overlap: Overlap | None = None, step_model: str | None = None) -> list[dict]:
+                precision: str = "fp8", allowed: Sequence[str] = recipes.TRAINING, overlap: Overlap | None = None,
+                step_model: str | None = None) -> list[dict]:
     """Best layout per model, cluster size and NVLink domain size, the GPU held fixed."""
     from scaletax import models as _models
 
@@ -352,7 +349,7 @@ def domain_rows(model_ids, gpu_id: str, sizes, domains=DOMAIN_SWEEP, *, batch_to
         for n in sizes:
             for d in domains:
                 r = best_layout(m, gpu_id, int(n), batch_tokens=batch_tokens, domain=int(d),
-                                precision=precision, overlap=overlap, step_model=step_model)
+                                precision=precision, allowed=allowed, overlap=overlap, step_model=step_model)
                 rows.append(_fill(r, m, gpu_id, n, d))
     return rows
 
@@ -407,7 +404,8 @@ def dp_rows(tax: list[dict], gpus: int) -> list[dict]:
 
 
 def ep_rows(model: Model, gpu_ids, gpus: int, eps=(8, 64), domains=(), *, batch_tokens: int,
-            precision: str = "fp8", overlap: Overlap | None = None, step_model: str | None = None) -> list[dict]:
+            precision: str = "fp8", allowed: Sequence[str] = recipes.TRAINING, overlap: Overlap | None = None,
+            step_model: str | None = None) -> list[dict]:
     """Best layout with the expert-parallel size held at each of ``eps``, per GPU and domain.
 
     For each GPU the domains are its own NVLink domain plus those of ``domains`` (the same GPU
@@ -420,7 +418,7 @@ def ep_rows(model: Model, gpu_ids, gpus: int, eps=(8, 64), domains=(), *, batch_
         own = hardware.get(gid).nvlink_domain
         for d in sorted(set(domains) | {own}):
             for e in eps:
-                r = best_layout(model, gid, gpus, batch_tokens=batch_tokens, domain=d, precision=precision,
+                r = best_layout(model, gid, gpus, batch_tokens=batch_tokens, domain=d, precision=precision, allowed=allowed,
                                 ep=[e], overlap=overlap, step_model=step_model)
                 r = _fill(r, model, gid, gpus, d)
                 r["ep_fixed"] = int(e)
@@ -435,7 +433,8 @@ def ep_sizes(model: Model, largest: int = 512) -> list[int]:
             and model.moe_experts % e == 0]
 
 
-def alltoall_rows(model: Model, gpu_ids, eps=None, *, tokens: int | None = None, precision: str = "fp8") -> list[dict]:
+def alltoall_rows(model: Model, gpu_ids, eps=None, *, tokens: int | None = None, precision: str = "fp8",
+                  allowed: Sequence[str] = recipes.TRAINING) -> list[dict]:
     """Time of one MoE dispatch all-to-all per EP size on each GPU's own domain.
 
     ``eps``: EP sizes (default :func:`ep_sizes`); ``tokens`` per GPU (default one sequence of
@@ -449,7 +448,7 @@ def alltoall_rows(model: Model, gpu_ids, eps=None, *, tokens: int | None = None,
     for gid in gpu_ids:
         g = hardware.get(gid)
         topo = Topology.from_gpu(g)
-        wire = WireFormat.for_recipe(run_precision(g, precision))
+        wire = WireFormat.for_recipe(recipes.training_precision(g, precision, allowed))
         m = float(comm.moe_dispatch_bytes(tok, model.moe_top_k, model.hidden, wire.dispatch))
         ep = np.asarray(list(eps), dtype=np.int64)
         t = comm.moe_alltoall_time(tok, model.moe_top_k, model.hidden, wire.dispatch, ep, topo)
@@ -658,7 +657,8 @@ def nvl72_sentence(summary: dict) -> str:
     return "; ".join(parts) if parts else "no model fits at both domain sizes"
 
 
-def llama_rows(gpu: str = "h100_sxm", precision: str = "fp8", overlap: Overlap | None = None,
+def llama_rows(gpu: str = "h100_sxm", precision: str = "fp8", allowed: Sequence[str] = recipes.TRAINING,
+               overlap: Overlap | None = None,
                efficiency: float = COMPUTE_EFFICIENCY, step_model: str | None = None) -> tuple[list[dict], float]:
     """Per-group traffic of Llama 3.1 405B in the MLPerf layout (:data:`comm.LLAMA405B_LAYOUT`),
     groups with traffic only, plus the total; and the compute seconds per step used for overlap."""
@@ -666,10 +666,10 @@ def llama_rows(gpu: str = "h100_sxm", precision: str = "fp8", overlap: Overlap |
 
     lay = Layout(**comm.LLAMA405B_LAYOUT)
     la = LayoutArray.from_layouts([lay])
-    ev = evaluate(_models.get("llama31_405b"), la, gpu, precision=precision, overlap=overlap,
+    ev = evaluate(_models.get("llama31_405b"), la, gpu, precision=precision, allowed=allowed, overlap=overlap,
                   efficiency=efficiency, step_model=step_model)
     tc = float(ev.t_compute[0])
-    rows = comm.llama405b_traffic(gpu, gbs=lay.gbs, precision=run_precision(gpu, precision),
+    rows = comm.llama405b_traffic(gpu, gbs=lay.gbs, precision=recipes.training_precision(gpu, precision, allowed),
                                   t_compute=tc, overlap=applied_overlap(overlap, step_model))
     return [r for r in rows if r["group"] == "total" or r["collectives"] > 0], tc
 
@@ -843,5 +843,5 @@ __all__ = ["COMPUTE_EFFICIENCY", "CP_MIN_SEQ", "DOMAIN_SWEEP", "MESSAGE_SIZES", 
            "domain_rows", "dominant_group", "dp_rows", "dp_summary", "eight_gpu", "ep_compare", "ep_compare_text", "ep_rows", "ep_sizes",
            "ep_table", "evaluate", "extremes", "first_moe", "group_rows", "growth", "layout_label", "llama_rows",
            "model_name", "model_sentence", "nvl72_gpu", "nvl72_note", "nvl72_rows", "nvl72_sentence",
-           "nvl72_summary", "run_precision", "sizes_with", "sweep_gpu", "target_sequences", "tax_rows",
+           "nvl72_summary", "sizes_with", "sweep_gpu", "target_sequences", "tax_rows",
            "tax_table", "tp_choices", "with_batch"]

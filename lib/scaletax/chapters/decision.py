@@ -38,7 +38,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from scaletax import cost, hardware, search
+from scaletax import cost, hardware, recipes, search
 from scaletax import models as catalog
 
 # =========================================================================================
@@ -134,21 +134,14 @@ class Plan:
                               utilization=self.utilization, pue=self.pue, usd_per_mwh=self.usd_per_mwh)
 
     def run_precision(self, gpu) -> str:
-        """The scenario precision where the GPU runs it natively, else its fastest native format
-        among the scenario's precisions (Hopper has no block-scaled formats), else BF16."""
-        g = _gpu(gpu)
-        if g.supports(self.precision):
-            return self.precision
-        ok = [p for p in self.precisions if g.supports(p)]
-        return max(ok, key=g.peak_flops) if ok else "bf16"
+        """The precision the GPU trains in (:func:`scaletax.recipes.training_precision` of the
+        scenario's precision and precisions)."""
+        return recipes.training_precision(_gpu(gpu), self.precision, self.precisions)
 
     def fastest_precision(self, gpu) -> str:
-        """The native format with the highest dense peak among the scenario's precisions (ties:
-        the run precision, then list order)."""
-        g = _gpu(gpu)
-        base = self.run_precision(g)
-        ok = [base] + [p for p in self.precisions if g.supports(p) and p != base]
-        return max(ok, key=g.peak_flops)  # max keeps the first of equal peaks
+        """The GPU's fastest native format among the scenario's precisions
+        (:func:`scaletax.recipes.fastest_precision`)."""
+        return recipes.fastest_precision(_gpu(gpu), self.precision, self.precisions)
 
 
 def _gpu(gpu) -> hardware.GPU:

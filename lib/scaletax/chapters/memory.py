@@ -6,7 +6,6 @@ values, so that the notebook only draws, tabulates and glues. Public API:
 - ``assumptions(precision) -> dict``: the named assumptions of ``memory`` as numbers.
 - ``REFERENCES``, ``reference_rows() -> list[dict]``: published memory figures (ZeRO Fig. 1,
   Korthikanti et al. 2022) next to what ``memory.breakdown`` computes for the same setup.
-- ``gpu_precision(gpu_id, precision)``: the precision a GPU runs (fallback where not native).
 - ``state_rows(model_ids, precision)``: model state per parameter and in total.
 - ``fit(model, gpus, caps, precisions, batch_sequences)``: for one GPU count, the least
   model-parallel layout that fits each capacity (one vectorized ``breakdown`` per precision).
@@ -37,7 +36,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from scaletax import hardware, memory, models, runs
+from scaletax import hardware, memory, models, recipes, runs
 from scaletax.models import Model
 from scaletax.layout import RECOMPUTE_CODE, RECOMPUTE_NAME, Layout, LayoutArray
 
@@ -153,19 +152,12 @@ def reference_rows() -> list[dict[str, Any]]:
 
 # --- assumptions and precision ---------------------------------------------------------------
 
-def gpu_precision(gpu_id: str, precision: str) -> str:
-    """The precision ``gpu_id`` trains in: ``precision`` where native, else FP8, else BF16."""
-    g = hardware.get(gpu_id)
-    if precision in ("bf16", "fp16") or g.supports(precision):
-        return precision
-    return "fp8" if g.supports("fp8") else "bf16"
-
-
-def precision_note(gpu_ids: Sequence[str], precision: str) -> str:
-    """One sentence on which GPUs fall back from ``precision`` (see ``gpu_precision``)."""
+def precision_note(gpu_ids: Sequence[str], precision: str, allowed: Sequence[str] = recipes.TRAINING) -> str:
+    """One sentence on which GPUs fall back from ``precision`` (:func:`recipes.training_precision`
+    among the scenario's ``allowed`` precisions)."""
     fall = {}
     for g in gpu_ids:
-        p = gpu_precision(g, precision)
+        p = recipes.training_precision(g, precision, allowed)
         if p != precision:
             fall.setdefault(p, []).append(hardware.get(g).label)
     if not fall:
@@ -306,10 +298,11 @@ def _state_lower_bound(model: Model, precision: str) -> float:
 
 
 def min_gpus(model: Model, gpu_id: str, precision: str, batch_tokens: int | None = None,
-             max_gpus: int = MAX_GPUS, **kwargs: Any) -> dict[str, Any]:
-    """Smallest GPU count (1, 2, 4, then whole 8-GPU nodes) that holds ``model`` on ``gpu_id``."""
+             max_gpus: int = MAX_GPUS, allowed: Sequence[str] = recipes.TRAINING, **kwargs: Any) -> dict[str, Any]:
+    """Smallest GPU count (1, 2, 4, then whole 8-GPU nodes) that holds ``model`` on ``gpu_id``
+    in its training precision (:func:`recipes.training_precision` of ``precision`` and ``allowed``)."""
     cap = float(hardware.get(gpu_id).hbm_gib)
-    prec = gpu_precision(gpu_id, precision)
+    prec = recipes.training_precision(gpu_id, precision, allowed)
     B = batch_sequences(model, batch_tokens)
     usable = cap - memory.RESERVE_GIB
     bound = _state_lower_bound(model, prec)
@@ -332,13 +325,14 @@ def min_gpus(model: Model, gpu_id: str, precision: str, batch_tokens: int | None
 
 
 def min_gpus_rows(model_ids: Sequence[str], gpu_ids: Sequence[str], precision: str,
-                  batch_tokens: int | None = None, **kwargs: Any) -> list[dict[str, Any]]:
+                  batch_tokens: int | None = None, allowed: Sequence[str] = recipes.TRAINING,
+                  **kwargs: Any) -> list[dict[str, Any]]:
     """``min_gpus`` for every model x GPU, with the aggregate HBM bought at that count."""
     rows = []
     for mid in model_ids:
         m = models.get(mid)
         for g in gpu_ids:
-            r = min_gpus(m, g, precision, batch_tokens, **kwargs)
+            r = min_gpus(m, g, precision, batch_tokens, allowed=allowed, **kwargs)
             state = _full_state_bytes(m, r["precision"])
             r["state_tib"] = state / 2**40
             if r["gpus"] is not None:
@@ -358,7 +352,7 @@ def _full_state_bytes(model: Model, precision: str) -> float:
 
 def fit_map_rows(model_ids: Sequence[str], gpu_ids: Sequence[str], counts: Iterable[int], precision: str,
                  batch_tokens: int | None = None, min_rows: Sequence[dict] | None = None,
-                 **kwargs: Any) -> list[dict[str, Any]]:
+                 allowed: Sequence[str] = recipes.TRAINING, **kwargs: Any) -> list[dict[str, Any]]:
     """GPU type x GPU count -> fits, and the least model-parallel layout it forces.
 
     Rows: ``model, model_name, gpu, label, gpus, capacity_gib, precision, fits, layout,
@@ -368,14 +362,14 @@ def fit_map_rows(model_ids: Sequence[str], gpu_ids: Sequence[str], counts: Itera
     """
     counts = sorted(set(int(c) for c in counts))
     if min_rows is None:
-        min_rows = min_gpus_rows(model_ids, gpu_ids, precision, batch_tokens, **kwargs)
+        min_rows = min_gpus_rows(model_ids, gpu_ids, precision, batch_tokens, allowed=allowed, **kwargs)
     need = {(r["model"], r["gpu"]): (r["gpus"], r.get("max_gpus", MAX_GPUS)) for r in min_rows}
     rows = []
     for mid in model_ids:
         m = models.get(mid)
         B = batch_sequences(m, batch_tokens)
         caps = {g: float(hardware.get(g).hbm_gib) for g in gpu_ids}
-        precs = {g: gpu_precision(g, precision) for g in gpu_ids}
+        precs = {g: recipes.training_precision(g, precision, allowed) for g in gpu_ids}
         per_count = {n: fit(m, n, caps, precs, B, **kwargs) for n in counts}
         for g in gpu_ids:
             label = hardware.get(g).label
@@ -408,9 +402,10 @@ def _why_not(model: Model, label: str, n: int, need: int | None, limit: int, bat
 
 # --- bytes by term ---------------------------------------------------------------------------
 
-def term_rows(model: Model, layout: Layout, gpu_id: str, precision: str, **extra: Any) -> list[dict[str, Any]]:
+def term_rows(model: Model, layout: Layout, gpu_id: str, precision: str, allowed: Sequence[str] = recipes.TRAINING,
+              **extra: Any) -> list[dict[str, Any]]:
     """GiB per GPU by term (one row per term, stacking order ``order``) plus capacity."""
-    prec = gpu_precision(gpu_id, precision)
+    prec = recipes.training_precision(gpu_id, precision, allowed)
     g = memory.breakdown(model, layout, prec).gib()
     cap = float(hardware.get(gpu_id).hbm_gib)
     return [{"model": model.id, "model_name": model.name, "model_short": short_name(model), "gpu": gpu_id, "label": hardware.get(gpu_id).label,
@@ -420,16 +415,16 @@ def term_rows(model: Model, layout: Layout, gpu_id: str, precision: str, **extra
 
 
 def breakdown_rows(min_rows: Sequence[dict], map_rows: Sequence[dict], cluster_gpus: int,
-                   precision: str) -> list[dict[str, Any]]:
+                   precision: str, allowed: Sequence[str] = recipes.TRAINING) -> list[dict[str, Any]]:
     """Stacked-bar rows at the smallest count that fits and at ``cluster_gpus`` (where it fits)."""
     out = []
     for r in min_rows:
         if r["layout"] is not None:
-            out += term_rows(models.get(r["model"]), r["layout"], r["gpu"], precision,
+            out += term_rows(models.get(r["model"]), r["layout"], r["gpu"], precision, allowed,
                              basis="fewest GPUs that fit", gpus=r["gpus"])
     for r in map_rows:
         if r["gpus"] == cluster_gpus and r["layout"] is not None:
-            out += term_rows(models.get(r["model"]), r["layout"], r["gpu"], precision,
+            out += term_rows(models.get(r["model"]), r["layout"], r["gpu"], precision, allowed,
                              basis=f"{cluster_gpus:,} GPUs", gpus=cluster_gpus)
     return out
 
@@ -510,14 +505,14 @@ def sweep_rows(model: Model, layout: Layout, precision: str, *, seq_lens: Sequen
 
 
 def limit_rows(model: Model, layout: Layout, gpu_ids: Sequence[str], precision: str, *,
-               seq_lens: Sequence[int] = SEQ_LENS) -> list[dict[str, Any]]:
+               seq_lens: Sequence[int] = SEQ_LENS, allowed: Sequence[str] = recipes.TRAINING) -> list[dict[str, Any]]:
     """Per GPU at a fixed ``layout``: least recompute that fits, largest micro-batch and
     longest sequence (of ``seq_lens``) per recompute mode (0 / None where even the least fails)."""
     modes = LayoutArray.from_layouts([layout.replace(recompute=r) for r in RECOMPUTE])
     seq_tot = {}
     rows = []
     for g in gpu_ids:
-        prec = gpu_precision(g, precision)
+        prec = recipes.training_precision(g, precision, allowed)
         cap = float(hardware.get(g).hbm_gib)
         if prec not in seq_tot:
             seq_tot[prec] = np.stack([memory.breakdown(_with_seq(model, s), modes, prec).total for s in seq_lens])
@@ -533,8 +528,8 @@ def limit_rows(model: Model, layout: Layout, gpu_ids: Sequence[str], precision: 
 
 
 def sensitivity(model_ids: Sequence[str], gpu_ids: Sequence[str], map_rows: Sequence[dict],
-                min_rows: Sequence[dict], cluster_gpus: int, precision: str
-                ) -> tuple[dict[str, dict | None], list[dict], list[dict]]:
+                min_rows: Sequence[dict], cluster_gpus: int, precision: str,
+                allowed: Sequence[str] = recipes.TRAINING) -> tuple[dict[str, dict | None], list[dict], list[dict]]:
     """Reference layout per model (``reference_layout``), sweep rows and limit rows at it."""
     refs, sweeps, limits = {}, [], []
     for mid in model_ids:
@@ -543,8 +538,8 @@ def sensitivity(model_ids: Sequence[str], gpu_ids: Sequence[str], map_rows: Sequ
         if ref is None:
             continue
         m = models.get(mid)
-        sweeps += sweep_rows(m, ref["layout"], gpu_precision(ref["gpu"], precision))
-        limits += limit_rows(m, ref["layout"], gpu_ids, precision)
+        sweeps += sweep_rows(m, ref["layout"], recipes.training_precision(ref["gpu"], precision, allowed))
+        limits += limit_rows(m, ref["layout"], gpu_ids, precision, allowed=allowed)
     return refs, sweeps, limits
 
 
@@ -847,7 +842,7 @@ def buys_text(map_rows: Sequence[dict], limits: Sequence[dict], refs: dict[str, 
 __all__ = ["GIB", "MAX_GPUS", "MAX_TP", "MICRO_BATCHES", "RECOMPUTE", "RECOMPUTE_COLORS", "Reference",
            "REFERENCES", "SEQ_LENS", "TERM_COLORS", "TERMS", "ZERO_FIG1_MODEL", "announced_note",
            "assumptions", "batch_sequences", "bound_text", "breakdown_rows", "buys_text", "candidates",
-           "capacity_rows", "count_text", "extremes", "fit", "fit_map_rows", "forced_text", "gpu_precision",
+           "capacity_rows", "count_text", "extremes", "fit", "fit_map_rows", "forced_text",
            "layout_label", "limit_rows", "limit_table_rows", "map_text", "min_gpus", "min_gpus_rows", "min_gpus_text",
            "nofit_text", "precision_note", "recompute_phrase", "recompute_text", "reference_layout",
            "reference_rows", "reference_setup", "reference_text", "reserve_text", "run_rows", "run_table_rows",

@@ -46,7 +46,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from scaletax import DATA_DIR, hardware, memo
+from scaletax import DATA_DIR, hardware, memo, recipes
 from scaletax import lowp_training as L
 from scaletax import precision as P
 from scaletax import runs as runs_table
@@ -61,12 +61,6 @@ REFERENCE_MAGNITUDE = 1.0
 ERROR_SHAPE = (128, 2048)
 DISTRIBUTION_LABELS = {"gaussian": "Gaussian", "student_t": "Student-t (3 dof)",
                        "outlier_channels": "outlier channels"}
-
-#: Hardware precision name -> the operand format a GEMM in that precision uses.
-PRECISION_FORMAT = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8_e4m3", "mxfp8": "mxfp8_e4m3",
-                    "mxfp6": "mxfp6_e3m2", "nvfp4": "nvfp4", "mxfp4": "mxfp4"}
-PRECISION_LABEL = {"bf16": "BF16", "fp16": "FP16", "fp8": "FP8", "mxfp8": "MXFP8",
-                   "mxfp6": "MXFP6", "nvfp4": "NVFP4", "mxfp4": "MXFP4"}
 
 #: Short names of the experiment's recipes.
 RECIPE_LABELS = {
@@ -685,7 +679,7 @@ def peak_rows(gpu_ids: Sequence[str], precisions: Sequence[str]) -> list[dict[st
             ok = g.supports(p)
             fl = g.peak_flops(p) if ok else None
             rows.append({"gpu": g.id, "label": g.label, "family": g.family, "status": g.status,
-                         "precision": p, "precision_label": PRECISION_LABEL[p], "native": ok,
+                         "precision": p, "precision_label": recipes.label(p), "native": ok,
                          "tflops": fl / 1e12 if ok else None,
                          "vs_bf16": fl / bf16 if ok else None,
                          "vs_fp8": fl / fp8 if ok and fp8 else None})
@@ -707,10 +701,10 @@ def bytes_rows(precisions: Sequence[str], gpu_ids: Sequence[str]) -> list[dict[s
     """Bytes per element stored in HBM or moved over links, per precision (scales included)."""
     rows = []
     for p in precisions:
-        i = P.format_info(PRECISION_FORMAT[p])
+        i = P.format_info(recipes.get(p).operand_format)
         native = [hardware.get(g).label for g in gpu_ids if hardware.get(g).supports(p)]
-        rows.append({"precision": p, "precision_label": PRECISION_LABEL[p],
-                     "format": format_label(PRECISION_FORMAT[p]), "bits": i.bits_per_element,
+        rows.append({"precision": p, "precision_label": recipes.label(p),
+                     "format": format_label(recipes.get(p).operand_format), "bits": i.bits_per_element,
                      "bytes": i.bits_per_element / 8, "vs_bf16": i.bits_per_element / 16,
                      "native_on": ", ".join(native) if native else "none of this scenario's GPUs"})
     return rows
@@ -743,7 +737,7 @@ def achieved_rows(runs: Sequence[dict], gpu_ids: Sequence[str] | None = None) ->
         out.append({"run_id": r["run_id"], "gpu": r["hardware"],
                     "label": hardware.get(r["hardware"]).label, "model": r["model"],
                     "gpu_count": r["gpu_count"], "precision": r["precision"],
-                    "precision_label": PRECISION_LABEL.get(r["precision"], r["precision"].upper()),
+                    "precision_label": recipes.label(r["precision"]),
                     "tflops": tf, "mfu": float(r["measured_mfu"]),
                     "tokens_per_s": r.get("measured_tokens_per_s_per_gpu")})
     return out
@@ -810,7 +804,7 @@ def tax_rows(runs: Sequence[dict], gpu_ids: Sequence[str] | None = None) -> list
             out.append({
                 "model": key[0], "gpu": g.id, "label": g.label, "gpu_count": key[2],
                 "precision": p, "baseline": b,
-                "pair": f"{PRECISION_LABEL.get(p, p)} vs {PRECISION_LABEL.get(b, b)}",
+                "pair": f"{recipes.label(p)} vs {recipes.label(b)}",
                 "tokens_per_s": tok, "baseline_tokens_per_s": tok_b,
                 "mfu_pct": _mean_pct(rs), "baseline_mfu_pct": _mean_pct(rb),
                 "peak_ratio": peak, "achieved_ratio": ach, "tax_pct": 100 * (1 - ach / peak),
@@ -845,10 +839,10 @@ def tax_text(tax: Sequence[dict]) -> str:
         setups.setdefault((r["model"], r["label"], r["gpu_count"], r["baseline"]), []).append(r)
     out = []
     for (model, label, count, base), rs in setups.items():
-        b = PRECISION_LABEL.get(base, base)
+        b = recipes.label(base)
         parts = []
         for r in rs:
-            s = (f"{PRECISION_LABEL.get(r['precision'], r['precision'])} has {r['peak_ratio']:.2f}x "
+            s = (f"{recipes.label(r['precision'])} has {r['peak_ratio']:.2f}x "
                  f"the dense peak of {b} and reached {r['achieved_ratio']:.2f}x its tokens per second")
             if r["realized_pct"] is not None:
                 s += f", {r['realized_pct']:.0f}% of the promised speed-up"
@@ -924,7 +918,7 @@ def generation_rows(runs: Sequence[dict], gpu_ids: Sequence[str],
             top = max(sel, key=lambda r: r["measured_tokens_per_s_per_gpu"]) if sel else None
             out.append({
                 "gpu": g.id, "label": g.label, "family": g.family, "precision": p,
-                "precision_label": PRECISION_LABEL[p], "native": ok,
+                "precision_label": recipes.label(p), "native": ok,
                 "peak_ratio": g.peak_flops(p) / ref_peak if ok else None,
                 "model": model if top else None,
                 "gpu_count": top["gpu_count"] if top else None,
@@ -942,13 +936,13 @@ def generation_text(rows: Sequence[dict]) -> str:
     ref = hardware.get(REFERENCE_GPU).label
     if not pts:
         return (f"No published run of this scenario's GPUs can be set against {ref} in "
-                f"{PRECISION_LABEL[REFERENCE_PRECISION]} for the same model, so the comparison "
+                f"{recipes.label(REFERENCE_PRECISION)} for the same model, so the comparison "
                 f"shows peaks only.")
     model = pts[0]["model"]
     parts = [f"{r['label']} in {r['precision_label']} reaches {r['achieved_ratio']:.2f}x the tokens "
              f"per second per GPU for {r['peak_ratio']:.2f}x the dense peak "
              f"({100 * r['achieved_ratio'] / r['peak_ratio']:.0f}% of the peak ratio)" for r in pts]
-    return (f"Training {model}, against {ref} in {PRECISION_LABEL[REFERENCE_PRECISION]}: "
+    return (f"Training {model}, against {ref} in {recipes.label(REFERENCE_PRECISION)}: "
             f"{'; '.join(parts)}.")
 
 
@@ -1018,7 +1012,7 @@ def guidance_rows(err: dict[str, float], rows: Sequence[dict], facts: dict[str, 
                          f"{(1 + pub['mxfp4_tokens_pct'] / 100) / t['achieved_ratio']:.2f}x "
                          f"FP8's time."),
             "advice": (f"NVFP4 saves time only while the extra tokens it needs to match the "
-                       f"{PRECISION_LABEL[t['baseline']]} loss stay below {margin:.0f}%.")})
+                       f"{recipes.label(t['baseline'])} loss stay below {margin:.0f}%.")})
     return out
 
 

@@ -19,11 +19,12 @@ import yaml
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
                       field_validator, model_validator)
 
-from scaletax import DATA_DIR
+from scaletax import DATA_DIR, recipes
 
 DEFAULT_SCENARIO = DATA_DIR / "scenarios" / "default.yaml"
 
-PRECISIONS = ("bf16", "fp8", "mxfp8", "nvfp4", "mxfp4")
+#: Precisions a scenario may train in: the recipe registry's training recipes.
+PRECISIONS = recipes.TRAINING
 _SLUG = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 Slug = Annotated[str, Field(pattern=_SLUG.pattern)]
 Id = Annotated[str, Field(min_length=1, max_length=64)]  # checked against the catalogs (with a hint)

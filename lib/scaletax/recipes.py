@@ -1,0 +1,213 @@
+"""The training-precision recipes: one frozen :class:`Recipe` per precision name, and the one
+policy that says which precision a GPU trains in.
+
+A recipe is what "train in FP8" (or BF16, MXFP8, NVFP4, ...) means to every part of the model:
+the number format of its GEMM operands (:mod:`scaletax.precision`), the hardware peak it runs at
+(a ``data/hardware.csv`` column) and the format class of its calibrated GEMM ceiling, and the
+bytes it stores and moves. Byte counts are derived from the formats, never typed: a block-scaled
+operand costs ``element bits + scale bits / block size`` (``precision.format_info``: MXFP8
+8 + 8/32 bits, NVFP4 4 + 8/16, MXFP4 4 + 8/32; OCP MX v1.0, arXiv 2509.25149).
+
+Bytes per parameter (Megatron-LM distributed optimizer, docs/source/api-guide/dist_optimizer.md):
+16-bit parameters; fp32 main gradients ("bf16 param, fp32 grads"), 16-bit ones for FP16
+("fp16 param, fp16 grads"); an fp32 master copy and Adam's m and v (12 B), plus an fp32 copy of
+the gradient shard when gradients are reduced in 16 bits (16 B). Low-precision recipes cache
+``lowp_copies`` quantized copies of each linear weight (row-wise and column-wise, Transformer
+Engine). A cast kernel reads the 16-bit input once and writes those copies with their scales;
+NVFP4 reads it once more for the random Hadamard transform of the weight-gradient operands
+(arXiv 2509.25149 §4.2). Wire (ASSUMPTION): FP8 gathers FP8 parameters and dispatches FP8
+tokens; MX and FP4 recipes move MXFP8 (their TP/DP/EP traffic formats are not modelled
+separately); activations and gradients stay 16-bit on the wire.
+
+Public API
+----------
+- ``get(name) -> Recipe`` (unknown names list the valid ones); ``RECIPES`` (name -> Recipe),
+  ``NAMES`` (every precision with a hardware peak), ``TRAINING`` (the precisions the step-time
+  and memory models train in).
+- ``runs_on(gpu, name)``: native tensor-core support (the GPU has the peak column, and
+  block-scaled formats need ``native_mx``).
+- ``training_precision(gpu, wanted, allowed)``: the precision a GPU trains in;
+  ``fastest_precision(gpu, wanted, allowed)``: its fastest native format among ``allowed``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Sequence
+
+from scaletax import precision as formats
+
+#: Bytes of a 16-bit element (the parameters, activations and the input of a cast).
+HALF_BYTES = 2.0
+#: Bytes of an fp32 element (main gradients, master weights, Adam moments).
+FP32_BYTES = 4.0
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One training precision. Bytes are per element (operands, wire) or per parameter (state).
+
+    name / label      scenario name ("nvfp4") and display label ("NVFP4")
+    operand_format    number format of the GEMM operands (:func:`scaletax.precision.format_info`)
+    peak_column       ``data/hardware.csv`` column of the dense peak its GEMMs run at
+    wire_format       number format of parameter gathers and MoE dispatch on the wire
+    half              the 16-bit precision of the parts that stay in 16 bits ("bf16" or "fp16")
+    trains            True when the step-time and memory models train in it (MXFP6 has a
+                      hardware peak but no published training recipe and no calibrated ceiling)
+    grad_bytes        main-gradient bytes per parameter
+    lowp_copies       cached quantized copies per linear weight (0 for 16-bit recipes)
+    cast_extra_reads  extra 16-bit reads per cast element (NVFP4's Hadamard transform)
+    """
+
+    name: str
+    label: str
+    operand_format: str
+    peak_column: str
+    wire_format: str
+    half: str = "bf16"
+    trains: bool = True
+    grad_bytes: float = FP32_BYTES
+    lowp_copies: int = 2
+    cast_extra_reads: float = 0.0
+
+    @cached_property
+    def _info(self) -> formats.FormatInfo:
+        return formats.format_info(self.operand_format)
+
+    @property
+    def element_bits(self) -> int:
+        """Bits of one operand element, scales excluded (16, 8, 6 or 4)."""
+        return self._info.element_bits
+
+    @property
+    def format_class(self) -> str:
+        """The GEMM format class of the step-time model's ceiling parameters ("16bit", "8bit", "4bit")."""
+        return f"{self.element_bits}bit"
+
+    @property
+    def block_scaled(self) -> bool:
+        """True for MX / NV block formats, which need native block-scale hardware."""
+        return self._info.block_size is not None
+
+    @property
+    def low_precision(self) -> bool:
+        """True when the GEMMs run below 16 bits (quantized copies, casts)."""
+        return self.element_bits < 16
+
+    @property
+    def operand_bytes(self) -> float:
+        """Bytes per GEMM operand element, block scales included (1 + 1/32 for MXFP8)."""
+        return self._info.bits_per_element / 8
+
+    @property
+    def wire_bytes(self) -> float:
+        """Bytes per element of a parameter gather or an MoE dispatch (scales included)."""
+        return formats.format_info(self.wire_format).bits_per_element / 8
+
+    @property
+    def param_bytes(self) -> float:
+        """Bytes per parameter of the weights the model keeps (16-bit in every recipe)."""
+        return HALF_BYTES
+
+    def optimizer_bytes(self, grad_bytes: float | None = None) -> float:
+        """Optimizer state per parameter: fp32 master + Adam m, v (12 B), plus an fp32 copy of
+        the gradient shard when gradients (``grad_bytes``, default the recipe's) are 16-bit."""
+        gb = self.grad_bytes if grad_bytes is None else grad_bytes
+        return 3 * FP32_BYTES + (FP32_BYTES if gb < FP32_BYTES else 0.0)
+
+    @property
+    def lowp_copy_bytes(self) -> float:
+        """Bytes per linear-weight parameter of the cached quantized copies (0 for 16-bit)."""
+        return self.lowp_copies * self.operand_bytes if self.low_precision else 0.0
+
+    @property
+    def cast_bytes(self) -> float:
+        """HBM bytes per element of one cast kernel of a GEMM input: read 16 bits (plus the
+        extra reads), write the quantized copies with their scales (0 for 16-bit recipes)."""
+        if not self.low_precision:
+            return 0.0
+        return HALF_BYTES * (1 + self.cast_extra_reads) + self.lowp_copies * self.operand_bytes
+
+
+_MXFP8 = "mxfp8_e4m3"
+#: The registry, in the order tables list precisions.
+RECIPES: dict[str, Recipe] = {r.name: r for r in (
+    Recipe("bf16", "BF16", "bf16", "bf16_tflops", "bf16", lowp_copies=0),
+    Recipe("fp16", "FP16", "fp16", "bf16_tflops", "fp16", half="fp16", grad_bytes=HALF_BYTES, lowp_copies=0),
+    Recipe("fp8", "FP8", "fp8_e4m3", "fp8_tflops", "fp8_e4m3"),
+    Recipe("mxfp8", "MXFP8", _MXFP8, "fp8_tflops", _MXFP8),
+    Recipe("mxfp6", "MXFP6", "mxfp6_e3m2", "fp6_tflops", _MXFP8, trains=False),
+    Recipe("nvfp4", "NVFP4", "nvfp4", "fp4_tflops", _MXFP8, cast_extra_reads=1.0),
+    Recipe("mxfp4", "MXFP4", "mxfp4", "fp4_tflops", _MXFP8),
+)}
+#: Every precision with a hardware peak.
+NAMES: tuple[str, ...] = tuple(RECIPES)
+#: The precisions the step-time and memory models train in.
+TRAINING: tuple[str, ...] = tuple(n for n, r in RECIPES.items() if r.trains)
+
+
+def get(name: str) -> Recipe:
+    """The recipe of ``name``; an unknown name lists the valid ones."""
+    r = RECIPES.get(name)
+    if r is None:
+        raise ValueError(f"precision: unknown {name!r}; valid: {', '.join(NAMES)}")
+    return r
+
+
+def training(name: str) -> Recipe:
+    """The recipe of ``name`` if the models train in it; else a ValueError naming the valid ones."""
+    r = RECIPES.get(name)
+    if r is None or not r.trains:
+        raise ValueError(f"precision: unknown {name!r}; valid: {', '.join(TRAINING)}")
+    return r
+
+
+def label(name: str) -> str:
+    """Display label of a precision ("NVFP4"); an unknown name upper-cased."""
+    r = RECIPES.get(name)
+    return r.label if r is not None else str(name).upper()
+
+
+def runs_on(gpu, name: str) -> bool:
+    """True when ``gpu`` (a ``hardware.GPU``) runs ``name`` natively on its tensor cores: it has
+    a dense peak in the recipe's column, and block-scaled formats need ``native_mx``."""
+    r = RECIPES.get(name)
+    if r is None or (r.block_scaled and not gpu.native_mx):
+        return False
+    return getattr(gpu, r.peak_column) is not None
+
+
+def _gpu(gpu):
+    if isinstance(gpu, str):
+        from scaletax import hardware  # hardware imports this module: look ids up lazily
+
+        return hardware.get(gpu)
+    return gpu
+
+
+def training_precision(gpu, wanted: str, allowed: Sequence[str] = TRAINING) -> str:
+    """The precision ``gpu`` (an id or a ``hardware.GPU``) trains in.
+
+    ``wanted`` where the GPU runs it natively; else the fastest native one of ``allowed`` (the
+    scenario's precisions; ties: the first listed), e.g. FP8 on Hopper for an NVFP4 scenario that
+    allows FP8; else BF16, which every GPU runs.
+    """
+    g = _gpu(gpu)
+    training(wanted)
+    if runs_on(g, wanted):
+        return wanted
+    ok = [p for p in allowed if p in TRAINING and runs_on(g, p)]
+    return max(ok, key=g.peak_flops) if ok else "bf16"  # max keeps the first of equal peaks
+
+
+def fastest_precision(gpu, wanted: str, allowed: Sequence[str] = TRAINING) -> str:
+    """The native format with the highest dense peak among ``allowed`` and the training
+    precision (ties: the training precision, then list order)."""
+    g = _gpu(gpu)
+    base = training_precision(g, wanted, allowed)
+    ok = [base] + [p for p in allowed if p in TRAINING and p != base and runs_on(g, p)]
+    return max(ok, key=g.peak_flops)
+
+
+__all__ = ["FP32_BYTES", "HALF_BYTES", "NAMES", "RECIPES", "Recipe", "TRAINING", "fastest_precision", "get",
+           "label", "runs_on", "training", "training_precision"]

@@ -1,0 +1,121 @@
+"""The recipe registry: bytes derived from the formats match the specs and Megatron's tables,
+the peak each recipe runs at, and one training-precision policy that every chapter follows."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from scaletax import ROOT, comm, hardware, memory, models, perf, recipes
+from scaletax.chapters import communication as cs
+from scaletax.chapters import decision as d
+from scaletax.chapters import memory as ms
+from scaletax.layout import Layout
+
+
+def test_operand_bytes_follow_the_format_specs():
+    # OCP MX v1.0: one E8M0 scale per 32 elements; NVFP4 (arXiv 2509.25149): one E4M3 scale per 16
+    expect = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "mxfp8": 1 + 1 / 32, "mxfp6": 0.75 + 1 / 32,
+              "nvfp4": 0.5 + 1 / 16, "mxfp4": 0.5 + 1 / 32}
+    assert {n: r.operand_bytes for n, r in recipes.RECIPES.items()} == pytest.approx(expect)
+    assert [recipes.get(n).format_class for n in ("bf16", "fp16", "fp8", "mxfp8", "nvfp4", "mxfp4")] == [
+        "16bit", "16bit", "8bit", "8bit", "4bit", "4bit"]
+    assert [n for n in recipes.NAMES if recipes.get(n).block_scaled] == ["mxfp8", "mxfp6", "nvfp4", "mxfp4"]
+
+
+def test_state_copy_cast_and_wire_bytes():
+    bf16, fp16, fp8, mx8, nv4 = (recipes.get(n) for n in ("bf16", "fp16", "fp8", "mxfp8", "nvfp4"))
+    # Megatron distributed-optimizer table: bf16 "6 + 12/d" (2 + 4 + 12), fp16 "4 + 16/d" (2 + 2 + 16)
+    assert (bf16.param_bytes, bf16.grad_bytes, bf16.optimizer_bytes()) == (2.0, 4.0, 12.0)
+    assert (fp16.param_bytes, fp16.grad_bytes, fp16.optimizer_bytes()) == (2.0, 2.0, 16.0)
+    assert fp8.optimizer_bytes(grad_bytes=2.0) == 16.0
+    # cached row- and column-wise quantized copies; casts read 16 bits and write both copies
+    assert (bf16.lowp_copy_bytes, fp8.lowp_copy_bytes) == (0.0, 2.0)
+    assert nv4.lowp_copy_bytes == pytest.approx(2 * (0.5 + 1 / 16))
+    assert (bf16.cast_bytes, fp8.cast_bytes) == (0.0, 4.0)
+    assert mx8.cast_bytes == pytest.approx(2 + 2 * (1 + 1 / 32))
+    assert nv4.cast_bytes == pytest.approx(2 + 2 * (0.5 + 1 / 16) + 2)  # + the Hadamard read
+    # wire: FP8 gathers and dispatches 1 B; MX and FP4 recipes move MXFP8
+    assert (bf16.wire_bytes, fp8.wire_bytes) == (2.0, 1.0)
+    assert nv4.wire_bytes == mx8.wire_bytes == pytest.approx(1 + 1 / 32)
+    w = comm.WireFormat.for_recipe("nvfp4")
+    assert (w.param, w.dispatch, w.act, w.grad) == (pytest.approx(1 + 1 / 32), pytest.approx(1 + 1 / 32), 2.0, 2.0)
+
+
+def test_the_models_read_the_registry():
+    m = models.get(models.DENSE_1T)
+    lay = Layout(tp=8, pp=8, dp=16)
+    o = memory.resolve_options("nvfp4")
+    assert (o["param_bytes"], o["grad_bytes"], o["optimizer_bytes"]) == (2.0, 4.0, 12.0)
+    assert o["lowp"] == recipes.get("nvfp4").lowp_copy_bytes
+    # weights: 16-bit parameters plus the quantized copies of the linear weights
+    w = {p: float(memory.breakdown(m, lay, p).weights[0]) for p in ("bf16", "fp8", "nvfp4")}
+    assert w["bf16"] < w["nvfp4"] < w["fp8"]
+    g = hardware.get("h100_sxm")
+    assert perf.gemm_reference_size(g, "fp8") == pytest.approx(1.5 * 1.0 * g.peak_flops("fp8") / g.hbm_bw)
+    assert perf.compute_precision(g, "fp16") == "fp16" and perf.compute_precision(g, "nvfp4") == "bf16"
+    assert perf.PRECISIONS == memory.PRECISIONS == recipes.TRAINING
+
+
+def test_peaks_and_native_support():
+    h100, b200 = hardware.get("h100_sxm"), hardware.get("b200")
+    assert h100.peak_flops("fp8") == h100.fp8_tflops * 1e12
+    assert not h100.supports("mxfp8") and b200.supports("mxfp8")  # block scales need native MX
+    assert b200.peak_flops("nvfp4") == b200.fp4_tflops * 1e12 == b200.peak_flops("mxfp4")
+    assert not h100.supports("int3")
+    with pytest.raises(hardware.HardwareError, match="unknown precision 'int3'; valid: bf16, fp16, fp8"):
+        h100.peak_flops("int3")
+
+
+def test_mxfp6_has_a_peak_but_no_training_recipe():
+    r = recipes.get("mxfp6")
+    assert not r.trains and "mxfp6" not in recipes.TRAINING and r.peak_column == "fp6_tflops"
+    with pytest.raises(ValueError, match="precision: unknown 'mxfp6'; valid: bf16, fp16, fp8, mxfp8, nvfp4, mxfp4"):
+        perf.format_class("mxfp6")
+    with pytest.raises(ValueError, match="precision: unknown 'int3'"):
+        recipes.get("int3")
+
+
+def test_training_precision_policy():
+    tp = recipes.training_precision
+    assert tp("b200", "nvfp4", ["bf16", "nvfp4"]) == "nvfp4"
+    # Hopper has no FP4: the fastest native one the scenario allows, else BF16
+    assert tp("h100_sxm", "nvfp4", ["bf16", "fp8", "nvfp4"]) == "fp8"
+    assert tp("h100_sxm", "nvfp4", ["bf16", "nvfp4"]) == "bf16"
+    assert tp("h100_sxm", "nvfp4") == "fp8"  # default: any training recipe
+    assert tp("a100_sxm_80gb", "fp8") == "bf16"  # BF16 and FP16 tie: the first listed
+    assert tp("h100_sxm", "nvfp4", []) == "bf16"
+    assert recipes.fastest_precision("gb200", "fp8", ["bf16", "fp8", "nvfp4"]) == "nvfp4"
+    assert recipes.fastest_precision("h200_sxm", "fp8", ["bf16", "fp8", "nvfp4"]) == "fp8"
+    with pytest.raises(ValueError, match="precision: unknown 'int3'"):
+        tp("h100_sxm", "int3")
+
+
+def test_every_chapter_trains_hopper_in_the_same_precision():
+    """An NVFP4 scenario that allows only BF16 besides: H100 trains in BF16 in the decision,
+    memory and communication chapters alike (before the registry, memory and communication
+    chose FP8)."""
+    wanted, allowed = "nvfp4", ["bf16", "nvfp4"]
+    plan = d.Plan.from_params(name="t", models=[models.DENSE_1T], gpus=["h100_sxm", "b200"], training_tokens=1e12,
+                              training_global_batch_tokens=2**24, training_precision=wanted,
+                              training_precisions=allowed, cluster_sizes=[4096], cluster_gpus=4096,
+                              cluster_target_days=90, economics_prices={}, economics_energy={},
+                              economics_usd_per_mwh=0)
+    assert plan.run_precision("h100_sxm") == "bf16" and plan.run_precision("b200") == "nvfp4"
+    m = models.get(models.DENSE_1T)
+    r = ms.min_gpus(m, "h100_sxm", wanted, 2**24, max_gpus=512, allowed=allowed)
+    assert r["precision"] == "bf16"
+    assert "modelled in BF16" in ms.precision_note(["h100_sxm"], wanted, allowed)
+    comm_rows, _ = cs.llama_rows("h100_sxm", wanted, allowed)
+    assert comm_rows == cs.llama_rows("h100_sxm", "bf16")[0] != cs.llama_rows("h100_sxm", "fp8")[0]
+
+
+def test_no_recipe_fact_outside_the_registry():
+    """Block-scale overheads and the MXFP6 recipe are written in recipes.py only (the number
+    formats themselves live in precision.py)."""
+    pat = re.compile(r"1\s*/\s*32|0\.5\s*\+\s*1\s*/\s*16|\bmxfp6\b")
+    lib = ROOT / "lib" / "scaletax"
+    hits = [f"{p.relative_to(lib)}:{i}" for p in sorted(lib.rglob("*.py"))
+            if p.name not in ("recipes.py", "precision.py")
+            for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if pat.search(line)]
+    assert hits == []
