@@ -37,7 +37,7 @@ book: venv tex
 test: venv
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-FAST_K := not book and not browser and not pdf and not failures and not determinism and not cli
+FAST_K := not book and not browser and not pdf and not failures and not determinism and not cli and not kernels
 
 test-fast: venv
 	$(BIN)/python -m pytest -q -x -p no:cacheprovider -k "$(FAST_K)" $(PYTEST_ARGS)

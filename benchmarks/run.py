@@ -162,11 +162,8 @@ def bench_book_baseline(repeats: int) -> dict:
             scen = resolve()
             results = execute_chapters(list(chapters.CHAPTERS), scen, build_dir / ".cache", build_dir / "logs")
             src = build_dir / "jb" / "src"
-            info = {"name": "bench", "title": scen.title, "version": "bench", "commit": "bench",
-                    "date": "bench", "scenario_hash": scen.content_hash(), "scenario_file": "default"}
-            info["tokens"] = {k: "bench" for k in ("name", "version", "commit", "date", "year",
-                                                    "scenario_hash", "scenario_hash_short", "command",
-                                                    "scenario_yaml", "title", "question", "scenario_file")}
+            info = book.page_info("bench", scen, chapters.ROOT / "data/scenarios/default.yaml", (),
+                                  "bench", "bench")
             book.stage_sources(src, results, info)
             for res in results:  # hand Jupyter Book the unexecuted sources instead
                 (src / f"{res.slug}.ipynb").unlink()

@@ -70,3 +70,72 @@ def test_corrupted_data_file_stops_the_build_before_anything_runs(tmp_path, monk
     err = capsys.readouterr().err.strip()
     assert err.startswith("scaletax: error: data file error: hardware.csv: row 4, column 'family'")
     assert len(err.splitlines()) == 1
+
+
+# ---------------------------------------------------------------------------------------
+# Every refusal is one line with exit 2 and writes nothing (issue 14's cases)
+# ---------------------------------------------------------------------------------------
+def _one_line(proc, code, expect):
+    """The error: one line (a refusal: the only line; a failure: the last, after progress)."""
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == code, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr, proc.stderr
+    if code == 2:
+        assert len(lines) == 1, lines
+    assert [ln for ln in lines if "error" in ln.lower()] == lines[-1:], lines
+    assert lines[-1].startswith("scaletax: error: ") and expect in lines[-1], lines
+    return lines[-1]
+
+
+@pytest.mark.parametrize("args,expect", [
+    (["build", "--name", ""], "--name '': use 1-64 lowercase letters"),
+    (["build", "--set", "economics.energy.pue=true"], "economics.energy.pue: Input should be a valid number (got True)"),
+    (["build", "--set", "precision.seed=true"], "precision.seed: Input should be a valid integer (got True)"),
+    (["build", "--set", 'training.tokens="1e9"'], "training.tokens: Input should be a valid number (got '1e9')"),
+    (["build", "--set", "training.global_batch_tokens=0x4000"], "(got '0x4000')"),
+    (["build", "--set", "training.global_batch_tokens=1_6384"], "(got '1_6384')"),
+    (["build", "--set", "precision.seed=" + "1" * 5000], "integer longer than 30 digits"),
+    (["build", "--set", "economics.prices.b200.usd_per_gpu_hr=3"], "did you mean 'economics.prices.b200.usd_per_gpu_hour'?"),
+    (["build", "--scenario", "/dev/zero"], "is not a regular file"),
+])
+def test_refusals_exit_2_in_one_line(tmp_path, args, expect):
+    _one_line(run_cli(args, tmp_path / "build", timeout=120), 2, expect)
+    assert not (tmp_path / "build").exists()
+
+
+def test_scenario_files_refused_before_reading(tmp_path):
+    import os
+
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)
+    _one_line(run_cli(["build", "--scenario", str(fifo)], tmp_path / "b", timeout=60), 2, "is not a regular file")
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("name: x\nmodels: " + "[" * 1000 + "]" * 1000 + "\n")
+    _one_line(run_cli(["scenario", "show", "--scenario", str(deep)], tmp_path, timeout=60), 2, "nested deeper than 16")
+    dup = tmp_path / "dup.yaml"
+    from scaletax.report.scenario import DEFAULT_SCENARIO
+    dup.write_text(DEFAULT_SCENARIO.read_text().replace("  usd_per_mwh: 80\n", "  usd_per_mwh: 80\n  usd_per_mwh: 90\n"))
+    _one_line(run_cli(["scenario", "show", "--scenario", str(dup)], tmp_path, timeout=60), 2,
+              "duplicate key 'usd_per_mwh' at line")
+    big = tmp_path / "big.yaml"
+    big.write_text("name: x\n" + "#" * (300 * 1024) + "\n")
+    _one_line(run_cli(["build", "--scenario", str(big)], tmp_path / "b", timeout=60), 2, "the limit is 262144 bytes")
+    assert not (tmp_path / "b").exists()
+
+
+def test_a_lock_path_that_is_a_folder_is_one_line_exit_1(tmp_path):
+    build = tmp_path / "build"
+    (build / ".locks" / "default.lock").mkdir(parents=True)
+    err = _one_line(run_cli(["build", "--no-pdf"], build, timeout=300), 1, "cannot take the lock")
+    assert "default.lock" in err
+    assert not (build / "default").exists()
+
+
+def test_a_cache_that_cannot_be_written_is_one_line_exit_1_with_a_log(tmp_path):
+    build = tmp_path / "build"
+    build.mkdir()
+    (build / ".cache").write_text("a file where the cache folder should be\n")
+    err = _one_line(run_cli(["build", "--no-pdf"], build, timeout=300), 1, "scaletax: error: cannot build: ")
+    log = err.rsplit("log: ", 1)[1]
+    assert "Traceback" in open(log).read()
+    assert not (build / "default").exists()

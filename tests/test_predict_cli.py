@@ -1,6 +1,7 @@
 """`scaletax predict`: the calibration table and a hand-written table in, model columns out;
 bad tables refused in one line with exit status 2 and nothing written."""
 import csv
+from pathlib import Path
 
 import pytest
 
@@ -84,4 +85,85 @@ def test_bad_tables_exit_2_and_write_nothing(tmp_path, mutate, expect):
 
 def test_missing_runs_file(tmp_path):
     proc = run_cli(["predict", "--runs", str(tmp_path / "none.csv")], tmp_path)
-    assert proc.returncode == 2 and "cannot read runs table" in proc.stderr
+    assert proc.returncode == 2 and "runs table not found" in proc.stderr
+
+
+# ---------------------------------------------------------------------------------------
+# Safe reads and writes (issue 14)
+# ---------------------------------------------------------------------------------------
+def test_out_refuses_links_and_devices_and_replaces_regular_files(tmp_path):
+    path = tmp_path / "mine.csv"
+    path.write_text(HEADER + "\n" + HAND + "\n")
+    target = tmp_path / "precious.txt"
+    target.write_text("keep me\n")
+    link = tmp_path / "link.csv"
+    link.symlink_to(target)
+    for out, expect in ((link, "is a symbolic link"), (Path("/dev/null"), "is not a regular file"),
+                        (tmp_path, "is a folder"), (tmp_path / "no" / "x.csv", "does not exist")):
+        proc = run_cli(["predict", "--runs", str(path), "--out", str(out)], tmp_path)
+        assert proc.returncode == 2, proc.stderr
+        err = proc.stderr.strip()
+        assert expect in err and len(err.splitlines()) == 1, err
+    assert link.is_symlink() and target.read_text() == "keep me\n"
+    assert Path("/dev/null").is_char_device()
+    old = tmp_path / "old.csv"
+    old.write_text("old\n")
+    assert run_cli(["predict", "--runs", str(path), "--out", str(old)], tmp_path).returncode == 0
+    assert _read(old)[0]["run_id"] == "my-run"
+    assert not list(tmp_path.glob(".old.csv*"))
+
+
+def test_formula_cells_are_neutralised_numbers_kept(tmp_path):
+    path = tmp_path / "mine.csv"
+    evil = HAND.replace("my-run,", '"=HYPERLINK(""http://x.invalid"",""y"")",', 1).replace(
+        "written by hand for a test; team=infra", "=cmd|' /C calc'!A0")
+    path.write_text(HEADER + ",team,delta\n" + evil + ",@SUM(A1),-5\n")
+    proc = run_cli(["predict", "--runs", str(path)], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    (row,) = list(csv.DictReader(proc.stdout.splitlines()))
+    assert row["run_id"] == "'=HYPERLINK(\"http://x.invalid\",\"y\")"
+    assert row["notes"] == "'=cmd|' /C calc'!A0"
+    assert row["team"] == "'@SUM(A1)"
+    assert row["delta"] == "-5"                   # a number stays a number
+    assert float(row["memory_total_gib"]) > 0     # and so do the model's columns
+    for r in csv.reader(proc.stdout.splitlines()):
+        for cell in r:
+            assert not cell.startswith(("=", "+", "@", "\t", "\r")), cell
+            assert not cell.startswith("-") or cell.lstrip("-").replace(".", "", 1).replace("e", "", 1).isdigit(), cell
+
+
+@pytest.mark.parametrize("edit,expect", [
+    (lambda r: r.replace(",h200_sxm,256,4,4,1,,5,16,1,", ",h200_sxm,0,,,,,,,,"), "column 'gpu_count': must be >= 1"),
+    (lambda r: r.replace(",h200_sxm,256,4,4,1,,5,16,1,", ",h200_sxm,-8,,,,,,,,"), "column 'gpu_count': must be >= 1"),
+    (lambda r: r.replace(",h200_sxm,256,4,4,1,,5,16,1,", ",h200_sxm,1000000000000000,,,,,,,,"),
+     "column 'gpu_count': must be >= 1 and <= 1e+06"),
+    (lambda r: r.replace(",128256,8192,", ",1e30,8192,"), "column 'vocab': 1e30 is larger than 2**53"),
+    (lambda r: r.replace("fp8,unknown,,,,", "fp8,unknown,-100,,,"), "column 'measured_tokens_per_s_per_gpu': must be > 0"),
+    (lambda r: r.replace("fp8,unknown,,,,", "fp8,unknown,,,1.5,"), "column 'measured_mfu': must be > 0 and <= 1"),
+    (lambda r: r.replace(",128256,8192,", "," + "9" * 5000 + ",8192,"), "column 'vocab': expected an integer"),
+])
+def test_out_of_range_rows_refused_in_one_line(tmp_path, edit, expect):
+    path = tmp_path / "bad.csv"
+    path.write_text(HEADER + "\n" + edit(HAND) + "\n")
+    proc = run_cli(["predict", "--runs", str(path)], tmp_path, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    err = proc.stderr.strip()
+    assert expect in err and len(err.splitlines()) == 1, err
+
+
+def test_runs_files_refused_before_reading(tmp_path):
+    import os
+
+    from scaletax.runs import MAX_RUNS_BYTES
+
+    fifo = tmp_path / "fifo.csv"
+    os.mkfifo(fifo)
+    big = tmp_path / "big.csv"
+    with open(big, "wb") as fh:
+        fh.truncate(MAX_RUNS_BYTES + 1)
+    for path, expect in (("/dev/zero", "is not a regular file"), (fifo, "is not a regular file"),
+                         (big, f"the limit is {MAX_RUNS_BYTES} bytes")):
+        proc = run_cli(["predict", "--runs", str(path)], tmp_path, timeout=60)
+        assert proc.returncode == 2, proc.stderr
+        err = proc.stderr.strip()
+        assert expect in err and len(err.splitlines()) == 1, err

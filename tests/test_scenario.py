@@ -46,8 +46,29 @@ def test_overrides_apply_and_hash_changes():
     ("name=Bad Name!", "name: String should match pattern"),
     ("training", "expected dotted.key=value"),
     ("training.tokens.x=1", "training.tokens: is a value, not a section"),
-    ("title=```{raw} html", "title: text may not contain '```'"),
-    ("question=see @@commit@@", "question: text may not contain '@@'"),
+    ("question=a\x00b", "question: text may not contain the control character U+0000"),
+    # booleans and strings are not numbers; YAML 1.2 core scalars only
+    ("economics.energy.pue=true", "economics.energy.pue: Input should be a valid number (got True)"),
+    ("precision.seed=true", "precision.seed: Input should be a valid integer (got True)"),
+    ('training.tokens="1e9"', "training.tokens: Input should be a valid number (got '1e9')"),
+    ("training.global_batch_tokens=0x4000", "Input should be a valid integer (got '0x4000')"),
+    ("training.global_batch_tokens=1_6384", "Input should be a valid integer (got '1_6384')"),
+    ("training.global_batch_tokens=0o20000", "Input should be a valid integer (got '0o20000')"),
+    ("economics.prices.b200.assumption=yes", "economics.prices.b200.assumption: Input should be a valid boolean (got 'yes')"),
+    ("economics.prices.b200.assumption=1", "economics.prices.b200.assumption: Input should be a valid boolean (got 1)"),
+    # typos name the key and the nearest valid one, also inside a price entry
+    ("economics.prices.b200.usd_per_gpu_hr=3",
+     "unknown key 'economics.prices.b200.usd_per_gpu_hr'; did you mean 'economics.prices.b200.usd_per_gpu_hour'?"),
+    ("economics.prices={b200: {usd_per_gpu_hor: 3, source: x, assumption: true}}",
+     "unknown key 'economics.prices.b200.usd_per_gpu_hor'; did you mean 'economics.prices.b200.usd_per_gpu_hour'?"),
+    ("gpus=[h100_sx]", "unknown GPU id 'h100_sx'; allowed: a100_sxm_80gb"),
+    ("gpus=[h100_sx]", "; did you mean 'h100_sxm'?"),
+    # bounded before parsing
+    ("precision.seed=" + "9" * 5000, "--set precision.seed: line 1: integer longer than 30 digits"),
+    ("cluster.sizes=" + "[" * 1000 + "]" * 1000, "--set cluster.sizes: nested deeper than 16 levels"),
+    ("cluster.sizes=" + "x" * 20000, "longer than 16384 characters"),
+    ("economics.prices={b200: &p {usd_per_gpu_hour: 3, source: x, assumption: true}, gb200: *p}",
+     "anchors and aliases (&, *) are not allowed"),
 ])
 def test_bad_overrides_are_refused_in_one_line(override, expect):
     with pytest.raises(ScenarioError) as exc:
@@ -83,15 +104,26 @@ def test_strings_with_quotes_and_code_stay_plain_data():
     assert s.title == "Eve's \"book\"; __import__('os')"
 
 
-def test_build_names():
+def _auto(*sets):
+    return build_name(resolve(overrides=list(sets)), list(sets), None)
+
+
+def test_build_names_follow_the_resolved_scenario():
     s = resolve()
     assert build_name(s, [], None) == "default"
-    a = build_name(s, ["cluster.gpus=32768"], None)
-    b = build_name(s, ["cluster.gpus=65536"], None)
-    assert a.startswith("default-") and a != b and len(a) == len("default-") + 8
+    a, b = _auto("cluster.gpus=32768"), _auto("cluster.gpus=65536")
+    assert a.startswith("default-") and a != b and len(a) == len("default-") + 12
+    # the last override wins, so the order matters, and the name follows what was resolved
+    assert _auto("question=A", "question=B") != _auto("question=B", "question=A")
+    assert _auto("question=A", "question=B") == _auto("question=B")
+    # equal scenarios share a name, whatever form the overrides took
+    assert _auto("cluster.gpus=32768", "training.tokens=15e12") == _auto("cluster.gpus=32768")
+    assert _auto("cluster.gpus=16384") == "default"  # the default's own value
     assert build_name(s, ["cluster.gpus=32768"], "mine") == "mine"
     with pytest.raises(ScenarioError, match="--name"):
         build_name(s, [], "../escape")
+    with pytest.raises(ScenarioError, match="--name ''"):
+        build_name(s, [], "")
 
 
 def test_parse_override_values():
@@ -99,3 +131,55 @@ def test_parse_override_values():
     assert parse_override("a.b=1.0e+3") == ("a.b", 1000.0)
     assert resolve(overrides=["training.tokens=2e13"]).training.tokens == 2e13  # YAML 1.1 reads "2e13" as text
     assert resolve(overrides=["title=a: b"]).title == "a: b"
+
+
+def test_markup_in_text_is_kept_as_typed():
+    """Text is data: the escaping happens where it is printed (report.escape)."""
+    for text in ("```{raw} html", "see @@commit@@", "<script>alert(1)</script>", "~~~{eval-rst}\n.. raw:: html"):
+        assert resolve(overrides=[f"question={text}"]).question == text
+
+
+def test_yaml_file_strictness(tmp_path):
+    base = DEFAULT_SCENARIO.read_text()
+    dup = tmp_path / "dup.yaml"
+    dup.write_text(base + "\nname: other\n")
+    with pytest.raises(ScenarioError, match=r"duplicate key 'name' at line \d+"):
+        resolve(dup)
+    price_typo = tmp_path / "price.yaml"
+    price_typo.write_text(base.replace("b200: {usd_per_gpu_hour: 4.00", "b200: {usd_per_gpu_hr: 4.00"))
+    with pytest.raises(ScenarioError, match="unknown key 'economics.prices.b200.usd_per_gpu_hr'; "
+                                            "did you mean 'economics.prices.b200.usd_per_gpu_hour'"):
+        resolve(price_typo)
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("name: x\nmodels: " + "[" * 1000 + "]" * 1000 + "\n")
+    with pytest.raises(ScenarioError, match="deep.yaml: nested deeper than 16 levels"):
+        resolve(deep)
+    big_int = tmp_path / "int.yaml"
+    big_int.write_text(base.replace("seed: 20261130", "seed: " + "7" * 5000))
+    with pytest.raises(ScenarioError, match="integer longer than 30 digits"):
+        resolve(big_int)
+    yes = tmp_path / "yes.yaml"
+    yes.write_text(base.replace("assumption: true", "assumption: yes", 1))
+    with pytest.raises(ScenarioError, match="assumption: Input should be a valid boolean"):
+        resolve(yes)
+
+
+def test_only_small_regular_files_are_read(tmp_path):
+    import os
+
+    from scaletax.report.scenario import MAX_SCENARIO_BYTES
+
+    with pytest.raises(ScenarioError, match="is not a regular file"):
+        resolve("/dev/zero")
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(ScenarioError, match="is not a regular file"):
+        resolve(fifo)  # refused at once: never waits for a writer
+    big = tmp_path / "big.yaml"
+    big.write_text("name: x\nmodels: [" + "a, " * MAX_SCENARIO_BYTES + "b]\n")
+    with pytest.raises(ScenarioError, match=f"the limit is {MAX_SCENARIO_BYTES} bytes"):
+        resolve(big)
+    binary = tmp_path / "bin.yaml"
+    binary.write_bytes(b"name: \xff\xfe\n")
+    with pytest.raises(ScenarioError, match="not UTF-8"):
+        resolve(binary)

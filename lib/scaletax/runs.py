@@ -28,12 +28,14 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import numpy as np
 
 from scaletax import memory, models
+from scaletax.files import InputFileError, read_bounded
 from scaletax.layout import RECOMPUTE_NAME, Layout, LayoutArray
 
 REQUIRED_COLUMNS: tuple[str, ...] = ("layers", "hidden", "heads", "ffn_hidden", "vocab", "seq_len",
@@ -58,6 +60,14 @@ MEMORY_COLUMNS: tuple[str, ...] = (
 )
 
 
+#: Bounds of a runs table, checked before and while parsing (the errors state them).
+MAX_RUNS_BYTES = 64 * 1024**2
+MAX_RUNS_ROWS = 200_000
+#: Integers above this are not exact in float64, where the model computes.
+MAX_INT = 2**53
+MAX_GPU_COUNT = 1_000_000
+
+
 class RunsTableError(ValueError):
     """A runs table is malformed; the one-line message names file, row and column."""
 
@@ -73,12 +83,16 @@ def _blank(v: Any) -> bool:
 
 
 def _parse_int(col: str, v: str) -> int:
+    if len(v) > 32:
+        raise _CellError(col, f"expected an integer, got {v[:32]!r}... ({len(v)} characters)")
     try:
         f = float(v)
     except ValueError:
         raise _CellError(col, f"expected an integer, got {v!r}") from None
     if not math.isfinite(f) or not f.is_integer():
         raise _CellError(col, f"expected an integer, got {v!r}")
+    if abs(f) > MAX_INT:
+        raise _CellError(col, f"{v} is larger than 2**53, the largest integer the model computes exactly")
     return int(f)
 
 
@@ -166,7 +180,28 @@ def row_layout(row: dict[str, Any], recompute: str | None = None) -> Layout:
                   sequence_parallel=sp, zero_stage=zero, recompute=rc)
 
 
+#: (column, lowest, highest, lowest allowed itself) of the measured and size columns.
+RANGES: tuple[tuple[str, float, float, bool], ...] = (
+    ("gpu_count", 1, MAX_GPU_COUNT, True),
+    ("measured_tokens_per_s_per_gpu", 0.0, math.inf, False),
+    ("measured_model_tflops_per_gpu", 0.0, math.inf, False),
+    ("measured_mfu", 0.0, 1.0, False),
+)
+
+
+def _check_ranges(row: dict[str, Any]) -> None:
+    for col, lo, hi, lo_ok in RANGES:
+        v = row.get(col)
+        if v is None or _blank(v):
+            continue
+        if not ((v >= lo if lo_ok else v > lo) and v <= hi):
+            low = f">= {lo:g}" if lo_ok else f"> {lo:g}"
+            high = "" if math.isinf(hi) else f" and <= {hi:g}"
+            raise _CellError(col, f"must be {low}{high} (got {v:g})")
+
+
 def _validate_row(row: dict[str, Any], hw_ids: Sequence[str]) -> None:
+    _check_ranges(row)
     hw = str(row.get("hardware") or "").strip()
     if hw not in hw_ids:
         raise _CellError("hardware", f"unknown hardware id {hw!r}; valid ids: {', '.join(hw_ids)}")
@@ -204,9 +239,11 @@ def read_runs(path: str | Path) -> list[dict[str, Any]]:
     path = Path(path)
     name = path.name
     try:
-        text = path.read_text(encoding="utf-8-sig")
-    except OSError as exc:
-        raise RunsTableError(f"{path}: cannot read runs table ({exc.strerror})") from None
+        text = read_bounded(path, MAX_RUNS_BYTES, "runs table").decode("utf-8-sig")
+    except InputFileError as exc:
+        raise RunsTableError(str(exc)) from None
+    except UnicodeDecodeError as exc:
+        raise RunsTableError(f"{name}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     if not text.strip():
         raise RunsTableError(f"{name}: empty file (expected a header row and at least one run)")
     reader = csv.DictReader(io.StringIO(text))
@@ -218,6 +255,8 @@ def read_runs(path: str | Path) -> list[dict[str, Any]]:
     hw_ids = _hardware_ids()
     rows: list[dict[str, Any]] = []
     for rownum, raw in enumerate(reader, start=2):
+        if rownum - 1 > MAX_RUNS_ROWS:
+            raise RunsTableError(f"{name}: more than {MAX_RUNS_ROWS:,} rows")
         if None in raw:
             raise RunsTableError(f"{name}: row {rownum}: more cells than header columns")
         if all(_blank(v) for v in raw.values()):
@@ -294,6 +333,11 @@ def predict_memory(rows: Iterable[dict[str, Any]], **memory_options: Any) -> lis
     return out
 
 
+#: A cell starting with one of these is a formula to a spreadsheet (OWASP "CSV injection").
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_NUMBER = re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")
+
+
 def _cell(v: Any) -> str:
     if v is None:
         return ""
@@ -303,11 +347,21 @@ def _cell(v: Any) -> str:
         if math.isnan(v):
             return ""
         return str(int(v)) if v.is_integer() and abs(v) < 1e15 else repr(v)
-    return str(v)
+    if isinstance(v, (int, np.integer, np.floating)):
+        return str(v)
+    return safe_text_cell(str(v))
 
 
-def write_runs(rows: Iterable[dict[str, Any]], path: str | Path, columns: Sequence[str] | None = None) -> Path:
-    """Write rows as CSV (columns: ``columns`` or every key in first-seen order); returns the path."""
+def safe_text_cell(text: str) -> str:
+    """A text cell a spreadsheet shows as text: one that would start a formula gets a leading
+    apostrophe (``=HYPERLINK(..)`` -> ``'=HYPERLINK(..)``); text that is a number is kept."""
+    if text.startswith(FORMULA_START) and not _NUMBER.match(text):
+        return "'" + text
+    return text
+
+
+def runs_csv(rows: Iterable[dict[str, Any]], columns: Sequence[str] | None = None) -> str:
+    """Rows as CSV text (columns: ``columns`` or every key in first-seen order)."""
     rows = list(rows)
     if columns is None:
         seen: dict[str, None] = {}
@@ -315,11 +369,16 @@ def write_runs(rows: Iterable[dict[str, Any]], path: str | Path, columns: Sequen
             for k in r:
                 seen.setdefault(k, None)
         columns = list(seen)
-    path = Path(path)
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(columns)
+    w.writerow([safe_text_cell(str(c)) for c in columns])
     for r in rows:
         w.writerow([_cell(r.get(c)) for c in columns])
-    path.write_text(buf.getvalue(), encoding="utf-8")
+    return buf.getvalue()
+
+
+def write_runs(rows: Iterable[dict[str, Any]], path: str | Path, columns: Sequence[str] | None = None) -> Path:
+    """Write rows as CSV (:func:`runs_csv`); returns the path."""
+    path = Path(path)
+    path.write_text(runs_csv(rows, columns), encoding="utf-8")
     return path

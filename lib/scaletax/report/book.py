@@ -1,16 +1,20 @@
 """Assemble and build the book: executed notebooks + pages -> Sphinx HTML and xelatex PDF.
 
 Everything is built in a staging folder under ``_build/``; ``_build/<name>/`` is replaced
-only when every step succeeded (two renames), so a failed or interrupted build leaves the
-previous book untouched. A lock on ``_build/.locks/<name>.lock`` keeps two builds of the
-same name from racing.
+only when every step succeeded, in one atomic swap (:func:`_publish`), so a failed, interrupted
+or killed build leaves the previous book whole. A lock on ``_build/.locks/<name>.lock`` keeps
+two builds of the same name from racing; the next build cleans what a killed one left.
 """
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import ctypes.util
 import datetime as dt
+import errno
 import json
 import os
-import shlex
+import re
 import shutil
 import signal
 import subprocess
@@ -27,6 +31,7 @@ from filelock import FileLock, Timeout
 from scaletax import ROOT, __version__
 from scaletax.render.charts import VEGA_BUNDLE, vega_bundle
 from scaletax.report import chapters as toc
+from scaletax.report import escape, lifecycle
 from scaletax.report.execute import ChapterFailed, Result, execute_chapters
 from scaletax.report.provenance import (data_hashes, git_commit, lib_hash, lock_hash, package_versions,
                                         sha256_bytes, short_commit)
@@ -40,6 +45,11 @@ CONFIG_YML = ROOT / "_config.yml"
 DROP_EXTENSIONS = {"sphinx_thebe", "sphinx_comments", "sphinx_jupyterbook_latex"}
 TEX_PACKAGES = ("texlive-xetex", "texlive-latex-extra", "texlive-fonts-recommended",
                 "latexmk", "fonts-freefont-otf")
+
+
+#: Read by Sphinx from the configuration folder: no ``raw`` directive (nor its ``:url:`` or
+#: ``:file:``), no ``include``/``literalinclude``/``csv-table :file:`` in any page.
+DOCUTILS_CONF = "[general]\nraw_enabled: false\nfile_insertion_enabled: false\n"
 
 
 class BuildError(RuntimeError):
@@ -61,14 +71,6 @@ class BuildOptions:
     build_root: Path = BUILD_ROOT
 
 
-class _Interrupted(BaseException):
-    pass
-
-
-def _raise_interrupted(signum, frame):
-    raise _Interrupted(signal.Signals(signum).name)
-
-
 def xelatex_available() -> bool:
     return shutil.which("xelatex") is not None and shutil.which("latexmk") is not None
 
@@ -80,24 +82,66 @@ def tex_install_command() -> str:
 # --------------------------------------------------------------------------------------
 # Staging the sources
 # --------------------------------------------------------------------------------------
+_TOKEN = re.compile(r"@@([a-z_]+)@@")
+
+
 def _fill(template: str, values: dict[str, str]) -> str:
-    """Replace ``@@key@@`` tokens (markdown uses $ for math, so not string.Template's)."""
-    out = template
-    for key, val in values.items():
-        out = out.replace(f"@@{key}@@", val)
-    if "@@" in out:
-        raise BuildError(f"unfilled template token in page: {out[out.index('@@'):][:40]}")
-    return out
+    """Replace ``@@key@@`` tokens of the template in one pass (markdown uses $ for math, so
+    not string.Template's): a value is never searched for tokens again."""
+    unknown = sorted(set(_TOKEN.findall(template)) - set(values))
+    if unknown:
+        raise BuildError(f"unfilled template token in page: @@{unknown[0]}@@")
+    return _TOKEN.sub(lambda m: values[m.group(1)], template)
+
+
+def page_info(name: str, scenario: Scenario, scenario_path: Path, overrides: tuple[str, ...] | list[str],
+              commit: str, date: str) -> dict:
+    """The raw (unescaped) values the generated pages show: what built this book, from what."""
+    default = scenario_path == toc.ROOT / "data/scenarios/default.yaml"
+    scenario_file = os.path.relpath(scenario_path, toc.ROOT)
+    words = ["scaletax", "build"] + ([] if default else ["--scenario", scenario_file])
+    for o in overrides:
+        words += ["--set", o]
+    return {
+        "name": name, "title": scenario.title, "question": scenario.question, "version": __version__,
+        "commit": commit, "date": date, "scenario_hash": scenario.content_hash(),
+        "scenario_file": scenario_file, "command": escape.shell_command(words + ["--name", name]),
+        "scenario_yaml": yaml.safe_dump(scenario.to_plain(), sort_keys=False, allow_unicode=True,
+                                        width=100).rstrip(),
+        "user_inputs": scenario.user_inputs(),
+    }
+
+
+def page_tokens(info: dict) -> dict[str, str]:
+    """``@@token@@`` values of the generated pages, each escaped for where the page uses it
+    (:mod:`scaletax.report.escape`): prose as MyST text, file names as code spans, the command
+    and the resolved YAML as whole fenced blocks, the title inside BibTeX as LaTeX text."""
+    return {
+        # generated values of a known alphabet (a slug, a version, a hex commit, a date)
+        "name": info["name"], "version": info["version"], "commit": info["commit"], "date": info["date"],
+        "year": info["date"][:4], "scenario_hash": info["scenario_hash"],
+        "scenario_hash_short": info["scenario_hash"][:12],
+        "question": escape.myst_text(info["question"]),
+        "scenario_file_code": escape.myst_code(info["scenario_file"]),
+        "command_block": escape.myst_fence(
+            "make venv                       # .venv from requirements.lock (pinned versions)\n"
+            f".venv/bin/{info['command']}", "bash"),
+        "scenario_yaml_block": escape.myst_fence(info["scenario_yaml"], "yaml"),
+        # the title is used inside the BibTeX fence: BibTeX fields are LaTeX, and latex_text
+        # keeps it on one line, so it cannot close the fence
+        "title": escape.latex_text(info["title"]),
+    }
 
 
 def _provenance_md(info: dict) -> str:
     mine = info.get("user_inputs") or []
     yours = ("\n\nYour inputs (not from the catalog or a cited source): "
-             + "; ".join(f"`{m}`" for m in mine) + ".") if mine else ""
+             + "; ".join(escape.myst_code(m) for m in mine) + ".") if mine else ""
     return (
         ":::{admonition} Provenance\n:class: note\n\n"
-        f"Scenario **{info['name']}** (`{info['scenario_file']}`, sha256 `{info['scenario_hash'][:12]}`), "
-        f"scaletax {info['version']}, commit `{short_commit(info['commit'])}`, built {info['date']}. "
+        f"Scenario **{escape.myst_text(info['name'])}** ({escape.myst_code(info['scenario_file'])}, "
+        f"sha256 `{info['scenario_hash'][:12]}`), scaletax {info['version']}, "
+        f"commit `{short_commit(info['commit'])}`, built {info['date']}. "
         f"See [Reproduce this book](reproduce.md) for the exact command and inputs.{yours}\n:::\n"
     )
 
@@ -125,11 +169,14 @@ def _sphinx_conf(src: Path, info: dict) -> str:
                               raise_on_invalid=True)
     cfg["extensions"] = [e for e in cfg["extensions"] if e not in DROP_EXTENSIONS]
     cfg["html_js_files"] = [(VEGA_BUNDLE, {"type": "module"})]
-    cfg["html_title"] = info["title"]
-    cfg["project"] = info["title"]
+    # Sphinx themes insert html_title unescaped in places; LaTeX takes latex_documents' title
+    # as LaTeX markup: both get the title escaped for their target.
+    cfg["html_title"] = escape.html_text(info["title"])
+    cfg["project"] = escape.html_text(info["title"])
     cfg["release"] = info["version"]
     cfg["version"] = info["version"]
-    cfg["latex_documents"] = [(toc.ROOT_PAGE, "book.tex", info["title"], "scaletax", "manual")]
+    cfg["latex_documents"] = [(toc.ROOT_PAGE, "book.tex", escape.latex_text(info["title"]), "scaletax",
+                               "manual")]
     cfg["html_last_updated_fmt"] = None
     cfg["today"] = info["date"][:10]
     lines = ["# Generated by scaletax.report.book from _config.yml; do not edit."]
@@ -146,23 +193,35 @@ def stage_sources(src: Path, results: list[Result], info: dict) -> None:
     (src / "_toc.yml").write_text(yaml.safe_dump(toc.toc_yaml(), sort_keys=False), encoding="utf-8")
     for res in results:
         _add_provenance(res.notebook, src / f"{res.slug}.ipynb", info)
+    tokens = page_tokens(info)
     for name in ("reproduce", "cite", "intro"):
         path = src / f"{name}.md"
-        path.write_text(_fill(path.read_text(encoding="utf-8"), info["tokens"]), encoding="utf-8")
+        path.write_text(_fill(path.read_text(encoding="utf-8"), tokens), encoding="utf-8")
     (src / "conf.py").write_text(_sphinx_conf(src, info), encoding="utf-8")
+    # No directive in the book needs raw HTML or file inclusion (notebook outputs are raw nodes
+    # made by myst-nb, not directives): turn both off for every page, whatever text reaches it.
+    (src / "docutils.conf").write_text(DOCUTILS_CONF, encoding="utf-8")
 
 
 # --------------------------------------------------------------------------------------
 # Building
 # --------------------------------------------------------------------------------------
 def _run(cmd: list[str], cwd: Path, log: Path, step: str, timeout: float = 1800) -> None:
+    """Run one build tool in its own process group, killed with the build (whatever kills it)."""
     env = dict(os.environ, PYTHONHASHSEED="0")
     with log.open("w", encoding="utf-8") as fh:
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=fh, stderr=subprocess.STDOUT, env=env,
+                                stdin=subprocess.DEVNULL, start_new_session=True,
+                                preexec_fn=lifecycle.die_with_parent())
         try:
-            proc = subprocess.run(cmd, cwd=cwd, stdout=fh, stderr=subprocess.STDOUT, env=env,
-                                  timeout=timeout, stdin=subprocess.DEVNULL)
+            proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             raise BuildError(f"{step} timed out after {timeout:.0f} s; log: {log}") from None
+        finally:
+            if proc.poll() is None:  # interrupted or timed out: the tool and its children go
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
     if proc.returncode != 0:
         tail = [ln for ln in log.read_text(encoding="utf-8", errors="replace").splitlines()
                 if "WARNING" in ln or "ERROR" in ln or "Error" in ln or ln.startswith("!")]
@@ -190,23 +249,26 @@ def _book_key(opts: BuildOptions, info: dict, cache: Path) -> str:
 
 
 def _up_to_date(final: Path, book_key: str, date: str) -> dict | None:
-    """The published manifest, marked as checked now, if its inputs equal ours; else None."""
+    """The published manifest, marked as checked now, if its inputs equal ours; else None.
+
+    The file itself is left as it is: it keeps the record of the build that made the book."""
     path = final / "manifest.json"
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    if manifest.get("book_sha256") != book_key or not (final / "html" / "index.html").exists():
+    if not isinstance(manifest, dict) or manifest.get("book_sha256") != book_key \
+            or not (final / "html" / "index.html").exists():
         return None
     if manifest.get("pdf") == "built" and not (final / f"{final.name}.pdf").exists():
+        return None
+    missing = [f for f in manifest.get("figures", []) if not (final / "figures" / f).is_file()]
+    if missing:
         return None
     manifest["up_to_date"] = True
     manifest["checked_at"] = date
     for n in manifest["notebooks"]:
         n["status"], n["seconds"] = "reused", 0.0
-    tmp = path.with_name(".manifest.json.tmp")
-    tmp.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
     return manifest
 
 
@@ -225,48 +287,171 @@ def build_pdf(src: Path, pdf: Path, logs: Path) -> None:
     shutil.copyfile(latex / "book.pdf", pdf)
 
 
-def _publish(stage_out: Path, final: Path) -> None:
-    """Swap the new book in: old -> trash, new -> final, then delete the trash."""
+# --------------------------------------------------------------------------------------
+# Publishing: the swap of the new book for the old one can be cut at no point
+# --------------------------------------------------------------------------------------
+RENAME_EXCHANGE = 2
+AT_FDCWD = -100
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths atomically (Linux ``renameat2(RENAME_EXCHANGE)``); False where the
+    system or the file system cannot."""
+    try:
+        fn = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return False
+    if fn(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EPERM):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+#: Called with the name of each publish step before it runs (tests inject faults here).
+_publish_step = lambda step: None  # noqa: E731
+
+
+def _journal(final: Path) -> Path:
+    return final.with_name(f".publish-{final.name}.json")
+
+
+def _publish(stage_out: Path, final: Path, use_exchange: bool = True) -> None:
+    """Put the new book at ``final``; at every instant ``final`` is the old book or the new.
+
+    With ``renameat2(RENAME_EXCHANGE)`` the swap is one atomic step (the old book lands in the
+    stage folder, removed with it). Without it: a journal names the old book's temporary place,
+    then two renames; :func:`recover` (run by the next build of the name) completes or rolls
+    back a swap cut between them. Interrupt signals are held back for the swap.
+    """
+    with lifecycle.Interrupts.deferred(disarm_after=True):
+        _publish_step("begin")
+        if not final.exists():
+            os.rename(stage_out, final)
+            _publish_step("renamed")
+            return
+        if use_exchange and _exchange(stage_out, final):
+            _publish_step("exchanged")
+            return
+        trash = final.with_name(f".trash-{final.name}-p{os.getpid()}-{os.urandom(4).hex()}")
+        journal = _journal(final)
+        tmp = journal.with_name(journal.name + ".tmp")
+        tmp.write_text(json.dumps({"old": trash.name, "new": str(stage_out)}), encoding="utf-8")
+        os.replace(tmp, journal)
+        _publish_step("journal")
+        os.rename(final, trash)
+        _publish_step("old-moved")
+        os.rename(stage_out, final)
+        _publish_step("new-moved")
+        journal.unlink()
+        _publish_step("journal-removed")
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def recover(root: Path, name: str) -> str | None:
+    """Finish what an interrupted publish of ``name`` left (call with the name's lock held):
+    the old book is put back when the new one never arrived. Returns a note, or None."""
+    final = root / name
+    journal = _journal(final)
+    note = None
     trash = None
-    if final.exists():
-        trash = final.with_name(f".trash-{final.name}-{os.getpid()}")
-        os.replace(final, trash)
-    os.replace(stage_out, final)
-    if trash is not None:
-        shutil.rmtree(trash, ignore_errors=True)
+    if journal.exists():
+        try:
+            trash = root / json.loads(journal.read_text(encoding="utf-8"))["old"]
+        except (OSError, ValueError, KeyError, TypeError):
+            trash = None
+    if trash is None and not final.exists():  # no journal: a trash of an older build's swap
+        trashes = sorted(root.glob(f".trash-{name}-*"), key=lambda p: p.stat().st_mtime)
+        trash = trashes[-1] if trashes else None
+    if trash is not None and trash.exists() and not final.exists():
+        os.rename(trash, final)
+        note = f"restored the previous book of {name!r} left by an interrupted build"
+    journal.unlink(missing_ok=True)
+    journal.with_name(journal.name + ".tmp").unlink(missing_ok=True)
+    for old in root.glob(f".trash-{name}-*"):
+        shutil.rmtree(old, ignore_errors=True)
+    return note
+
+
+def _log_failure(logs: Path, root: Path, name: str) -> Path:
+    """Write the current exception's traceback to ``build.log`` (or a temporary file when the
+    build folder cannot be written); returns the path."""
+    import traceback
+
+    text = traceback.format_exc()
+    for path in (logs / "build.log", Path(tempfile.gettempdir()) / f"scaletax-{name}-build.log"):
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            return path
+        except OSError:
+            continue
+    return Path("/dev/stderr")
 
 
 def build(opts: BuildOptions, progress=None) -> dict:
-    """Build the book named ``opts.name``; returns the manifest. Raises BuildError/BuildBusy."""
+    """Build the book named ``opts.name``; returns the manifest. Raises BuildError/BuildBusy.
+
+    Any failure is a one-line BuildError (its traceback in the log it names); the previous
+    book stays whole whatever happens, signals included."""
     root = opts.build_root
+    logs = root / ".logs" / opts.name
+    with lifecycle.Interrupts() as interrupts:
+        try:
+            lock = _acquire(root, opts.name)
+        except lifecycle.Interrupted as exc:
+            raise BuildError(f"build interrupted ({exc}) before it started") from None
+        stage = None
+        try:
+            for note in filter(None, [recover(root, opts.name)]):
+                if progress:
+                    progress("book", note)
+            lifecycle.remove_stale(root, (".stage-*",), owned=(f".stage-{opts.name}-*",))
+            lifecycle.remove_stale(root / ".cache", (".tmp-*",))
+            stage = Path(tempfile.mkdtemp(prefix=lifecycle.temp_name(f".stage-{opts.name}-"), dir=root))
+            if logs.exists():
+                shutil.rmtree(logs)
+            logs.mkdir(parents=True)
+            return _build_in(stage, logs, opts, progress)
+        except lifecycle.Interrupted as exc:
+            raise BuildError(f"build interrupted ({exc}); {root / opts.name} left as it was") from None
+        except (BuildError, ChapterFailed):
+            raise
+        except OSError as exc:
+            log = _log_failure(logs, root, opts.name)
+            where = f" ({exc.filename})" if exc.filename else ""
+            raise BuildError(f"cannot build: {exc.strerror or exc}{where}; {root / opts.name} left as it "
+                             f"was; log: {log}") from None
+        except Exception as exc:  # noqa: BLE001 (one line, the traceback in the log)
+            log = _log_failure(logs, root, opts.name)
+            raise BuildError(f"build failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}; "
+                             f"{root / opts.name} left as it was; log: {log}") from None
+        finally:
+            interrupts.disarm()
+            with lifecycle.Interrupts.deferred():
+                if stage is not None:
+                    shutil.rmtree(stage, ignore_errors=True)
+                lock.release()
+
+
+def _acquire(root: Path, name: str) -> FileLock:
+    """The build folder checked writable and the name's lock taken, or a one-line error."""
     try:
         (root / ".locks").mkdir(parents=True, exist_ok=True)
         probe = tempfile.NamedTemporaryFile(dir=root, prefix=".write-test-", delete=True)
         probe.close()
     except OSError as exc:
         raise BuildError(f"cannot write to the build folder {root}: {exc.strerror}") from None
-    lock = FileLock(str(root / ".locks" / f"{opts.name}.lock"))
+    lock = FileLock(str(root / ".locks" / f"{name}.lock"))
     try:
         lock.acquire(timeout=0)
     except Timeout:
-        raise BuildBusy(f"another build of {opts.name!r} is running (lock {lock.lock_file}); "
+        raise BuildBusy(f"another build of {name!r} is running (lock {lock.lock_file}); "
                         "wait for it to finish or build under another --name") from None
-    old_handlers = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGTERM,)}
-    stage = Path(tempfile.mkdtemp(prefix=f".stage-{opts.name}-", dir=root))
-    logs = root / ".logs" / opts.name
-    try:
-        if logs.exists():
-            shutil.rmtree(logs)
-        logs.mkdir(parents=True)
-        return _build_in(stage, logs, opts, progress)
-    except (KeyboardInterrupt, _Interrupted) as exc:
-        raise BuildError(f"build interrupted ({type(exc).__name__ if isinstance(exc, KeyboardInterrupt) else exc}); "
-                         f"{root / opts.name} left as it was") from None
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
-        for s, h in old_handlers.items():
-            signal.signal(s, h)
-        lock.release()
+    except OSError as exc:
+        raise BuildError(f"cannot take the lock {lock.lock_file}: {exc.strerror}") from None
+    return lock
 
 
 def _build_in(stage: Path, logs: Path, opts: BuildOptions, progress) -> dict:
@@ -274,24 +459,8 @@ def _build_in(stage: Path, logs: Path, opts: BuildOptions, progress) -> dict:
     scen = opts.scenario
     commit = git_commit()
     date = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    resolved_yaml = yaml.safe_dump(scen.to_plain(), sort_keys=False, allow_unicode=True, width=100)
-    sets = " ".join("--set " + shlex.quote(o) for o in opts.overrides)
-    scen_arg = "" if opts.scenario_path == toc.ROOT / "data/scenarios/default.yaml" else \
-        f" --scenario {os.path.relpath(opts.scenario_path, toc.ROOT)}"
-    command = f"scaletax build{scen_arg}{(' ' + sets) if sets else ''} --name {opts.name}"
-    info = {
-        "name": opts.name, "title": scen.title, "version": __version__, "commit": commit,
-        "date": date, "scenario_hash": scen.content_hash(),
-        "scenario_file": os.path.relpath(opts.scenario_path, toc.ROOT),
-        "user_inputs": [u.replace("`", "'") for u in scen.user_inputs()],
-    }
-    info["tokens"] = {
-        "name": opts.name, "version": __version__, "commit": commit, "date": date,
-        "year": date[:4], "scenario_hash": info["scenario_hash"],
-        "scenario_hash_short": info["scenario_hash"][:12], "command": command,
-        "scenario_yaml": resolved_yaml.rstrip(), "title": scen.title, "question": scen.question,
-        "scenario_file": info["scenario_file"],
-    }
+    info = page_info(opts.name, scen, opts.scenario_path, opts.overrides, commit, date)
+    command = info["command"]
 
     cache = opts.build_root / ".cache"
     final = opts.build_root / opts.name
@@ -301,7 +470,8 @@ def _build_in(stage: Path, logs: Path, opts: BuildOptions, progress) -> dict:
         if progress:
             progress("book", "up to date (no input changed): nothing executed or rebuilt")
         return current
-    results = execute_chapters(list(toc.CHAPTERS), scen, cache, logs, jobs=opts.jobs, progress=progress)
+    results = execute_chapters(list(toc.CHAPTERS), scen, cache, logs, jobs=opts.jobs, progress=progress,
+                               work_dir=stage / "chapters")
     t_exec = time.perf_counter() - t0
 
     src = stage / "src"
@@ -349,7 +519,7 @@ def _build_in(stage: Path, logs: Path, opts: BuildOptions, progress) -> dict:
         "pdf": pdf_status,
         "notebooks": [
             {"chapter": r.slug, "content_sha256": r.key, "status": "reused" if r.reused else "executed",
-             "seconds": round(r.seconds, 2), "parameters": r.parameters}
+             "seconds": round(r.seconds, 2), "execution": r.execution, "parameters": r.parameters}
             for r in results
         ],
         "figures": sorted(p.name for p in figures.iterdir()),
@@ -358,6 +528,10 @@ def _build_in(stage: Path, logs: Path, opts: BuildOptions, progress) -> dict:
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=False) + "\n",
                                        encoding="utf-8")
     _publish(out, opts.build_root / opts.name)
+    from scaletax.report.execute import cache_max_bytes, prune
+
+    with contextlib.suppress(OSError, ValueError):  # the book is out: the cap is housekeeping
+        prune(cache, cache_max_bytes(), keep=frozenset(r.key for r in results))
     return manifest
 
 

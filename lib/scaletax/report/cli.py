@@ -18,6 +18,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="Build the scale-tax book and query its model.")
 scenario_app = typer.Typer(no_args_is_help=True, help="Inspect scenarios.")
 app.add_typer(scenario_app, name="scenario")
+cache_app = typer.Typer(no_args_is_help=True, help="Manage the execution cache (_build/.cache).")
+app.add_typer(cache_app, name="cache")
 
 
 def _fail(msg: str, code: int) -> None:
@@ -116,34 +118,57 @@ def build(
 @app.command()
 def predict(
     runs: Path = typer.Option(..., "--runs", help="CSV in the published-runs schema (see data/sources/README.md)"),
-    out: Optional[Path] = typer.Option(None, "--out", help="output CSV (default: print to stdout)"),
+    out: Optional[Path] = typer.Option(None, "--out", help="output CSV: a new path or a regular file (default: stdout)"),
 ) -> None:
     """Predict memory per GPU (and throughput) for every row of a runs table."""
-    import io
-    import tempfile
-
     from scaletax.hardware import HardwareError
-    from scaletax.report.predict import predict_rows
-    from scaletax.runs import RunsTableError, read_runs, write_runs
+    from scaletax.report.predict import predict_rows, write_out
+    from scaletax.runs import RunsTableError, read_runs, runs_csv
 
+    if out is not None:
+        from scaletax.report.predict import check_out
+
+        try:
+            check_out(out)
+        except ValueError as exc:
+            _fail(str(exc), 2)
     try:
         rows = predict_rows(read_runs(runs))
     except (RunsTableError, HardwareError, ValueError) as exc:
         _fail(str(exc).splitlines()[0], 2)
     if out is None:
-        with tempfile.TemporaryDirectory() as tmp:
-            typer.echo(write_runs(rows, Path(tmp) / "out.csv").read_text(encoding="utf-8"), nl=False)
+        typer.echo(runs_csv(rows), nl=False)
         return
-    if out.exists() and out.is_dir():
-        _fail(f"--out {out}: is a folder", 2)
-    tmp = out.with_name(f".{out.name}.tmp")
     try:
-        write_runs(rows, tmp)
-        os.replace(tmp, out)
+        write_out(rows, out)
+    except ValueError as exc:
+        _fail(str(exc), 2)
     except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
         _fail(f"cannot write {out}: {exc.strerror}", 1)
     typer.echo(f"wrote {len(rows)} rows to {out}", err=True)
+
+
+@cache_app.command("prune")
+def cache_prune(
+    max_mb: Optional[int] = typer.Option(None, "--max-mb", min=0,
+                                         help="size cap in MiB (default: SCALETAX_CACHE_MAX_MB or 2048)"),
+) -> None:
+    """Remove bad entries and temporary folders of dead builds, then the least recently used
+    entries until the cache fits its size cap."""
+    from scaletax.report.book import BUILD_ROOT
+    from scaletax.report.execute import cache_max_bytes, prune
+
+    try:
+        cap = max_mb * 1024**2 if max_mb is not None else cache_max_bytes()
+    except ValueError as exc:
+        _fail(str(exc), 2)
+    try:
+        res = prune(BUILD_ROOT / ".cache", cap, check=True)
+    except OSError as exc:
+        _fail(f"cannot prune {BUILD_ROOT / '.cache'}: {exc.strerror}", 1)
+    typer.echo(f"cache {BUILD_ROOT / '.cache'}: removed {res['bad']} bad, {res['evicted']} least recently used, "
+               f"{res['stale']} stale temporary; {res['entries']} entries, {res['bytes'] / 1024**2:.1f} MiB "
+               f"(cap {cap / 1024**2:.0f} MiB)")
 
 
 @scenario_app.command("show")
@@ -157,11 +182,28 @@ def scenario_show(scenario: Optional[Path] = SCENARIO_OPT, set_: List[str] = SET
 
 
 def main() -> None:
+    """Entry point: whatever goes wrong ends in one line on stderr (exit 1, the traceback in a
+    log file it names), never a traceback on the terminal."""
     try:
         app()
     except KeyboardInterrupt:
         typer.echo("scaletax: interrupted", err=True)
         sys.exit(130)
+    except SystemExit:
+        raise
+    except BaseException as exc:  # noqa: BLE001
+        import tempfile
+        import traceback
+
+        log = Path(tempfile.gettempdir()) / f"scaletax-error-{os.getpid()}.log"
+        try:
+            log.write_text(traceback.format_exc(), encoding="utf-8")
+            where = f"; traceback in {log}"
+        except OSError:
+            where = ""
+        first = str(exc).splitlines()[0][:200] if str(exc) else ""
+        typer.echo(f"scaletax: error: unexpected {type(exc).__name__}: {first}{where}", err=True)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

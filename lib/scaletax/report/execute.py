@@ -4,12 +4,23 @@ The cache key of a chapter is the sha256 of its jupytext source, its parameters,
 library code, the data files it declares and the lock file. A hit reuses the executed
 notebook and its figures from ``_build/.cache/<key>/``; a miss executes into a temporary
 folder that is renamed into the cache only when the notebook ran to the end.
+
+An entry is trusted only after checking it: ``entry.json`` lists the sha256 of every file
+it holds, and a reused entry is copied into the build's own folder and checked there (so
+neither an edit nor a removal of the cache during the build reaches the book). A bad entry
+is discarded and the chapter executed again, with a one-line note. Entries appear by one
+rename, so concurrent builds of the same chapter both succeed. The cache is held under a
+size cap (``SCALETAX_CACHE_MAX_MB``, default :data:`CACHE_MAX_BYTES`) by evicting the least
+recently used entries; ``scaletax cache prune`` does the same on demand.
 """
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -20,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from scaletax import DATA_DIR
+from scaletax.report import lifecycle
 from scaletax.report.chapters import Chapter
 from scaletax.report.provenance import lib_hash, lock_hash, sha256_bytes
 from scaletax.report.scenario import canonical_json
@@ -32,6 +44,9 @@ KERNEL = "python3"
 #: 2-thread OpenBLAS GEMM of the training experiment's size on 2 busy cores is ~10x slower
 #: than a 1-thread one; results are byte-identical.
 THREAD_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+ENTRY_FILE = "entry.json"
+#: Default size cap of the execution cache (bytes); ``SCALETAX_CACHE_MAX_MB`` overrides.
+CACHE_MAX_BYTES = 2 * 1024**3
 
 
 class ChapterFailed(RuntimeError):
@@ -53,6 +68,8 @@ class Result:
     reused: bool
     seconds: float
     parameters: dict = field(default_factory=dict)
+    #: the execution that made the notebook: {"executed_at": ..., "seconds": ...}
+    execution: dict = field(default_factory=dict)
 
 
 def cache_key(ch: Chapter, parameters: dict, code_hash: str | None = None,
@@ -145,7 +162,8 @@ def _start(job: _Job, env: dict[str, str]) -> None:
     job.proc = subprocess.Popen(
         [sys.executable, "-m", "scaletax.report.execute", str(job.chapter.source), str(params_file),
          str(job.work)],
-        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=env)
+        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=env,
+        preexec_fn=lifecycle.die_with_parent())
     log.close()
 
 
@@ -166,11 +184,12 @@ def _kill(job: _Job) -> None:
 
 
 def execute_chapters(chapters: list[Chapter], scenario, cache_dir: Path, log_dir: Path,
-                     jobs: int = 1, progress=None) -> list[Result]:
+                     jobs: int = 1, progress=None, work_dir: Path | None = None) -> list[Result]:
     """Execute (or reuse) every chapter, ``jobs`` at a time. Raises ChapterFailed.
 
     Each notebook runs in its own process session, so an interrupted build can stop the
-    worker and its kernel together; unfinished work folders are removed.
+    worker and its kernel together; unfinished work folders are removed. With ``work_dir``
+    every result is a checked private copy there (what the book is built from).
     """
     cache_dir.mkdir(parents=True, exist_ok=True)
     code = lib_hash()
@@ -181,13 +200,15 @@ def execute_chapters(chapters: list[Chapter], scenario, cache_dir: Path, log_dir
         defs = ch.definitions(scenario)
         key = cache_key(ch, params, code, defs)
         entry = cache_dir / key
-        if (entry / "notebook.ipynb").exists():
-            results[ch.slug] = Result(ch.slug, key, entry / "notebook.ipynb", entry / "figures",
-                                      reused=True, seconds=0.0, parameters=params)
+        res, problem = _reuse(ch.slug, key, entry, params, work_dir)
+        if res is not None:
+            results[ch.slug] = res
             if progress:
                 progress(ch.slug, "reused (inputs unchanged)")
-        else:
-            pending.append(_Job(ch, params, key, Path(), definitions=defs))
+            continue
+        if problem and progress:
+            progress(ch.slug, f"cache entry discarded ({problem}): executing again")
+        pending.append(_Job(ch, params, key, Path(), definitions=defs))
 
     env = kernel_env(cache_dir, jobs)
     running: list[_Job] = []
@@ -196,9 +217,10 @@ def execute_chapters(chapters: list[Chapter], scenario, cache_dir: Path, log_dir
         while pending or running:
             while pending and len(running) < max(1, jobs) and not failures:
                 job = pending.pop(0)
-                job.work = Path(tempfile.mkdtemp(prefix=f".tmp-{job.chapter.slug}-", dir=cache_dir))
-                _start(job, env)
+                job.work = Path(tempfile.mkdtemp(prefix=lifecycle.temp_name(f".tmp-{job.chapter.slug}-"),
+                                                 dir=cache_dir))
                 running.append(job)
+                _start(job, env)
                 if progress:
                     progress(job.chapter.slug, "executing")
             if failures and not running:
@@ -206,7 +228,7 @@ def execute_chapters(chapters: list[Chapter], scenario, cache_dir: Path, log_dir
             time.sleep(0.1)
             for job in [j for j in running if j.proc.poll() is not None]:
                 running.remove(job)
-                failure = _finish(job, cache_dir, log_dir, results, progress)
+                failure = _finish(job, cache_dir, log_dir, results, progress, work_dir)
                 if failure:
                     failures.append(failure)
                     pending.clear()
@@ -219,24 +241,140 @@ def execute_chapters(chapters: list[Chapter], scenario, cache_dir: Path, log_dir
     return [results[ch.slug] for ch in chapters]
 
 
-def _finish(job: _Job, cache_dir: Path, log_dir: Path, results: dict, progress) -> ChapterFailed | None:
+# --------------------------------------------------------------------------------------
+# Cache entries: written whole, checked before use
+# --------------------------------------------------------------------------------------
+def _files(folder: Path) -> dict[str, str]:
+    """sha256 of every file under ``folder`` but the entry record, by relative path."""
+    out = {}
+    for path in sorted(folder.rglob("*")):
+        if path.is_symlink():
+            raise ValueError(f"{path.relative_to(folder)} is a symbolic link")
+        if path.is_file() and path.name != ENTRY_FILE:
+            out[path.relative_to(folder).as_posix()] = sha256_bytes(path.read_bytes())
+    return out
+
+
+def _seal(work: Path, key: str, slug: str, seconds: float) -> dict:
+    """Write ``entry.json`` (the hash of every output file) into a finished work folder."""
+    import datetime as dt
+
+    record = {"key": key, "chapter": slug, "files": _files(work),
+              "execution": {"executed_at": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+                            "seconds": round(seconds, 2)}}
+    (work / ENTRY_FILE).write_text(json.dumps(record, indent=1, sort_keys=True), encoding="utf-8")
+    return record
+
+
+def check_entry(folder: Path, key: str | None = None) -> tuple[dict | None, str | None]:
+    """(record, None) when ``folder`` holds exactly the files its ``entry.json`` lists, with
+    those hashes (and the key, when given); else (None, what is wrong)."""
+    try:
+        record = json.loads((folder / ENTRY_FILE).read_text(encoding="utf-8"))
+        files = record["files"]
+        if not isinstance(files, dict) or "notebook.ipynb" not in files:
+            return None, "no notebook in its record"
+    except FileNotFoundError:
+        return None, "no entry record"
+    except (OSError, ValueError, KeyError, TypeError):
+        return None, "unreadable entry record"
+    if key is not None and record.get("key") != key:
+        return None, "record of another key"
+    try:
+        actual = _files(folder)
+    except (OSError, ValueError) as exc:
+        return None, str(exc)
+    if actual != files:
+        changed = sorted(set(actual) ^ set(files)) or sorted(f for f in files if actual[f] != files[f])
+        return None, f"{changed[0]} {'changed' if changed[0] in files and changed[0] in actual else 'missing or added'}"
+    return record, None
+
+
+def _reuse(slug: str, key: str, entry: Path, params: dict, work_dir: Path | None):
+    """(Result, None) for a good cache entry; (None, problem) for a bad one (discarded);
+    (None, None) when there is none."""
+    if not entry.exists():
+        return None, None
+    if work_dir is None:
+        record, problem = check_entry(entry, key)
+        where = entry
+    else:
+        where = work_dir / slug
+        shutil.rmtree(where, ignore_errors=True)
+        try:
+            shutil.copytree(entry, where, symlinks=True)
+        except (OSError, shutil.Error):
+            shutil.rmtree(where, ignore_errors=True)
+            return None, "could not be copied"
+        record, problem = check_entry(where, key)  # the copy is what the book uses
+    if record is None:
+        _discard(entry)
+        if work_dir is not None:
+            shutil.rmtree(where, ignore_errors=True)
+        return None, problem
+    with contextlib.suppress(OSError):
+        os.utime(entry)  # last use, for the size cap
+    return Result(slug, key, where / "notebook.ipynb", where / "figures", reused=True, seconds=0.0,
+                  parameters=params, execution=record.get("execution", {})), None
+
+
+def _discard(entry: Path) -> None:
+    """Remove a cache entry without racing a build that reads it: rename it away first."""
+    gone = entry.with_name(lifecycle.temp_name(f".tmp-discard-{entry.name[:12]}-") + os.urandom(4).hex())
+    try:
+        os.rename(entry, gone)
+    except OSError:
+        return
+    shutil.rmtree(gone, ignore_errors=True)
+
+
+def _install(work: Path, entry: Path) -> None:
+    """Move a sealed work folder into the cache as ``entry`` in one rename. When a concurrent
+    build installed the same key first, keep its entry if it checks, else replace it."""
+    try:
+        os.rename(work, entry)
+        return
+    except OSError as exc:
+        if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+            raise
+    if check_entry(entry)[0] is not None:
+        shutil.rmtree(work, ignore_errors=True)
+        return
+    _discard(entry)
+    try:
+        os.rename(work, entry)
+    except OSError:  # another build was quicker again: its entry is checked at next use
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _finish(job: _Job, cache_dir: Path, log_dir: Path, results: dict, progress,
+            work_dir: Path | None = None) -> ChapterFailed | None:
     slug, work = job.chapter.slug, job.work
     try:
         status = json.loads((work / "status.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        tail = (work / "worker.log").read_text(encoding="utf-8", errors="replace").strip().splitlines()
+        try:
+            tail = (work / "worker.log").read_text(encoding="utf-8", errors="replace").strip().splitlines()
+        except OSError:
+            tail = []
         status = {"seconds": 0.0, "cell": None,
                   "error": (tail[-1] if tail else f"worker exited with status {job.proc.returncode}")[:300]}
     if status["error"] is None:
         entry = cache_dir / job.key
         for name in ("status.json", "parameters.json", "worker.log", "definitions.json"):
             (work / name).unlink(missing_ok=True)
-        if entry.exists():  # a concurrent build of another name filled it first
-            shutil.rmtree(work, ignore_errors=True)
-        else:
-            os.replace(work, entry)
-        results[slug] = Result(slug, job.key, entry / "notebook.ipynb", entry / "figures",
-                               reused=False, seconds=status["seconds"], parameters=job.params)
+        record = _seal(work, job.key, slug, status["seconds"])
+        where = work
+        if work_dir is not None:
+            where = work_dir / slug
+            shutil.rmtree(where, ignore_errors=True)
+            shutil.copytree(work, where)
+        _install(work, entry)
+        if work_dir is None:
+            where = entry
+        results[slug] = Result(slug, job.key, where / "notebook.ipynb", where / "figures",
+                               reused=False, seconds=status["seconds"], parameters=job.params,
+                               execution=record["execution"])
         if progress:
             progress(slug, f"executed in {status['seconds']:.1f} s")
         return None
@@ -246,11 +384,65 @@ def _finish(job: _Job, cache_dir: Path, log_dir: Path, results: dict, progress) 
         shutil.copyfile(work / "notebook.ipynb", log)
     else:
         log = log_dir / f"{slug}.log"
-        shutil.copyfile(work / "worker.log", log)
+        try:
+            shutil.copyfile(work / "worker.log", log)
+        except OSError:
+            log.write_text(status["error"] + "\n", encoding="utf-8")
     shutil.rmtree(work, ignore_errors=True)
     if progress:
         progress(slug, "FAILED")
     return ChapterFailed(slug, status["cell"], status["error"], log)
+
+
+# --------------------------------------------------------------------------------------
+# Size cap
+# --------------------------------------------------------------------------------------
+_KEY = re.compile(r"[0-9a-f]{64}")
+
+
+def cache_max_bytes() -> int:
+    """The cache's size cap: ``SCALETAX_CACHE_MAX_MB`` (MiB) or :data:`CACHE_MAX_BYTES`."""
+    raw = os.environ.get("SCALETAX_CACHE_MAX_MB")
+    if raw is None or not raw.strip():
+        return CACHE_MAX_BYTES
+    if not raw.strip().isdigit():
+        raise ValueError(f"SCALETAX_CACHE_MAX_MB={raw!r}: expected a whole number of MiB")
+    return int(raw) * 1024**2
+
+
+def _size(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def prune(cache_dir: Path, max_bytes: int, keep: frozenset[str] = frozenset(), check: bool = False) -> dict:
+    """Hold the cache under ``max_bytes``: remove temporary folders of dead builds, entries
+    that fail their check (``check=True``), then the least recently used entries (never
+    those in ``keep``) until the rest fits. Returns counts and bytes."""
+    removed = {"stale": len(lifecycle.remove_stale(cache_dir, (".tmp-*",))), "bad": 0, "evicted": 0}
+    entries = []
+    if not cache_dir.is_dir():
+        return {**removed, "entries": 0, "bytes": 0}
+    for entry in cache_dir.iterdir():
+        if not _KEY.fullmatch(entry.name) or not entry.is_dir():
+            continue  # temporary folders, and other caches kept here (memo/)
+        if check and check_entry(entry, entry.name)[0] is None:
+            _discard(entry)
+            removed["bad"] += 1
+            continue
+        try:
+            entries.append((entry.stat().st_mtime, _size(entry), entry))
+        except OSError:
+            continue
+    total = sum(size for _, size, _ in entries)
+    for _, size, entry in sorted(entries, key=lambda e: e[0]):
+        if total <= max_bytes:
+            break
+        if entry.name in keep:
+            continue
+        _discard(entry)
+        total -= size
+        removed["evicted"] += 1
+    return {**removed, "entries": len(entries) - removed["evicted"], "bytes": total}
 
 
 if __name__ == "__main__":

@@ -20,6 +20,10 @@ Columns added to every row (inputs are never modified):
 from __future__ import annotations
 
 import math
+import os
+import stat
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from scaletax import hardware, perf, runs, search, validate
@@ -121,3 +125,34 @@ def predict_rows(rows: list[dict[str, Any]], band: perf.EfficiencyBand | None = 
                 "layout_searched": labels[k],
             })
     return out
+
+
+def check_out(path: Path) -> None:
+    """Refuse an output path that is not a new path or a regular file (a symbolic link, a
+    device, a FIFO, a folder): ``--out`` replaces the file, never what a link points to."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        if not path.parent.is_dir():
+            raise ValueError(f"--out {path}: folder {path.parent} does not exist") from None
+        return
+    if stat.S_ISLNK(st.st_mode):
+        raise ValueError(f"--out {path}: is a symbolic link; give a regular file or a new path")
+    if stat.S_ISDIR(st.st_mode):
+        raise ValueError(f"--out {path}: is a folder")
+    if not stat.S_ISREG(st.st_mode):
+        raise ValueError(f"--out {path}: is not a regular file (a device, FIFO or socket)")
+
+
+def write_out(rows: list[dict[str, Any]], path: Path) -> None:
+    """Write the predicted rows to ``path`` (checked by :func:`check_out`): into a new
+    temporary file beside it, then renamed over it, so the path is the old file or the new."""
+    check_out(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+            fh.write(runs.runs_csv(rows))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -4,6 +4,12 @@ A scenario is a YAML file (``data/scenarios/default.yaml``) plus ``--set dotted.
 overrides. Every field is typed and bounded here, so that what reaches the notebooks is
 plain, checked data (papermill injects parameters as code: nothing unvalidated may pass).
 A bad input raises :class:`ScenarioError` with a one-line message naming the key.
+
+Strictness lives in two places, once each: the YAML reader (:class:`_Loader`: YAML 1.2 core
+scalars, so ``yes``/``0x4000``/``1_6384`` stay text; duplicate keys, anchors and aliases
+refused; size, nesting and integer length bounded before anything is built) and the base
+model :class:`_Strict` (pydantic strict mode: a boolean or a string is never a number).
+Text is kept as typed; :mod:`scaletax.report.escape` makes it safe where it is printed.
 """
 from __future__ import annotations
 
@@ -12,6 +18,7 @@ import hashlib
 import json
 import math
 import re
+import unicodedata
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -20,6 +27,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr,
                       field_validator, model_validator)
 
 from scaletax import DATA_DIR, recipes
+from scaletax.files import InputFileError, read_bounded
 
 DEFAULT_SCENARIO = DATA_DIR / "scenarios" / "default.yaml"
 
@@ -28,11 +36,20 @@ PRECISIONS = recipes.TRAINING
 _SLUG = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 Slug = Annotated[str, Field(pattern=_SLUG.pattern)]
 Id = Annotated[str, Field(min_length=1, max_length=64)]  # checked against the catalogs (with a hint)
+#: Bounds on input read before parsing (the error states them).
+MAX_SCENARIO_BYTES = 256 * 1024
+MAX_DEPTH = 16           # nested mappings/lists in a scenario
+MAX_NODES = 20_000       # scalars, mappings and lists in a scenario
+MAX_INT_DIGITS = 30
+MAX_OVERRIDE_CHARS = 16 * 1024
+
+
 def _plain_text(v: str) -> str:
-    """Text reaches the book's pages verbatim: refuse what would change their markup."""
-    for seq in ("```", ":::", "@@"):
-        if seq in v:
-            raise ValueError(f"text may not contain {seq!r} (it would change the book's markup)")
+    """Text may hold any printable character (it is escaped where it is printed), but no
+    control characters other than newline and tab."""
+    for ch in v:
+        if ch not in "\n\t" and unicodedata.category(ch) in ("Cc", "Cs"):
+            raise ValueError(f"text may not contain the control character U+{ord(ch):04X}")
     return v
 
 
@@ -46,7 +63,10 @@ class ScenarioError(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+    """Base of every scenario section: unknown keys refused, immutable, and strict types
+    (pydantic strict mode: ``true`` or ``"1e9"`` is not a number, ``1`` is not a boolean)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 #: Marks a value the user set (``--set`` or their scenario) without giving a source for it.
@@ -265,6 +285,12 @@ def _known_ids(ids: list[str], valid: list[str], kind: str, inline: set[str] = f
     return ids
 
 
+def _nearest(word: str, valid: list[str], prefix: str = "") -> str:
+    """"; did you mean 'x'?" for the closest valid word, or ""."""
+    near = difflib.get_close_matches(str(word), list(valid), n=1)
+    return f"; did you mean '{prefix}{near[0]}'?" if near else ""
+
+
 def canonical_json(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
@@ -281,19 +307,22 @@ def _submodel(model: type[BaseModel], key: str) -> type[BaseModel] | None:
     return ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
 
 
-def _check_keys(data: Any, model: type[BaseModel], prefix: str = "") -> None:
-    """Refuse unknown keys with the nearest valid one, before pydantic sees the data."""
+def _check_keys(data: Any, schema: Any = None, prefix: str = "") -> None:
+    """Refuse unknown keys with the nearest valid one, before pydantic sees the data;
+    descends into sections and into the entries of map fields (e.g. each price)."""
+    schema = Scenario if schema is None else schema
     if not isinstance(data, dict):
         return
     for key, value in data.items():
-        allowed = _fields_of(model)
+        if isinstance(schema, tuple):  # a map field: any key, entries of one schema
+            if schema[1] is not None:
+                _check_keys(value, schema[1], f"{prefix}{key}.")
+            continue
+        allowed = _fields_of(schema)
         if key not in allowed:
-            near = difflib.get_close_matches(str(key), allowed, n=1)
-            hint = f"; did you mean '{prefix}{near[0]}'?" if near else ""
-            raise ScenarioError(
-                f"unknown key '{prefix}{key}'{hint} (allowed here: {', '.join(allowed)})"
-            )
-        sub = _submodel(model, key)
+            raise ScenarioError(f"unknown key '{prefix}{key}'{_nearest(str(key), allowed, prefix)} "
+                                f"(allowed here: {', '.join(allowed)})")
+        sub = _child(schema, key)
         if sub is not None:
             _check_keys(value, sub, f"{prefix}{key}.")
 
@@ -305,22 +334,32 @@ def _format_validation(exc: ValidationError) -> str:
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, "):]
     got = err.get("input")
-    got_txt = "" if isinstance(got, (dict, list)) or got is None else f" (got {got!r})"
+    got_txt = "" if isinstance(got, (dict, list)) or got is None else f" (got {_short(got)})"
     where = f"{loc}: " if loc else ""
     return f"{where}{msg}{got_txt}".replace("\n", " ")
 
 
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "...'"
+
+
 def parse_override(text: str) -> tuple[str, Any]:
-    """Split ``dotted.key=value``; the value is read as a YAML scalar or flow list."""
+    """Split ``dotted.key=value``; the value is read as a YAML scalar or flow list (with the
+    scenario file's strict reader)."""
+    if len(text) > MAX_OVERRIDE_CHARS:
+        raise ScenarioError(f"--set {text[:40]!r}...: longer than {MAX_OVERRIDE_CHARS} characters")
     if "=" not in text:
-        raise ScenarioError(f"--set {text!r}: expected dotted.key=value")
+        raise ScenarioError(f"--set {_short(text)}: expected dotted.key=value")
     key, raw = text.split("=", 1)
     key = key.strip()
     if not key or any(not part for part in key.split(".")):
-        raise ScenarioError(f"--set {text!r}: empty key")
+        raise ScenarioError(f"--set {_short(text)}: empty key")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
+        value = _parse_yaml(raw, f"--set {key}") if raw.strip() else ""
+    except ScenarioError as exc:
+        if "malformed YAML" not in str(exc):
+            raise
         value = raw  # a plain string that is not YAML (e.g. holds ': ')
     if isinstance(value, float) and not math.isfinite(value):
         raise ScenarioError(f"{key}: must be a finite number (got {raw!r})")
@@ -354,11 +393,8 @@ def apply_override(data: dict, key: str, value: Any, raw: str | None = None) -> 
             raise ScenarioError(f"{prefix.rstrip('.')}: is a value, not a section")
         if not isinstance(schema, tuple) and part not in schema.model_fields:
             allowed = _fields_of(schema)
-            near = difflib.get_close_matches(part, allowed, n=1)
-            hint = f"; did you mean '{prefix}{near[0]}'?" if near else ""
-            raise ScenarioError(
-                f"unknown key '{prefix}{part}'{hint} (allowed here: {', '.join(allowed)})"
-            )
+            raise ScenarioError(f"unknown key '{prefix}{part}'{_nearest(part, allowed, prefix)} "
+                                f"(allowed here: {', '.join(allowed)})")
         if i == len(parts) - 1:
             is_text = not isinstance(schema, tuple) and schema.model_fields[part].annotation is str
             node[part] = raw if (is_text and raw is not None) else value
@@ -369,24 +405,116 @@ def apply_override(data: dict, key: str, value: Any, raw: str | None = None) -> 
         schema = _child(schema, part)
 
 
+_INT = "tag:yaml.org,2002:int"
+_FLOAT = "tag:yaml.org,2002:float"
+_BOOL = "tag:yaml.org,2002:bool"
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader with YAML 1.2 core-schema scalars and no duplicate keys.
+
+    Booleans are only true/false; integers only decimal digits (no ``0x``, octal or ``_``);
+    floats may omit the dot (``1e9``). Everything else is text, which the strict model then
+    refuses where a number or a boolean is expected."""
+
+    yaml_implicit_resolvers = {
+        ch: [(tag, rx) for tag, rx in resolvers if tag not in (_INT, _FLOAT, _BOOL)]
+        for ch, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+
+    def construct_mapping(self, node, deep=False):
+        seen: set = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if not isinstance(key, str):
+                raise ScenarioError(f"line {key_node.start_mark.line + 1}: keys must be text (got {key!r})")
+            if key in seen:
+                raise ScenarioError(f"duplicate key {key!r} at line {key_node.start_mark.line + 1}")
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _construct_int(loader: _Loader, node) -> int:
+    digits = loader.construct_scalar(node)
+    if len(digits.lstrip("+-")) > MAX_INT_DIGITS:
+        raise ScenarioError(f"line {node.start_mark.line + 1}: integer longer than {MAX_INT_DIGITS} digits")
+    return int(digits, 10)
+
+
+def _construct_float(loader: _Loader, node) -> float:
+    text = loader.construct_scalar(node).lower()
+    if text.lstrip("+-") in (".inf", ".nan"):
+        return float(text.replace(".", ""))
+    return float(text)
+
+
+_Loader.add_implicit_resolver(_BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+_Loader.add_implicit_resolver(_INT, re.compile(r"^[-+]?[0-9]+$"), list("-+0123456789"))
+_Loader.add_implicit_resolver(
+    _FLOAT, re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+                       r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"), list("-+0123456789."))
+_Loader.add_constructor(_INT, _construct_int)
+_Loader.add_constructor(_FLOAT, _construct_float)
+
+
+def _parse_yaml(text: str, where: str) -> Any:
+    """YAML text -> plain data, bounded: nesting depth and node count are checked on the
+    event stream before any object is built; anchors and aliases are refused."""
+    depth = nodes = 0
+    try:
+        for event in yaml.parse(text, Loader=_Loader):
+            if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+                raise ScenarioError(f"{where}: anchors and aliases (&, *) are not allowed "
+                                    f"(line {event.start_mark.line + 1})")
+            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    raise ScenarioError(f"{where}: nested deeper than {MAX_DEPTH} levels "
+                                        f"(line {event.start_mark.line + 1})")
+            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                depth -= 1
+            if isinstance(event, (yaml.ScalarEvent, yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                nodes += 1
+                if nodes > MAX_NODES:
+                    raise ScenarioError(f"{where}: more than {MAX_NODES} values")
+        return yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader subclass)
+    except ScenarioError as exc:
+        msg = str(exc)
+        raise ScenarioError(msg if msg.startswith(where) else f"{where}: {msg}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise ScenarioError(f"{where}: malformed YAML{at}: {problem}") from None
+    except (ValueError, RecursionError) as exc:
+        raise ScenarioError(f"{where}: unreadable value: {str(exc).splitlines()[0][:200]}") from None
+
+
+def _is_text_key(key: str) -> bool:
+    """Whether dotted ``key`` names a text field of the schema (False when it names none)."""
+    schema: Any = Scenario
+    parts = key.split(".")
+    for i, part in enumerate(parts):
+        if schema is None or (not isinstance(schema, tuple) and part not in schema.model_fields):
+            return False
+        if i == len(parts) - 1:
+            return not isinstance(schema, tuple) and schema.model_fields[part].annotation is str
+        schema = _child(schema, part)
+    return False
+
+
 def load_yaml(path: Path | str) -> dict:
     """Read a scenario YAML file into a dict, with one-line errors."""
     path = Path(path)
-    if not path.exists():
-        raise ScenarioError(f"scenario file not found: {path}")
-    if path.is_dir():
-        raise ScenarioError(f"scenario path is a folder, not a file: {path}")
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ScenarioError(f"cannot read scenario file {path}: {exc}") from None
+        data = read_bounded(path, MAX_SCENARIO_BYTES, "scenario file")
+    except InputFileError as exc:
+        raise ScenarioError(str(exc)) from None
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise ScenarioError(f"{path.name}: malformed YAML{where}: {problem}") from None
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(f"cannot read scenario file {path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    data = _parse_yaml(text, path.name)
     if not isinstance(data, dict) or "name" not in data:
         raise ScenarioError(
             f"{path.name}: not a scenario (expected a mapping with keys such as name, models, gpus)"
@@ -481,34 +609,53 @@ def resolve(path: Path | str | None = None, overrides: list[str] | tuple[str, ..
 
     path = Path(path or DEFAULT_SCENARIO)
     data = load_yaml(path)
-    _check_keys(data, Scenario)
+    _check_keys(data)
     if path.resolve() != DEFAULT_SCENARIO.resolve():
         relabel_sources(data, load_yaml(DEFAULT_SCENARIO), f"in {path.name}:")
     reference = copy.deepcopy(data)
     for text in overrides:
+        if "=" in text and _is_text_key(text.split("=", 1)[0].strip()):
+            key, raw = text.split("=", 1)
+            apply_override(data, key.strip(), raw, raw=raw)  # text is taken as typed, never parsed
+            continue
         key, value = parse_override(text)
         apply_override(data, key, value, raw=text.split("=", 1)[1])
+    _check_keys(data)  # again: an override may set a whole section
     relabel_sources(data, reference, "--set")
     try:
         return Scenario.model_validate(data)
     except ValidationError as exc:
         raise ScenarioError(_format_validation(exc)) from None
+    except RecursionError:
+        raise ScenarioError("scenario nested too deeply") from None
+
+
+#: Readable part of an automatic name: at most this many characters of the scenario name.
+NAME_PREFIX_CHARS = 48
 
 
 def build_name(scenario: Scenario, overrides: list[str] | tuple[str, ...], name: str | None) -> str:
-    """The output folder name: given, or the scenario name (+ a hash of the overrides)."""
-    if name:
+    """The output folder name: ``name`` if given (checked), else derived from the resolved
+    scenario: the scenario name alone for the shipped default scenario, otherwise the name
+    plus 12 hex digits of :meth:`Scenario.content_hash`. Equal resolved scenarios share a
+    name, different ones never do (whatever order or form the overrides took)."""
+    if name is not None:
         try:
             _SlugModel(name=name)
         except ValidationError:
             raise ScenarioError(
-                f"--name {name!r}: use 1-64 lowercase letters, digits, '-' or '_'"
+                f"--name {_short(name)}: use 1-64 lowercase letters, digits, '-' or '_'"
             ) from None
         return name
-    if not overrides:
+    digest = scenario.content_hash()
+    if digest == _default_hash():
         return scenario.name
-    digest = hashlib.sha256("\n".join(sorted(overrides)).encode()).hexdigest()[:8]
-    return f"{scenario.name}-{digest}"
+    return f"{scenario.name[:NAME_PREFIX_CHARS]}-{digest[:12]}"
+
+
+def _default_hash() -> str:
+    """Content hash of the shipped default scenario (the one book called by its bare name)."""
+    return resolve(DEFAULT_SCENARIO).content_hash()
 
 
 class _SlugModel(_Strict):
