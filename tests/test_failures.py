@@ -1,4 +1,5 @@
 """Failures mid-build: concurrent builds of one name, SIGTERM, and clean-up."""
+import json
 import os
 import shutil
 import signal
@@ -64,3 +65,83 @@ def test_same_name_refused_other_name_runs_and_sigterm_leaves_book_intact(built_
     # and the lock is free again
     again = run_cli(["build", *SMALL, "--name", "shared", "--no-pdf"], build_dir)
     assert again.returncode == 0, again.stderr[-2000:]
+
+
+def _procs_with(text):
+    ps = subprocess.run(["ps", "-eo", "pid,stat,args"], capture_output=True, text=True).stdout
+    return [ln for ln in ps.splitlines() if text in ln and " Z" not in ln and "ps -eo" not in ln]
+
+
+def _children(pids):
+    if pids and isinstance(pids[0], str):
+        pids = [int(ln.split()[0]) for ln in pids]
+    out = []
+    for pid in pids:
+        ps = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True).stdout
+        out += [int(x) for x in ps.split()]
+    return out
+
+
+def _alive(pid):
+    try:
+        stat = open(f"/proc/{pid}/stat").read()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_no_op_rebuild_keeps_the_manifest_of_the_real_build(built_book):
+    manifest = built_book["dir"] / "manifest.json"
+    before = manifest.read_bytes()
+    proc = run_cli(["build", *SMALL, "--name", "small", "--jobs", "2"], built_book["build_dir"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "up to date" in proc.stderr
+    assert manifest.read_bytes() == before
+    record = json.loads(before)
+    assert all(n["execution"].get("executed_at") for n in record["notebooks"])
+
+
+def test_two_quick_sigterms_and_sigkill_leave_the_book_and_no_orphans(built_book, tmp_path):
+    build_dir = built_book["build_dir"]
+    ok = run_cli(["build", *SMALL, "--name", "killed", "--no-pdf"], build_dir)
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    before = (build_dir / "killed" / "manifest.json").read_text()
+    slow = _slow_notebooks(tmp_path)
+    env = dict(os.environ, SCALETAX_BUILD_DIR=str(build_dir), SCALETAX_NOTEBOOKS=str(slow))
+
+    def start():
+        return subprocess.Popen(SCALETAX + ["build", *SMALL, "--name", "killed", "--no-pdf"], cwd=ROOT, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    # two SIGTERMs in quick succession: one line, exit 1, the book as it was
+    first = start()
+    try:
+        assert _wait_for(lambda: list((build_dir / ".cache").glob(".tmp-hardware-*"))), "slow build never started"
+        first.send_signal(signal.SIGTERM)
+        first.send_signal(signal.SIGTERM)
+        _, err = first.communicate(timeout=120)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert first.returncode == 1, err
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("scaletax: error: build interrupted")
+    assert (build_dir / "killed" / "manifest.json").read_text() == before
+
+    # SIGKILL: no clean-up runs, yet the workers and kernels die with it; the next build cleans up
+    second = start()
+    try:
+        assert _wait_for(lambda: list((build_dir / ".cache").glob(".tmp-hardware-*"))), "slow build never started"
+        assert _wait_for(lambda: _procs_with(str(slow)) and _children(_procs_with(str(slow))), 60)
+        family = [int(ln.split()[0]) for ln in _procs_with(str(slow))]
+        family += _children(family)  # the kernels of the workers
+        second.kill()
+        second.communicate(timeout=60)
+    finally:
+        if second.poll() is None:
+            second.kill()
+    assert _wait_for(lambda: not [p for p in family if _alive(p)], 30), [p for p in family if _alive(p)]
+    assert (build_dir / "killed" / "manifest.json").read_text() == before
+    assert list(build_dir.glob(".stage-killed-*")) and list((build_dir / ".cache").glob(".tmp-hardware-*"))
+    again = run_cli(["build", *SMALL, "--name", "killed", "--no-pdf"], build_dir)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert not list(build_dir.glob(".stage-*")) and not list((build_dir / ".cache").glob(".tmp-*"))

@@ -61,7 +61,7 @@ SET_OPT = typer.Option([], "--set", help="override a scenario value: dotted.key=
 def build(
     scenario: Optional[Path] = SCENARIO_OPT,
     set_: List[str] = SET_OPT,
-    name: Optional[str] = typer.Option(None, "--name", help="output name (default: scenario name, plus a hash of --set overrides)"),
+    name: Optional[str] = typer.Option(None, "--name", help="output name (default: scenario name, plus a hash of the resolved scenario unless it is the default)"),
     jobs: int = typer.Option(os.cpu_count() or 1, "--jobs", min=1, max=64, help="notebooks executed in parallel"),
     no_pdf: bool = typer.Option(False, "--no-pdf", help="build the HTML only"),
     force: bool = typer.Option(False, "--force", help="let --name replace the book of another scenario"),

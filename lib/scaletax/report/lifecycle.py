@@ -60,15 +60,18 @@ class Interrupts:
     are only recorded in :attr:`received`: nothing is left that an interrupt should cut."""
 
     current: "Interrupts | None" = None
+    _deferring = 0
 
     def __init__(self) -> None:
         self.received: list[str] = []
         self.armed = True
+        self.raised = False
         self._old: dict = {}
 
     def _handler(self, signum, frame):
         self.received.append(signal.Signals(signum).name)
-        if self.armed and len(self.received) == 1:
+        if self.armed and not self.raised and not Interrupts._deferring:
+            self.raised = True
             raise Interrupted(self.received[0])
 
     def disarm(self) -> None:
@@ -87,15 +90,26 @@ class Interrupts:
     @staticmethod
     @contextlib.contextmanager
     def deferred(disarm_after: bool = False):
-        """Hold SIGINT/SIGTERM/SIGHUP until the block is done; they are delivered after it
-        (only recorded when ``disarm_after``: the block finished the build's work)."""
+        """Hold SIGINT/SIGTERM/SIGHUP until the block is done: the handler only records them
+        (whichever thread the kernel delivers them to) and the main thread's mask blocks them;
+        the first is raised after the block, unless ``disarm_after`` (the block finished the
+        build's work) leaves it recorded only."""
         old = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+        Interrupts._deferring += 1
+        ok = False
         try:
             yield
+            ok = True
         finally:
-            if disarm_after and Interrupts.current is not None:
-                Interrupts.current.disarm()
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+            cur = Interrupts.current
+            if disarm_after and cur is not None:
+                cur.disarm()
+            Interrupts._deferring -= 1
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)  # a blocked signal is handled here
+            if ok and cur is not None and cur.armed and cur.received and not cur.raised \
+                    and not Interrupts._deferring:
+                cur.raised = True
+                raise Interrupted(cur.received[0])
 
 
 def temp_name(prefix: str) -> str:
