@@ -572,6 +572,20 @@ def _same(a: Any, b: Any) -> bool:
     return num(a) == num(b)
 
 
+def _shown(value: Any) -> str:
+    """A value as a user would type it: ``2e13``, not ``20000000000000.0``."""
+    if isinstance(value, float) and math.isfinite(value):
+        plain = f"{value:.15g}"
+        for digits in range(17):  # the shortest exponent form that reads back the same
+            sci = f"{value:.{digits}e}"
+            if float(sci) == value:
+                break
+        mant, exp = sci.split("e")
+        sci = f"{mant}e{int(exp)}"
+        return sci if len(sci) < len(plain) else plain
+    return str(value)
+
+
 def relabel_sources(data: dict, reference: dict, how: str) -> None:
     """Label values the user changed as "your input" unless they gave a new source with them.
 
@@ -587,7 +601,7 @@ def relabel_sources(data: dict, reference: dict, how: str) -> None:
             continue
         src = _at(data, skey)
         if src is _MISSING or src == _at(reference, skey):
-            changed.setdefault(skey, []).append(f"{vkey}={value}")
+            changed.setdefault(skey, []).append(f"{vkey}={_shown(value)}")
     for skey, what in changed.items():
         label = f"{YOUR_INPUT} ({how} {', '.join(what)})"
         old = _at(data, skey)
