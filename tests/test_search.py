@@ -75,8 +75,11 @@ def test_does_not_fit_returns_the_minimum_gpu_count():
     m = models.get("megatron_1t")
     res = search.search(m, "fp8", "h100_sxm", 64, tokens_per_step=2**22)
     assert not res.fits and res.best is None and res.n_layouts > 0
-    want = memory.min_gpus_to_fit(m, "h100_sxm", "fp8", max_tp=64, zero_stages=SearchSpace().zero_stage)
-    assert res.min_gpus == want.gpus and res.min_gpus > 64
+    want = search.min_gpus(m, "fp8", "h100_sxm", space=SearchSpace(batch_tolerance=None, objective="least_parallel"))
+    assert want.fits and res.min_gpus == want.gpus[0] and res.min_gpus > 64
+    # nothing fits on the count below it (whole nodes), with any batch
+    below = search.search(m, "fp8", "h100_sxm", res.min_gpus - 8, space=SearchSpace(batch_tolerance=None))
+    assert not below.fits
     assert f"does not fit on 64 GPUs of type H100 SXM in fp8; needs at least {res.min_gpus:,}" in res.message
     # and it does fit on that many (with some batch): the answer is consistent
     ok = search.search(m, "fp8", "h100_sxm", res.min_gpus, gbs=res.min_gpus)
@@ -125,3 +128,55 @@ def test_pareto_over_several_cluster_sizes():
     for a, b in itertools.combinations(res.pareto, 2):  # no point dominates another
         assert not (a["tokens_per_s"] >= b["tokens_per_s"] and a["headroom_gib"] >= b["headroom_gib"]
                     and a["gpus"] <= b["gpus"])
+
+
+# --- search spaces of the chapters ------------------------------------------------------------
+def test_least_parallel_objective_equals_loop_and_brute_force():
+    m = models.get("llama31_70b")
+    space = SearchSpace(tp=(1, 2, 4, 8), cp=(1,), vp=(1,), mbs=(1,), zero_stage=(1,), objective="least_parallel")
+    vec = search.search(m, "bf16", "a100_sxm_80gb", 64, tokens_per_step=2**22, space=space)
+    loop = search.search_loop(m, "bf16", "a100_sxm_80gb", 64, tokens_per_step=2**22, space=space)
+    assert vec.fits and vec.best == loop["best"]
+    la = search.candidates(m, 64, space, search.target_sequences(m, 2**22), domain=8)
+    ok = memory.fits(m, la, "a100_sxm_80gb", "bf16")
+    mp = (la.tp * la.pp * la.cp)[ok]
+    assert vec.best.tp * vec.best.pp * vec.best.cp == mp.min()
+    # its step time is the step-time model's for that layout
+    st = perf.step_time(m, vec.best, "bf16", "a100_sxm_80gb", ep_dispatch="alltoall")
+    assert vec.metrics["step_s"] == pytest.approx(float(st.step_s[0]), rel=1e-12)
+    assert vec.traffic is not None and len(vec.traffic) == 1 and len(vec.step) == 1
+
+
+def test_tp_groups_sit_in_whole_domains():
+    m = models.get("llama31_70b")
+    for dom, allowed in ((8, {1, 2, 4, 8, 16, 32, 64}), (72, {1, 2, 4, 8}), (36, {1, 2, 4}), (144, {1, 2, 4, 8, 16})):
+        la = search.candidates(m, 1152, SearchSpace(vp=(1,), mbs=(1,), zero_stage=(1,), recompute=("none",)), 1152,
+                               domain=dom)
+        assert set(np.unique(la.tp)) <= allowed and 1 in set(np.unique(la.tp))
+    free = search.candidates(m, 1152, SearchSpace(tp_aligned=False, vp=(1,), mbs=(1,), zero_stage=(1,),
+                                                  recompute=("none",)), 1152, domain=36)
+    assert 8 in set(np.unique(free.tp))
+
+
+def test_domain_of_the_space_sets_the_topology():
+    m = models.get("megatron_1t")
+    res = search.search(m, "fp8", "b200", 4096, tokens_per_step=2**24, pareto=False, space=SearchSpace(domain=72))
+    assert res.domain == 72 and 72 % res.best.tp == 0
+    assert np.all(res.traffic.groups["tp"].domain == 72)
+
+
+def test_no_batch_runs_pp_micro_batches():
+    m = models.get("llama31_70b")
+    la = search.candidates(m, 256, SearchSpace(batch_tolerance=None), None, domain=8)
+    assert np.all(la.n_micro == la.pp)
+    with pytest.raises(ValueError, match="objective"):
+        SearchSpace(objective="cheapest")
+
+
+def test_rank_key_orders_the_same_scalars_and_arrays():
+    keys = dict(tp=np.array([8, 4]), pp=np.array([2, 4]), cp=np.array([1, 1]), ep=np.array([1, 1]),
+                vp=np.array([1, 1]), zero_stage=np.array([1, 1]), recompute=np.array([1, 0]))
+    a = search.rank_key("least_parallel", **keys)
+    b = [search.rank_key("least_parallel", **{k: int(v[i]) for k, v in keys.items()}) for i in range(2)]
+    assert [tuple(int(x[i]) for x in a) for i in range(2)] == b
+    assert b[1] < b[0]  # same tp*pp*cp, less recompute wins

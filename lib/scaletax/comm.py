@@ -40,16 +40,18 @@ Collectives: ``collective_time``, ``collective_phases``, ``predicted_busbw``, ``
 ``algbw``, ``bus_factor``, ``wire_bytes``, ``link_bytes``, ``latency_bandwidth``,
 ``saturating_bw``, ``moe_dispatch_bytes``, ``moe_alltoall_time``; calibration:
 ``calibration_points``, ``fit_calibration``, ``predict_point``, ``calibration_table``.
-Per step: ``WireFormat``, ``step_traffic`` -> ``StepComm`` of ``GroupTraffic``,
-``traffic_table``, ``llama405b_traffic``. Overlap: ``Overlap``, ``exposed_comm`` ->
+Per step: ``WireFormat``, ``step_traffic`` -> ``StepComm`` of ``GroupTraffic`` (both with
+``take``, ``concat`` and ``map``: the one way to select, join or combine traffic; the chapter's
+per-group tables are in :mod:`scaletax.chapters.communication`). Overlap: ``Overlap``, ``exposed_comm`` ->
 ``ExposedComm``, ``exposed_time`` (the step-time model's entry point).
 The topology (``Topology``, ``placement``, calibrated constants) is in :mod:`scaletax.topology`.
 """
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 
@@ -402,6 +404,8 @@ def calibration_table(path: Path | str = COLLECTIVES_CSV) -> list[dict]:
 #: pp: pipeline; ep: expert parallel; dp: gradient reduction / distributed optimizer of the
 #: non-expert parameters over dp*cp ranks (Megatron); edp: the same for expert parameters.
 GROUPS = ("tp", "etp", "cp", "pp", "ep", "dp", "edp")
+#: The ``layout.group_strides`` group each traffic group is placed as (the rest: its own name).
+_PLACEMENT = {"dp": "dp_cp"}
 
 #: ASSUMPTION: gradient-reduction bucket of Megatron-Core's DDP, max(40e6, 1e6 * dp) parameters
 #: (megatron/core/distributed/distributed_data_parallel.py default bucket size; recalled, not
@@ -471,6 +475,48 @@ class GroupTraffic:
         """NVLink domains the group spans."""
         return placement(self.size, self.stride, self.domain)[1]
 
+    #: Fields that add up over layers and collectives (``map`` applies to these only).
+    AMOUNTS = ("count", "nvlink_bytes", "nic_bytes", "seconds")
+    _FIELDS = AMOUNTS + ("size", "stride", "domain")
+
+    def __len__(self) -> int:
+        shape = np.broadcast_shapes(*(np.shape(getattr(self, f)) for f in self._FIELDS))
+        return int(shape[0]) if shape else 1
+
+    def take(self, idx) -> "GroupTraffic":
+        """The entries at ``idx`` (index array or boolean mask), every field as an array."""
+        n = len(self)
+        return GroupTraffic(**{f: _pick(getattr(self, f), n, idx) for f in self._FIELDS})
+
+    def map(self, fn, *others: "GroupTraffic") -> "GroupTraffic":
+        """``fn`` applied to each amount of this and ``others`` (same layouts); placement of this one."""
+        return replace(self, **{f: fn(getattr(self, f), *(getattr(o, f) for o in others)) for f in self.AMOUNTS})
+
+    @staticmethod
+    def concat(parts: Sequence["GroupTraffic"]) -> "GroupTraffic":
+        """One ``GroupTraffic`` holding every entry of ``parts`` in order."""
+        lengths = [len(p) for p in parts]
+        return GroupTraffic(**{f: _cat([getattr(p, f) for p in parts], lengths) for f in GroupTraffic._FIELDS})
+
+
+def _pick(a, n: int, idx) -> np.ndarray:
+    """``a`` broadcast to ``n`` entries, at ``idx``; a constant stays one broadcast value."""
+    a = np.asarray(a)
+    if a.ndim == 0 or a.strides == (0,):
+        idx = np.asarray(idx)
+        m = int(np.count_nonzero(idx)) if idx.dtype == bool else idx.size
+        return np.broadcast_to(a.reshape(-1)[0] if a.ndim == 0 else a[0], (m,))
+    return np.broadcast_to(a, (n,))[idx]
+
+
+def _cat(arrays, lengths) -> np.ndarray:
+    """Concatenate arrays broadcast to ``lengths``; equal constants stay one broadcast value."""
+    arrays = [np.asarray(a) for a in arrays]
+    n = sum(lengths)
+    if all(a.ndim == 0 or a.strides == (0,) for a in arrays) and len({a.ravel()[0].item() for a in arrays}) == 1:
+        return np.broadcast_to(arrays[0].ravel()[0], (n,))  # constant (e.g. no MoE traffic)
+    return np.concatenate([np.broadcast_to(a, (k,)) for a, k in zip(arrays, lengths)])
+
 
 @dataclass(frozen=True)
 class StepComm:
@@ -511,6 +557,44 @@ class StepComm:
     @property
     def nvlink_bytes(self) -> np.ndarray:
         return sum(g.nvlink_bytes for g in self.groups.values())
+
+    _PATH = ("dp_grad_s", "dp_param_s", "dp_bucket_s", "pp_hop_s")
+
+    def __len__(self) -> int:
+        return len(self.layouts)
+
+    def take(self, idx, layouts=None) -> "StepComm":
+        """The entries at ``idx`` (index array or boolean mask). ``layouts``: the layouts of the
+        result when the caller has them (same parallel sizes as this one's at ``idx``); the group
+        placement is then computed from them instead of gathered."""
+        n = len(self)
+        path = {f: _pick(getattr(self, f), n, idx) for f in self._PATH}
+        if layouts is None:
+            return StepComm(groups={k: g.take(idx) for k, g in self.groups.items()}, layouts=self.layouts.take(idx),
+                            **path)
+        from scaletax.layout import group_strides
+
+        strides = group_strides(layouts)
+        groups = {}
+        for k, g in self.groups.items():
+            size, stride = strides[_PLACEMENT.get(k, k)]
+            amounts = {f: _pick(getattr(g, f), n, idx) for f in GroupTraffic.AMOUNTS}
+            groups[k] = GroupTraffic(size=size, stride=stride, domain=_pick(g.domain, n, idx), **amounts)
+        return StepComm(groups=groups, layouts=layouts, **path)
+
+    def map(self, fn, *others: "StepComm") -> "StepComm":
+        """``fn`` applied to every amount (group traffic and critical-path seconds) of this and
+        ``others`` (same layouts); placement and layouts of this one."""
+        return replace(self, groups={k: g.map(fn, *(o.groups[k] for o in others)) for k, g in self.groups.items()},
+                       **{f: fn(getattr(self, f), *(getattr(o, f) for o in others)) for f in self._PATH})
+
+    @staticmethod
+    def concat(parts: Sequence["StepComm"]) -> "StepComm":
+        """One ``StepComm`` holding every entry of ``parts`` in order."""
+        lengths = [len(p) for p in parts]
+        return StepComm(groups={k: GroupTraffic.concat([p.groups[k] for p in parts]) for k in parts[0].groups},
+                        layouts=type(parts[0].layouts).concat([p.layouts for p in parts]),
+                        **{f: _cat([getattr(p, f) for p in parts], lengths) for f in StepComm._PATH})
 
 
 def _split(op, m, n, n_in, n_out):
@@ -622,28 +706,12 @@ def step_traffic(model, layouts, topo: Topology, wire: WireFormat | None = None,
     shapes = [np.shape(getattr(topo, f)) for f in _TOPO_ARRAY_FIELDS]
     if n <= CHUNK or not all(sh in ((), (n,)) for sh in shapes):
         return _step_traffic(model, layouts, topo, wire, algorithm)
-    parts, lengths = [], []
+    parts = []
     for start in range(0, n, CHUNK):
         idx = np.arange(start, min(start + CHUNK, n))
         sub = topo.replace(**{f: getattr(topo, f)[idx] for f, sh in zip(_TOPO_ARRAY_FIELDS, shapes) if sh == (n,)})
         parts.append(_step_traffic(model, layouts[idx], sub, wire, algorithm))
-        lengths.append(len(idx))
-
-    def cat(arrays):
-        if all(a.strides == (0,) for a in arrays) and len({float(a[0]) for a in arrays}) == 1:
-            return np.broadcast_to(arrays[0][0], (n,))  # constant (e.g. no MoE traffic)
-        return np.concatenate([np.broadcast_to(a, (k,)) for a, k in zip(arrays, lengths)])
-
-    from scaletax.layout import group_strides
-
-    strides = group_strides(layouts)
-    keys = {"dp": "dp_cp"}
-    groups = {g: GroupTraffic(*(cat([getattr(p.groups[g], f) for p in parts])
-                                for f in ("count", "nvlink_bytes", "nic_bytes", "seconds")),
-                              *strides[keys.get(g, g)], topo.domain) for g in GROUPS}
-    return StepComm(groups=groups, layouts=layouts,
-                    **{f: cat([getattr(p, f) for p in parts])
-                       for f in ("dp_grad_s", "dp_param_s", "dp_bucket_s", "pp_hop_s")})
+    return replace(StepComm.concat(parts), layouts=layouts)
 
 
 def _step_traffic(model, layouts, topo: Topology, wire: WireFormat | None = None,
@@ -860,66 +928,3 @@ def exposed_time(model, layouts, topo: Topology, t_compute, overlap: Overlap | N
                  wire: WireFormat | None = None) -> np.ndarray:
     """Exposed communication seconds per step for each layout (the step-time model's input)."""
     return exposed_comm(step_traffic(model, layouts, topo, wire), t_compute, overlap).seconds
-
-
-def traffic_table(model, layout, topo: Topology, wire: WireFormat | None = None,
-                  t_compute=None, overlap: Overlap | None = None) -> list[dict]:
-    """Rows (one per group, then 'total') for one layout: sizes, bytes and seconds per step.
-
-    Columns: group, size, stride, per_domain, collectives (count per step), nvlink_gb, nic_gb,
-    total_gb (GB = 1e9 bytes sent per GPU per step), seconds (not overlapped) and, when
-    ``t_compute`` is given, exposed_s (after :func:`exposed_comm`).
-    """
-    from scaletax.layout import Layout, LayoutArray
-
-    arr = LayoutArray.from_layouts([layout]) if isinstance(layout, Layout) else layout
-    if len(arr) != 1:
-        raise ValueError("traffic_table takes one layout")
-    step = step_traffic(model, arr, topo, wire)
-    exp = exposed_comm(step, t_compute, overlap) if t_compute is not None else None
-    rows = []
-    for name in GROUPS:
-        gt = step.groups[name]
-        row = {"group": name, "size": int(gt.size.ravel()[0]), "stride": int(gt.stride.ravel()[0]),
-               "per_domain": int(gt.per_domain.ravel()[0]), "collectives": float(gt.count.ravel()[0]),
-               "nvlink_gb": float(gt.nvlink_bytes.ravel()[0]) / 1e9,
-               "nic_gb": float(gt.nic_bytes.ravel()[0]) / 1e9,
-               "total_gb": float(gt.bytes.ravel()[0]) / 1e9, "seconds": float(gt.seconds.ravel()[0])}
-        if exp is not None:
-            row["exposed_s"] = float(np.ravel(exp.groups[name])[0])
-        rows.append(row)
-    total = {"group": "total", "size": None, "stride": None, "per_domain": None,
-             "collectives": sum(r["collectives"] for r in rows),
-             "nvlink_gb": sum(r["nvlink_gb"] for r in rows), "nic_gb": sum(r["nic_gb"] for r in rows),
-             "total_gb": sum(r["total_gb"] for r in rows), "seconds": sum(r["seconds"] for r in rows)}
-    if exp is not None:
-        total["exposed_s"] = float(np.ravel(exp.seconds)[0])
-    rows.append(total)
-    return rows
-
-
-#: The published layout of the per-group traffic example: Llama 3.1 405B on 512 H100 (64 DGX
-#: nodes) in NVIDIA's MLPerf Training v5.0 submission eos-dfw_n64_ngc25.01_nemo (row
-#: mlperf5.0-NVIDIA-eos-dfw_n64_ngc25.01_nemo-llama31_405b of data/published_runs.csv):
-#: TP8 PP8 CP2 DP4, micro-batch 1, global batch 1152 sequences of 8192, FP8. The source row
-#: gives no virtual-pipeline size, so vp = 1 here. Meta's own run used 2048 sequences of 8192
-#: (16M tokens) per step at 16k GPUs (Llama 3 paper, arXiv 2407.21783, Sec. 3.3.2); pass gbs to
-#: compare.
-LLAMA405B_LAYOUT = dict(tp=8, pp=8, cp=2, dp=4, mbs=1, gbs=1152, vp=1)
-
-
-def llama405b_traffic(gpu: str = "h100_sxm", *, gbs: int = 1152, precision: str = "fp8",
-                      domain: int | None = None, t_compute=None, overlap: Overlap | None = None) -> list[dict]:
-    """Per-group traffic table of Llama 3.1 405B in the MLPerf layout (:data:`LLAMA405B_LAYOUT`).
-
-    Returns :func:`traffic_table` rows (bytes in GB = 1e9 per GPU per step, seconds per step) for
-    the catalog model ``llama31_405b`` on ``gpu`` (its NVLink domain unless ``domain`` is given),
-    with the wire format of ``precision`` (:meth:`WireFormat.for_recipe`).
-    """
-    from scaletax import models
-    from scaletax.layout import Layout
-
-    layout = Layout(**{**LLAMA405B_LAYOUT, "gbs": gbs})
-    topo = Topology.from_gpu(gpu, domain=domain)
-    return traffic_table(models.get("llama31_405b"), layout, topo, WireFormat.for_recipe(precision),
-                         t_compute=t_compute, overlap=overlap)

@@ -12,6 +12,10 @@ Public API (stable; `memory`, `comm`, `perf`, `search` build on it):
   ``from_layouts(list)``, ``from_arrays(**arrays)``, ``grid(gpus, model, ...)`` (all valid
   combinations), ``len()``, indexing, ``layout(i)``, ``valid_mask(model, gpus=None)``,
   ``reasons(model, gpus=None)`` and derived arrays ``gpus``, ``n_micro``, ``edp``.
+- ``LayoutArray.concat(parts)``, ``la.take(idx)``: join arrays in order / the entries at an
+  index array or mask (what every struct of arrays in the library offers).
+- ``label(layout, model=None, schedule=True, recompute=True)``: the one text form of a layout,
+  ``TP8 PP16 DP128 VP8 MBS2 GBS8192 ZeRO-2, selective recompute``.
 - ``RANK_ORDER``, ``EXPERT_RANK_ORDER``: placement of groups on consecutive ranks, innermost
   first. ``group_strides(layout_or_array)`` -> ``{group: (size, stride)}`` for groups
   ``tp, cp, dp, dp_cp, pp, etp, ep, edp``; ``members_per_domain(size, stride, domain)`` ->
@@ -237,10 +241,10 @@ class LayoutArray:
         Defaults: tp and pp over the divisors of ``gpus`` (tp <= 64), ep over the divisors of
         ``moe_experts`` (1 for dense), etp = tp. ``gbs`` None means each layout's default.
         """
-        div = _divisors(gpus)
+        div = divisors(gpus)
         tp = [t for t in div if t <= 64] if tp is None else list(tp)
         pp = [p for p in div if p <= model.layers] if pp is None else list(pp)
-        ep = (_divisors(model.moe_experts) if model.is_moe else [1]) if ep is None else list(ep)
+        ep = (divisors(model.moe_experts) if model.is_moe else [1]) if ep is None else list(ep)
         etp_choices = [None] if etp is None else list(etp)
         rc = [RECOMPUTE_CODE[r] if isinstance(r, str) else int(r) for r in recompute]
         combos = np.array(list(itertools.product(tp, pp, cp, ep, range(len(etp_choices)), vp, mbs, sp,
@@ -265,6 +269,18 @@ class LayoutArray:
         if isinstance(idx, (int, np.integer)):
             idx = [int(idx)]
         return LayoutArray(**{f: getattr(self, f)[idx] for f in FIELDS})
+
+    def take(self, idx) -> "LayoutArray":
+        """The entries at ``idx`` (index array, boolean mask or one index) as a LayoutArray."""
+        return self[idx]
+
+    @classmethod
+    def concat(cls, parts: Sequence["LayoutArray"]) -> "LayoutArray":
+        """One LayoutArray holding every entry of ``parts`` in order."""
+        parts = list(parts)
+        if not parts:
+            return cls.from_layouts([])
+        return cls(**{f: np.concatenate([getattr(p, f) for p in parts]) for f in FIELDS})
 
     def __setattr__(self, name, value):
         raise AttributeError("LayoutArray is read-only; build a new one")
@@ -341,8 +357,35 @@ class LayoutArray:
         return ok
 
 
-def _divisors(n: int) -> list[int]:
+def divisors(n: int) -> list[int]:
+    """The divisors of ``n`` in increasing order."""
     return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def label(lay: Layout, model: Model | None = None, *, schedule: bool = True, recompute: bool = True) -> str:
+    """The text form of a layout used everywhere in the book.
+
+    ``TP8 PP16 CP2 EP8 ETP1 DP128 VP8 MBS2 GBS8192 ZeRO-2, selective recompute``: the parallel
+    sizes (CP when > 1; EP for a MoE ``model`` or when > 1; ETP when it differs from TP; VP when
+    > 1), then with ``schedule`` the micro-batch, global batch (sequences) and ZeRO stage, then
+    with ``recompute`` the recompute mode.
+    """
+    parts = [f"TP{lay.tp}", f"PP{lay.pp}"]
+    if lay.cp > 1:
+        parts.append(f"CP{lay.cp}")
+    if lay.ep > 1 or (model is not None and model.is_moe):
+        parts.append(f"EP{lay.ep}")
+        if lay.etp != lay.tp:
+            parts.append(f"ETP{lay.etp}")
+    parts.append(f"DP{lay.dp}")
+    if lay.vp > 1:
+        parts.append(f"VP{lay.vp}")
+    if schedule:
+        parts += [f"MBS{lay.mbs}", f"GBS{lay.gbs}", f"ZeRO-{lay.zero_stage}"]
+    text = " ".join(parts)
+    if recompute:
+        text += ", no recompute" if lay.recompute == "none" else f", {lay.recompute} recompute"
+    return text
 
 
 def group_strides(layout: Layout | LayoutArray) -> dict[str, tuple[Any, Any]]:

@@ -365,33 +365,14 @@ class StepInputs:
         """One ``StepInputs`` holding every entry of ``parts`` in order."""
         arrays = {f.name: np.concatenate([np.broadcast_to(getattr(p, f.name), (len(p),)) for p in parts])
                   for f in fields(StepInputs) if f.name != "comm"}
-        return StepInputs(comm=_concat_steps([p.comm for p in parts]), **arrays)
+        return StepInputs(comm=comm.StepComm.concat([p.comm for p in parts]), **arrays)
 
-
-def _concat_steps(steps: list[comm.StepComm]) -> comm.StepComm:
-    lens = [len(s.layouts) for s in steps]
-
-    def cat(vals):
-        return np.concatenate([np.broadcast_to(np.asarray(v, dtype=np.float64), (k,)) for v, k in zip(vals, lens)])
-
-    def cati(vals):
-        return np.concatenate([np.broadcast_to(np.asarray(v), (k,)) for v, k in zip(vals, lens)])
-
-    groups = {k: comm.GroupTraffic(count=cat([s.groups[k].count for s in steps]),
-                                   nvlink_bytes=cat([s.groups[k].nvlink_bytes for s in steps]),
-                                   nic_bytes=cat([s.groups[k].nic_bytes for s in steps]),
-                                   seconds=cat([s.groups[k].seconds for s in steps]),
-                                   size=cati([s.groups[k].size for s in steps]),
-                                   stride=cati([s.groups[k].stride for s in steps]),
-                                   domain=cati([s.groups[k].domain for s in steps]))
-              for k in steps[0].groups}
-    from scaletax.layout import FIELDS
-
-    la = LayoutArray(**{f: np.concatenate([getattr(s.layouts, f) for s in steps]) for f in FIELDS})
-    return comm.StepComm(groups=groups, dp_grad_s=cat([s.dp_grad_s for s in steps]),
-                         dp_param_s=cat([s.dp_param_s for s in steps]),
-                         dp_bucket_s=cat([s.dp_bucket_s for s in steps]),
-                         pp_hop_s=cat([s.pp_hop_s for s in steps]), layouts=la)
+    def take(self, idx) -> "StepInputs":
+        """The entries at ``idx`` (index array or boolean mask)."""
+        n = len(self)
+        arrays = {f.name: np.broadcast_to(getattr(self, f.name), (n,))[idx] for f in fields(StepInputs)
+                  if f.name != "comm"}
+        return StepInputs(comm=self.comm.take(idx), **arrays)
 
 
 def _layer_linear_flops(model: Model) -> dict[str, float]:
@@ -608,9 +589,7 @@ def _dedup_ep(step: comm.StepComm, model: Model, topo: Topology, ep_dispatch: st
     nic = g.nic_bytes * f
     t_out = np.where(n > n_in, cnt * topo.alpha_nic + nic / np.asarray(topo.nic_eff_bw), 0.0)
     secs = np.where(cnt > 0, cnt * topo.alpha_launch + np.maximum(t_in, t_out), 0.0)
-    new = comm.GroupTraffic(count=g.count, nvlink_bytes=g.nvlink_bytes, nic_bytes=nic, seconds=secs,
-                            size=g.size, stride=g.stride, domain=g.domain)
-    return replace(step, groups={**step.groups, "ep": new})
+    return replace(step, groups={**step.groups, "ep": replace(g, nic_bytes=nic, seconds=secs)})
 
 
 def _mix_steps(a: comm.StepComm, b: comm.StepComm, x) -> comm.StepComm:
@@ -618,15 +597,7 @@ def _mix_steps(a: comm.StepComm, b: comm.StepComm, x) -> comm.StepComm:
     def mix(u, v):
         return (1.0 - x) * np.asarray(u, dtype=np.float64) + x * np.asarray(v, dtype=np.float64)
 
-    groups = {k: comm.GroupTraffic(count=mix(a.groups[k].count, b.groups[k].count),
-                                   nvlink_bytes=mix(a.groups[k].nvlink_bytes, b.groups[k].nvlink_bytes),
-                                   nic_bytes=mix(a.groups[k].nic_bytes, b.groups[k].nic_bytes),
-                                   seconds=mix(a.groups[k].seconds, b.groups[k].seconds),
-                                   size=a.groups[k].size, stride=a.groups[k].stride, domain=a.groups[k].domain)
-              for k in a.groups}
-    return comm.StepComm(groups=groups, dp_grad_s=mix(a.dp_grad_s, b.dp_grad_s),
-                         dp_param_s=mix(a.dp_param_s, b.dp_param_s), dp_bucket_s=mix(a.dp_bucket_s, b.dp_bucket_s),
-                         pp_hop_s=mix(a.pp_hop_s, b.pp_hop_s), layouts=b.layouts)
+    return replace(a.map(mix, b), layouts=b.layouts)
 
 
 #: Layout fields the per-step traffic depends on (``comm.step_traffic``): ZeRO enters only as
@@ -636,21 +607,8 @@ _COMM_FIELDS = ("tp", "pp", "cp", "ep", "etp", "dp", "vp", "mbs", "gbs", "sp")
 
 def _expand_step(step: comm.StepComm, inv: np.ndarray, la: LayoutArray) -> comm.StepComm:
     """Entries ``inv`` of a ``StepComm`` computed on unique layouts, for the layouts ``la``."""
-    nu = len(step.layouts)
-
-    def take(a):
-        return np.broadcast_to(np.asarray(a, dtype=np.float64), (nu,))[inv]
-
-    from scaletax.layout import group_strides
-
-    strides = group_strides(la)
-    key = {"dp": "dp_cp"}
-    groups = {k: comm.GroupTraffic(count=take(g.count), nvlink_bytes=take(g.nvlink_bytes), nic_bytes=take(g.nic_bytes),
-                                   seconds=take(g.seconds), size=strides[key.get(k, k)][0],
-                                   stride=strides[key.get(k, k)][1], domain=g.domain)
-              for k, g in step.groups.items()}
-    return comm.StepComm(groups=groups, dp_grad_s=take(step.dp_grad_s), dp_param_s=take(step.dp_param_s),
-                         dp_bucket_s=take(step.dp_bucket_s), pp_hop_s=take(step.pp_hop_s), layouts=la)
+    # the traffic and the group placement depend only on the fields the unique rows share with la
+    return step.take(inv, layouts=la)
 
 
 def _step_traffic(model: Model, la: LayoutArray, topo: Topology, wire: WireFormat) -> comm.StepComm:
@@ -793,6 +751,13 @@ class StepTime:
         return StepTime(**{f.name: ({k: v[idx] for k, v in getattr(self, f.name).items()}
                                     if f.name == "comm_groups" else getattr(self, f.name)[idx])
                            for f in fields(self)})
+
+    @staticmethod
+    def concat(parts: list["StepTime"]) -> "StepTime":
+        """One ``StepTime`` holding every entry of ``parts`` in order."""
+        return StepTime(**{f.name: ({k: np.concatenate([p.comm_groups[k] for p in parts]) for k in parts[0].comm_groups}
+                                    if f.name == "comm_groups" else np.concatenate([getattr(p, f.name) for p in parts]))
+                           for f in fields(StepTime)})
 
 
 def evaluate(inp: StepInputs, eff: Efficiency | None = None, overlap: Overlap | None = None) -> StepTime:

@@ -1,51 +1,79 @@
 """Layout search: every valid layout of a model on N GPUs evaluated at once as numpy arrays.
 
+This is the book's one answer to "which layout": every chapter that needs a best layout asks
+:func:`search` with a :class:`SearchSpace` holding its restrictions.
+
 Public API
 ----------
-- ``SearchSpace``: the choices per parallel dimension (defaults below).
-- ``candidates(model, gpus, space, sequences) -> LayoutArray``: every valid layout (rules below).
+- ``SearchSpace``: the choices per parallel dimension, the NVLink domain, the batch rule and the
+  objective ("fastest" or "least_parallel"); defaults below. ``TP_CHOICES``, ``MAX_GPUS``.
+- ``candidates(model, gpus, space, sequences, domain=None) -> LayoutArray``: every valid layout
+  (rules below).
 - ``search(model, precision, gpu, gpus, *, tokens_per_step=None, gbs=None, space=None, topo=None,
-  band=None, pareto=True) -> SearchResult``: the fastest layout that fits memory (tokens/s per
-  GPU, with its low/high band), the Pareto set (cluster tokens/s vs memory headroom vs GPUs),
-  or a "does not fit" answer with the minimum GPU count (``memory.min_gpus_to_fit``).
+  band=None, pareto=True) -> SearchResult``: the best layout that fits memory by the space's
+  objective, with its ``StepTime`` (and low/high band) and its per-group traffic
+  (``comm.StepComm``), the Pareto set (cluster tokens/s vs memory headroom vs GPUs), or a
+  "does not fit" answer with the minimum GPU count (:func:`min_gpus`).
+- ``min_gpus(model, precision, gpu, *, space=None, sequences=None, counts=None) -> SearchResult``:
+  the smallest GPU count (1, 2, 4, then whole 8-GPU nodes up to ``space.max_gpus``) where the
+  space has a layout that fits, searched there.
+- ``rank_key(objective, ...)``: the ranking, best first (one definition for both searches).
 - ``search_loop(...)``: the same search as a plain per-layout Python loop (scalar ``Layout``
   objects, one ``memory.breakdown`` and one ``perf.step_time`` call each): the reference for
   the vectorized one (tests, benchmark).
 - ``pareto_mask(throughput, headroom, gpus) -> bool array``.
 - ``benchmark(model, precision, gpu, gpus, tokens_per_step=...) -> dict``: layouts/s of both.
 
-Candidate rules (both implementations): ``tp`` from ``space.tp`` dividing the GPU count;
-``pp`` the divisors of the remaining count up to the layer count (or ``space.pp``); ``cp``,
-``vp``, ``mbs``, ZeRO stage and recompute from the space; MoE: ``ep`` the divisors of the expert
-count (or ``space.ep``), ``etp`` 1 or tp; dense: ep = 1, etp = tp. ``parallel`` validity rules
-(heads and kv_heads divisible by tp, seq_len by 2 cp, ep x etp dividing tp x cp x dp, ...).
-Global batch: the token budget in whole sequences S, rounded to a whole number of micro-batches
-per data-parallel rank, n_micro = max(1, round(S / (mbs dp))); layouts whose batch differs from S
-by more than ``space.batch_tolerance`` are dropped. Interleaving (vp > 1) needs pp > 1,
-n_micro a multiple of pp (Megatron's interleaved 1F1B) and pp x vp <= layers.
-Ranking: tokens/s per GPU (the step-time model), ties broken by less memory, then by less model
-parallelism (``memory.choose_least_parallel`` order).
+Candidate rules (both implementations): ``tp`` from ``space.tp`` dividing the GPU count and, with
+``space.tp_aligned``, dividing the NVLink domain or a multiple of it (every TP group then sits in
+whole domains, where ``layout.members_per_domain`` is exact); ``pp`` the divisors of the
+remaining count up to the layer count (or ``space.pp``); ``cp``, ``vp``, ``mbs``, ZeRO stage and
+recompute from the space; MoE: ``ep`` the divisors of the expert count (or ``space.ep``), ``etp``
+1 or tp; dense: ep = 1, etp = tp. ``layout`` validity rules (heads and kv_heads divisible by tp,
+seq_len by 2 cp, ep x etp dividing tp x cp x dp, ...).
+Global batch (the one batch rule): the token budget in whole sequences S, rounded to a whole
+number of micro-batches per data-parallel rank, n_micro = max(1, round(S / (mbs dp))); layouts
+whose batch differs from S by more than ``space.batch_tolerance`` are dropped. With
+``batch_tolerance=None`` there is no batch: each layout runs pp micro-batches per step (what
+memory alone allows). Interleaving (vp > 1) needs pp > 1, n_micro a multiple of pp (Megatron's
+interleaved 1F1B) and pp x vp <= layers.
+Ranking (:func:`rank_key`): "fastest": tokens/s per GPU (the step-time model, to 1e-6), ties
+broken by less memory, then by the least-parallel order; "least_parallel": smallest
+tp x pp x cp, then least recompute, smallest ep, pp, vp and ZeRO stage.
 """
 from __future__ import annotations
 
 import itertools
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 import numpy as np
 
-from scaletax import hardware, memory, perf
+from scaletax import comm, hardware, memory, perf
 from scaletax.models import Model
-from scaletax.layout import RECOMPUTE_CODE, RECOMPUTE_NAME, Layout, LayoutArray
+from scaletax.layout import RECOMPUTE_CODE, RECOMPUTE_NAME, Layout, LayoutArray, divisors, label
 from scaletax.topology import Topology
+
+#: Tensor-parallel sizes the search tries (powers of two up to 64).
+TP_CHOICES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
+#: Largest GPU count :func:`min_gpus` tries.
+MAX_GPUS = 65_536
+OBJECTIVES = ("fastest", "least_parallel")
 
 
 @dataclass(frozen=True)
 class SearchSpace:
-    """Choices per dimension (``None``: derived from the model and GPU count, see module doc)."""
+    """What a search may choose, and how it ranks (``None``: derived, see the module doc).
 
-    tp: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
+    tp, pp, cp, ep, etp_tp (MoE: etp = 1 or tp), vp, mbs, zero_stage, recompute: the choices
+    per dimension. domain: NVLink domain size in GPUs (None: the GPU's). tp_aligned: tp divides
+    the domain or is a multiple of it. batch_tolerance: relative distance allowed between a
+    layout's global batch and the target (None: no batch, pp micro-batches per step).
+    objective: "fastest" or "least_parallel". max_gpus: the largest count :func:`min_gpus` tries.
+    """
+
+    tp: tuple[int, ...] = TP_CHOICES
     pp: tuple[int, ...] | None = None
     cp: tuple[int, ...] = (1, 2, 4, 8, 16)
     ep: tuple[int, ...] | None = None
@@ -54,7 +82,11 @@ class SearchSpace:
     mbs: tuple[int, ...] = (1, 2, 4, 8)
     zero_stage: tuple[int, ...] = (0, 1, 2, 3)
     recompute: tuple[str, ...] = ("none", "selective", "full")
-    batch_tolerance: float = 0.10
+    batch_tolerance: float | None = 0.10
+    domain: int | None = None
+    tp_aligned: bool = True
+    objective: str = "fastest"
+    max_gpus: int = MAX_GPUS
 
     def __post_init__(self) -> None:
         bad = set(self.recompute) - set(RECOMPUTE_CODE)
@@ -63,18 +95,27 @@ class SearchSpace:
         for name in ("tp", "cp", "vp", "mbs"):
             if any(int(v) < 1 for v in getattr(self, name)):
                 raise ValueError(f"{name}: choices must be >= 1")
-        if not 0 <= self.batch_tolerance < 1:
-            raise ValueError("batch_tolerance: must be in [0, 1)")
+        if self.batch_tolerance is not None and not 0 <= self.batch_tolerance < 1:
+            raise ValueError("batch_tolerance: must be in [0, 1) or None")
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"objective: must be one of {', '.join(OBJECTIVES)} (got {self.objective!r})")
+        if self.domain is not None and int(self.domain) < 1:
+            raise ValueError("domain: must be >= 1")
+
+    def with_(self, **changes: Any) -> "SearchSpace":
+        """A copy with some fields changed (validated again)."""
+        return replace(self, **changes)
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+def _tp_ok(t: int, domain: int | None, aligned: bool) -> bool:
+    return not aligned or domain is None or domain % t == 0 or t % domain == 0
 
 
-def _choices(model: Model, gpus: int, space: SearchSpace) -> dict[str, list]:
-    tp = [t for t in space.tp if gpus % t == 0]
-    pp = sorted({p for p in (space.pp or _divisors(gpus)) if p <= model.layers and gpus % p == 0})
-    ep = (list(space.ep) if space.ep is not None else _divisors(model.moe_experts)) if model.is_moe else [1]
+def _choices(model: Model, gpus: int, space: SearchSpace, domain: int | None = None) -> dict[str, list]:
+    dom = space.domain if domain is None else domain
+    tp = [t for t in space.tp if gpus % t == 0 and _tp_ok(t, dom, space.tp_aligned)]
+    pp = sorted({p for p in (space.pp or divisors(gpus)) if p <= model.layers and gpus % p == 0})
+    ep = (list(space.ep) if space.ep is not None else divisors(model.moe_experts)) if model.is_moe else [1]
     etp = list(space.etp_tp) if model.is_moe else [True]
     return {"tp": tp, "pp": pp, "cp": list(space.cp), "ep": ep, "etp_tp": etp, "vp": list(space.vp),
             "mbs": list(space.mbs), "zero": list(space.zero_stage),
@@ -94,22 +135,30 @@ def target_sequences(model: Model, tokens_per_step: float | None = None, gbs: in
     return max(1, int(round(tokens_per_step / model.seq_len)))
 
 
+def _n_micro(sequences, per):
+    """Micro-batches per data-parallel rank: the batch rule (module docstring); ``per`` = mbs x dp."""
+    return np.maximum(1, np.rint(sequences / per).astype(np.int64))
+
+
 def _product(*arrays):
     """Cartesian product of 1-D arrays, first varying slowest (itertools.product order)."""
     grids = np.meshgrid(*(np.asarray(a) for a in arrays), indexing="ij")
     return [g.ravel() for g in grids]
 
 
-def candidates(model: Model, gpus: int, space: SearchSpace | None = None, sequences: int = 1) -> LayoutArray:
+def candidates(model: Model, gpus: int, space: SearchSpace | None = None, sequences: int | None = 1,
+               domain: int | None = None) -> LayoutArray:
     """Every valid layout of ``model`` on exactly ``gpus`` GPUs (module docstring rules).
 
+    ``sequences``: the target global batch (ignored with ``space.batch_tolerance=None``);
+    ``domain``: NVLink domain for the tp alignment rule (default ``space.domain``; None: no rule).
     Built in three stages so that rules prune early: the parallel sizes (tp, pp, cp, ep, etp)
-    with ``parallel``'s validity rules, then the schedule (vp, mbs) with the batch and
+    with ``layout``'s validity rules, then the schedule (vp, mbs) with the batch and
     interleaving rules, then ZeRO stage x recompute (no rules). Order: ``itertools.product``
     over (tp, pp, cp, ep, etp, vp, mbs, zero, recompute), as :func:`search_loop`.
     """
     space = SearchSpace() if space is None else space
-    ch = _choices(model, gpus, space)
+    ch = _choices(model, gpus, space, domain)
     if any(not ch[k] for k in ("tp", "pp", "cp", "ep", "etp_tp", "vp", "mbs", "zero", "rc")):
         return LayoutArray.from_layouts([])
     i64 = np.int64
@@ -126,9 +175,13 @@ def candidates(model: Model, gpus: int, space: SearchSpace | None = None, sequen
     # stage 2: schedule
     k1, v, m = _product(s1, np.asarray(ch["vp"], dtype=i64), np.asarray(ch["mbs"], dtype=i64))
     pk, dk = p[k1], d[k1]
-    n_micro = np.maximum(1, np.rint(sequences / (m * dk)).astype(i64))
+    if space.batch_tolerance is None:
+        n_micro = pk
+        ok = np.ones(k1.size, dtype=bool)
+    else:
+        n_micro = _n_micro(sequences, m * dk)
+        ok = np.abs(n_micro * m * dk - sequences) <= space.batch_tolerance * sequences
     gbs = n_micro * m * dk
-    ok = np.abs(gbs - sequences) <= space.batch_tolerance * sequences
     ok &= (v == 1) | ((pk > 1) & (n_micro % pk == 0) & (pk * v <= model.layers))
     k1, v, m, gbs = (a[ok] for a in (k1, v, m, gbs))
     # stage 3: ZeRO stage x recompute
@@ -136,6 +189,31 @@ def candidates(model: Model, gpus: int, space: SearchSpace | None = None, sequen
     src = k1[k2]
     return LayoutArray(tp=t[src], pp=p[src], cp=c[src], ep=e[src], etp=etp[src], dp=d[src], vp=v[k2], mbs=m[k2],
                        gbs=gbs[k2], sp=(t[src] > 1).astype(i64), zero_stage=z, recompute=r)
+
+
+def rank_key(objective: str, *, tp, pp, cp, ep, vp, zero_stage, recompute, tps=None, mem=None) -> tuple:
+    """The search's ranking as a tuple of keys, smallest first wins (scalars or arrays).
+
+    "fastest": -tokens/s per GPU (rounded to 1e-6), memory bytes (rounded to the byte), then the
+    least-parallel keys; "least_parallel": tp x pp x cp, recompute code, ep, pp, vp, ZeRO stage.
+    """
+    ties = (tp * pp * cp, recompute, ep, pp, vp, zero_stage)
+    if objective == "fastest":
+        return (-np.round(tps, 6), np.round(mem, 0)) + ties
+    if objective == "least_parallel":
+        return ties
+    raise ValueError(f"objective: must be one of {', '.join(OBJECTIVES)} (got {objective!r})")
+
+
+def _first(keys: tuple, n: int) -> int:
+    """Index of the smallest entry by ``keys`` in priority order (first index among full ties)."""
+    idx = np.arange(n)
+    for k in keys:
+        k = np.broadcast_to(np.asarray(k), (n,))[idx]
+        idx = idx[k == k.min()]
+        if idx.size == 1:
+            break
+    return int(idx[0])
 
 
 def pareto_mask(throughput, headroom, gpus) -> np.ndarray:
@@ -169,12 +247,14 @@ def pareto_mask(throughput, headroom, gpus) -> np.ndarray:
 class SearchResult:
     """Outcome of a layout search.
 
-    fits: some layout fits memory and the batch rule. best: the fastest ``Layout`` (None if not
+    fits: some layout fits memory and the batch rule. best: the chosen ``Layout`` (None if not
     fits); metrics: its numbers (tokens/s per GPU with ``_low``/``_high``, MFU, step time and
-    breakdown, memory GiB, headroom GiB); pareto: rows of the Pareto set; n_layouts: candidates
-    evaluated; n_fit: those that fit; min_gpus: smallest GPU count that fits at all (only when
-    nothing fits); message: one line for the book; seconds: wall time of the whole search
-    (enumeration, memory, step time, ranking, Pareto set).
+    breakdown, memory GiB, headroom GiB); step: its ``perf.StepTime`` (one entry) and band
+    (``perf.Prediction``); traffic: its per-group traffic (``comm.StepComm``, one entry);
+    pareto: rows of the Pareto set ("fastest" only); n_layouts: candidates evaluated; n_fit:
+    those that fit; min_gpus: smallest GPU count that fits at all (only when nothing fits);
+    message: one line for the book; seconds: wall time of the whole search (enumeration,
+    memory, step time, ranking, Pareto set); domain: the NVLink domain searched; objective.
     """
 
     model: str
@@ -190,7 +270,12 @@ class SearchResult:
     min_gpus: int | None
     message: str
     seconds: float
-    sequences: int
+    sequences: int | None
+    step: perf.StepTime | None = None
+    band: perf.Prediction | None = None
+    traffic: comm.StepComm | None = None
+    domain: int | None = None
+    objective: str = "fastest"
 
     @property
     def layouts_per_s(self) -> float:
@@ -205,23 +290,43 @@ def layout_row(la: LayoutArray, i: int) -> dict[str, Any]:
             "recompute": RECOMPUTE_NAME[int(la.recompute[i])]}
 
 
-def _best(tps: np.ndarray, mem: np.ndarray, la: LayoutArray) -> int:
-    """Index of the best layout: most tokens/s per GPU (to 1e-6), then least memory (to the
-    byte), then least model parallelism, recompute, ep, pp, vp and ZeRO stage (the loop's key)."""
-    r = np.round(tps, 6)
-    idx = np.flatnonzero(r == r.max())
-    if idx.size == 1:
-        return int(idx[0])
-    keys = (la.zero_stage[idx], la.vp[idx], la.pp[idx], la.ep[idx], la.recompute[idx],
-            (la.tp * la.pp * la.cp)[idx], np.round(mem[idx], 0))
-    return int(idx[np.lexsort(keys)[0]])
+def _rank(objective: str, la: LayoutArray, tps, mem) -> int:
+    """Index of the best layout of ``la`` by :func:`rank_key`.
+
+    The full key is built only for the layouts tied on its first entry (tokens/s per GPU to
+    1e-6, or tp x pp x cp): full-length temporaries for every key would cost more than the rest.
+    """
+    if objective == "fastest":
+        first = np.round(tps, 6)
+        idx = np.flatnonzero(first == first.max())
+    else:
+        first = la.tp * la.pp * la.cp
+        idx = np.flatnonzero(first == first.min())
+    sub = la[idx]
+    keys = rank_key(objective, tp=sub.tp, pp=sub.pp, cp=sub.cp, ep=sub.ep, vp=sub.vp, zero_stage=sub.zero_stage,
+                    recompute=sub.recompute, tps=None if tps is None else tps[idx], mem=mem[idx])
+    return int(idx[_first(keys, idx.size)])
 
 
-def _not_fit(model, precision, g, counts, space, n, seconds, sequences, why: str) -> SearchResult:
-    fit = memory.min_gpus_to_fit(model, g, precision, max_tp=max(space.tp), zero_stages=tuple(space.zero_stage),
-                                 recompute=tuple(space.recompute))
-    need = (f"needs at least {fit.gpus:,}" if fit.gpus is not None
-            else "does not fit on any count up to 65,536")
+def _dispatch(model: Model) -> str:
+    return "dedup" if model.is_moe else "alltoall"
+
+
+def _gpu(gpu) -> hardware.GPU:
+    return hardware.get(gpu) if isinstance(gpu, str) else gpu
+
+
+def _topology(g: hardware.GPU, space: SearchSpace, topo: Topology | None) -> tuple[Topology, int]:
+    topo = Topology.from_gpu(g, domain=space.domain) if topo is None else topo
+    return topo, int(np.max(topo.domain))
+
+
+def _fail(model, precision, g, counts, space, n, seconds, sequences, domain, why: str,
+          **memory_options) -> SearchResult:
+    fit = min_gpus(model, precision, g, space=space.with_(batch_tolerance=None, objective="least_parallel"),
+                   **memory_options)
+    need = (f"needs at least {fit.gpus[0]:,}" if fit.fits
+            else f"does not fit on any count up to {space.max_gpus:,}")
     counts_s = "/".join(f"{c:,}" for c in counts)
     if why == "memory":
         msg = f"{model.name or model.id} does not fit on {counts_s} GPUs of type {g.label} in {precision}; {need}"
@@ -230,23 +335,34 @@ def _not_fit(model, precision, g, counts, space, n, seconds, sequences, why: str
                f"of {sequences:,} sequences within the batch tolerance (memory alone {need})")
     return SearchResult(model=model.id or model.name, precision=precision, gpu=g.id, gpus=tuple(counts), fits=False,
                         best=None, metrics={}, pareto=[], n_layouts=n, n_fit=0,
-                        min_gpus=fit.gpus, message=msg, seconds=seconds, sequences=sequences)
+                        min_gpus=fit.gpus[0] if fit.fits else None, message=msg, seconds=seconds, sequences=sequences,
+                        domain=domain, objective=space.objective)
 
 
 def search(model: Model, precision: str, gpu, gpus: int | Sequence[int], *, tokens_per_step: float | None = None,
            gbs: int | None = None, space: SearchSpace | None = None, topo: Topology | None = None,
            band: perf.EfficiencyBand | None = None, pareto: bool = True, **memory_options: Any) -> SearchResult:
-    """Vectorized layout search (module docstring). ``gpus``: one count or several (Pareto over them)."""
+    """Vectorized layout search (module docstring). ``gpus``: one count or several (Pareto over them).
+
+    ``topo`` overrides the topology (default: the GPU's, with ``space.domain``); ``band``: the
+    efficiency band (default ``data/efficiency.yaml``); ``memory_options`` go to
+    ``memory.breakdown``. With ``space.batch_tolerance=None`` no token budget is needed.
+    """
     space = SearchSpace() if space is None else space
-    g = hardware.get(gpu) if isinstance(gpu, str) else gpu
-    counts = [int(gpus)] if np.ndim(gpus) == 0 else [int(x) for x in gpus]
-    seqs = target_sequences(model, tokens_per_step, gbs)
+    seqs = None if space.batch_tolerance is None else target_sequences(model, tokens_per_step, gbs)
+    return _search(model, precision, _gpu(gpu), [int(gpus)] if np.ndim(gpus) == 0 else [int(x) for x in gpus],
+                   seqs, space, topo, band, pareto, memory_options)
+
+
+def _search(model, precision, g, counts, seqs, space, topo, band, pareto, memory_options, fail=True):
     band = perf.default_band() if band is None else band
+    topo, domain = _topology(g, space, topo)
+    fastest = space.objective == "fastest"
     cap = memory.capacity_gib(g) * memory.GIB
     t0 = time.perf_counter()
     parts, n_total = [], 0
     for count in counts:
-        la = candidates(model, count, space, seqs)
+        la = candidates(model, count, space, seqs, domain)
         n_total += len(la)
         if not len(la):
             continue
@@ -255,27 +371,33 @@ def search(model: Model, precision: str, gpu, gpus: int | Sequence[int], *, toke
         if not ok.any():
             continue
         sub = la[ok]
-        inp = perf.prepare(model, sub, precision, g, topo, ep_dispatch="dedup" if model.is_moe else "alltoall")
-        st = perf.evaluate(inp, band.value)
-        parts.append((sub, mem[ok], st, inp))
+        inp = perf.prepare(model, sub, precision, g, topo, ep_dispatch=_dispatch(model)) if fastest else None
+        parts.append((sub, mem[ok], perf.evaluate(inp, band.value) if fastest else None, inp))
     if not parts:
-        return _not_fit(model, precision, g, counts, space, n_total, time.perf_counter() - t0, seqs,
-                        "memory" if n_total else "batch")
-    la = _concat([p[0] for p in parts]) if len(parts) > 1 else parts[0][0]
-    mem = np.concatenate([p[1] for p in parts])
-    st = parts[0][2] if len(parts) == 1 else _concat_steps([p[2] for p in parts])
-    i = _best(st.tokens_per_s_per_gpu, mem, la)
+        if not fail:
+            return None
+        return _fail(model, precision, g, counts, space, n_total, time.perf_counter() - t0, seqs, domain,
+                     "memory" if n_total else "batch", **memory_options)
+    if len(parts) == 1:
+        la, mem, st = parts[0][:3]
+    else:
+        la = LayoutArray.concat([p[0] for p in parts])
+        mem = np.concatenate([p[1] for p in parts])
+        st = perf.StepTime.concat([p[2] for p in parts]) if fastest else None
+    i = _rank(space.objective, la, st.tokens_per_s_per_gpu if fastest else None, mem)
     best = la.layout(i)
-    # band of the best layout (low / high efficiency corners)
-    j = i
-    k = 0
-    while j >= len(parts[k][0]):
-        j -= len(parts[k][0])
-        k += 1
-    pb = perf.evaluate_band(_take_inputs(parts[k][3], j), band)
-    metrics = _metrics(st, i, mem[i], cap, pb)
+    if fastest:  # the prepared inputs of the best layout
+        j, k = i, 0
+        while j >= len(parts[k][0]):
+            j -= len(parts[k][0])
+            k += 1
+        inp1 = parts[k][3].take([j])
+    else:
+        inp1 = perf.prepare(model, la.take([i]), precision, g, topo, ep_dispatch=_dispatch(model))
+    pb = perf.evaluate_band(inp1, band)
+    metrics = _metrics(pb, mem[i], cap)
     rows = []
-    if pareto:
+    if pareto and fastest:
         cluster = st.tokens_per_s_per_gpu * la.gpus
         head = (cap - mem) / memory.GIB
         pm = np.flatnonzero(pareto_mask(cluster, head, la.gpus))
@@ -284,88 +406,96 @@ def search(model: Model, precision: str, gpu, gpus: int | Sequence[int], *, toke
                  "tokens_per_s_per_gpu": float(st.tokens_per_s_per_gpu[q]), "mfu": float(st.mfu[q]),
                  "memory_gib": float(mem[q] / memory.GIB), "headroom_gib": float(head[q])} for q in pm]
     seconds = time.perf_counter() - t0
-    msg = (f"best of {n_total:,} layouts ({len(la):,} fit): {perf_label(best)} at "
+    what = "best" if fastest else "least model-parallel"
+    msg = (f"{what} of {n_total:,} layouts ({len(la):,} fit): {label(best, model)} at "
            f"{metrics['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU")
     return SearchResult(model=model.id or model.name, precision=precision, gpu=g.id, gpus=tuple(counts), fits=True,
                         best=best, metrics=metrics, pareto=rows, n_layouts=n_total, n_fit=len(la), min_gpus=None,
-                        message=msg, seconds=seconds, sequences=seqs)
+                        message=msg, seconds=seconds, sequences=seqs, step=pb.value, band=pb, traffic=inp1.comm,
+                        domain=domain, objective=space.objective)
 
 
-def perf_label(lay: Layout) -> str:
-    """Layout label for tables (``validate.layout_string``)."""
-    from scaletax.validate import layout_string
+#: GPU counts :func:`min_gpus` tries by default: 1, 2, 4, then whole 8-GPU nodes.
+def default_counts(max_gpus: int = MAX_GPUS) -> list[int]:
+    """1, 2, 4, then every multiple of 8 up to ``max_gpus``."""
+    return [n for n in (1, 2, 4) if n <= max_gpus] + list(range(8, max_gpus + 1, 8))
 
-    return layout_string(lay)
+
+def _state_bound(model: Model, precision: str, **memory_options: Any) -> float:
+    """Bytes of model state with everything sharded and no activations: a lower bound for a screen."""
+    o = memory.resolve_options(precision, **{k: v for k, v in memory_options.items() if k != "reserve_gib"})
+    per_param = o["param_bytes"] + o["grad_bytes"] + o["optimizer_bytes"]
+    if o["lowp_params"]:
+        per_param = per_param - o["param_bytes"] + min(o["lowp"], o["param_bytes"])
+    return model.total_params * per_param
 
 
-def _metrics(st: perf.StepTime, i: int, mem_bytes: float, cap: float, pb: perf.Prediction | None) -> dict[str, Any]:
-    out = {"tokens_per_s_per_gpu": float(st.tokens_per_s_per_gpu[i]), "mfu": float(st.mfu[i]),
-           "model_tflops_per_gpu": float(st.model_tflops_per_gpu[i]), "step_s": float(st.step_s[i]),
-           "compute_s": float(st.compute_s[i]), "exposed_comm_s": float(st.exposed_comm_s[i]),
-           "bubble_s": float(st.bubble_s[i]), "other_s": float(st.other_s[i]),
-           "tokens_per_step": float(st.tokens_per_step[i]),
-           "memory_gib": float(mem_bytes / memory.GIB), "headroom_gib": float((cap - mem_bytes) / memory.GIB)}
-    if pb is not None:
-        out["tokens_per_s_per_gpu_low"] = float(pb.low.tokens_per_s_per_gpu[0])
-        out["tokens_per_s_per_gpu_high"] = float(pb.high.tokens_per_s_per_gpu[0])
+def min_gpus(model: Model, precision: str, gpu, *, space: SearchSpace | None = None, sequences: int | None = None,
+             counts: Sequence[int] | None = None, band: perf.EfficiencyBand | None = None,
+             **memory_options: Any) -> SearchResult:
+    """The smallest GPU count where ``space`` has a layout that fits, searched there.
+
+    ``counts``: counts to try in increasing order (default :func:`default_counts` up to
+    ``space.max_gpus``); ``sequences``: the global batch (used unless ``space.batch_tolerance``
+    is None). Counts are screened first with a lower bound (model state fully sharded, no
+    activations), then with the least-memory schedule of the space (vp 1, the smallest
+    micro-batch: both only add activations) before the full space is searched. Returns the
+    :func:`search` result at that count (``fits`` False, ``message`` empty, when none fits).
+    """
+    space = SearchSpace() if space is None else space
+    g = _gpu(gpu)
+    counts = sorted(set(int(c) for c in counts)) if counts is not None else default_counts(space.max_gpus)
+    reserve = float(memory_options.get("reserve_gib", memory.RESERVE_GIB))
+    usable = (memory.capacity_gib(g) - reserve) * memory.GIB
+    bound = _state_bound(model, precision, **memory_options)
+    screen = space.with_(vp=(1,), mbs=(min(space.mbs),), objective="least_parallel")
+    t0 = time.perf_counter()
+    for n in counts:
+        if usable <= 0 or bound / n > usable:
+            continue
+        if _search(model, precision, g, [n], sequences, screen, None, band, False, memory_options, fail=False) is None:
+            continue
+        return _search(model, precision, g, [n], sequences, space, None, band, False, memory_options)
+    return SearchResult(model=model.id or model.name, precision=precision, gpu=g.id, gpus=(), fits=False, best=None,
+                        metrics={}, pareto=[], n_layouts=0, n_fit=0, min_gpus=None, message="",
+                        seconds=time.perf_counter() - t0, sequences=sequences, objective=space.objective)
+
+
+def _metrics(pb: perf.Prediction, mem_bytes: float, cap: float) -> dict[str, Any]:
+    st = pb.value
+    out = {"tokens_per_s_per_gpu": float(st.tokens_per_s_per_gpu[0]), "mfu": float(st.mfu[0]),
+           "model_tflops_per_gpu": float(st.model_tflops_per_gpu[0]), "step_s": float(st.step_s[0]),
+           "compute_s": float(st.compute_s[0]), "exposed_comm_s": float(st.exposed_comm_s[0]),
+           "bubble_s": float(st.bubble_s[0]), "other_s": float(st.other_s[0]),
+           "tokens_per_step": float(st.tokens_per_step[0]),
+           "memory_gib": float(mem_bytes / memory.GIB), "headroom_gib": float((cap - mem_bytes) / memory.GIB),
+           "tokens_per_s_per_gpu_low": float(pb.low.tokens_per_s_per_gpu[0]),
+           "tokens_per_s_per_gpu_high": float(pb.high.tokens_per_s_per_gpu[0])}
     return out
 
 
-def _take_inputs(inp: perf.StepInputs, j: int) -> perf.StepInputs:
-    """Entry ``j`` of prepared inputs as a one-entry ``StepInputs``."""
-    from dataclasses import fields
-
-    from scaletax import comm
-
-    sel = np.array([j])
-    arrays = {f.name: np.asarray(getattr(inp, f.name))[sel] for f in fields(perf.StepInputs) if f.name != "comm"}
-    c = inp.comm
-    n = len(c.layouts)
-
-    def pick(a):
-        a = np.asarray(a)
-        return np.broadcast_to(a, (n,))[sel] if a.ndim <= 1 else a[sel]
-
-    groups = {k: comm.GroupTraffic(count=pick(v.count), nvlink_bytes=pick(v.nvlink_bytes), nic_bytes=pick(v.nic_bytes),
-                                   seconds=pick(v.seconds), size=pick(v.size), stride=pick(v.stride),
-                                   domain=pick(v.domain)) for k, v in c.groups.items()}
-    step = comm.StepComm(groups=groups, dp_grad_s=pick(c.dp_grad_s), dp_param_s=pick(c.dp_param_s),
-                         dp_bucket_s=pick(c.dp_bucket_s), pp_hop_s=pick(c.pp_hop_s), layouts=c.layouts[sel])
-    return perf.StepInputs(comm=step, **arrays)
-
-
-def _concat(las: list[LayoutArray]) -> LayoutArray:
-    from scaletax.layout import FIELDS
-
-    return LayoutArray(**{f: np.concatenate([getattr(x, f) for x in las]) for f in FIELDS})
-
-
-def _concat_steps(sts: list[perf.StepTime]) -> perf.StepTime:
-    from dataclasses import fields
-
-    kw = {}
-    for f in fields(perf.StepTime):
-        if f.name == "comm_groups":
-            kw[f.name] = {k: np.concatenate([s.comm_groups[k] for s in sts]) for k in sts[0].comm_groups}
-        else:
-            kw[f.name] = np.concatenate([getattr(s, f.name) for s in sts])
-    return perf.StepTime(**kw)
+def perf_label(lay: Layout) -> str:
+    """Deprecated name of :func:`scaletax.layout.label` (kept until the decision chapter moves)."""
+    return label(lay)
 
 
 # =========================================================================================
 # The same search as a plain per-layout loop (reference and benchmark)
 # =========================================================================================
-def _scalar_candidate(model: Model, gpus: int, sequences: int, space: SearchSpace, t, p, c, e, et, v, m, z, r):
+def _scalar_candidate(model: Model, gpus: int, sequences: int | None, space: SearchSpace, t, p, c, e, et, v, m, z, r):
     """The vectorized rules of :func:`candidates` for one combination; a ``Layout`` or None."""
     if gpus % (t * p * c):
         return None
     if model.is_moe and t == 1 and not et:
         return None
     d = gpus // (t * p * c)
-    n_micro = max(1, int(round(sequences / (m * d))))
+    if space.batch_tolerance is None:
+        n_micro = p
+    else:
+        n_micro = int(_n_micro(sequences, m * d))
+        if abs(n_micro * m * d - sequences) > space.batch_tolerance * sequences:
+            return None
     gbs = n_micro * m * d
-    if abs(gbs - sequences) > space.batch_tolerance * sequences:
-        return None
     if v > 1 and not (p > 1 and n_micro % p == 0 and p * v <= model.layers):
         return None
     try:
@@ -387,11 +517,12 @@ def search_loop(model: Model, precision: str, gpu, gpus: int, *, tokens_per_step
     "n_fit", "seconds"}``; ``limit`` stops after that many candidate layouts (benchmarks).
     """
     space = SearchSpace() if space is None else space
-    g = hardware.get(gpu) if isinstance(gpu, str) else gpu
-    seqs = target_sequences(model, tokens_per_step, gbs)
+    g = _gpu(gpu)
+    seqs = None if space.batch_tolerance is None else target_sequences(model, tokens_per_step, gbs)
     eff = perf.default_efficiency() if eff is None else eff
+    topo, domain = _topology(g, space, topo)
     cap = memory.capacity_gib(g) * memory.GIB
-    ch = _choices(model, gpus, space)
+    ch = _choices(model, gpus, space, domain)
     t0 = time.perf_counter()
     best, best_key, n, n_fit = None, None, 0, 0
     best_vals = (None, None)
@@ -404,11 +535,10 @@ def search_loop(model: Model, precision: str, gpu, gpus: int, *, tokens_per_step
         mem = float(memory.breakdown(model, lay, precision, **memory_options).total[0])
         if mem <= cap:
             n_fit += 1
-            st = perf.step_time(model, lay, precision, g, topo, eff=eff,
-                                ep_dispatch="dedup" if model.is_moe else "alltoall")
+            st = perf.step_time(model, lay, precision, g, topo, eff=eff, ep_dispatch=_dispatch(model))
             tps = float(st.tokens_per_s_per_gpu[0])
-            key = (-round(tps, 6), round(mem), lay.tp * lay.pp * lay.cp,
-                   RECOMPUTE_CODE[lay.recompute], lay.ep, lay.pp, lay.vp, lay.zero_stage)
+            key = rank_key(space.objective, tp=lay.tp, pp=lay.pp, cp=lay.cp, ep=lay.ep, vp=lay.vp,
+                           zero_stage=lay.zero_stage, recompute=RECOMPUTE_CODE[lay.recompute], tps=tps, mem=mem)
             if best_key is None or key < best_key:
                 best, best_key, best_vals = lay, key, (tps, mem)
         if limit is not None and n >= limit:
@@ -430,16 +560,17 @@ def benchmark(model: Model, precision: str, gpu, gpus: int, *, tokens_per_step: 
     loop = search_loop(model, precision, gpu, gpus, tokens_per_step=tokens_per_step, space=space, limit=loop_layouts)
     vec_rate = res.n_layouts / vec_s
     loop_rate = loop["n_layouts"] / loop["seconds"]
-    return {"model": model.id or model.name, "gpu": hardware.get(gpu).id if isinstance(gpu, str) else gpu.id,
+    return {"model": model.id or model.name, "gpu": _gpu(gpu).id,
             "gpus": gpus, "precision": precision, "n_layouts": res.n_layouts, "n_fit": res.n_fit,
             "vectorized_seconds": vec_s, "vectorized_layouts_per_s": vec_rate,
             "loop_layouts": loop["n_layouts"], "loop_seconds": loop["seconds"], "loop_layouts_per_s": loop_rate,
-            "speedup": vec_rate / loop_rate, "best": perf_label(res.best) if res.fits else res.message,
+            "speedup": vec_rate / loop_rate, "best": label(res.best, model) if res.fits else res.message,
             "tokens_per_s_per_gpu": res.metrics.get("tokens_per_s_per_gpu"),
             "tokens_per_s_per_gpu_low": res.metrics.get("tokens_per_s_per_gpu_low"),
             "tokens_per_s_per_gpu_high": res.metrics.get("tokens_per_s_per_gpu_high"),
             "mfu": res.metrics.get("mfu")}
 
 
-__all__ = ["SearchResult", "SearchSpace", "benchmark", "candidates", "layout_row", "pareto_mask", "perf_label", "search",
-           "search_loop", "target_sequences"]
+__all__ = ["MAX_GPUS", "OBJECTIVES", "SearchResult", "SearchSpace", "TP_CHOICES", "benchmark", "candidates",
+           "default_counts", "layout_row", "min_gpus", "pareto_mask", "rank_key", "search", "search_loop",
+           "target_sequences"]

@@ -1,76 +1,41 @@
 """Studies for the communication chapter: the communication tax over cluster and domain size.
 
 The collective and per-step traffic model is :mod:`scaletax.comm` on the topology of
-:mod:`scaletax.topology`; this module only sweeps it. It answers, for a model on a GPU type:
+:mod:`scaletax.topology`; the best layout and its step time come from the book's one layout
+search, :func:`scaletax.search.search` (the step-time model :mod:`scaletax.perf` with its
+calibrated parameters). This module only chooses what to ask and sweeps it. It answers, for a
+model on a GPU type:
 
 - which layout is fastest on ``n`` GPUs at a fixed global batch (:func:`best_layout`), and what
-  share of its step time is communication that compute does not hide (the *communication tax*);
+  share of its step time is communication that compute does not hide (the *communication tax*,
+  exposed communication / step time);
 - how that share moves with the cluster size (:func:`tax_rows`) and the NVLink domain size
-  (:func:`domain_rows`), where the data-parallel groups land (:func:`dp_rows`), what an NVL72
-  domain changes against an 8-GPU one (:func:`nvl72_rows`), and how the MoE all-to-all depends
-  on whether the experts sit inside one domain (:func:`ep_rows`, :func:`alltoall_rows`);
+  (:func:`domain_rows`, ``SearchSpace.domain``), where the data-parallel groups land
+  (:func:`dp_rows`), what an NVL72 domain changes against an 8-GPU one (:func:`nvl72_rows`), and
+  how the MoE all-to-all depends on whether the experts sit inside one domain (:func:`ep_rows`,
+  ``SearchSpace.ep`` held fixed; :func:`alltoall_rows`);
+- the per-group traffic of one published layout (:func:`traffic_table`, :func:`llama_rows`);
 - the achieved bus bandwidth curves of :func:`scaletax.comm.predicted_busbw` with the published
   calibration points (:func:`busbw_rows`, :func:`calibration_rows`).
 
-Step time: by default (:data:`STEP_MODEL` "perf") the book's step-time model,
-:func:`scaletax.perf.prepare` and :func:`scaletax.perf.evaluate` with its calibrated
-parameters; t_compute is then its tensor-core plus memory-bound time. The stand-in "flat"
-model, kept for comparison and for tests of the sweeps::
-
-    t_step = t_compute + t_bubble + t_exposed
-    t_compute = hardware FLOPs per step per GPU / (dense peak x COMPUTE_EFFICIENCY)
-    t_bubble  = (pp - 1) / (vp * n_micro) * t_compute        (Narayanan et al. 2021, Sec. 2.2)
-    t_exposed = scaletax.comm.exposed_comm(step_traffic(...), t_compute, overlap).seconds
-
-In both, the communication tax is t_exposed / t_step.
-
-Every array function is vectorized over a :class:`~scaletax.layout.LayoutArray`; the sweeps
-loop only over the handful of (model, GPU, count, domain) cells of a chapter.
-
-Layout search (:func:`candidates`): tp a power of two that divides the NVLink domain (a TP
-group never straddles two domains) and the head counts; pp every divisor of the remaining
-count up to the layer count; cp 1, or 1 and 2 for sequences of 8192 tokens or more; vp 1, 2 or 4; recompute none, selective or full;
-ZeRO-1 (distributed optimizer); one sequence per micro-batch; MoE: ep over the divisors of the
-expert count with etp = 1 (expert tensor parallelism off, as Megatron-Bridge recipes for
-DeepSeek-V3-style models set it). The global batch is the scenario's token budget per step in
-whole sequences, rounded to a whole number of micro-batches per data-parallel rank; layouts with
-more data-parallel ranks than sequences in the batch are not considered. Only layouts whose
-heaviest pipeline stage fits in memory (:func:`scaletax.memory.fits`) compete.
+The sweeps loop only over the handful of (model, GPU, count, domain) cells of a chapter; each
+cell is one search (memoized per process, :func:`best_layout`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
-from scaletax import comm, hardware, memory, recipes
+from scaletax import comm, hardware, perf, recipes, search
 from scaletax.comm import GROUPS, Overlap, WireFormat
 from scaletax.models import Model
-from scaletax.layout import Layout, LayoutArray, group_strides
+from scaletax.layout import Layout, LayoutArray, group_strides, label
 from scaletax.topology import Topology, placement
-
-#: ASSUMPTION (the one free parameter of the fallback compute time): the fraction of the dense
-#: peak FLOP/s of the training precision that the GEMM-heavy compute of a step sustains, with
-#: communication and pipeline bubbles counted separately. 0.5 is between the ~0.4 MFU of large
-#: BF16 runs that include communication and bubbles (Llama 3 405B, arXiv 2407.21783 Table 4)
-#: and the ~0.7 of large isolated GEMMs; it is not fitted to anything.
-COMPUTE_EFFICIENCY = 0.5
 
 #: NVLink domain sizes of the domain sweep (8: HGX; 36, 72: GB200 NVL36 / NVL72; 144: a
 #: two-rack or Rubin-Ultra-class domain).
 DOMAIN_SWEEP = (8, 16, 36, 72, 144)
-
-#: Candidate choices of the layout search (see the module docstring).
-TP_CHOICES = (1, 2, 4, 8, 16, 32, 64)
-CP_CHOICES = (1, 2)
-#: ASSUMPTION: context parallelism is considered only for sequences of at least 8192 tokens.
-#: Shorter sequences split over two ranks give attention chunks too small to keep the kernels
-#: efficient, which the compute model (a flat efficiency) would not see; Megatron-Bridge
-#: recipes enable CP only for long-context runs.
-CP_MIN_SEQ = 8192
-VP_CHOICES = (1, 2, 4)
-RECOMPUTE_CHOICES = ("none", "selective", "full")
 
 #: Message sizes of the bus-bandwidth curves, bytes (16 KiB .. 4 GiB, two points per octave).
 MESSAGE_SIZES = 2.0 ** np.arange(14, 32.5, 0.5)
@@ -82,189 +47,60 @@ SCOPES = ("one NVLink domain", "two NVLink domains", "one GPU per domain")
 
 
 # =========================================================================================
-# Compute, bubble and the global batch
+# Overlap
 # =========================================================================================
-def target_sequences(model: Model, batch_tokens: int) -> int:
-    """Sequences per global batch: the token budget per step in whole sequences (at least 1)."""
-    return max(1, int(round(batch_tokens / model.seq_len)))
+def applied_overlap(overlap: Overlap | None = None) -> Overlap:
+    """The overlap fractions the step-time model applies: ``overlap`` (default
+    :class:`comm.Overlap`) times the calibrated ``overlap_scale``, capped at 1."""
+    return perf.default_efficiency().overlap(overlap)
 
 
-def with_batch(layouts: LayoutArray, sequences: int) -> tuple[LayoutArray, np.ndarray]:
-    """Layouts with gbs = the batch rounded to whole micro-batches per DP rank, and a validity mask.
-
-    n_micro = max(1, round(sequences / (mbs * dp))); invalid where mbs * dp > sequences (the
-    layout would need a larger batch than the scenario's).
-    """
-    per = layouts.mbs * layouts.dp
-    n_micro = np.maximum(1, np.rint(sequences / per)).astype(np.int64)
-    return layouts.replace(gbs=n_micro * per), per <= sequences
+# =========================================================================================
+# Best layout: one search per cell
+# =========================================================================================
+_BEST: dict[tuple, search.SearchResult] = {}
 
 
-def compute_seconds(model: Model, layouts: LayoutArray, gpu, precision: str,
-                    efficiency: float = COMPUTE_EFFICIENCY) -> np.ndarray:
-    """Compute seconds per step per GPU: hardware FLOPs of the global batch / GPUs / achieved FLOP/s.
-
-    Hardware FLOPs per token include recomputation (:meth:`Model.hardware_flops_per_token`).
-    """
+def best_search(model: Model, gpu, gpus: int, *, batch_tokens: int, domain: int | None = None,
+                precision: str = "fp8", allowed: Sequence[str] = recipes.TRAINING, ep=None) -> search.SearchResult:
+    """:func:`scaletax.search.search` for one cell: the fastest layout that fits on ``gpus``
+    GPUs at the global batch of ``batch_tokens``, in the precision the GPU trains in
+    (:func:`scaletax.recipes.training_precision` of ``precision`` among ``allowed``). ``domain``
+    sets the NVLink domain (``SearchSpace.domain``), ``ep`` the expert-parallel sizes to try.
+    Memoized per process."""
     g = hardware.get(gpu) if isinstance(gpu, str) else gpu
-    flops_tok = np.array([model.hardware_flops_per_token(r) for r in ("none", "selective", "full")])
-    tokens = layouts.gbs.astype(float) * model.seq_len
-    flops_gpu = flops_tok[layouts.recompute] * tokens / layouts.gpus
-    return flops_gpu / (g.peak_flops(recipes.training_precision(g, precision)) * efficiency)
-
-
-def bubble_seconds(layouts: LayoutArray, t_compute) -> np.ndarray:
-    """Pipeline fill and drain of (interleaved) 1F1B: (pp-1)/(vp*n_micro) * t_compute."""
-    n_micro = np.maximum(layouts.n_micro, 1).astype(float)
-    return (layouts.pp - 1.0) / (layouts.vp * n_micro) * np.asarray(t_compute, dtype=float)
-
-
-# =========================================================================================
-# Candidates, evaluation, best layout
-# =========================================================================================
-def tp_choices(model: Model, domain: int) -> list[int]:
-    """TP sizes: powers of two that divide the domain and the (KV) head counts."""
-    return [t for t in TP_CHOICES if domain % t == 0 and model.heads % t == 0 and model.kv_heads % t == 0]
-
-
-def candidates(model: Model, gpus: int, domain: int, sequences: int, *, ep=None) -> LayoutArray:
-    """Every layout of the search space (module docstring) on exactly ``gpus`` GPUs.
-
-    ``ep``: expert-parallel sizes to allow (default: all divisors of the expert count; 1 for a
-    dense model). Global batch set by :func:`with_batch`; invalid ones are dropped.
-    """
-    eps = None if ep is None else [int(e) for e in np.atleast_1d(ep)]
-    cps = CP_CHOICES if model.seq_len >= CP_MIN_SEQ else (1,)
-    if model.is_moe:
-        la = LayoutArray.grid(gpus, model, tp=tp_choices(model, domain), cp=cps, ep=eps, etp=[1],
-                              vp=VP_CHOICES, recompute=RECOMPUTE_CHOICES)
-    else:
-        la = LayoutArray.grid(gpus, model, tp=tp_choices(model, domain), cp=cps, ep=[1],
-                              vp=VP_CHOICES, recompute=RECOMPUTE_CHOICES)
-    if len(la) == 0:
-        return la
-    la, ok = with_batch(la, sequences)
-    la = la[np.flatnonzero(ok)]
-    # interleaving needs more than one stage and at least vp * pp micro-batch slots of layers
-    keep = (la.vp == 1) | (la.pp > 1)
-    return la[np.flatnonzero(keep)]
-
-
-@dataclass(frozen=True)
-class Evaluation:
-    """Step-time terms of each layout (arrays, seconds per step per GPU).
-
-    t_compute: compute (with ``step_model="perf"``: tensor-core work plus memory-bound kernels);
-    t_bubble: pipeline fill and drain; step: the per-group traffic (:class:`comm.StepComm`);
-    exposed: exposed seconds per group; t_step: the sum of compute, bubble and exposed.
-    """
-
-    layouts: LayoutArray
-    fits: np.ndarray
-    t_compute: np.ndarray
-    t_bubble: np.ndarray
-    step: comm.StepComm
-    exposed: dict
-
-    @property
-    def t_exposed(self) -> np.ndarray:
-        return sum(np.asarray(v, dtype=float) for v in self.exposed.values()) * np.ones_like(self.t_compute)
-
-    @property
-    def t_step(self) -> np.ndarray:
-        return self.t_compute + self.t_bubble + self.t_exposed
-
-    @property
-    def share(self) -> np.ndarray:
-        """Exposed communication / step time (the communication tax)."""
-        return self.t_exposed / self.t_step
-
-
-#: Which step-time model :func:`evaluate` uses by default: "perf" (the book's calibrated
-#: step-time model, :func:`scaletax.perf.prepare` / :func:`scaletax.perf.evaluate`) or "flat"
-#: (this module's stand-in: compute at :data:`COMPUTE_EFFICIENCY` of the dense peak).
-STEP_MODEL = "perf"
-
-
-def applied_overlap(overlap: Overlap | None = None, step_model: str | None = None) -> Overlap:
-    """The overlap fractions a step model applies: ``overlap`` (default :class:`comm.Overlap`)
-    as is under "flat", times the calibrated ``overlap_scale`` under "perf"."""
-    mode = STEP_MODEL if step_model is None else step_model
-    if mode == "perf":
-        from scaletax import perf
-
-        return perf.default_efficiency().overlap(overlap)
-    return Overlap() if overlap is None else overlap
-
-
-def evaluate(model: Model, layouts: LayoutArray, gpu, *, domain=None, precision: str = "fp8",
-             allowed: Sequence[str] = recipes.TRAINING,
-             overlap: Overlap | None = None, efficiency: float = COMPUTE_EFFICIENCY,
-             step_model: str | None = None, perf_eff=None) -> Evaluation:
-    """Memory fit, compute, bubble and exposed communication of each layout on ``gpu``.
-
-    ``step_model`` (default :data:`STEP_MODEL`): "perf": :func:`scaletax.perf.prepare` /
-    :func:`scaletax.perf.evaluate` with ``perf_eff`` (default: the calibrated parameters; it
-    scales ``overlap`` by its ``overlap_scale`` and deduplicates the MoE dispatch per domain),
-    compute = its tensor-core plus memory-bound time; "flat": compute = :func:`compute_seconds`
-    with ``efficiency``, bubble = :func:`bubble_seconds`, exposed =
-    :func:`scaletax.comm.exposed_comm`.
-    """
-    g = hardware.get(gpu) if isinstance(gpu, str) else gpu
+    dom = int(g.nvlink_domain if domain is None else domain)
+    eps = None if ep is None else tuple(int(e) for e in np.atleast_1d(ep))
     prec = recipes.training_precision(g, precision, allowed)
-    topo = Topology.from_gpu(g, domain=domain)
-    fit = memory.fits(model, layouts, g, prec)
-    mode = STEP_MODEL if step_model is None else step_model
-    if mode == "perf":
-        from scaletax import perf
-
-        inp = perf.prepare(model, layouts, prec, g, topo, WireFormat.for_recipe(prec))
-        st = perf.evaluate(inp, perf_eff, overlap)
-        return Evaluation(layouts=layouts, fits=fit, t_compute=st.compute_s + st.other_s, t_bubble=st.bubble_s,
-                          step=inp.comm, exposed=dict(st.comm_groups))
-    if mode != "flat":
-        raise ValueError(f"step_model must be 'flat' or 'perf' (got {mode!r})")
-    tc = compute_seconds(model, layouts, g, prec, efficiency)
-    st = comm.step_traffic(model, layouts, topo, WireFormat.for_recipe(prec))
-    return Evaluation(layouts=layouts, fits=fit, t_compute=tc, t_bubble=bubble_seconds(layouts, tc),
-                      step=st, exposed=dict(comm.exposed_comm(st, tc, overlap).groups))
+    key = (model, g.id, int(gpus), int(batch_tokens), dom, prec, eps)
+    res = _BEST.get(key)
+    if res is None:
+        space = search.SearchSpace(domain=dom, ep=eps)
+        res = search.search(model, prec, g, int(gpus), tokens_per_step=batch_tokens, space=space, pareto=False)
+        _BEST[key] = res
+    return res
 
 
-def layout_label(lay: Layout, model: Model | None = None) -> str:
-    """Short text of a layout, e.g. ``TP8 PP16 DP128 VP2, selective`` (EP/ETP for MoE)."""
-    parts = [f"TP{lay.tp}", f"PP{lay.pp}"]
-    if lay.cp > 1:
-        parts.append(f"CP{lay.cp}")
-    parts.append(f"DP{lay.dp}")
-    if model is None or model.is_moe:
-        if lay.ep > 1 or (model is not None and model.is_moe):
-            parts.append(f"EP{lay.ep}")
-    if lay.vp > 1:
-        parts.append(f"VP{lay.vp}")
-    text = " ".join(parts)
-    return text if lay.recompute == "none" else f"{text}, {lay.recompute}"
-
-
-def _row(model: Model, gpu, ev: Evaluation, i: int, gpus: int, domain: int) -> dict:
-    """One result row: layout, step terms, and traffic per group of layout ``i``."""
-    lay = ev.layouts.layout(i)
-    g = hardware.get(gpu) if isinstance(gpu, str) else gpu
+def _row(model: Model, g, res: search.SearchResult, gpus: int, domain: int) -> dict:
+    """One result row: layout, step terms, and traffic per group of the search's best layout."""
+    lay, st, tr = res.best, res.step, res.traffic
+    t_step, t_exposed = float(st.step_s[0]), float(st.exposed_comm_s[0])
     row = {
         "model": model.id, "gpu": g.id, "label": g.label, "status": g.status, "gpus": int(gpus),
-        "domain": int(domain), "layout": layout_label(lay, model), "tp": lay.tp, "pp": lay.pp,
+        "domain": int(domain), "layout": label(lay, model), "tp": lay.tp, "pp": lay.pp,
         "cp": lay.cp, "dp": lay.dp, "ep": lay.ep, "etp": lay.etp, "edp": lay.edp, "vp": lay.vp,
-        "recompute": lay.recompute, "gbs": lay.gbs, "n_micro": lay.n_micro,
-        "t_compute": float(ev.t_compute[i]), "t_bubble": float(ev.t_bubble[i]),
-        "t_comm": float(ev.step.seconds[i]), "t_exposed": float(ev.t_exposed[i]),
-        "t_step": float(ev.t_step[i]), "share": float(ev.share[i]),
-        "nic_gb": float(ev.step.nic_bytes[i]) / 1e9, "nvlink_gb": float(ev.step.nvlink_bytes[i]) / 1e9,
+        "mbs": lay.mbs, "zero_stage": lay.zero_stage, "recompute": lay.recompute, "gbs": lay.gbs,
+        "n_micro": lay.n_micro, "precision": res.precision,
+        "t_compute": float(st.compute_s[0] + st.other_s[0]), "t_bubble": float(st.bubble_s[0]),
+        "t_comm": float(tr.seconds[0]), "t_exposed": t_exposed, "t_step": t_step, "share": t_exposed / t_step,
+        "nic_gb": float(tr.nic_bytes[0]) / 1e9, "nvlink_gb": float(tr.nvlink_bytes[0]) / 1e9,
     }
     for name in GROUPS:
-        gt = ev.step.groups[name]
-        row[f"{name}_s"] = float(np.ravel(gt.seconds)[i if np.size(gt.seconds) > 1 else 0])
-        row[f"{name}_exposed"] = float(np.ravel(ev.exposed[name])[i if np.size(ev.exposed[name]) > 1 else 0])
-        row[f"{name}_nic_gb"] = float(np.ravel(gt.nic_bytes)[i if np.size(gt.nic_bytes) > 1 else 0]) / 1e9
-        row[f"{name}_nvlink_gb"] = float(np.ravel(gt.nvlink_bytes)[i if np.size(gt.nvlink_bytes) > 1 else 0]) / 1e9
+        gt = tr.groups[name]
+        row[f"{name}_s"] = float(gt.seconds[0])
+        row[f"{name}_exposed"] = float(st.comm_groups[name][0])
+        row[f"{name}_nic_gb"] = float(gt.nic_bytes[0]) / 1e9
+        row[f"{name}_nvlink_gb"] = float(gt.nvlink_bytes[0]) / 1e9
     # where the data-parallel groups sit: dense dp*cp group (stride tp), expert edp group
     strides = group_strides(lay)
     for name, key in (("dp", "dp_cp"), ("edp", "edp")):
@@ -280,36 +116,20 @@ def _row(model: Model, gpu, ev: Evaluation, i: int, gpus: int, domain: int) -> d
 
 
 def best_layout(model: Model, gpu, gpus: int, *, batch_tokens: int, domain: int | None = None,
-                precision: str = "fp8", allowed: Sequence[str] = recipes.TRAINING, ep=None,
-                overlap: Overlap | None = None,
-                efficiency: float = COMPUTE_EFFICIENCY, step_model: str | None = None) -> dict | None:
-    """The fastest layout that fits (least step time) on ``gpus`` GPUs, as a result row.
-
-    None when no candidate fits in memory. ``domain`` overrides the GPU's NVLink domain;
-    ``ep`` restricts the expert-parallel sizes.
-    """
+                precision: str = "fp8", allowed: Sequence[str] = recipes.TRAINING, ep=None) -> dict | None:
+    """The fastest layout that fits on ``gpus`` GPUs (:func:`best_search`), as a result row;
+    None when nothing fits."""
     g = hardware.get(gpu) if isinstance(gpu, str) else gpu
-    dom = int(g.nvlink_domain if domain is None else domain)
-    la = candidates(model, gpus, dom, target_sequences(model, batch_tokens), ep=ep)
-    if len(la) == 0:
-        return None
-    ev = evaluate(model, la, g, domain=dom, precision=precision, allowed=allowed, overlap=overlap,
-                  efficiency=efficiency,
-                  step_model=step_model)
-    t = np.where(ev.fits, ev.t_step, np.inf)
-    if not np.isfinite(t).any():
-        return None
-    # ties (equal step time to 1e-9 relative): fewer model-parallel GPUs, then less recompute
-    order = np.lexsort((la.recompute, la.tp * la.pp * la.cp, np.round(t / t[np.isfinite(t)].min(), 9)))
-    return _row(model, g, ev, int(order[0]), gpus, dom)
+    res = best_search(model, g, gpus, batch_tokens=batch_tokens, domain=domain, precision=precision,
+                      allowed=allowed, ep=ep)
+    return _row(model, g, res, gpus, res.domain) if res.fits else None
 
 
 # =========================================================================================
 # Sweeps for the chapter
 # =========================================================================================
 def tax_rows(model_ids, gpu_ids, sizes, *, batch_tokens: int, precision: str = "fp8",
-             allowed: Sequence[str] = recipes.TRAINING,
-             overlap: Overlap | None = None, step_model: str | None = None) -> list[dict]:
+             allowed: Sequence[str] = recipes.TRAINING) -> list[dict]:
     """Best layout and its communication tax per model, GPU (own domain) and cluster size.
 
     Cells where nothing fits are returned with ``fits=False`` and None metrics.
@@ -321,9 +141,7 @@ def tax_rows(model_ids, gpu_ids, sizes, *, batch_tokens: int, precision: str = "
         m = _models.get(mid)
         for gid in gpu_ids:
             for n in sizes:
-                r = best_layout(m, gid, int(n), batch_tokens=batch_tokens, precision=precision, allowed=allowed,
-                                overlap=overlap,
-                                step_model=step_model)
+                r = best_layout(m, gid, int(n), batch_tokens=batch_tokens, precision=precision, allowed=allowed)
                 rows.append(_fill(r, m, gid, n, hardware.get(gid).nvlink_domain))
     return rows
 
@@ -338,8 +156,7 @@ def _fill(row, model, gpu_id, n, domain) -> dict:
 
 
 def domain_rows(model_ids, gpu_id: str, sizes, domains=DOMAIN_SWEEP, *, batch_tokens: int,
-                precision: str = "fp8", allowed: Sequence[str] = recipes.TRAINING, overlap: Overlap | None = None,
-                step_model: str | None = None) -> list[dict]:
+                precision: str = "fp8", allowed: Sequence[str] = recipes.TRAINING) -> list[dict]:
     """Best layout per model, cluster size and NVLink domain size, the GPU held fixed."""
     from scaletax import models as _models
 
@@ -348,8 +165,8 @@ def domain_rows(model_ids, gpu_id: str, sizes, domains=DOMAIN_SWEEP, *, batch_to
         m = _models.get(mid)
         for n in sizes:
             for d in domains:
-                r = best_layout(m, gpu_id, int(n), batch_tokens=batch_tokens, domain=int(d),
-                                precision=precision, allowed=allowed, overlap=overlap, step_model=step_model)
+                r = best_layout(m, gpu_id, int(n), batch_tokens=batch_tokens, domain=int(d), precision=precision,
+                                allowed=allowed)
                 rows.append(_fill(r, m, gpu_id, n, d))
     return rows
 
@@ -404,8 +221,7 @@ def dp_rows(tax: list[dict], gpus: int) -> list[dict]:
 
 
 def ep_rows(model: Model, gpu_ids, gpus: int, eps=(8, 64), domains=(), *, batch_tokens: int,
-            precision: str = "fp8", allowed: Sequence[str] = recipes.TRAINING, overlap: Overlap | None = None,
-            step_model: str | None = None) -> list[dict]:
+            precision: str = "fp8", allowed: Sequence[str] = recipes.TRAINING) -> list[dict]:
     """Best layout with the expert-parallel size held at each of ``eps``, per GPU and domain.
 
     For each GPU the domains are its own NVLink domain plus those of ``domains`` (the same GPU
@@ -418,8 +234,8 @@ def ep_rows(model: Model, gpu_ids, gpus: int, eps=(8, 64), domains=(), *, batch_
         own = hardware.get(gid).nvlink_domain
         for d in sorted(set(domains) | {own}):
             for e in eps:
-                r = best_layout(model, gid, gpus, batch_tokens=batch_tokens, domain=d, precision=precision, allowed=allowed,
-                                ep=[e], overlap=overlap, step_model=step_model)
+                r = best_layout(model, gid, gpus, batch_tokens=batch_tokens, domain=d, precision=precision,
+                                allowed=allowed, ep=[e])
                 r = _fill(r, model, gid, gpus, d)
                 r["ep_fixed"] = int(e)
                 r["own_domain"] = d == own
@@ -657,20 +473,75 @@ def nvl72_sentence(summary: dict) -> str:
     return "; ".join(parts) if parts else "no model fits at both domain sizes"
 
 
+def traffic_table(model, layout, topo: Topology, wire: WireFormat | None = None,
+                  t_compute=None, overlap: Overlap | None = None) -> list[dict]:
+    """Rows (one per group, then 'total') for one layout: sizes, bytes and seconds per step.
+
+    Columns: group, size, stride, per_domain, collectives (count per step), nvlink_gb, nic_gb,
+    total_gb (GB = 1e9 bytes sent per GPU per step), seconds (not overlapped) and, when
+    ``t_compute`` is given, exposed_s (after :func:`scaletax.comm.exposed_comm`).
+    """
+    arr = LayoutArray.from_layouts([layout]) if isinstance(layout, Layout) else layout
+    if len(arr) != 1:
+        raise ValueError("traffic_table takes one layout")
+    step = comm.step_traffic(model, arr, topo, wire).take([0])
+    exp = comm.exposed_comm(step, t_compute, overlap) if t_compute is not None else None
+    rows = []
+    for name in GROUPS:
+        gt = step.groups[name]
+        row = {"group": name, "size": int(gt.size[0]), "stride": int(gt.stride[0]),
+               "per_domain": int(gt.per_domain[0]), "collectives": float(gt.count[0]),
+               "nvlink_gb": float(gt.nvlink_bytes[0]) / 1e9, "nic_gb": float(gt.nic_bytes[0]) / 1e9,
+               "total_gb": float(gt.bytes[0]) / 1e9, "seconds": float(gt.seconds[0])}
+        if exp is not None:
+            row["exposed_s"] = float(np.ravel(exp.groups[name])[0])
+        rows.append(row)
+    total = {"group": "total", "size": None, "stride": None, "per_domain": None,
+             **{k: sum(r[k] for r in rows) for k in ("collectives", "nvlink_gb", "nic_gb", "total_gb", "seconds")}}
+    if exp is not None:
+        total["exposed_s"] = float(np.ravel(exp.seconds)[0])
+    rows.append(total)
+    return rows
+
+
+#: The published layout of the per-group traffic example: Llama 3.1 405B on 512 H100 (64 DGX
+#: nodes) in NVIDIA's MLPerf Training v5.0 submission eos-dfw_n64_ngc25.01_nemo (row
+#: mlperf5.0-NVIDIA-eos-dfw_n64_ngc25.01_nemo-llama31_405b of data/published_runs.csv):
+#: TP8 PP8 CP2 DP4, micro-batch 1, global batch 1152 sequences of 8192, FP8. The source row
+#: gives no virtual-pipeline size, so vp = 1 here. Meta's own run used 2048 sequences of 8192
+#: (16M tokens) per step at 16k GPUs (Llama 3 paper, arXiv 2407.21783, Sec. 3.3.2); pass gbs to
+#: compare.
+LLAMA405B_LAYOUT = dict(tp=8, pp=8, cp=2, dp=4, mbs=1, gbs=1152, vp=1)
+
+
+def llama405b_traffic(gpu: str = "h100_sxm", *, gbs: int = 1152, precision: str = "fp8",
+                      domain: int | None = None, t_compute=None, overlap: Overlap | None = None) -> list[dict]:
+    """Per-group traffic table of Llama 3.1 405B in the MLPerf layout (:data:`LLAMA405B_LAYOUT`).
+
+    Returns :func:`traffic_table` rows (bytes in GB = 1e9 per GPU per step, seconds per step) for
+    the catalog model ``llama31_405b`` on ``gpu`` (its NVLink domain unless ``domain`` is given),
+    with the wire format of ``precision`` (:meth:`WireFormat.for_recipe`).
+    """
+    from scaletax import models
+
+    layout = Layout(**{**LLAMA405B_LAYOUT, "gbs": gbs})
+    topo = Topology.from_gpu(gpu, domain=domain)
+    return traffic_table(models.get("llama31_405b"), layout, topo, WireFormat.for_recipe(precision),
+                         t_compute=t_compute, overlap=overlap)
+
+
 def llama_rows(gpu: str = "h100_sxm", precision: str = "fp8", allowed: Sequence[str] = recipes.TRAINING,
-               overlap: Overlap | None = None,
-               efficiency: float = COMPUTE_EFFICIENCY, step_model: str | None = None) -> tuple[list[dict], float]:
-    """Per-group traffic of Llama 3.1 405B in the MLPerf layout (:data:`comm.LLAMA405B_LAYOUT`),
-    groups with traffic only, plus the total; and the compute seconds per step used for overlap."""
+               overlap: Overlap | None = None) -> tuple[list[dict], float]:
+    """Per-group traffic of Llama 3.1 405B in the MLPerf layout (:data:`LLAMA405B_LAYOUT`),
+    groups with traffic only, plus the total; and the compute seconds per step used for overlap
+    (the step-time model's tensor-core plus memory-bound time of that layout)."""
     from scaletax import models as _models
 
-    lay = Layout(**comm.LLAMA405B_LAYOUT)
-    la = LayoutArray.from_layouts([lay])
-    ev = evaluate(_models.get("llama31_405b"), la, gpu, precision=precision, allowed=allowed, overlap=overlap,
-                  efficiency=efficiency, step_model=step_model)
-    tc = float(ev.t_compute[0])
-    rows = comm.llama405b_traffic(gpu, gbs=lay.gbs, precision=recipes.training_precision(gpu, precision, allowed),
-                                  t_compute=tc, overlap=applied_overlap(overlap, step_model))
+    lay = Layout(**LLAMA405B_LAYOUT)
+    prec = recipes.training_precision(gpu, precision, allowed)
+    st = perf.step_time(_models.get("llama31_405b"), lay, prec, gpu, overlap=overlap)
+    tc = float(st.compute_s[0] + st.other_s[0])
+    rows = llama405b_traffic(gpu, gbs=lay.gbs, precision=prec, t_compute=tc, overlap=applied_overlap(overlap))
     return [r for r in rows if r["group"] == "total" or r["collectives"] > 0], tc
 
 
@@ -837,11 +708,10 @@ def eight_gpu(gpu_ids) -> str | None:
     return None
 
 
-__all__ = ["COMPUTE_EFFICIENCY", "CP_MIN_SEQ", "DOMAIN_SWEEP", "MESSAGE_SIZES", "NIC_GROUP", "SCOPES",
-           "STEP_MODEL", "Evaluation", "a2a_summary", "applied_overlap", "alltoall_rows", "best_layout", "bubble_seconds",
-           "busbw_chart_rows", "busbw_rows", "busbw_summary", "calibration_rows", "candidates", "compute_seconds", "domain_chart_rows", "domain_relative",
-           "domain_rows", "dominant_group", "dp_rows", "dp_summary", "eight_gpu", "ep_compare", "ep_compare_text", "ep_rows", "ep_sizes",
-           "ep_table", "evaluate", "extremes", "first_moe", "group_rows", "growth", "layout_label", "llama_rows",
+__all__ = ["DOMAIN_SWEEP", "LLAMA405B_LAYOUT", "MESSAGE_SIZES", "NIC_GROUP", "SCOPES", "a2a_summary",
+           "alltoall_rows", "applied_overlap", "best_layout", "best_search", "busbw_chart_rows", "busbw_rows",
+           "busbw_summary", "calibration_rows", "domain_chart_rows", "domain_relative", "domain_rows",
+           "dominant_group", "dp_rows", "dp_summary", "eight_gpu", "ep_compare", "ep_compare_text", "ep_rows",
+           "ep_sizes", "ep_table", "extremes", "first_moe", "group_rows", "growth", "llama405b_traffic", "llama_rows",
            "model_name", "model_sentence", "nvl72_gpu", "nvl72_note", "nvl72_rows", "nvl72_sentence",
-           "nvl72_summary", "sizes_with", "sweep_gpu", "target_sequences", "tax_rows",
-           "tax_table", "tp_choices", "with_batch"]
+           "nvl72_summary", "sizes_with", "sweep_gpu", "tax_rows", "tax_table", "traffic_table"]

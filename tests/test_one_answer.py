@@ -1,0 +1,60 @@
+"""One question, one answer: every chapter function that reports a best layout for a (model,
+GPU, GPU count, precision) reports the layout and step time of ``search.search`` for it (issue 11).
+
+Reference case: the 1T dense model on 16,384 H100 in FP8 at 16M tokens per step, where the
+communication chapter once had its own search (TP8 PP32 DP64 VP4 at 6.52 s) beside the one the
+decision chapter and the summary use (TP8 PP16 DP128 VP8 MBS2 ZeRO-2 selective at 6.40 s).
+"""
+from __future__ import annotations
+
+import pytest
+
+from scaletax import models, search
+from scaletax.chapters import communication as cs
+from scaletax.chapters import decision as d
+from scaletax.layout import label
+
+BATCH = 16 * 2**20
+CASES = [("megatron_1t", "h100_sxm", 16384, "fp8"), ("kimi_k2", "gb200", 16384, "fp8"),
+         ("megatron_1t", "gb200", 4096, "fp8")]
+
+
+def _plan(model_id, gpu, n, precision) -> d.Plan:
+    return d.Plan(name="t", models=(model_id,), gpus=(gpu,), tokens=1e13, batch_tokens=BATCH, precision=precision,
+                  precisions=(precision,), cluster_gpus=n, sizes=(n,), target_days=90.0)
+
+
+@pytest.fixture(scope="module", params=CASES, ids=[f"{m}-{g}-{n}" for m, g, n, _ in CASES])
+def case(request):
+    mid, gpu, n, prec = request.param
+    res = search.search(models.get(mid), prec, gpu, n, tokens_per_step=BATCH, pareto=False)
+    assert res.fits
+    return mid, gpu, n, prec, res
+
+
+def test_communication_chapter_reports_the_search(case):
+    mid, gpu, n, prec, res = case
+    (row,) = cs.tax_rows([mid], [gpu], [n], batch_tokens=BATCH, precision=prec)
+    assert row["layout"] == label(res.best, models.get(mid))
+    assert row["t_step"] == pytest.approx(res.metrics["step_s"], rel=1e-12)
+    assert row["t_exposed"] == pytest.approx(res.metrics["exposed_comm_s"], rel=1e-12)
+
+
+def test_decision_and_summary_report_the_search(case):
+    mid, gpu, n, prec, res = case
+    d.clear_cache()
+    row = d.outcome(_plan(mid, gpu, n, prec), mid, gpu)
+    assert row["precision"] == prec
+    assert row["layout"] == label(res.best)
+    assert row["step_s"] == pytest.approx(res.metrics["step_s"], rel=1e-12)
+    assert row["tps"] == pytest.approx(res.metrics["tokens_per_s_per_gpu"], rel=1e-12)
+
+
+def test_nvl72_domains_are_the_search_with_that_domain():
+    mid, gpu, n = "megatron_1t", "gb200", 4096
+    rows = cs.domain_rows([mid], gpu, [n], (8, 72), batch_tokens=BATCH)
+    for r in rows:
+        res = search.search(models.get(mid), "fp8", gpu, n, tokens_per_step=BATCH, pareto=False,
+                            space=search.SearchSpace(domain=r["domain"]))
+        assert r["layout"] == label(res.best, models.get(mid))
+        assert r["t_step"] == pytest.approx(res.metrics["step_s"], rel=1e-12)
