@@ -213,6 +213,7 @@ def bench_quantizers(repeats: int, n: int = 16 * 2**20) -> dict:
 def bench_search(repeats: int) -> dict:
     """Vectorized search vs the plain per-layout loop of the same model, and scaling with layouts."""
     from scaletax import memory, models, perf, search
+    from scaletax.layout import label
 
     tokens = 16 * 2**20
     dense = models.get("megatron_1t")
@@ -222,7 +223,7 @@ def bench_search(repeats: int) -> dict:
                          repeats)
     res = search.search(dense, "fp8", "h100_sxm", 16384, tokens_per_step=tokens, pareto=False)
     loop = search.search_loop(dense, "fp8", "h100_sxm", 16384, tokens_per_step=tokens)
-    same = loop["best"] is not None and search.perf_label(loop["best"]) == search.perf_label(res.best)
+    same = loop["best"] is not None and label(loop["best"]) == label(res.best)
     # 2) the large MoE space: vectorized in full, the loop on a sample of it
     big = search.benchmark(moe, "fp8", "gb200", 16384, tokens_per_step=tokens, repeats=repeats, loop_layouts=500)
     # 3) time vs number of layouts: the vectorized evaluation on 10^3 .. 10^6 layouts
@@ -247,8 +248,8 @@ def bench_search(repeats: int) -> dict:
         "vectorized_layouts_per_s": res.n_layouts / vec,
         "loop_seconds": loop["seconds"], "loop_layouts_per_s": loop["n_layouts"] / loop["seconds"],
         "speedup": (res.n_layouts / vec) / (loop["n_layouts"] / loop["seconds"]),
-        "best_vectorized": search.perf_label(res.best),
-        "best_loop": search.perf_label(loop["best"]) if loop["best"] is not None else None,
+        "best_vectorized": label(res.best),
+        "best_loop": label(loop["best"]) if loop["best"] is not None else None,
         "same_best": same,
         "moe_space": big,
         "scaling": {"layouts": sizes, "seconds": secs, "slope": slope,

@@ -58,3 +58,21 @@ def test_nvl72_domains_are_the_search_with_that_domain():
                             space=search.SearchSpace(domain=r["domain"]))
         assert r["layout"] == label(res.best, models.get(mid))
         assert r["t_step"] == pytest.approx(res.metrics["step_s"], rel=1e-12)
+
+
+def test_summary_nvl72_tax_is_the_search_with_each_domain():
+    from scaletax.chapters import summary as s
+
+    plan = d.Plan(name="t", models=("megatron_1t",), gpus=("h100_sxm", "gb200"), tokens=1e13, batch_tokens=BATCH,
+                  precision="fp8", precisions=("fp8",), cluster_gpus=4096, sizes=(4096,), target_days=90.0)
+    tax = s.nvl72_tax(plan)
+    assert tax["gpu"] == "gb200" and len(tax["pairs"]) == 1
+    p = tax["pairs"][0]
+    res = {dom: search.search(models.get("megatron_1t"), "fp8", "gb200", 4096, tokens_per_step=BATCH, pareto=False,
+                              space=search.SearchSpace(domain=dom)) for dom in (8, 72)}
+    assert p["layout_small"] == label(res[8].best, models.get("megatron_1t"))
+    assert p["layout_large"] == label(res[72].best, models.get("megatron_1t"))
+    assert p["speedup"] == pytest.approx(res[8].metrics["step_s"] / res[72].metrics["step_s"], rel=1e-12)
+    # and the communication chapter's NVL72 table holds the same pair
+    (pair,) = cs.nvl72_rows(cs.domain_rows(["megatron_1t"], "gb200", [4096], (8, 72), batch_tokens=BATCH))
+    assert pair["layout_small"] == p["layout_small"] and pair["speedup"] == pytest.approx(p["speedup"], rel=1e-12)

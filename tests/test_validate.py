@@ -144,7 +144,7 @@ def test_predict_rows_adds_throughput_columns_and_searches_missing_layouts():
     big = {**rows[25], "tp": None, "pp": None, "dp": None, "gpu_count": 16, "precision": "fp8", "hardware": "h100_sxm",
            "gbs": None, "run_id": "too-big"}  # the 1T model on 16 H100
     found, missing = predict_rows([blank, big])
-    assert found["layout_searched"].startswith("tp") and found["tp"] >= 1 and found["gbs"] == 256
+    assert found["layout_searched"].startswith("TP") and found["tp"] >= 1 and found["gbs"] == 256
     assert found["fits"] and found["predicted_tokens_per_s_per_gpu"] > 0
     assert not missing["fits"] and missing["predicted_tokens_per_s_per_gpu"] is None
     assert "does not fit on 16 GPUs of type H100 SXM" in missing["layout_searched"]

@@ -474,11 +474,6 @@ def _metrics(pb: perf.Prediction, mem_bytes: float, cap: float) -> dict[str, Any
     return out
 
 
-def perf_label(lay: Layout) -> str:
-    """Deprecated name of :func:`scaletax.layout.label` (kept until the decision chapter moves)."""
-    return label(lay)
-
-
 # =========================================================================================
 # The same search as a plain per-layout loop (reference and benchmark)
 # =========================================================================================

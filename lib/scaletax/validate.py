@@ -13,7 +13,7 @@ Public API
 - ``calibrate(rows=None, fit=FIT_PARAMS, fixed=None) -> Calibration``: the run-calibrated
   parameters (Levenberg-Marquardt on log errors, numpy only).
 - ``validation_table(rows=None, band=None) -> list[dict]`` and ``error_summary(table)``;
-  ``TARGETS`` (accuracy) and ``HOLDOUT_TARGETS``; ``layout_string(layout)``.
+  ``TARGETS`` (accuracy) and ``HOLDOUT_TARGETS``.
 - ``holdout(rows=None, scheme="row" | "group") -> list[dict]`` and ``holdout_summary(...)``.
 - ``efficiency_ranges(...)``, ``band_from_ranges``, ``efficiency_yaml_text(...)``, ``write_efficiency_yaml(path)``:
   how ``data/efficiency.yaml`` is produced.
@@ -40,7 +40,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from scaletax import DATA_DIR, hardware, models, perf, runs
-from scaletax.layout import Layout, RECOMPUTE_NAME
+from scaletax.layout import Layout, RECOMPUTE_NAME, label
 
 RUNS_CSV = DATA_DIR / "published_runs.csv"
 GEMM_CSV = DATA_DIR / "measured" / "gemm_h200.csv"
@@ -397,7 +397,7 @@ def validation_table(rows: Sequence[dict[str, Any]] | None = None, band: perf.Ef
         out.append({
             "run_id": su.row.get("run_id", ""), "group": row_group(su.row), "hardware": su.row["hardware"],
             "precision": su.row["precision"], "gpus": int(su.layout.gpus), "model": su.row.get("model", ""),
-            "layout": layout_string(su.layout), "recompute": su.recompute_label,
+            "layout": label(su.layout, recompute=False), "recompute": su.recompute_label,
             "assumptions": "; ".join(su.assumptions), "measured": su.measured, "basis": su.basis,
             "predicted": p, "predicted_low": lo, "predicted_high": hi,
             "error": (p / su.measured - 1.0) if su.measured else None,
@@ -406,18 +406,6 @@ def validation_table(rows: Sequence[dict[str, Any]] | None = None, band: perf.Ef
             **{f"{k}_share": float(getattr(v, k)[i]) / step for k in ("compute_s", "exposed_comm_s", "bubble_s", "other_s")},
         })
     return out
-
-
-def layout_string(lay: Layout) -> str:
-    """Compact layout label, e.g. ``tp8 pp8 cp2 dp4 vp8 mbs1 gbs1152 zero1 full``."""
-    parts = [f"tp{lay.tp}", f"pp{lay.pp}"]
-    parts += [f"cp{lay.cp}"] if lay.cp > 1 else []
-    parts += [f"ep{lay.ep}"] if lay.ep > 1 else []
-    parts += [f"etp{lay.etp}"] if lay.ep > 1 and lay.etp != lay.tp else []
-    parts += [f"dp{lay.dp}"]
-    parts += [f"vp{lay.vp}"] if lay.vp > 1 else []
-    parts += [f"mbs{lay.mbs}", f"gbs{lay.gbs}", f"zero{lay.zero_stage}", lay.recompute]
-    return " ".join(parts)
 
 
 def error_summary(table: Sequence[dict[str, Any]], worst: int = 3) -> dict[str, Any]:
@@ -651,6 +639,6 @@ def write_efficiency_yaml(path: Path | str = perf.EFFICIENCY_YAML) -> Path:
 __all__ = ["Calibration", "FIT_BOUNDS", "FIT_PARAMS", "GEMM_CSV", "HOLDOUT_TARGETS", "ROW_CONVENTIONS", "RUNS_CSV",
            "RowSetup", "TARGETS", "band_from_ranges", "calibrate", "efficiency_ranges",
            "efficiency_yaml_text", "error_summary", "fit_gemm_measurements", "holdout",
-           "holdout_summary", "layout_string", "load_rows", "measured_base", "measured_tokens_per_s",
+           "holdout_summary", "load_rows", "measured_base", "measured_tokens_per_s",
            "prepare_rows", "prepare_setups", "row_group", "row_setup", "validation_table",
            "write_efficiency_yaml"]

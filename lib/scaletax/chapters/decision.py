@@ -40,6 +40,7 @@ import numpy as np
 
 from scaletax import cost, hardware, recipes, search
 from scaletax import models as catalog
+from scaletax.layout import label
 
 # =========================================================================================
 # Constants
@@ -318,7 +319,7 @@ def outcome(plan: Plan, model_id: str, gpu, gpus: int | None = None, precision: 
            "price": plan.price(g.id), "price_assumed": plan.price_assumed(g.id)}
     if res.fits:
         m = res.metrics
-        row.update(layout=search.perf_label(res.best), tps=m["tokens_per_s_per_gpu"],
+        row.update(layout=label(res.best), tps=m["tokens_per_s_per_gpu"],
                    tps_low=m["tokens_per_s_per_gpu_low"], tps_high=m["tokens_per_s_per_gpu_high"], mfu=m["mfu"],
                    step_s=m["step_s"], comm_share=m["exposed_comm_s"] / m["step_s"],
                    sequences_per_gpu=res.sequences / n)
@@ -378,7 +379,7 @@ def decision_rows(plan: Plan, target: bool = True) -> list[dict[str, Any]]:
         if target:
             t = gpus_for_target(plan, r["model"], r["gpu"], r["precision"])
             r.update(need=t["gpus"], need_low=t["low"], need_high=t["high"], need_memory_bound=t["memory_bound"],
-                     need_layout=search.perf_label(t["result"].best) if t["gpus"] else t["message"])
+                     need_layout=label(t["result"].best) if t["gpus"] else t["message"])
     return rows
 
 
@@ -697,7 +698,7 @@ def rubin_claim(plan: Plan, model_id: str | None = None, pair: tuple[str, str] =
             rows.append({"model": mid, "model_name": model_name(mid), "gpu": g, "label": gpu_label(g), "mode": mode,
                          "precision": pick(g), "gpus": t["gpus"], "gpus_low": t["low"], "gpus_high": t["high"],
                          "tps": t["tokens_per_s_per_gpu"], "days": t["days"], "memory_bound": t["memory_bound"],
-                         "layout": search.perf_label(t["result"].best) if t["gpus"] else t["message"]})
+                         "layout": label(t["result"].best) if t["gpus"] else t["message"]})
         a, b = cells[new], cells[old]
         ratio = lo = hi = None
         if a["gpus"] and b["gpus"]:

@@ -504,14 +504,26 @@ def assumptions_sentence(plan: Plan) -> str:
 
 def nvl72_tax(plan: Plan) -> dict[str, Any]:
     """The communication tax at the scenario's largest cluster with an 8- and a 72-GPU NVLink
-    domain, as the communication chapter computes it (:mod:`scaletax.chapters.communication`, same GPU
-    and layout rules), per model."""
-    from scaletax.chapters import communication as cs
+    domain, per model: :func:`scaletax.search.search` with ``SearchSpace(domain=...)`` on the
+    scenario's first GPU with a domain larger than 8 (the communication chapter's sweep GPU), in
+    the precision it trains in. Pairs: model, gpus, layouts, share (exposed communication / step
+    time) and speedup (step time with 8 over step time with 72), for the models that fit both."""
+    from scaletax import models as catalog, search
+    from scaletax.chapters.communication import sweep_gpu
+    from scaletax.layout import label
 
-    gpu = cs.sweep_gpu(plan.gpus)
-    rows = cs.domain_rows(list(plan.models), gpu, [plan.top], (8, 72), batch_tokens=plan.batch_tokens,
-                          precision=plan.run_precision(gpu))
-    pairs = cs.nvl72_rows(rows, 8, 72)
+    gpu = sweep_gpu(plan.gpus)
+    prec = plan.run_precision(gpu)
+    pairs = []
+    for mid in plan.models:
+        m = catalog.get(mid)
+        small, large = (search.search(m, prec, gpu, plan.top, tokens_per_step=plan.batch_tokens, pareto=False,
+                                      space=search.SearchSpace(domain=dom)) for dom in (8, 72))
+        if small.fits and large.fits:
+            a, b = small.metrics, large.metrics
+            pairs.append({"model": mid, "gpus": plan.top, "layout_small": label(small.best, m),
+                          "layout_large": label(large.best, m), "share_small": a["exposed_comm_s"] / a["step_s"],
+                          "share_large": b["exposed_comm_s"] / b["step_s"], "speedup": a["step_s"] / b["step_s"]})
     return {"gpu": gpu, "label": hardware.get(gpu).label, "native": hardware.get(gpu).nvlink_domain > 8,
             "gpus": plan.top, "pairs": pairs}
 

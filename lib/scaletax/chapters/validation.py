@@ -107,7 +107,7 @@ def run_rows(table: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]]) ->
             raise ValueError(f"run_rows: table row {i} is {t['run_id']!r}, runs row is {r.get('run_id')!r}")
         hw = hardware.get(str(t["hardware"]))
         assumed = "recompute assumed" in t["assumptions"]
-        lay = t["layout"].rsplit(" ", 1)[0]
+        lay = t["layout"]
         rec = t["recompute"].replace("full on ", "full ").replace(" of layers, selective on the rest", ", sel. rest")
         short = model_short(t["model"])
         kind = source_kind(t["run_id"])

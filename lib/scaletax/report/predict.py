@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from scaletax import hardware, perf, runs, search, validate
+from scaletax.layout import label
 
 #: Tokens per step for a row with neither a layout nor a global batch: 16M, the Llama 3.1
 #: 405B final batch (arXiv 2407.21783, Sec. 3.4.1), as the default scenario.
@@ -56,7 +57,7 @@ def _searched(row: dict[str, Any]) -> tuple[dict[str, Any], str, bool]:
     new = dict(row)
     new.update({"tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "ep": lay.ep, "etp": lay.etp, "dp": lay.dp, "vp": lay.vp,
                 "mbs": lay.mbs, "gbs": lay.gbs, "zero_stage": lay.zero_stage, "recompute": lay.recompute})
-    return new, validate.layout_string(lay), True
+    return new, label(lay), True
 
 
 def predict_rows(rows: list[dict[str, Any]], band: perf.EfficiencyBand | None = None) -> list[dict[str, Any]]:
