@@ -14,7 +14,7 @@ from scaletax import ROOT, cost, hardware, search
 from scaletax import models as catalog
 from scaletax.chapters import decision as d
 from scaletax.chapters import summary as s
-from scaletax.report.chapters import chapter
+from scaletax.report.chapters import chapter, default_parameters
 
 DEFAULT = yaml.safe_load((ROOT / "data" / "scenarios" / "default.yaml").read_text())
 # fast models for most tests: dense searches take ~0.01-0.05 s
@@ -27,7 +27,8 @@ def make(**kw) -> d.Plan:
              training_global_batch_tokens=DEFAULT["training"]["global_batch_tokens"], training_precision="fp8",
              training_precisions=["bf16", "fp8", "mxfp8", "nvfp4"], cluster_sizes=[4096, 16384],
              cluster_gpus=4096, cluster_target_days=90, economics_prices=DEFAULT["economics"]["prices"],
-             economics_energy=DEFAULT["economics"]["energy"], economics_usd_per_mwh=80)
+             economics_energy=DEFAULT["economics"]["energy"], economics_usd_per_mwh=80,
+             comparisons=DEFAULT["comparisons"])
     p.update(kw)
     return d.Plan.from_params(**p)
 
@@ -148,9 +149,9 @@ def test_waterfall_reaches_the_real_gpu(plan, target):
 
 
 def test_waterfall_targets_fall_back_to_the_catalog():
-    assert d.waterfall_targets(["h100_sxm", "b200", "gb200", "gb300"]) == (["b200", "gb200"], True)
-    assert d.waterfall_targets(["gb300"]) == (["gb300"], True)
-    assert d.waterfall_targets(["h100_sxm"]) == (list(d.HEQ_BLACKWELL), False)
+    assert d.waterfall_targets(make(gpus=["h100_sxm", "b200", "gb200", "gb300"])) == (["b200", "gb200"], True)
+    assert d.waterfall_targets(make(gpus=["gb300"])) == (["gb300"], True)
+    assert d.waterfall_targets(make(gpus=["h100_sxm"])) == (["b200", "gb200"], False)  # comparisons.heq_blackwell
 
 
 # --- break-even, H-equivalents, the largest cluster, the Rubin claim ----------------------------
@@ -181,14 +182,14 @@ def test_hopper_reference_without_h200():
 
 def test_heq_is_the_throughput_ratio(plan):
     rows = d.heq_rows(plan)
-    assert len(rows) == len(d.HEQ_BLACKWELL) * 2
+    assert len(rows) == len(plan.heq_blackwell) * 2 and plan.heq_blackwell == ("b200", "gb200")
     for r in rows:
         tb = d.best(DENSE, r["gpu"], r["precision"], plan.cluster_gpus, plan.batch_tokens).metrics
-        for h in d.HEQ_HOPPER:
+        for h in plan.heq_hopper:
             th = d.best(DENSE, h, r[f"{h}_precision"], plan.cluster_gpus, plan.batch_tokens).metrics
             assert r[h] == pytest.approx(tb["tokens_per_s_per_gpu"] / th["tokens_per_s_per_gpu"])
             assert r[f"{h}_low"] <= r[f"{h}_high"]
-    assert "H20" in s.heq_summary(rows)
+    assert "H20" in s.heq_summary(rows, plan.heq_hopper)
 
 
 def test_top_rows_and_scaling(plan, rows):
@@ -204,7 +205,7 @@ def test_top_rows_and_scaling(plan, rows):
 def test_rubin_claim_counts_meet_the_target():
     p = make(models=[SMALL_MOE])
     c = d.rubin_claim(p)
-    assert c["model"] == SMALL_MOE and c["in_scenario"] and c["claim"] == d.RUBIN_CLAIM
+    assert c["model"] == SMALL_MOE and c["in_scenario"] and c["claim"] == 0.25 and c["claim_cite"] == "nvidiarubin"
     for r in c["rows"]:
         res = d.best(SMALL_MOE, r["gpu"], r["precision"], r["gpus"], p.batch_tokens)
         assert cost.days_to_train(p.tokens, res.metrics["tokens_per_s_per_gpu"], r["gpus"]) <= p.target_days * (1 + 1e-9)
@@ -254,7 +255,7 @@ def test_scenario_without_blackwell_or_hopper():
     p = make(gpus=["h100_sxm"])
     rows = d.decision_rows(p, target=False)
     be = d.breakeven_rows(p, rows)
-    assert {r["gpu"] for r in be} == set(d.HEQ_BLACKWELL) and not any(r["in_scenario"] for r in be)
+    assert {r["gpu"] for r in be} == set(p.heq_blackwell) and not any(r["in_scenario"] for r in be)
     h = s.headline(p, rows)
     assert h["models"][0]["blackwell"] is None
     assert "a catalog GPU not in this scenario" in s.summary_model_sentence(h["models"][0], p)
@@ -268,10 +269,10 @@ def test_chapters_are_registered_with_their_parameters():
     for slug in ("decision", "summary"):
         ch = chapter(slug)
         src = ch.source.read_text()
-        cell = re.search(r":tags: \[parameters, remove-cell\]\n\n(.*?)```", src, re.S).group(1)
-        names = set(re.findall(r"^([a-z_]+) = ", cell, re.M))
-        assert names == {k.replace(".", "_") for k in ch.reads}, slug
-        assert set(ch.data) >= {"hardware.csv", "models.yaml", "efficiency.yaml"}
+        params = default_parameters(slug)
+        assert set(params) == {k.replace(".", "_") for k in ch.reads}, slug
+        assert params["comparisons"]["baseline"] == DEFAULT["comparisons"]["baseline"]
+        assert set(ch.data) >= {"hardware.csv", "models.yaml", "efficiency.yaml", "references.yaml"}
         keys = re.findall(r'glue\("([a-z0-9_]+)"', src)
         prefix = "dec_" if slug == "decision" else "sum_"
         assert keys and all(k.startswith(prefix) for k in keys)

@@ -41,7 +41,7 @@ def test_gpu_hours_energy_and_cost_arithmetic():
     assert e == pytest.approx(1000 * 700 * 1.7 * 0.9 * 1.2 / 1e6)
     assert cost.cost_usd(gh, 2.0) == pytest.approx(2000.0)
     assert cost.cost_usd(gh, 2.0, e, 80.0) == pytest.approx(2000.0 + e * 80)
-    for bad in (lambda: cost.energy_mwh(1, 700, 0.9), lambda: cost.energy_mwh(1, 700, 1.5, 1.2),
+    for bad in (lambda: cost.energy_mwh(1, 700, 0.9, 0.9, 1.2), lambda: cost.energy_mwh(1, 700, 1.5, 1.2, 1.2),
                 lambda: cost.energy_mwh(1, 700, 1.5, 0.9, 0.8), lambda: cost.cost_usd(1, -1.0),
                 lambda: cost.days_to_train(1e9, 0.0, 8), lambda: cost.days_to_train(float("nan"), 1.0, 8)):
         with pytest.raises(ValueError):

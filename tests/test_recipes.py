@@ -11,6 +11,7 @@ from scaletax.chapters import communication as cs
 from scaletax.chapters import decision as d
 from scaletax.chapters import memory as ms
 from scaletax.layout import Layout
+from scaletax.report.chapters import default_parameters
 
 
 def test_operand_bytes_follow_the_format_specs():
@@ -96,11 +97,10 @@ def test_every_chapter_trains_hopper_in_the_same_precision():
     memory and communication chapters alike (before the registry, memory and communication
     chose FP8)."""
     wanted, allowed = "nvfp4", ["bf16", "nvfp4"]
-    plan = d.Plan.from_params(name="t", models=[models.DENSE_1T], gpus=["h100_sxm", "b200"], training_tokens=1e12,
-                              training_global_batch_tokens=2**24, training_precision=wanted,
-                              training_precisions=allowed, cluster_sizes=[4096], cluster_gpus=4096,
-                              cluster_target_days=90, economics_prices={}, economics_energy={},
-                              economics_usd_per_mwh=0)
+    params = default_parameters("decision")
+    params.update(models=[models.DENSE_1T], gpus=["h100_sxm", "b200"], training_precision=wanted,
+                  training_precisions=allowed)
+    plan = d.Plan.from_params(**params)
     assert plan.run_precision("h100_sxm") == "bf16" and plan.run_precision("b200") == "nvfp4"
     m = models.get(models.DENSE_1T)
     r = ms.min_gpus(m, "h100_sxm", wanted, 2**24, max_gpus=512, allowed=allowed)

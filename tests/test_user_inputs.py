@@ -149,29 +149,33 @@ def test_a_user_scenario_file_changing_a_value_without_a_source_is_labelled(tmp_
     assert prices["h200_sxm"] == resolve().economics.prices["h200_sxm"]
 
 
+#: The default scenario's energy factors (cost.Economics has no defaults for them).
+ENERGY = dict(system_overhead=1.7, utilization=0.9, pue=1.2)
+
+
 # --- economics ----------------------------------------------------------------------------
 def test_power_inclusive_prices_add_no_energy_and_zero_electricity_is_accepted():
     assert resolve(overrides=["economics.usd_per_mwh=0"]).economics.usd_per_mwh == 0
     s = resolve(overrides=["economics.price_includes_power=true"])
     assert s.economics.price_includes_power
-    econ = cost.Economics(usd_per_gpu_hour=2.0, usd_per_mwh=80, price_includes_power=True)
+    econ = cost.Economics(**ENERGY, usd_per_gpu_hour=2.0, usd_per_mwh=80, price_includes_power=True)
     r = cost.run_costs(1e12, 1000.0, 1024, 700.0, econ)
     hours = 1e12 / 1000 / 3600
     assert r["cost_usd"] == pytest.approx(hours * 2.0) and r["energy_cost_usd"] == 0
     assert r["energy_mwh"] == pytest.approx(hours * 700 * 1.7 * 0.9 * 1.2 / 1e6)  # energy still reported
-    owned = cost.run_costs(1e12, 1000.0, 1024, 700.0, cost.Economics(usd_per_gpu_hour=2.0, usd_per_mwh=80))
+    owned = cost.run_costs(1e12, 1000.0, 1024, 700.0, cost.Economics(**ENERGY, usd_per_gpu_hour=2.0, usd_per_mwh=80))
     assert owned["cost_usd"] == pytest.approx(hours * 2.0 + owned["energy_mwh"] * 80)
 
 
 def test_goodput_stretches_days_and_billed_hours():
-    econ = cost.Economics(usd_per_gpu_hour=2.0, goodput=0.9)
+    econ = cost.Economics(**ENERGY, usd_per_gpu_hour=2.0, goodput=0.9)
     r = cost.run_costs(15e12, 500.0, 16384, 700.0, econ)
     ideal_days = 15e12 / (500 * 16384 * 86400)
     assert r["days"] == pytest.approx(ideal_days / 0.9)
     assert r["gpu_hours"] == pytest.approx(15e12 / 500 / 3600 / 0.9)
     assert r["cost_usd"] == pytest.approx(r["gpu_hours"] * 2.0)
     with pytest.raises(ValueError, match=r"goodput: must be in \(0, 1\]"):
-        cost.Economics(usd_per_gpu_hour=1.0, goodput=1.2)
+        cost.Economics(**ENERGY, usd_per_gpu_hour=1.0, goodput=1.2)
     assert resolve().cluster.goodput == 0.9 and "2407.21783" in resolve().cluster.goodput_source
 
 

@@ -104,7 +104,7 @@ def gpu_hours(tokens, tokens_per_s_per_gpu, goodput=1.0):
                 / _goodput(goodput))
 
 
-def energy_mwh(hours, tdp_w, system_overhead=1.7, utilization=0.9, pue=1.2):
+def energy_mwh(hours, tdp_w, system_overhead, utilization, pue):
     """Facility energy, MWh: GPU-hours x TDP (W) x system overhead x utilization x PUE / 1e6."""
     for name, v in (("system_overhead", system_overhead), ("pue", pue)):
         if np.any(np.asarray(v, dtype=float) < 1):
@@ -134,12 +134,13 @@ class Economics:
     system power / GPU TDP; utilization: average / peak power; pue: facility power usage
     effectiveness; usd_per_mwh: electricity price (0: included in the GPU-hour price);
     price_includes_power: all-in rental price, so no energy cost is added whatever usd_per_mwh;
-    goodput: share of scheduled time that trains."""
+    goodput: share of scheduled time that trains. The energy factors have no defaults: they are
+    scenario inputs (``economics.energy`` of data/scenarios/default.yaml, with sources)."""
 
     usd_per_gpu_hour: float
-    system_overhead: float = 1.7
-    utilization: float = 0.9
-    pue: float = 1.2
+    system_overhead: float
+    utilization: float
+    pue: float
     usd_per_mwh: float = 0.0
     goodput: float = 1.0
     price_includes_power: bool = False

@@ -24,6 +24,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from . import precision as P
+from . import references
 
 __all__ = [
     "Recipe", "RECIPES", "DEFAULT_RECIPES", "TaskConfig", "Task", "RunResult", "RecipeResult",
@@ -104,36 +105,10 @@ DEFAULT_RECIPES: tuple[str, ...] = (
     "nvfp4_naive", "mxfp4",
 )
 
-#: Published large-scale results shown beside the toy. "verified" says how the figure was
-#: checked; none is an output of this module.
-PUBLISHED_REFERENCE_POINTS: tuple[dict, ...] = (
-    {"claim": "FP8 (E4M3, 1x128 / 128x128 tile scaling) vs BF16 training loss",
-     "figure": "relative loss error below 0.25%",
-     "value": 0.0025, "unit": "relative loss difference",
-     "model": "validation runs at two model scales (similar to DeepSeek-V2-Lite and V2)",
-     "source": "DeepSeek-AI, DeepSeek-V3 Technical Report, arXiv 2412.19437, §3.3",
-     "verified": "as reported in the paper's text (§3.3); not re-verified in this project"},
-    {"claim": "NVFP4 vs FP8 validation loss at 12B parameters, 10T tokens",
-     "figure": "NVFP4 loss about 1% to 1.5% above FP8 (relative)",
-     "value": (0.01, 0.015), "unit": "relative loss difference",
-     "model": "12B parameters, 10T tokens",
-     "source": "NVIDIA, Pretraining Large Language Models with NVFP4, arXiv 2509.25149",
-     "verified": "as reported in the paper's abstract/figures; not re-verified in this project"},
-    {"claim": "MXFP4 needs more tokens than NVFP4 to reach the same loss",
-     "figure": "about 36% more tokens",
-     "value": 0.36, "unit": "relative extra training tokens",
-     "model": "the paper's NVFP4 vs MXFP4 comparison run",
-     "source": "NVIDIA, Pretraining Large Language Models with NVFP4, arXiv 2509.25149",
-     "verified": "as reported in the paper's abstract/figures; not re-verified in this project"},
-    {"claim": "FP4 training without the recipe elements (BF16 last layers, Hadamard on wgrad, "
-              "2D weight scaling, stochastic rounding of gradients)",
-     "figure": "loss degrades or diverges when elements are removed (ablations)",
-     "value": None, "unit": None,
-     "model": "the paper's ablation runs",
-     "source": "NVIDIA, Pretraining Large Language Models with NVFP4, arXiv 2509.25149",
-     "verified": "as reported in the paper's ablation figures (qualitative, no number taken); "
-                 "not re-verified in this project"},
-)
+#: Published large-scale results shown beside the toy (``data/references.yaml``, section
+#: ``low_precision_training``); "verified" says how each figure was checked. None is an output of
+#: this module.
+PUBLISHED_REFERENCE_POINTS: tuple[dict, ...] = tuple(references.section("low_precision_training"))
 
 
 def published_reference_points() -> list[dict]:

@@ -33,30 +33,21 @@ ratio of two GPUs both at the same corner (the parameters are shared), min/max o
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from scaletax import cost, hardware, recipes, search
+from scaletax import cost, hardware, recipes, references, search
 from scaletax import models as catalog
 from scaletax.layout import label
 
 # =========================================================================================
 # Constants
 # =========================================================================================
-#: The Hopper baseline of the advantage waterfall ("Blackwell's advantage over H100").
-BASELINE = "h100_sxm"
-#: Hopper GPUs of the H-equivalent framing (H800 and H20: export variants; catalog values).
-HEQ_HOPPER: tuple[str, ...] = ("h800_sxm", "h20", "h100_sxm", "h200_sxm")
-#: Blackwell GPUs whose H-equivalents are computed.
-HEQ_BLACKWELL: tuple[str, ...] = ("b200", "gb200")
-#: The reference Hopper of the break-even comparison when the scenario has it.
-HOPPER_REF = "h200_sxm"
-#: NVIDIA's announced claim (CES 2026, Rubin platform blog, as relayed): Rubin trains MoE
-#: models with one quarter of the GPUs Blackwell needs.
-RUBIN_CLAIM = 0.25
-CLAIM_PAIR = ("rubin", "gb200")
+#: The vendor claim the Rubin section checks (``data/references.yaml``, ``claims``): the GPU
+#: ratio ``new`` / ``old`` for the same MoE training in the same time, with its source.
+CLAIM_KEY = "rubin_moe_gpus"
 #: Families counted as Blackwell (the waterfall targets, the "best Blackwell").
 BLACKWELL_FAMILIES = ("blackwell", "blackwell_ultra")
 #: Hardware fields swapped by each factor of the waterfall, in order: memory capacity, the
@@ -96,25 +87,32 @@ class Plan:
     cluster_gpus: int
     sizes: tuple[int, ...]
     target_days: float
-    prices: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    pue: float = 1.2
-    system_overhead: float = 1.7
-    utilization: float = 0.9
-    usd_per_mwh: float = 0.0
+    prices: Mapping[str, Mapping[str, Any]]
+    pue: float
+    system_overhead: float
+    utilization: float
+    usd_per_mwh: float
+    baseline: str
+    hopper_ref: str
+    heq_hopper: tuple[str, ...]
+    heq_blackwell: tuple[str, ...]
 
     @classmethod
     def from_params(cls, *, name: str, models, gpus, training_tokens, training_global_batch_tokens,
                     training_precision, training_precisions, cluster_sizes, cluster_gpus, cluster_target_days,
-                    economics_prices, economics_energy, economics_usd_per_mwh, **_ignored: Any) -> "Plan":
+                    economics_prices, economics_energy, economics_usd_per_mwh, comparisons,
+                    **_ignored: Any) -> "Plan":
         """Build from the notebook parameters (scenario keys with '_' for '.')."""
-        e = economics_energy or {}
+        e = economics_energy
         return cls(name=str(name), models=tuple(models), gpus=tuple(gpus), tokens=float(training_tokens),
                    batch_tokens=int(training_global_batch_tokens), precision=str(training_precision),
                    precisions=tuple(training_precisions), cluster_gpus=int(cluster_gpus),
                    sizes=tuple(int(n) for n in cluster_sizes), target_days=float(cluster_target_days),
                    prices={k: dict(v) for k, v in (economics_prices or {}).items()},
-                   pue=float(e.get("pue", 1.2)), system_overhead=float(e.get("system_overhead", 1.7)),
-                   utilization=float(e.get("utilization", 0.9)), usd_per_mwh=float(economics_usd_per_mwh))
+                   pue=float(e["pue"]), system_overhead=float(e["system_overhead"]),
+                   utilization=float(e["utilization"]), usd_per_mwh=float(economics_usd_per_mwh),
+                   baseline=str(comparisons["baseline"]), hopper_ref=str(comparisons["hopper_reference"]),
+                   heq_hopper=tuple(comparisons["heq_hopper"]), heq_blackwell=tuple(comparisons["heq_blackwell"]))
 
     @property
     def top(self) -> int:
@@ -418,14 +416,14 @@ def blackwell_ids(gpu_ids: Iterable[str]) -> list[str]:
     return [g for g in gpu_ids if hardware.get(g).family in BLACKWELL_FAMILIES]
 
 
-def waterfall_targets(gpu_ids: Sequence[str]) -> tuple[list[str], bool]:
+def waterfall_targets(plan: Plan) -> tuple[list[str], bool]:
     """The Blackwell GPUs of the waterfall: the scenario's first 8-GPU-domain and first
-    NVL72-class Blackwell; (catalog B200 and GB200, False) when the scenario has none."""
-    bw = blackwell_ids(gpu_ids)
+    NVL72-class Blackwell; (the comparison's ``heq_blackwell`` GPUs, False) when it has none."""
+    bw = blackwell_ids(plan.gpus)
     picks = [next((g for g in bw if hardware.get(g).nvlink_domain <= 8), None),
              next((g for g in bw if hardware.get(g).nvlink_domain > 8), None)]
     picks = [g for g in picks if g]
-    return (picks, True) if picks else (list(HEQ_BLACKWELL), False)
+    return (picks, True) if picks else (list(plan.heq_blackwell), False)
 
 
 # =========================================================================================
@@ -438,9 +436,10 @@ def hybrid(base, target, fields: Iterable[str], tag: str) -> hardware.GPU:
     return b.model_copy(update={**upd, "id": f"{b.id}_{tag}", "label": f"{b.label} + {tag}"[:24]})
 
 
-def waterfall(plan: Plan, model_id: str, target: str, base: str = BASELINE, gpus: int | None = None,
+def waterfall(plan: Plan, model_id: str, target: str, base: str | None = None, gpus: int | None = None,
               alone: bool = True) -> list[dict[str, Any]]:
-    """Tokens/s per GPU from ``base`` to ``target`` swapping one factor at a time.
+    """Tokens/s per GPU from ``base`` (default the scenario's ``comparisons.baseline``) to
+    ``target`` swapping one factor at a time.
 
     Rows, in order: the base GPU at its run precision; each factor of :data:`FACTORS` added to
     the previous hypothetical GPU (after the last one it is the target GPU at the base's
@@ -451,7 +450,7 @@ def waterfall(plan: Plan, model_id: str, target: str, base: str = BASELINE, gpus
     tps None.
     """
     n = int(gpus or plan.cluster_gpus)
-    b, t = hardware.get(base), hardware.get(target)
+    b, t = hardware.get(base or plan.baseline), hardware.get(target)
     prec = plan.run_precision(b)
     if not t.supports(prec):
         prec = "bf16"
@@ -495,7 +494,8 @@ def waterfall(plan: Plan, model_id: str, target: str, base: str = BASELINE, gpus
     return out
 
 
-def waterfall_check(plan: Plan, model_id: str, target: str, base: str = BASELINE, gpus: int | None = None) -> float | None:
+def waterfall_check(plan: Plan, model_id: str, target: str, base: str | None = None,
+                    gpus: int | None = None) -> float | None:
     """Relative difference between the waterfall after its hardware factors and the real
     target GPU at the same precision (0 when every property that matters was swapped)."""
     rows = waterfall(plan, model_id, target, base, gpus, alone=False)
@@ -557,14 +557,15 @@ def waterfall_chart_rows(rows: list[dict]) -> list[dict]:
 # When the older GPU is enough
 # =========================================================================================
 def hopper_reference(plan: Plan, rows: list[dict], model_id: str) -> tuple[str, bool]:
-    """The Hopper to compare with: H200 if the scenario has it, else the scenario's cheapest
-    Hopper per token, else the catalog H200; and whether it is from the scenario."""
-    if HOPPER_REF in plan.gpus:
-        return HOPPER_REF, True
+    """The Hopper to compare with: the scenario's ``comparisons.hopper_reference`` if the
+    scenario has it, else its cheapest Hopper per token, else that reference from the catalog;
+    and whether it is from the scenario."""
+    if plan.hopper_ref in plan.gpus:
+        return plan.hopper_ref, True
     r = cheapest(rows, model_id, hopper_ids(plan.gpus))
     if r is not None:
         return r["gpu"], True
-    return HOPPER_REF, False
+    return plan.hopper_ref, False
 
 
 def _energy_usd_per_gpu_hour(plan: Plan, gpu_id: str) -> float:
@@ -590,7 +591,7 @@ def breakeven_rows(plan: Plan, rows: list[dict]) -> list[dict[str, Any]]:
             ref = economics([outcome(plan, mid, ref_id)], plan)[0]
         others = [g for g in plan.gpus if hardware.get(g).family not in ("hopper", "ampere")]
         if not others:
-            others = list(HEQ_BLACKWELL)
+            others = list(plan.heq_blackwell)
         for gid in others:
             r = next((x for x in rows if x["model"] == mid and x["gpu"] == gid), None)
             if r is None:
@@ -641,13 +642,16 @@ def nvl72_ids(gpu_ids: Sequence[str]) -> tuple[list[str], bool]:
     return (big, True) if big else (["gb200"], False)
 
 
-def heq_rows(plan: Plan, hopper: Sequence[str] = HEQ_HOPPER, blackwell: Sequence[str] = HEQ_BLACKWELL,
+def heq_rows(plan: Plan, hopper: Sequence[str] | None = None, blackwell: Sequence[str] | None = None,
              gpus: int | None = None) -> list[dict[str, Any]]:
     """How many of each Hopper GPU match one Blackwell GPU in tokens/s, per model, on the same
     cluster size: tokens/s per GPU of the Blackwell over that of the Hopper, each GPU at its run
     precision (``mode`` "scenario") and at its fastest format ("fastest"). Columns
-    ``<hopper id>``, ``<hopper id>_low``, ``<hopper id>_high`` (None where one does not fit)."""
+    ``<hopper id>``, ``<hopper id>_low``, ``<hopper id>_high`` (None where one does not fit).
+    Defaults: the scenario's ``comparisons.heq_hopper`` and ``heq_blackwell``."""
     n = int(gpus or plan.cluster_gpus)
+    hopper = plan.heq_hopper if hopper is None else hopper
+    blackwell = plan.heq_blackwell if blackwell is None else blackwell
     out = []
     for mid in plan.models:
         for bw in blackwell:
@@ -677,17 +681,18 @@ def first_moe(model_ids: Sequence[str]) -> tuple[str, bool]:
     return catalog.MOE_1T, False
 
 
-def rubin_claim(plan: Plan, model_id: str | None = None, pair: tuple[str, str] = CLAIM_PAIR,
+def rubin_claim(plan: Plan, model_id: str | None = None, pair: tuple[str, str] | None = None,
                 days: float | None = None) -> dict[str, Any]:
     """GPUs to train ``model_id``'s token budget (default: the scenario's first MoE) in
     ``days`` (default the target) on the announced GPU against the Blackwell one, at each GPU's
     run precision and at its fastest format (:func:`gpus_for_target`). ``ratio`` = new / old
     GPUs needed at the throughput of each one's right-sized cluster, i.e. the old GPU's tokens/s
-    per GPU over the new one's there (the claim: :data:`RUBIN_CLAIM`); band at the efficiency
+    per GPU over the new one's there (the claim: :data:`CLAIM_KEY`, default ``pair``); band at the efficiency
     band's corners (both GPUs at the same corner)."""
     mid, in_scen = (model_id, model_id in plan.models) if model_id else first_moe(plan.models)
     days = plan.target_days if days is None else float(days)
-    new, old = pair
+    claim = references.claim(CLAIM_KEY)
+    new, old = pair or (claim["new"], claim["old"])
     rows = []
     for mode in ("scenario", "fastest"):
         pick = plan.run_precision if mode == "scenario" else plan.fastest_precision
@@ -713,7 +718,7 @@ def rubin_claim(plan: Plan, model_id: str | None = None, pair: tuple[str, str] =
     return {"model": mid, "model_name": model_name(mid), "in_scenario": in_scen, "days": days,
             "new": new, "old": old, "new_label": hardware.get(new).label, "old_label": hardware.get(old).label,
             "new_in_scenario": new in plan.gpus, "old_in_scenario": old in plan.gpus,
-            "claim": RUBIN_CLAIM, "ratio": sc["ratio"], "ratio_low": sc["ratio_low"], "ratio_high": sc["ratio_high"],
+            "claim": float(claim["value"]), "claim_cite": claim["cite"], "ratio": sc["ratio"], "ratio_low": sc["ratio_low"], "ratio_high": sc["ratio_high"],
             "ratio_fastest": rows[2]["ratio"], "ratio_fastest_low": rows[2]["ratio_low"],
             "ratio_fastest_high": rows[2]["ratio_high"], "rows": rows}
 
@@ -810,8 +815,8 @@ def cost_time_chart_rows(rows: list[dict], plan: Plan) -> list[dict]:
     return out
 
 
-__all__ = ["BASELINE", "BLACKWELL_FAMILIES", "CLAIM_PAIR", "FACTORS", "HEQ_BLACKWELL", "HEQ_HOPPER", "HOPPER_REF",
-           "MAX_COUNT", "Plan", "RESOLUTION_BITS", "RUBIN_CLAIM", "best", "blackwell_factor", "blackwell_ids",
+__all__ = ["BLACKWELL_FAMILIES", "CLAIM_KEY", "FACTORS",
+           "MAX_COUNT", "Plan", "RESOLUTION_BITS", "best", "blackwell_factor", "blackwell_ids",
            "breakeven_chart_rows", "breakeven_rows", "cheapest", "clear_cache", "cost_time_chart_rows",
            "decision_rows", "economics", "fastest", "first_moe", "fitting", "gpu_label", "gpus_for_target",
            "heq_rows", "hopper_ids", "hopper_reference", "hybrid", "main_source", "model_name", "nvl72_ids",

@@ -36,7 +36,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from scaletax import hardware, memory, models, recipes, runs
+from scaletax import hardware, memory, models, recipes, references, runs
 from scaletax.models import Model
 from scaletax.layout import RECOMPUTE_CODE, RECOMPUTE_NAME, Layout, LayoutArray
 
@@ -78,27 +78,9 @@ class Reference:
     where: str
 
 
-#: Published values the chapter reproduces.
-#: ZeRO (Rajbhandari et al. 2020, arXiv 1910.02054) Fig. 1: model state per GPU of a 7.5B
-#: model on 64 data-parallel GPUs with K = 12 optimizer bytes per parameter: baseline
-#: (2 + 2 + K) psi = 120 GB, P_os 31.4 GB, P_os+g 16.6 GB, P_os+g+p 1.9 GB.
-#: Korthikanti et al. 2022 (arXiv 2205.05198): the 1T configuration of their Table 3 (t = 8,
-#: p = 64, s = 2048, b = 1, 128 layers, h = 25600, a = 160); model state with 18 bytes per
-#: parameter (16-bit weights, fp32 gradients, 12 optimizer bytes), and first-stage activations
-#: by §4.1-4.2 (tensor parallel only: s b h (10 + 24/t + 5 a s / (h t)) per layer; sequence
-#: parallel plus selective recompute: 34 s b h / t), p micro-batches in flight (§4.2.3). The
-#: three 1T values are as carried by this project (tests/test_memory.py), not re-read from the
-#: paper's figures.
-REFERENCES: tuple[Reference, ...] = (
-    Reference("zero0", "ZeRO baseline (no sharding)", 120.0, "GB", "rajbhandari2020", "Fig. 1"),
-    Reference("zero1", "ZeRO stage 1 (optimizer sharded)", 31.4, "GB", "rajbhandari2020", "Fig. 1"),
-    Reference("zero2", "ZeRO stage 2 (+ gradients)", 16.6, "GB", "rajbhandari2020", "Fig. 1"),
-    Reference("zero3", "ZeRO stage 3 (+ parameters)", 1.9, "GB", "rajbhandari2020", "Fig. 1"),
-    Reference("k_state", "1T model state per GPU", 32.96, "GiB", "korthikanti2022", "1T setup of Table 3"),
-    Reference("k_act_tp", "1T activations, tensor parallel only", 131.25, "GiB", "korthikanti2022", "§4.2, 1T setup"),
-    Reference("k_act_sel", "1T activations, sequence parallel + selective", 26.56, "GiB", "korthikanti2022",
-              "§4.2 and §5, 1T setup"),
-)
+#: Published values the chapter reproduces (``data/references.yaml``, section ``memory``, with
+#: the setups and sources).
+REFERENCES: tuple[Reference, ...] = tuple(Reference(**r) for r in references.section("memory"))
 
 #: ZeRO Fig. 1's model: a GPT block stack of ~7.5B parameters (37 layers of 12 h^2 + 13 h, h = 4096).
 ZERO_FIG1_MODEL = Model(id="zero_fig1", name="ZeRO Fig. 1 7.5B", layers=37, hidden=4096, heads=32,

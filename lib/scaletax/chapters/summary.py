@@ -21,7 +21,7 @@ import math
 from typing import Any, Sequence
 
 from scaletax import hardware
-from scaletax.chapters.decision import (FACTORS, HEQ_HOPPER, Plan, blackwell_ids, cheapest, decision_rows,
+from scaletax.chapters.decision import (FACTORS, Plan, blackwell_ids, cheapest, decision_rows,
                                         fastest, fitting, gpu_label, hopper_ids, main_source, model_name,
                                         top_input, waterfall, waterfall_targets)
 
@@ -197,12 +197,12 @@ def top_sentence(rows: list[dict], plan: Plan, gpu_ids: Sequence[str]) -> str:
     return "; ".join(parts) if parts else "no case"
 
 
-def heq_sentence(rows: list[dict], mode: str = "scenario") -> str:
+def heq_sentence(rows: list[dict], hopper: Sequence[str], mode: str = "scenario") -> str:
     parts = []
     for r in rows:
         if r["mode"] != mode:
             continue
-        cells = [f"{r[h]:.1f} {hardware.get(h).label}" for h in HEQ_HOPPER if r.get(h) is not None]
+        cells = [f"{r[h]:.1f} {hardware.get(h).label}" for h in hopper if r.get(h) is not None]
         if cells:
             parts.append(f"for {r['model_name']} one {r['label']} ({r['precision'].upper()}) does the work of "
                          + _join(cells, "or"))
@@ -302,7 +302,7 @@ def top_table(rows: list[dict]) -> list[dict]:
              "energy": band_text(r["energy_mwh"], r["energy_mwh_low"], r["energy_mwh_high"])} for r in rows]
 
 
-def heq_table(rows: list[dict], hopper: Sequence[str] = HEQ_HOPPER) -> list[dict]:
+def heq_table(rows: list[dict], hopper: Sequence[str]) -> list[dict]:
     out = []
     for r in rows:
         row = {"model": r["model_name"], "gpu": r["label"], "precision": r["precision"].upper()}
@@ -361,7 +361,7 @@ def headline(plan: Plan, rows: list[dict] | None = None) -> dict[str, Any]:
 def _waterfall_target_for(plan: Plan, gpu_id: str | None) -> str:
     """The waterfall target of the decision chapter closest to ``gpu_id``: itself if it is
     one, else the one with the same NVLink-domain class, else the last one."""
-    targets = waterfall_targets(plan.gpus)[0]
+    targets = waterfall_targets(plan)[0]
     if gpu_id in targets:
         return gpu_id
     if gpu_id is not None:
@@ -378,7 +378,7 @@ def _run_step(wf: list[dict], plan: Plan) -> int:
     return len(FACTORS) if plan.run_precision(wf[0]["target"]) == wf[0]["precision"] else len(wf) - 1
 
 
-def heq_summary(rows: list[dict], mode: str = "scenario", hopper: Sequence[str] = HEQ_HOPPER) -> str:
+def heq_summary(rows: list[dict], hopper: Sequence[str], mode: str = "scenario") -> str:
     """Per Blackwell GPU: how many of each Hopper GPU it matches, as a range over the models."""
     parts = []
     for bw in dict.fromkeys(r["gpu"] for r in rows):

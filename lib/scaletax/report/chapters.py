@@ -71,26 +71,26 @@ class Part:
 _MODEL_DATA = ("hardware.csv", "systems.csv", "models.yaml", "efficiency.yaml")
 _PLAN = ("models", "gpus", "training.tokens", "training.global_batch_tokens", "training.precision",
          "training.precisions", "cluster.sizes", "cluster.gpus", "cluster.target_days", "economics.prices",
-         "economics.energy", "economics.usd_per_mwh")
+         "economics.energy", "economics.usd_per_mwh", "comparisons")
 
 #: Executed chapters, in book order (the summary is the book's first page).
 CHAPTERS = (
-    Chapter("summary", reads=("name", *_PLAN), data=_MODEL_DATA),
+    Chapter("summary", reads=("name", *_PLAN), data=(*_MODEL_DATA, "references.yaml")),
     Chapter("hardware", reads=("gpus",), data=(), scenario_gpus_only=True),
     Chapter("memory", reads=("models", "gpus", "cluster.sizes", "cluster.gpus", "training.precision",
                              "training.precisions", "training.global_batch_tokens"),
-            data=("hardware.csv", "models.yaml", "published_runs.csv")),
+            data=("hardware.csv", "models.yaml", "published_runs.csv", "references.yaml")),
     Chapter("communication", reads=("models", "gpus", "cluster.sizes", "cluster.gpus", "training.precision",
                                     "training.precisions", "training.global_batch_tokens"),
             data=("hardware.csv", "models.yaml", "collectives.csv", "efficiency.yaml")),
     Chapter("precision", reads=("gpus", "training.precisions", "precision.seed", "precision.experiment_seeds",
                                 "precision.experiment_steps"),
-            data=("hardware.csv", "published_runs.csv", "precision_vectors.json")),
+            data=("hardware.csv", "published_runs.csv", "precision_vectors.json", "references.yaml")),
     Chapter("validation", reads=(),
             data=("hardware.csv", "models.yaml", "published_runs.csv", "efficiency.yaml", "collectives.csv",
                   "measured/gemm_h200.csv")),
     Chapter("decision", reads=("name", *_PLAN, "training.tokens_source", "economics.usd_per_mwh_source"),
-            data=_MODEL_DATA),
+            data=(*_MODEL_DATA, "references.yaml")),
 )
 _BY_SLUG = {c.slug: c for c in CHAPTERS}
 
@@ -109,6 +109,14 @@ def chapter(slug: str) -> Chapter:
         if ch.slug == slug:
             return ch
     raise KeyError(f"no chapter {slug!r}; chapters: {', '.join(c.slug for c in CHAPTERS)}")
+
+
+def default_parameters(slug: str) -> dict:
+    """The default scenario's values of the keys chapter ``slug`` reads: its notebook's parameter
+    defaults (a build injects the scenario's own values after them)."""
+    from scaletax.report.scenario import resolve
+
+    return chapter(slug).parameters(resolve())
 
 
 def toc_yaml() -> dict:

@@ -124,6 +124,30 @@ class Economics(_Strict):
     price_includes_power: bool = Field(default=False, description="all-in rental prices: cost adds no energy")
 
 
+class Comparisons(_Strict):
+    """The decision chapter's reference GPUs (catalog ids; in the scenario or not)."""
+
+    baseline: Id = Field(description="GPU the advantage waterfall starts from")
+    hopper_reference: Id = Field(description="reference Hopper of the break-even comparison when in the scenario")
+    heq_hopper: list[Id] = Field(min_length=1, description="Hopper GPUs of the H-equivalents")
+    heq_blackwell: list[Id] = Field(min_length=1, description="Blackwell GPUs whose H-equivalents are computed")
+    source: Text
+
+    @field_validator("heq_hopper", "heq_blackwell")
+    @classmethod
+    def _catalog_lists(cls, v: list[str]) -> list[str]:
+        from scaletax import hardware
+
+        return _known_ids(v, list(hardware._data_catalog()), "GPU")
+
+    @field_validator("baseline", "hopper_reference")
+    @classmethod
+    def _catalog_id(cls, v: str) -> str:
+        from scaletax import hardware
+
+        return _known_ids([v], list(hardware._data_catalog()), "GPU")[0]
+
+
 class Precision(_Strict):
     seed: int = Field(ge=0, le=2**31 - 1)
     experiment_seeds: int = Field(ge=1, le=16)
@@ -143,6 +167,7 @@ class Scenario(_Strict):
     training: Training
     cluster: Cluster
     economics: Economics
+    comparisons: Comparisons
     precision: Precision
 
     _user_gpus: dict = PrivateAttr(default_factory=dict)
