@@ -257,3 +257,59 @@ def test_hostile_scenario_text_builds_a_book_with_nothing_from_the_input(built_b
         text = subprocess.run(["pdftotext", "-l", "2", str(out / "hostile.pdf"), "-"], capture_output=True,
                               text=True).stdout
         assert f"T{MARK}1" in text and "\\end{document}" in text
+
+
+def _pages_only_project(tmp_path, title, question, scenario_file, sets):
+    """The book's generated sources (pages, toc, conf.py, docutils.conf) with a one-line page in
+    place of every executed chapter: the hand-written and generated pages as Sphinx builds them."""
+    scen = resolve(overrides=[f"title={title}", f"question={question}"])
+    info = book.page_info("hostile", scen, scenario_file, sets, "0123456789abcdef", "2026-12-01 10:00 UTC")
+    src = tmp_path / "src"
+    book.stage_sources(src, [], info)
+    for ch in book.toc.CHAPTERS:
+        (src / f"{ch.slug}.md").write_text(f"# {ch.slug}\n\nChapter.\n")
+    return src
+
+
+@pytest.mark.book
+def test_hostile_title_question_and_file_name_in_html_and_pdf(tmp_path):
+    from bs4 import BeautifulSoup
+
+    title = f"T{MARK} <script>window.{MARK}=1</script> & \"q\" ' \\end{{document}} $x$ {{{{t}}}} % ~ ^ _ #"
+    question = E2E["question"]
+    sets = [f"title={title}", "economics.usd_per_mwh_source=$(id)"]
+    src = _pages_only_project(tmp_path, title, question, tmp_path / f"p `{MARK}` $(touch {MARK}).yaml", sets)
+    out = tmp_path / "html"
+    proc = subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-q", str(src), str(out)],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "html_title" not in proc.stderr
+    for page in ("intro", "reproduce", "cite", "search"):
+        soup = BeautifulSoup((out / f"{page}.html").read_text(encoding="utf-8"), "html.parser")
+        assert title in soup.title.get_text(), page  # shown as typed, escaped once
+        assert not [s for s in soup.find_all("script") if MARK in s.get_text()], page
+        brand = soup.find(class_="logo__title")
+        assert brand is not None and brand.get_text() == title and not brand.find_all(True), page
+        for el in soup.find_all(True):
+            assert not any(MARK in (" ".join(v) if isinstance(v, list) else str(v)) for v in el.attrs.values()), \
+                (page, el.name)
+    intro = BeautifulSoup((out / "intro.html").read_text(encoding="utf-8"), "html.parser")
+    assert _flat(question) in _flat(intro.get_text()) and _PASSWD not in intro.get_text()
+    repro = BeautifulSoup((out / "reproduce.html").read_text(encoding="utf-8"), "html.parser")
+    cmd = next(p.get_text() for p in repro.find_all("pre") if "scaletax build" in p.get_text())
+    words = shlex.split(cmd.split(".venv/bin/", 1)[1])
+    assert words[words.index("--set") + 1] == sets[0] and words[-1] == "hostile"
+    assert not list(tmp_path.glob(f"{MARK}*"))
+    if shutil.which("xelatex") and shutil.which("latexmk"):
+        latex = tmp_path / "latex"
+        proc = subprocess.run([sys.executable, "-m", "sphinx", "-b", "latex", "-q", str(src), str(latex)],
+                              capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        proc = subprocess.run(["latexmk", "-pdfxe", "-interaction=nonstopmode", "-halt-on-error", "book.tex"],
+                              cwd=latex, capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, proc.stdout[-3000:]
+        if shutil.which("pdftotext"):
+            first = subprocess.run(["pdftotext", "-l", "1", str(latex / "book.pdf"), "-"], capture_output=True,
+                                   text=True).stdout
+            for part in (f"T{MARK}", "<script>", "& \"q\"", "\\end{document} $x$ {{t}} %"):
+                assert part in _flat(first), (part, first[:300])
