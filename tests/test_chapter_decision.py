@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from scaletax import ROOT, cost, hardware, search
+from scaletax.layout import label
 from scaletax import models as catalog
 from scaletax.chapters import decision as d
 from scaletax.chapters import summary as s
@@ -286,3 +287,29 @@ def test_band_text_and_tables(rows):
     for tab in (s.time_table(rows), s.cost_table(rows)):
         assert len(tab) == len(rows) and all(len(r) <= 8 for r in tab)
     assert np.all([("assumed" in r["price"]) == rows[i]["price_assumed"] for i, r in enumerate(s.cost_table(rows))])
+
+
+def test_searches_are_shared_on_disk_by_exactly_their_inputs(tmp_path, monkeypatch):
+    """With the build's result cache (scaletax.memo) a search runs once for all processes and
+    builds; a price is not one of its inputs, a GPU's catalog fields are."""
+    monkeypatch.setenv("SCALETAX_MEMO_DIR", str(tmp_path))
+    runs = lambda: len(list(tmp_path.rglob("*.pkl")))  # noqa: E731 - one file per search that ran
+    d.clear_cache()
+    first = d.best(DENSE, "h100_sxm", "fp8", 4096, 16 * 2**20)
+    d.clear_cache()  # a new process: only the disk cache is left
+    again = d.best(DENSE, "h100_sxm", "fp8", 4096, 16 * 2**20)
+    assert runs() == 1
+    assert label(again.best) == label(first.best) and again.metrics == first.metrics
+    d.clear_cache()
+    before = d.decision_rows(make(), target=False)
+    n = runs()
+    assert n > 1
+    prices = {g: {**p, "usd_per_gpu_hour": p["usd_per_gpu_hour"] * 2} for g, p in DEFAULT["economics"]["prices"].items()}
+    d.clear_cache()
+    after = d.decision_rows(make(economics_prices=prices), target=False)
+    assert runs() == n  # every price changed: no search ran again
+    assert [r["layout"] for r in after] == [r["layout"] for r in before]
+    edited = hardware.get("h100_sxm").model_copy(update={"hbm_gib": 96.0})
+    d.best(DENSE, edited, "fp8", 4096, 16 * 2**20)
+    assert runs() == n + 1  # a GPU whose catalog fields changed is a new search
+    d.clear_cache()
