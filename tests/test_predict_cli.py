@@ -167,3 +167,34 @@ def test_runs_files_refused_before_reading(tmp_path):
         assert proc.returncode == 2, proc.stderr
         err = proc.stderr.strip()
         assert expect in err and len(err.splitlines()) == 1, err
+    assert proc.returncode == 2 and "cannot read runs table" in proc.stderr
+
+
+def test_all_moe_row_without_ffn_and_etp_and_every_bad_row_listed(tmp_path):
+    # Qwen3-30B-A3B class on 8 H100, every layer MoE: ffn_hidden blank, EP4 x TP2 without etp (= 1)
+    moe = ("moe,30B-A3B,48,2048,32,4,128,,151936,4096,gqa,128,8,768,,0,30.5,3.3,h100_sxm,8,2,1,,4,,,1,"
+           "64,bf16,unknown,,,,internal,hand,test")
+    bad_a = HAND.replace(",h200_sxm,256,4,4,", ",h200_sxm,256,4,four,")
+    bad_b = HAND.replace("h200_sxm", "h300")
+    path = tmp_path / "mixed.csv"
+    path.write_text(HEADER + "\n" + moe + "\n")
+    proc = run_cli(["predict", "--runs", str(path)], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    r = list(csv.DictReader(proc.stdout.splitlines()))[0]
+    assert float(r["predicted_tokens_per_s_per_gpu"]) > 0 and float(r["memory_total_gib"]) > 0
+    path.write_text("\n".join([HEADER, moe, bad_a, HAND, bad_b]) + "\n")
+    out = tmp_path / "out.csv"
+    proc = run_cli(["predict", "--runs", str(path), "--out", str(out)], tmp_path)
+    err = proc.stderr.strip()
+    assert proc.returncode == 2 and len(err.splitlines()) == 1, err
+    assert "2 bad row(s)" in err and "row 3, column 'pp'" in err and "row 5, column 'hardware'" in err
+    assert not out.exists()
+
+
+def test_help_documents_every_default(tmp_path):
+    proc = run_cli(["predict", "--help"], tmp_path)
+    assert proc.returncode == 0
+    text = " ".join(proc.stdout.split())
+    for col in ("ffn_hidden:", "etp: 1", "zero_stage: 1", "vp: 1", "mbs: 1", "gbs: one sequence per GPU",
+                "recompute: unknown"):
+        assert col in text, col

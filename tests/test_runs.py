@@ -87,8 +87,75 @@ def test_layout_defaults():
     row = {"tp": 2, "pp": 2, "gpu_count": 16, "cp": None, "vp": "", "mbs": None, "dp": None, "gbs": None,
            "recompute": "unknown"}
     lay = runs.row_layout(row)
-    assert (lay.cp, lay.vp, lay.mbs, lay.dp, lay.gbs, lay.zero_stage, lay.recompute) == (1, 1, 1, 4, 8, 1, "none")
+    # gbs blank: one sequence per GPU (16) in whole micro-batches of mbs*dp = 4; etp blank: 1
+    assert (lay.cp, lay.vp, lay.mbs, lay.dp, lay.gbs, lay.zero_stage, lay.recompute, lay.etp) == (1, 1, 1, 4, 16, 1, "none", 1)
     assert lay.sequence_parallel
+    assert runs.default_gbs(10, 1, 4) == 8 and runs.default_gbs(3, 2, 4) == 8  # rounded, at least one step
+    assert runs.row_layout({**row, "gbs": 24}).gbs == 24
+
+
+def _moe_row(**cells):
+    """A Qwen3-30B-A3B-class all-MoE row (48 layers, 128 experts top-8, expert FFN 768) on 8 GPUs."""
+    base = {"run_id": "x", "layers": "48", "hidden": "2048", "heads": "32", "kv_heads": "4", "head_dim": "128",
+            "ffn_hidden": "", "vocab": "151936", "seq_len": "4096", "attention": "gqa", "moe_experts": "128",
+            "moe_top_k": "8", "moe_ffn_hidden": "768", "moe_shared_experts": "", "moe_dense_layers": "0",
+            "hardware": "h100_sxm", "gpu_count": "8", "tp": "1", "pp": "1", "cp": "", "ep": "8", "vp": "",
+            "dp": "", "mbs": "1", "gbs": "", "precision": "bf16", "recompute": "unknown"}
+    base.update(cells)
+    return base
+
+
+def test_all_moe_row_without_ffn_hidden_and_etp(tmp_path):
+    row = _moe_row()
+    header = list(row)
+    p = _write(tmp_path, header, [list(row.values()), list(_moe_row(tp="2", ep="4").values())])
+    got = runs.read_runs(p)
+    lay = runs.row_layout(got[1])
+    assert (lay.tp, lay.ep, lay.etp, lay.dp) == (2, 4, 1, 4)  # ep*etp = 4 divides tp*dp = 8 with etp 1
+    model = runs.row_model(got[0])
+    assert model.n_dense_layers == 0 and model.moe_experts == 128
+    # the blank width is unused: the same row with any ffn_hidden gives the same parameters
+    other = runs.row_model({**got[0], "ffn_hidden": 99999})
+    assert model.total_params == other.total_params
+    # a blank ffn_hidden is refused where dense layers need it
+    msg = _error(tmp_path, header, [list(_moe_row(moe_dense_layers="1").values())])
+    assert "row 2, column 'ffn_hidden'" in msg
+
+
+def test_every_bad_row_listed_in_one_line(tmp_path):
+    header, rows = _good()
+    good = [list(r) for r in rows]
+    bad1 = list(rows[0]); bad1[header.index("tp")] = "four"; bad1[header.index("pp")] = "x"
+    bad2 = list(rows[1]); bad2[header.index("hardware")] = "h100_pcie"
+    bad3 = list(rows[0]); bad3[header.index("gpu_count")] = "1000"
+    msg = _error(tmp_path, header, [good[0], bad1, good[1], bad2, bad3])
+    assert msg.startswith("t.csv: 3 bad row(s): ")
+    for part in ("row 3, column 'tp'", "row 3, column 'pp'", "row 5, column 'hardware'", "row 6, column 'gpu_count'"):
+        assert part in msg, part
+    assert "row 2," not in msg and "row 4," not in msg
+
+
+def test_precision_the_gpu_cannot_run_is_a_bad_row(tmp_path):
+    header, rows = _good()
+    rows[0][header.index("hardware")] = "a100_sxm_80gb"
+    rows[0][header.index("precision")] = "fp8"
+    msg = _error(tmp_path, header, rows)
+    assert "row 2, column 'precision'" in msg and "a100_sxm_80gb" in msg
+
+
+def test_one_plan_for_calibration_and_predict(published):
+    from scaletax import validate
+    for r in published:
+        plan, su = runs.plan_row(r), validate.row_setup(r)
+        assert plan.layout == su.layout and plan.recompute_fraction == su.recompute_fraction
+        assert plan.memory_gib == su.memory_gib
+
+
+def test_schema_text_lists_every_default():
+    text = runs.schema_text()
+    for col in runs.COLUMN_DEFAULTS:
+        assert f"  {col}: " in text
+    assert "etp: 1" in text and "zero_stage: 1" in text
 
 
 def _write(tmp_path, header, rows, name="t.csv"):

@@ -1,27 +1,23 @@
-"""Tables of training runs in the published-runs schema: read, validate, predict memory, write.
+"""Tables of training runs in the published-runs schema: read, validate, plan, predict memory, write.
 
 Public API:
 
 - ``read_runs(path) -> list[dict]``: every row validated; numeric columns parsed (int/float,
-  None when blank), other cells kept as strings, unknown columns passed through. Errors raise
-  ``RunsTableError`` (a ValueError) with a one-line message naming file, row (the header is
-  row 1) and column.
+  None when blank), other cells kept as strings, unknown columns passed through. A table with
+  bad rows raises ``RunsTableError`` (a ValueError) with ONE line listing every bad row as
+  ``row N, column 'c': reason`` (the header is row 1).
 - ``row_model(row) -> Model``, ``row_layout(row, recompute=None) -> Layout``: the architecture
-  and the layout of a row, with the defaults below.
+  and the layout of a row, with the defaults of :data:`COLUMN_DEFAULTS`.
+- ``plan_row(row, layout=None) -> RowPlan``: model, layout, resolved recompute (unknown: the
+  least that fits), memory options and the defaults applied: the one function calibration,
+  validation and ``scaletax predict`` all use to turn a row into model inputs.
 - ``predict_memory(rows, **memory_options) -> list[dict]``: new rows (inputs untouched) with
   ``MEMORY_COLUMNS`` appended; composable with other ``predict_*`` functions.
 - ``write_runs(rows, path, columns=None)``: CSV with the columns in first-seen order.
+- ``schema_text()``: the schema with every column's default (``scaletax predict --help``).
 
-Schema: ``data/sources/README.md`` (the ``published_runs_calibration.csv`` columns). Required
-columns: ``REQUIRED_COLUMNS``. Defaults for empty layout cells: ``cp`` 1, ``ep`` 1, ``vp`` 1,
-``mbs`` 1, ``dp`` = gpu_count / (tp * pp * cp), ``gbs`` = mbs * dp * pp (``layout.Layout``).
-Optional columns read when present: ``sequence_parallel`` (default on when tp > 1),
-``zero_stage`` (default 1: Megatron's distributed optimizer over dp * cp; 3 for FSDP),
-``etp`` (default tp), ``reserve_gib`` (default ``memory.RESERVE_GIB``), ``recompute_modules``
-(Megatron-Core module names separated by ``;``: what "selective" recomputes for that row,
-default ``memory.SELECTIVE_MODULES``), and the architecture extras of ``models.from_row``.
-``recompute`` "unknown" or empty: ``predict_memory`` uses the least recompute (none <
-selective < full) that fits and reports it in ``recompute_assumed``.
+Schema: ``data/sources/README.md``; required columns ``REQUIRED_COLUMNS``; the default of every
+optional column in :data:`COLUMN_DEFAULTS` (stated once, applied by :func:`plan_row`).
 """
 from __future__ import annotations
 
@@ -29,6 +25,7 @@ import csv
 import io
 import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -38,8 +35,38 @@ from scaletax import memory, models
 from scaletax.files import InputFileError, read_bounded
 from scaletax.layout import RECOMPUTE_NAME, Layout, LayoutArray
 
-REQUIRED_COLUMNS: tuple[str, ...] = ("layers", "hidden", "heads", "ffn_hidden", "vocab", "seq_len",
+REQUIRED_COLUMNS: tuple[str, ...] = ("layers", "hidden", "heads", "vocab", "seq_len",
                                      "hardware", "gpu_count", "tp", "pp", "precision")
+#: Default of every optional column when its cell is blank or the column is absent. Stated once;
+#: :func:`row_model`, :func:`row_layout` and :func:`plan_row` apply exactly these.
+COLUMN_DEFAULTS: dict[str, str] = {
+    "ffn_hidden": "required for dense layers; blank allowed when every layer is MoE (moe_experts > 0 and "
+                  "moe_dense_layers 0 or blank): then unused",
+    "kv_heads": "heads (multi-head attention)",
+    "head_dim": "hidden / heads",
+    "attention": "mha when kv_heads = heads, else gqa (mla needs the MLA rank columns or a catalog match)",
+    "moe_experts": "blank or 0: dense model (the other moe_* columns are then ignored)",
+    "moe_shared_experts": "0",
+    "moe_dense_layers": "0 (every layer MoE)",
+    "cp": "1",
+    "ep": "1",
+    "etp": "1 (expert tensor parallel size; Megatron-Bridge MoE recipes, e.g. DeepSeek-V3 "
+           "expert_tensor_parallel_size=1)",
+    "vp": "1 (no interleaving)",
+    "mbs": "1",
+    "dp": "gpu_count / (tp pp cp)",
+    "gbs": "one sequence per GPU: gpu_count rounded to a whole number (>= 1) of mbs*dp micro-batches (the "
+           "Megatron papers' convention, Narayanan 2021 Table 1: 1T on 3072 GPUs with batch 3072)",
+    "zero_stage": "1 (Megatron distributed optimizer over dp*cp; 3 for FSDP / Megatron-FSDP)",
+    "sequence_parallel": "on when tp > 1",
+    "recompute": "unknown or blank: the least recompute that fits memory: none, selective, then full "
+                 "recompute of the fewest layers per virtual pipeline chunk (Megatron recompute_method=block)",
+    "recompute_modules": "Megatron-Core module names separated by ';' that 'selective' recomputes (default "
+                         "memory.SELECTIVE_MODULES)",
+    "reserve_gib": f"{memory.RESERVE_GIB:g} GiB per GPU kept free (CUDA context, NCCL buffers, allocator)",
+    "tp, pp": "both blank: scaletax predict searches the best layout on gpu_count GPUs",
+    "measured_*": "optional: measured_tokens_per_s_per_gpu, else measured_model_tflops_per_gpu, else measured_mfu",
+}
 INT_COLUMNS: tuple[str, ...] = (
     "layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "vocab", "seq_len",
     "moe_experts", "moe_top_k", "moe_ffn_hidden", "moe_shared_experts", "moe_dense_layers",
@@ -118,14 +145,44 @@ def _hardware_ids() -> list[str]:
     return hardware.ids()
 
 
+def _all_moe(row: dict[str, Any]) -> bool:
+    """Every layer is MoE: moe_experts > 0 and moe_dense_layers 0 or blank."""
+    e, d = _int(row, "moe_experts", 0), _int(row, "moe_dense_layers", 0)
+    return bool(e) and not d
+
+
 def row_model(row: dict[str, Any]) -> models.Model:
-    """The architecture of a row (``models.from_row``); errors name the column."""
+    """The architecture of a row (``models.from_row``); errors name the column.
+
+    ``ffn_hidden`` blank on an all-MoE row (:data:`COLUMN_DEFAULTS`): the dense width is unused;
+    the catalog model of the same shape gives it when there is one, else ``moe_ffn_hidden``.
+    """
+    if _blank(row.get("ffn_hidden")):
+        if not _all_moe(row):
+            raise _CellError("ffn_hidden", "required (a dense model or moe_dense_layers > 0) but empty")
+        row = {**row, "ffn_hidden": _unused_ffn(row)}
     try:
         return models.from_row(row)
     except ValueError as exc:
         msg = str(exc)
         col = msg.split("'")[1] if msg.startswith("column") and "'" in msg else "layers"
         raise _CellError(col, msg.split(": ", 1)[-1] if msg.startswith("column") else msg) from None
+
+
+def _unused_ffn(row: dict[str, Any]) -> int:
+    """The dense FFN width of an all-MoE row: the catalog's for the same shape, else the expert width."""
+    shape = {c: _int(row, c) for c in ("layers", "hidden", "heads", "moe_experts", "moe_top_k", "moe_ffn_hidden")}
+    try:
+        hits = [m for m in models.catalog().values() if m.n_dense_layers == 0 and m.is_moe
+                and all(getattr(m, c) == v for c, v in shape.items())]
+    except Exception:  # noqa: BLE001 - a broken catalog only loses the match
+        hits = []
+    if len(hits) == 1:
+        return int(hits[0].ffn_hidden)
+    fe = shape["moe_ffn_hidden"]
+    if not fe:
+        raise _CellError("moe_ffn_hidden", "required for an MoE model but empty")
+    return int(fe)
 
 
 def _int(row: dict[str, Any], col: str, default: int | None = None) -> int | None:
@@ -135,10 +192,17 @@ def _int(row: dict[str, Any], col: str, default: int | None = None) -> int | Non
     return v if isinstance(v, int) and not isinstance(v, bool) else _parse_int(col, str(v))
 
 
-def row_layout(row: dict[str, Any], recompute: str | None = None) -> Layout:
-    """The layout of a row with the module's defaults; ``recompute`` overrides the row's.
+def default_gbs(gpus: int, mbs: int, dp: int) -> int:
+    """``gbs`` of a row that leaves it blank (:data:`COLUMN_DEFAULTS`): one sequence per GPU,
+    rounded to a whole number (>= 1) of ``mbs * dp`` micro-batches."""
+    q = mbs * dp
+    return max(1, round(gpus / q)) * q
 
-    A row whose recompute is "unknown"/empty gets "none" unless ``recompute`` is given.
+
+def row_layout(row: dict[str, Any], recompute: str | None = None) -> Layout:
+    """The layout of a row with :data:`COLUMN_DEFAULTS`; ``recompute`` overrides the row's.
+
+    A row whose recompute is "unknown"/empty gets "none" here (:func:`plan_row` resolves it).
     """
     tp, pp = _int(row, "tp"), _int(row, "pp")
     gpus = _int(row, "gpu_count")
@@ -160,11 +224,13 @@ def row_layout(row: dict[str, Any], recompute: str | None = None) -> Layout:
     if tp * pp * cp * dp != gpus:
         raise _CellError("gpu_count", f"tp*pp*cp*dp = {tp}*{pp}*{cp}*{dp} = {tp * pp * cp * dp} must equal gpu_count={gpus}")
     mbs, gbs = _int(row, "mbs", 1), _int(row, "gbs")
-    if gbs is not None and gbs % (mbs * dp):
+    if gbs is None:
+        gbs = default_gbs(gpus, mbs, dp)
+    if gbs % (mbs * dp):
         raise _CellError("gbs", f"gbs={gbs} must be a multiple of mbs*dp={mbs * dp}")
-    ep, etp = _int(row, "ep", 1), _int(row, "etp")
-    if (tp * cp * dp) % (ep * (etp or tp)):
-        raise _CellError("ep", f"ep*etp={ep * (etp or tp)} must divide tp*cp*dp={tp * cp * dp} (MoE parallel folding)")
+    ep, etp = _int(row, "ep", 1), _int(row, "etp", 1)
+    if (tp * cp * dp) % (ep * etp):
+        raise _CellError("ep", f"ep*etp={ep}*{etp} must divide tp*cp*dp={tp * cp * dp} (MoE parallel folding)")
     zero = _int(row, "zero_stage", 1)
     if zero not in (0, 1, 2, 3):
         raise _CellError("zero_stage", f"must be 0, 1, 2 or 3 (got {zero})")
@@ -172,12 +238,90 @@ def row_layout(row: dict[str, Any], recompute: str | None = None) -> Layout:
     sp = None if _blank(sp) else _parse_bool("sequence_parallel", sp)
     rc = recompute
     if rc is None:
-        rc = str(row.get("recompute") or "unknown").strip().lower()
-        if rc not in RECOMPUTE_VALUES:
-            raise _CellError("recompute", f"must be one of {', '.join(RECOMPUTE_VALUES)} (got {rc!r})")
+        rc = _stated_recompute(row)
         rc = "none" if rc == "unknown" else rc
     return Layout(tp=tp, pp=pp, cp=cp, dp=dp, ep=ep, etp=etp, vp=_int(row, "vp", 1), mbs=mbs, gbs=gbs,
                   sequence_parallel=sp, zero_stage=zero, recompute=rc)
+
+
+def _stated_recompute(row: dict[str, Any]) -> str:
+    rc = str(row.get("recompute") or "unknown").strip().lower() or "unknown"
+    if rc not in RECOMPUTE_VALUES:
+        raise _CellError("recompute", f"must be one of {', '.join(RECOMPUTE_VALUES)} or empty (got {rc!r})")
+    return rc
+
+
+def memory_options(row: dict[str, Any]) -> dict[str, Any]:
+    """Per-row options of ``memory.breakdown``: ``reserve_gib`` and ``recompute_modules`` columns."""
+    opts: dict[str, Any] = {}
+    mods = _modules(row)
+    if mods is not None:
+        opts["selective_modules"] = mods
+    if not _blank(row.get("reserve_gib")):
+        opts["reserve_gib"] = float(row["reserve_gib"])
+    return opts
+
+
+@dataclass(frozen=True)
+class RowPlan:
+    """What the model runs for one row.
+
+    layout: the row's layout with :data:`COLUMN_DEFAULTS` (recompute resolved);
+    recompute_fraction: share of layers fully recomputed where recompute is "full" (the rest
+    selective); recompute_assumed: the level chosen for an unknown recompute ("" when stated);
+    assumptions: the defaults applied (text); options: ``memory.breakdown`` options of the row;
+    memory_gib: predicted bytes per GPU of that layout (GiB).
+    """
+
+    row: dict[str, Any]
+    model: models.Model
+    layout: Layout
+    recompute_fraction: float
+    recompute_assumed: str
+    assumptions: tuple[str, ...]
+    options: dict[str, Any]
+    memory_gib: float
+
+    @property
+    def recompute_label(self) -> str:
+        if self.layout.recompute == "full" and self.recompute_fraction < 1.0:
+            return f"full on {self.recompute_fraction:.0%} of layers, selective on the rest"
+        return self.layout.recompute
+
+
+def plan_row(row: dict[str, Any], layout: Layout | None = None, **memory_opts: Any) -> RowPlan:
+    """Model inputs of a runs-table row (``layout`` overrides the row's, e.g. a searched one).
+
+    Applies :data:`COLUMN_DEFAULTS`; a row whose recompute is unknown gets the least recompute
+    that fits its hardware (``perf.least_recompute``: none, selective, then full on the fewest
+    layers). ``memory_opts`` go to ``memory.breakdown`` (the row's columns override them).
+    """
+    from scaletax import perf
+
+    model = row_model(row)
+    gpu = str(row["hardware"]).strip()
+    prec = str(row["precision"]).strip().lower()
+    notes: list[str] = []
+    lay = row_layout(row) if layout is None else layout
+    if layout is None:
+        if _blank(row.get("gbs")):
+            notes.append(f"gbs={lay.gbs} (one sequence per GPU)")
+        if model.is_moe and _blank(row.get("etp")):
+            notes.append("etp=1 (default)")
+    opts = {**memory_opts, **memory_options(row)}
+    stated = _stated_recompute(row)
+    assumed = ""
+    frac = 1.0
+    if stated == "unknown" and layout is None:
+        code, fr, gib = perf.least_recompute(model, lay, gpu, prec, **opts)
+        code, frac, gib = int(code[0]), float(fr[0]), float(gib[0])
+        assumed = RECOMPUTE_NAME[code]
+        lay = lay.replace(recompute=assumed)
+        notes.append("recompute assumed: " + (f"full on {frac:.0%} of layers" if code == 2 else assumed))
+    else:
+        gib = float(memory.breakdown(model, lay, prec, **opts).total[0] / memory.GIB)
+    return RowPlan(row=row, model=model, layout=lay, recompute_fraction=frac if lay.recompute == "full" else 0.0,
+                   recompute_assumed=assumed, assumptions=tuple(notes), options=opts, memory_gib=gib)
 
 
 #: (column, lowest, highest, lowest allowed itself) of the measured and size columns.
@@ -201,6 +345,8 @@ def _check_ranges(row: dict[str, Any]) -> None:
 
 
 def _validate_row(row: dict[str, Any], hw_ids: Sequence[str]) -> None:
+    from scaletax import hardware
+
     _check_ranges(row)
     hw = str(row.get("hardware") or "").strip()
     if hw not in hw_ids:
@@ -208,9 +354,10 @@ def _validate_row(row: dict[str, Any], hw_ids: Sequence[str]) -> None:
     prec = str(row.get("precision") or "").strip().lower()
     if prec not in memory.PRECISIONS:
         raise _CellError("precision", f"unknown precision {prec!r}; valid: {', '.join(memory.PRECISIONS)}")
-    rc = str(row.get("recompute") or "").strip().lower()
-    if rc and rc not in RECOMPUTE_VALUES:
-        raise _CellError("recompute", f"must be one of {', '.join(RECOMPUTE_VALUES)} or empty (got {rc!r})")
+    gpu = hardware.get(hw)
+    if not gpu.supports(prec):
+        raise _CellError("precision", f"{hw} has no tensor cores for {prec}")
+    _stated_recompute(row)
     mods = _modules(row)
     if mods is not None:
         bad = set(mods) - set(memory.RECOMPUTE_MODULES)
@@ -234,8 +381,34 @@ def _modules(row: dict[str, Any]) -> tuple[str, ...] | None:
     return tuple(m.strip() for m in str(v).replace(",", ";").split(";") if m.strip())
 
 
+def _parse_row(raw: dict[str, Any], header: Sequence[str]) -> tuple[dict[str, Any], list[_CellError]]:
+    """Cells parsed by column type; every cell error of the row (not only the first)."""
+    row: dict[str, Any] = {}
+    errors: list[_CellError] = []
+    layout_blank = all(not (raw.get(c) or "").strip() for c in SEARCHABLE_LAYOUT)
+    for col in header:
+        v = raw.get(col)
+        v = "" if v is None else v.strip()
+        row[col] = v
+        try:
+            if col in REQUIRED_COLUMNS and v == "" and not (col in SEARCHABLE_LAYOUT and layout_blank):
+                raise _CellError(col, "required but empty")
+            if col in INT_COLUMNS:
+                row[col] = None if v == "" else _parse_int(col, v)
+            elif col in FLOAT_COLUMNS:
+                row[col] = None if v == "" else _parse_float(col, v)
+        except _CellError as exc:
+            errors.append(exc)
+            row[col] = None
+    return row, errors
+
+
 def read_runs(path: str | Path) -> list[dict[str, Any]]:
-    """Read and validate a runs table (CSV). Raises ``RunsTableError`` on the first problem."""
+    """Read and validate a runs table (CSV).
+
+    Raises ``RunsTableError`` listing every bad row (``row N, column 'c': reason``; every cell
+    that does not parse, else the first rule the row breaks) in one line.
+    """
     path = Path(path)
     name = path.name
     try:
@@ -254,31 +427,28 @@ def read_runs(path: str | Path) -> list[dict[str, Any]]:
         raise RunsTableError(f"{name}: row 1: missing required column(s) {', '.join(missing)}")
     hw_ids = _hardware_ids()
     rows: list[dict[str, Any]] = []
+    bad: list[str] = []
     for rownum, raw in enumerate(reader, start=2):
         if rownum - 1 > MAX_RUNS_ROWS:
             raise RunsTableError(f"{name}: more than {MAX_RUNS_ROWS:,} rows")
         if None in raw:
-            raise RunsTableError(f"{name}: row {rownum}: more cells than header columns")
+            bad.append(f"row {rownum}: more cells than header columns")
+            continue
         if all(_blank(v) for v in raw.values()):
             continue
-        row: dict[str, Any] = {}
-        try:
-            for col in header:
-                v = raw.get(col)
-                v = "" if v is None else v.strip()
-                if col in REQUIRED_COLUMNS and v == "" and not (
-                        col in SEARCHABLE_LAYOUT and all(not (raw.get(c) or "").strip() for c in SEARCHABLE_LAYOUT)):
-                    raise _CellError(col, "required but empty")
-                if col in INT_COLUMNS:
-                    row[col] = None if v == "" else _parse_int(col, v)
-                elif col in FLOAT_COLUMNS:
-                    row[col] = None if v == "" else _parse_float(col, v)
-                else:
-                    row[col] = v
-            _validate_row(row, hw_ids)
-        except _CellError as exc:
-            raise RunsTableError(f"{name}: row {rownum}, column {exc.column!r}: {exc}") from None
+        row, errors = _parse_row(raw, header)
+        if not errors:
+            try:
+                _validate_row(row, hw_ids)
+            except _CellError as exc:
+                errors.append(exc)
+        if errors:
+            bad += [f"row {rownum}, column {e.column!r}: {e}" for e in errors]
+            continue
         rows.append(row)
+    if bad:
+        n = len({b.split(",")[0].split(":")[0] for b in bad})
+        raise RunsTableError(f"{name}: {n} bad row(s): " + "; ".join(bad))
     if not rows:
         raise RunsTableError(f"{name}: no data rows (header only)")
     return rows
@@ -287,36 +457,25 @@ def read_runs(path: str | Path) -> list[dict[str, Any]]:
 def predict_memory(rows: Iterable[dict[str, Any]], **memory_options: Any) -> list[dict[str, Any]]:
     """Rows with predicted bytes per GPU by term (GiB) and whether they fit their hardware.
 
-    Adds ``MEMORY_COLUMNS``. ``recompute`` unknown/empty: the least recompute that fits (full
-    when none does), reported in ``recompute_assumed`` (empty for rows that state it).
+    Adds ``MEMORY_COLUMNS``. ``recompute`` unknown/empty: the least recompute that fits
+    (:func:`plan_row`), reported in ``recompute_assumed`` (empty for rows that state it); with
+    full recompute on part of the layers the terms are those of that mix.
     ``memory_options`` go to ``memory.breakdown`` (row columns ``reserve_gib`` and
     ``recompute_modules`` override them per row).
     """
     from scaletax import hardware
     out = []
     for row in rows:
-        model = row_model(row)
+        plan = plan_row(row, **memory_options)
         cap = float(hardware.get(str(row["hardware"]).strip()).hbm_gib)
         prec = str(row["precision"]).strip().lower()
-        opts = dict(memory_options)
-        if not _blank(row.get("reserve_gib")):
-            opts["reserve_gib"] = float(row["reserve_gib"])
-        mods = _modules(row)
-        if mods is not None:
-            opts["selective_modules"] = mods
-        stated = str(row.get("recompute") or "unknown").strip().lower()
-        base = row_layout(row)
-        assumed = ""
-        if stated in ("", "unknown"):
-            la = LayoutArray.from_layouts([base.replace(recompute=r) for r in RECOMPUTE_NAME])
-            mem = memory.breakdown(model, la, prec, **opts)
-            ok = mem.total <= cap * memory.GIB
-            i = int(np.argmax(ok)) if ok.any() else len(RECOMPUTE_NAME) - 1
-            assumed = RECOMPUTE_NAME[i]
+        lay = plan.layout
+        if lay.recompute == "full" and plan.recompute_fraction < 1.0:
+            la = LayoutArray.from_layouts([lay.replace(recompute="selective"), lay])
+            x = plan.recompute_fraction
+            g = {k: float((1.0 - x) * v[0] + x * v[1]) for k, v in memory.breakdown(plan.model, la, prec, **plan.options).gib().items()}
         else:
-            mem = memory.breakdown(model, base, prec, **opts)
-            i = 0
-        g = {k: float(v[i]) for k, v in mem.gib().items()}
+            g = {k: float(v[0]) for k, v in memory.breakdown(plan.model, lay, prec, **plan.options).gib().items()}
         new = dict(row)
         new.update({
             "memory_weights_gib": round(g["weights"], 3),
@@ -327,10 +486,19 @@ def predict_memory(rows: Iterable[dict[str, Any]], **memory_options: Any) -> lis
             "memory_total_gib": round(g["total"], 3),
             "memory_capacity_gib": cap,
             "fits": bool(g["total"] <= cap),
-            "recompute_assumed": assumed,
+            "recompute_assumed": plan.recompute_assumed,
         })
         out.append(new)
     return out
+
+
+def schema_text() -> str:
+    """The runs-table schema: required columns and every optional column's default (plain text)."""
+    lines = ["Required columns: " + ", ".join(REQUIRED_COLUMNS) + " (tp and pp may both be blank).",
+             "Optional columns and their defaults when blank or absent:"]
+    lines += [f"  {k}: {v}" for k, v in COLUMN_DEFAULTS.items()]
+    lines.append("A table with bad rows is refused, every bad row listed (row, column, reason); nothing is written.")
+    return "\n".join(lines)
 
 
 #: A cell starting with one of these is a formula to a spreadsheet (OWASP "CSV injection").

@@ -136,41 +136,12 @@ class RowSetup:
 
 
 def row_setup(row: dict[str, Any], layout: Layout | None = None) -> RowSetup:
-    """The step-time input of a runs-table row (``layout`` overrides the row's, e.g. a searched one)."""
-    model = runs.row_model(row)
-    gpu = str(row["hardware"]).strip()
-    prec = str(row["precision"]).strip().lower()
-    notes: list[str] = []
-    stated = str(row.get("recompute") or "unknown").strip().lower() or "unknown"
-    lay = runs.row_layout(row) if layout is None else layout
-    if layout is None:
-        if _blank(row.get("gbs")):
-            q = lay.mbs * lay.dp
-            gbs = max(1, round(int(row["gpu_count"]) / q)) * q
-            lay = lay.replace(gbs=gbs)
-            notes.append(f"gbs={gbs} (one sequence per GPU)")
-        if model.is_moe and _blank(row.get("etp")) and lay.etp != 1:
-            lay = lay.replace(etp=1)
-            notes.append("etp=1 (Megatron-Bridge MoE recipes)")
-    opts = {}
-    mods = runs._modules(row)
-    if mods is not None:
-        opts["selective_modules"] = mods
-    if not _blank(row.get("reserve_gib")):
-        opts["reserve_gib"] = float(row["reserve_gib"])
-    if stated in ("unknown", "") and layout is None:
-        code, frac, gib = perf.least_recompute(model, lay, gpu, prec, **opts)
-        code, frac, gib = int(code[0]), float(frac[0]), float(gib[0])
-        lay = lay.replace(recompute=RECOMPUTE_NAME[code])
-        notes.append("recompute assumed: " + (f"full on {frac:.0%} of layers" if code == 2 else RECOMPUTE_NAME[code]))
-    else:
-        from scaletax import memory
-
-        frac = 1.0
-        gib = float(memory.breakdown(model, lay, prec, **opts).total[0] / memory.GIB)
-    measured, basis = measured_tokens_per_s(row, model)
-    return RowSetup(row=row, model=model, layout=lay, recompute_fraction=frac if lay.recompute == "full" else 0.0,
-                    assumptions=tuple(notes), memory_gib=gib, measured=measured, basis=basis)
+    """The step-time input of a runs-table row (``layout`` overrides the row's, e.g. a searched
+    one): ``runs.plan_row`` (the defaults every consumer applies) plus the measurement."""
+    plan = runs.plan_row(row, layout)
+    measured, basis = measured_tokens_per_s(row, plan.model)
+    return RowSetup(row=row, model=plan.model, layout=plan.layout, recompute_fraction=plan.recompute_fraction,
+                    assumptions=plan.assumptions, memory_gib=plan.memory_gib, measured=measured, basis=basis)
 
 
 def prepare_setups(setups: Sequence[RowSetup]) -> perf.StepInputs:

@@ -115,7 +115,15 @@ def build(
     console.print(f"  {BUILD_ROOT / out_name / 'html' / 'index.html'}")
 
 
-@app.command()
+def _predict_help() -> str:
+    from scaletax.runs import schema_text
+
+    lines = schema_text().splitlines()
+    return ("Predict memory per GPU (and throughput) for every row of a runs table.\n\n"
+            + "\n\n".join(["\b\n" + "\n".join(lines)]))
+
+
+@app.command(help=_predict_help())
 def predict(
     runs: Path = typer.Option(..., "--runs", help="CSV in the published-runs schema (see data/sources/README.md)"),
     out: Optional[Path] = typer.Option(None, "--out", help="output CSV: a new path or a regular file (default: stdout)"),
