@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from scaletax import hardware, perf, validate
+from scaletax import calibrate, hardware, perf, validate
 from scaletax.chapters import validation as vs
 
 
@@ -104,20 +104,29 @@ def test_worst_rows_and_recompute_whatif(runs):
         assert w["capacity_gib"] == pytest.approx(w["capacity_gib"]) and "GiB" in w["none_text"]
 
 
-def test_holdout_tables(prepared, runs):
-    by_row = validate.holdout(prepared=prepared, scheme="row")
-    by_group = validate.holdout(prepared=prepared, scheme="group")
-    merged = vs.holdout_rows(runs, by_row, by_group)
-    assert len(merged) == len(runs)
-    nv = next(m for m in merged if "NVFP4" in m["run_id"])
-    assert nv["row_error"] is None and nv["group_error"] is None and "gemm_ceiling_4bit" in nv["untestable"]
-    groups = vs.holdout_group_rows(merged)
-    assert groups[-1]["group"] == "all groups" and groups[-1]["rows"] == len(merged)
-    assert groups[-1]["group_out"] == pytest.approx(validate.holdout_summary(by_group)["median_abs_error"])
-    assert groups[-1]["row"] == pytest.approx(validate.holdout_summary(by_row)["median_abs_error"])
-    assert sum(g["rows"] for g in groups[:-1]) == len(merged)
-    paper = next(g for g in groups if g["group"] == "Megatron papers (A100)")
-    assert paper["group_out"] is None and paper["untestable"] != "–"
+@pytest.fixture(scope="module")
+def cv(prepared):
+    return validate.cross_validation(prepared=prepared)
+
+
+def test_cross_validation_tables(cv, runs):
+    schemes = vs.cv_scheme_rows(cv)
+    assert [r["scheme"] for r in schemes] == list(vs.CV_SCHEMES)
+    assert all(r["rows"] == len(runs) for r in schemes)  # every row tested under every scheme
+    for r in schemes:
+        assert r["median_abs_error"] == pytest.approx(cv[r["scheme"]]["median_abs_error"])
+        assert 0 <= r["within_10"] <= r["within_25"] <= 1 and r["met"] in ("yes", "no")
+    per = vs.cv_rows(runs, cv)
+    assert len(per) == len(runs)
+    nv = next(m for m in per if "NVFP4" in m["run_id"])
+    assert nv["row_error"] is not None and "gemm_ceiling_4bit" in nv["prior"]  # predicted from the prior
+    for by in ("family", "generation", "source"):
+        cats = vs.cv_category_rows(cv, by)
+        assert sum(c["rows"] for c in cats) == len(runs)
+        meds = sorted(abs(r["error"]) for r in cv["tables"][by])
+        assert max(c["held_out_max"] for c in cats) == pytest.approx(meds[-1])
+    assert {c["category"] for c in vs.cv_category_rows(cv, "source")} == {"MLPerf", "Megatron-Bridge", "papers"}
+    assert {c["category"] for c in vs.cv_category_rows(cv, "generation")} == {"ampere", "hopper", "blackwell"}
 
 
 def test_group_fit(prepared):
@@ -134,7 +143,7 @@ def test_parameter_rows_are_the_data_file():
     assert [r["parameter"] for r in rows] == list(band.meta["parameters"])
     for r in rows:
         assert r["low"] <= r["value"] <= r["high"] and r["source"]
-    assert {r["kind"] for r in rows} == {"measured", "calibrated", "reference", "tied"}
+    assert {r["kind"] for r in rows} == {"measured", "calibrated", "reference", "tied", "derived"}
 
 
 def test_representative_and_breakdown(runs):
@@ -160,7 +169,7 @@ def test_mfu_rows_match_mfu_by_precision(table, runs):
 
 
 def test_gemm_points_reproduce_the_fit():
-    fit = validate.fit_gemm_measurements()
+    fit = calibrate.fit_gemm_measurements()
     pts = vs.gemm_points()
     summ = {s["dtype"]: s for s in vs.gemm_summary(pts)}
     assert set(summ) == set(vs.GEMM_DTYPES)
@@ -189,7 +198,7 @@ def test_copy_fraction():
 
 
 def test_pinned_fit_holds_the_pin(prepared):
-    free = validate.calibrate(prepared=prepared)
+    free = calibrate.calibrate(prepared=prepared)
     pin = vs.pinned_fit(prepared, {"gemm_ceiling_8bit": 0.68})
     assert pin["params"]["gemm_ceiling_8bit"] == 0.68
     assert pin["cost"] >= free.cost - 1e-9
@@ -213,7 +222,9 @@ def test_notebook_runs_and_glues_every_key_it_uses(tmp_path):
     pm = pytest.importorskip("papermill")
     import re
 
-    path = validate.DATA_DIR.parent / "notebooks" / "validation.md"
+    from scaletax import DATA_DIR
+
+    path = DATA_DIR.parent / "notebooks" / "validation.md"
     src = jupytext.read(path)
     old = os.environ.get("SCALETAX_FIGURES_DIR")
     os.environ["SCALETAX_FIGURES_DIR"] = str(tmp_path / "figures")

@@ -291,6 +291,23 @@ def gemm_reference_size(gpu, precision: str) -> float:
     return 1.5 * recipes.training(precision).operand_bytes * g.peak_flops(precision) / g.hbm_bw
 
 
+def power_per_flop(family: str) -> float:
+    """Rated board power per dense 16-bit TFLOP/s of a GPU family, W / (TFLOP/s): the mean of
+    ``tdp_w / bf16 peak`` over the family's GPUs in ``data/hardware.csv``.
+
+    Used for Blackwell Ultra's family factor (``calibrate``): same silicon generation as
+    Blackwell (TSMC 4NP, same FP8/BF16 dense peaks per GPU), more rated power (B300 1100 W vs
+    B200 1000 W, GB300 1400 W vs GB200 1200 W). Under a power cap the sustained tensor-core clock
+    falls short of the one the datasheet peak assumes; at the voltage floor dynamic power is
+    linear in clock (P = C V^2 f), so the sustained fraction of peak scales with power per peak
+    FLOP (ASSUMPTION: linear DVFS regime; the ratio is only applied within one silicon generation).
+    """
+    gpus = [g for g in hardware.catalog().values() if g.family == family and g.peak_flops("bf16")]
+    if not gpus:
+        raise ValueError(f"power_per_flop: no GPU of family {family!r} in the catalog")
+    return float(np.mean([g.tdp_w / (g.peak_flops("bf16") / 1e12) for g in gpus]))
+
+
 def _gpu(gpu) -> hardware.GPU:
     return hardware.get(gpu) if isinstance(gpu, str) else gpu
 
@@ -865,4 +882,5 @@ __all__ = ["ADAM_BYTES", "EFFICIENCY_YAML", "FAMILIES", "FORMAT_CLASSES",
            "FP4_BF16_LAYERS", "PARAM_SIGN", "PRECISIONS", "Efficiency", "EfficiencyBand", "Prediction",
            "StepInputs", "StepTime", "compute_precision", "default_band", "default_efficiency", "ep_dedup_factor",
            "evaluate", "evaluate_band", "format_class", "least_recompute", "load_efficiency", "memory_bound_bytes", "padded_vocab",
+           "power_per_flop",
            "predict", "prepare", "step_time"]

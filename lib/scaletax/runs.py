@@ -15,6 +15,8 @@ Public API:
   ``MEMORY_COLUMNS`` appended; composable with other ``predict_*`` functions.
 - ``write_runs(rows, path, columns=None)``: CSV with the columns in first-seen order.
 - ``schema_text()``: the schema with every column's default (``scaletax predict --help``).
+- ``measured_tokens_per_s(row, model) -> (value | None, basis)``: what a row measured, per GPU;
+  ``step_inputs(plans) -> perf.StepInputs``: the plans' step-time inputs, concatenated.
 
 Schema: ``data/sources/README.md``; required columns ``REQUIRED_COLUMNS``; the default of every
 optional column in :data:`COLUMN_DEFAULTS` (stated once, applied by :func:`plan_row`).
@@ -31,7 +33,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from scaletax import memory, models
+from scaletax import DATA_DIR, memory, models
 from scaletax.files import InputFileError, read_bounded
 from scaletax.layout import RECOMPUTE_NAME, Layout, LayoutArray
 
@@ -93,6 +95,19 @@ MAX_RUNS_ROWS = 200_000
 #: Integers above this are not exact in float64, where the model computes.
 MAX_INT = 2**53
 MAX_GPU_COUNT = 1_000_000
+
+#: The project's published-runs table (calibration and validation).
+RUNS_CSV = DATA_DIR / "published_runs.csv"
+#: How a runs-table row becomes a step-time input (stated once, applied to every row; the column
+#: defaults of :data:`COLUMN_DEFAULTS` plus the MoE modelling choices):
+ROW_CONVENTIONS: dict[str, str] = {
+    "recompute": COLUMN_DEFAULTS["recompute"],
+    "gbs": COLUMN_DEFAULTS["gbs"],
+    "etp": COLUMN_DEFAULTS["etp"],
+    "ep_dispatch": "MoE all-to-all with per-node deduplication (DeepEP / HybridEP, used by the "
+                   "Megatron-Bridge DeepSeek-V3 recipes; perf.ep_dedup_factor)",
+    "routing": "balanced routing (the Megatron-Bridge MoE rows force-balance routing)",
+}
 
 
 class RunsTableError(ValueError):
@@ -270,7 +285,8 @@ class RowPlan:
     recompute_fraction: share of layers fully recomputed where recompute is "full" (the rest
     selective); recompute_assumed: the level chosen for an unknown recompute ("" when stated);
     assumptions: the defaults applied (text); options: ``memory.breakdown`` options of the row;
-    memory_gib: predicted bytes per GPU of that layout (GiB).
+    memory_gib: predicted bytes per GPU of that layout (GiB); measured / basis: tokens/s per
+    GPU the row measured and how (:func:`measured_tokens_per_s`; None / "" without one).
     """
 
     row: dict[str, Any]
@@ -281,6 +297,8 @@ class RowPlan:
     assumptions: tuple[str, ...]
     options: dict[str, Any]
     memory_gib: float
+    measured: float | None = None
+    basis: str = ""
 
     @property
     def recompute_label(self) -> str:
@@ -320,8 +338,66 @@ def plan_row(row: dict[str, Any], layout: Layout | None = None, **memory_opts: A
         notes.append("recompute assumed: " + (f"full on {frac:.0%} of layers" if code == 2 else assumed))
     else:
         gib = float(memory.breakdown(model, lay, prec, **opts).total[0] / memory.GIB)
+    measured, basis = measured_tokens_per_s(row, model)
     return RowPlan(row=row, model=model, layout=lay, recompute_fraction=frac if lay.recompute == "full" else 0.0,
-                   recompute_assumed=assumed, assumptions=tuple(notes), options=opts, memory_gib=gib)
+                   recompute_assumed=assumed, assumptions=tuple(notes), options=opts, memory_gib=gib,
+                   measured=measured, basis=basis)
+
+
+def measured_tokens_per_s(row: dict[str, Any], model: models.Model | None = None) -> tuple[float | None, str]:
+    """(measured tokens/s per GPU, how it was obtained); (None, "") when the row has nothing.
+
+    Priority: ``measured_tokens_per_s_per_gpu``; else TFLOP/s of a Narayanan-2021-style row
+    (recompute included, eq. 3 with full recompute) or MFU of a Korthikanti-2022-style row (eq. 3
+    without recompute), both with the papers' non-causal attention count (module docstring).
+    Other rows with only TFLOP/s or MFU use the model's own (causal) counts.
+
+    Measured quantity: tokens/s per GPU. Rows that do not report it are converted with the
+    formula their source used, so the comparison is on what they measured:
+    - Narayanan et al. 2021 (arXiv 2104.04473) report TFLOP/s per GPU *including* the recomputed
+      forward pass, counted with their eq. 3, 96 B s l h^2 (1 + s / 6h + V / 16 l h) per iteration:
+      tokens/s = TFLOP/s / (96 l h^2 (1 + s / 6h + V / 16 l h)).
+    - Korthikanti et al. 2022 (arXiv 2205.05198) report MFU against the 16-bit dense peak with the
+      same formula without recompute, 72 B s l h^2 (1 + s / 6h + V / 12 l h):
+      tokens/s = MFU x peak / (72 l h^2 (1 + s / 6h + V / 12 l h)).
+    (Both are non-causal counts; ``models.Model.hardware_flops_per_token("full", causal=False)`` and
+    ``model_flops_per_token(causal=False)`` reproduce them to < 0.01%.)
+    """
+    from scaletax import hardware
+
+    model = row_model(row) if model is None else model
+    tps = row.get("measured_tokens_per_s_per_gpu")
+    if not _blank(tps):
+        return float(tps), "tokens/s per GPU (reported)"
+    l, h, s, V = model.layers, model.hidden, model.seq_len, model.vocab
+    rid = str(row.get("run_id", ""))
+    tf, mfu = row.get("measured_model_tflops_per_gpu"), row.get("measured_mfu")
+    peak = hardware.get(str(row["hardware"]).strip()).peak_flops(str(row["precision"]).strip().lower())
+    if rid.startswith("narayanan") and not _blank(tf):
+        per_tok = 96.0 * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
+        return float(tf) * 1e12 / per_tok, "TFLOP/s incl. recompute / Narayanan 2021 eq. 3 (full recompute, non-causal)"
+    if rid.startswith("korthikanti") and not _blank(mfu):
+        per_tok = 72.0 * l * h * h * (1 + s / (6 * h) + V / (12 * l * h))
+        return float(mfu) * peak / per_tok, "MFU x 16-bit peak / Korthikanti 2022 model FLOPs (non-causal)"
+    if not _blank(tf):
+        return float(tf) * 1e12 / model.model_flops_per_token(), "model TFLOP/s / model FLOPs per token (causal)"
+    if not _blank(mfu):
+        return float(mfu) * peak / model.model_flops_per_token(), "MFU x peak / model FLOPs per token (causal)"
+    return None, ""
+
+
+def step_inputs(plans: Sequence[RowPlan]):
+    """Step-time inputs (``perf.StepInputs``) of every plan, concatenated (one entry per row).
+    MoE rows use per-domain deduplicated dispatch (:data:`ROW_CONVENTIONS` "ep_dispatch")."""
+    from scaletax import perf
+
+    parts = []
+    for su in plans:
+        ep_dispatch = "dedup" if su.model.is_moe else "alltoall"
+        parts.append(perf.prepare(su.model, su.layout, str(su.row["precision"]).strip().lower(),
+                                  str(su.row["hardware"]).strip(), recompute_fraction=su.recompute_fraction,
+                                  ep_dispatch=ep_dispatch))
+    return perf.StepInputs.concat(parts)
 
 
 #: (column, lowest, highest, lowest allowed itself) of the measured and size columns.

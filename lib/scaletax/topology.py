@@ -13,8 +13,9 @@ members are ``stride`` ranks apart (stride = product of the sizes of the inner p
 dimensions) has ``n_in`` members in each NVLink domain and spans ``n_out`` domains.
 
 Efficiencies and latencies below are module constants, each marked as CALIBRATED (fitted to a
-row of ``data/collectives.csv`` by :func:`scaletax.comm.fit_calibration`; a test checks the
-constants against the fit) or ASSUMPTION (a stated modelling choice with no fitted measurement).
+row of ``data/collectives.csv`` by :func:`scaletax.comm.fit_calibration` and written into
+``data/efficiency.yaml`` by :mod:`scaletax.calibrate`, read from there; a test checks the file
+against the fit) or ASSUMPTION (a stated modelling choice with no fitted measurement).
 """
 from __future__ import annotations
 
@@ -26,15 +27,32 @@ import numpy as np
 from scaletax.layout import members_per_domain
 
 # --- achieved-bandwidth efficiencies (fraction of the per-direction link rate) -------------
-#: CALIBRATED: ring collectives over NVLink reach 0.826 of the link rate at large messages
-#: (fit to row h100_nvlink_allreduce_ring: NCCL all-reduce busbw ~370 of 450 GB/s on 8x H100).
-NVLINK_EFF = 0.8258
+#: The CALIBRATED efficiencies live in ``data/efficiency.yaml`` (section ``collectives``), written by
+#: ``scaletax.calibrate`` from ``comm.fit_calibration`` on ``data/collectives.csv``; read once here.
+def _calibrated_collectives() -> dict[str, float]:
+    import yaml
+
+    from scaletax import DATA_DIR
+
+    path = DATA_DIR / "efficiency.yaml"
+    try:
+        sec = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("collectives") or {}
+        return {k: float(sec[k]["value"]) for k in ("nvlink_eff", "nvls_eff", "nic_eff")}
+    except (OSError, KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ValueError(f"{path.name}: section 'collectives' (nvlink_eff, nvls_eff, nic_eff) missing or bad "
+                         f"({exc!r}); regenerate with: python -m scaletax.calibrate") from None
+
+
+_COLL = _calibrated_collectives()
+#: CALIBRATED: ring collectives over NVLink (row h100_nvlink_allreduce_ring: NCCL all-reduce busbw
+#: ~370 of 450 GB/s on 8x H100).
+NVLINK_EFF = _COLL["nvlink_eff"]
 #: CALIBRATED: NVLS (NVLink SHARP) all-reduce charged m / (nvlink_bw * NVLS_EFF)
-#: (fit to row h100_nvlink_allreduce_nvls: ~480 GB/s busbw on 8x H100 with NVLS; unverified row).
-NVLS_EFF = 0.6111
-#: CALIBRATED: collectives over the scale-out NIC reach 0.866 of the NIC rate
-#: (fit to row ndr_ib_allreduce_internode: 40-46 GB/s per 400 Gb/s NDR NIC, midpoint 43).
-NIC_EFF = 0.8657
+#: (row h100_nvlink_allreduce_nvls: ~480 GB/s busbw on 8x H100 with NVLS; unverified row).
+NVLS_EFF = _COLL["nvls_eff"]
+#: CALIBRATED: collectives over the scale-out NIC (row ndr_ib_allreduce_internode: 40-46 GB/s per
+#: 400 Gb/s NDR NIC, midpoint 43).
+NIC_EFF = _COLL["nic_eff"]
 #: ASSUMPTION: in-network reduction on the scale-out fabric (InfiniBand SHARP) sustains the same
 #: fraction of the NIC rate as ring traffic; no published measurement is in data/collectives.csv.
 SHARP_EFF = NIC_EFF

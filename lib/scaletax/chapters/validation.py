@@ -1,6 +1,6 @@
 """Rows for the validation chapter: the runs table with display labels, errors per hardware type
-against the accuracy targets, the worst rows with their caveats and a recompute what-if, hold-out
-errors per row and per group, the calibrated parameters, step-time breakdowns, measured MFU per
+against the accuracy targets, the worst rows with their caveats and a recompute what-if, the
+cross-validated errors (per scheme, per family, generation and source, per row), the calibrated parameters, step-time breakdowns, measured MFU per
 row, the H200 single-GEMM measurement beside the model's GEMM ceilings, and a refit with the 8-bit
 ceiling pinned to that measurement.
 
@@ -12,7 +12,8 @@ Public API
 - ``run_rows(table, rows)``: one display row per runs-table row (numbered as in the memory chapter).
 - ``hardware_rows(table)``, ``target_rows(summary)``, ``targets_met(summary)``.
 - ``worst_rows(runs, n)``, ``caveats(notes)``, ``recompute_whatif(rows, run_ids)``.
-- ``holdout_rows(runs, row_scheme, group_scheme)``, ``holdout_group_rows(merged)``, ``group_fit``.
+- Cross-validation (the headline): ``cv_scheme_rows(cv)``, ``cv_category_rows(cv, by)``, ``cv_rows(runs, cv)``
+  (``cv`` = ``validate.cross_validation``); ``group_fit``.
 - ``parameter_rows(band)``, ``representative(runs)``, ``breakdown_rows(runs)``, ``mfu_rows(runs)``.
 - ``gemm_points(...)``, ``gemm_summary(points, band)``, ``gemm_curves(summary, points)``, ``copy_fraction(...)``.
 - Seed claims ``b200_vs_h100(table)``, ``gb300_vs_gb200(table)``, ``mfu_by_precision(table)``, and
@@ -30,7 +31,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from scaletax import hardware, memory, models, perf, validate
+from scaletax import calibrate, hardware, memory, models, perf, validate
 from scaletax.layout import Layout
 
 #: Source kind of a run (by its id prefix) and how the chapter names it.
@@ -243,46 +244,62 @@ def recompute_whatif(rows: Sequence[dict[str, Any]], run_ids: Sequence[str],
 # =========================================================================================
 # Hold-out
 # =========================================================================================
-def holdout_rows(runs: Sequence[dict[str, Any]], by_row: Sequence[dict[str, Any]],
-                 by_group: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per run: in-sample error and the errors of the leave-one-row-out and leave-one-group-out
-    fits (None where the row is untestable: a parameter only it identifies)."""
-    lo = {r["run_id"]: r for r in by_row}
-    lg = {r["run_id"]: r for r in by_group}
+#: Cross-validation schemes shown in the chapter, with their labels.
+CV_SCHEMES: dict[str, str] = {"in_sample": "in sample (all rows)", "row": "leave one row out",
+                              "family": "leave one model family out", "generation": "leave one GPU generation out",
+                              "source": "leave one source out"}
+
+
+def cv_scheme_rows(cv: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per scheme of ``validate.cross_validation``: rows, median and largest absolute
+    error, share within 10% / 25%, median signed error, coverage of the out-of-sample band,
+    whether the goals (``validate.CV_GOALS``) are met."""
+    goals = validate.CV_GOALS
+    out = []
+    for key, label in CV_SCHEMES.items():
+        s = cv[key]
+        met = s["median_abs_error"] <= goals["median_abs_error"] and s["within_25"] >= goals["within_25"]
+        out.append({"scheme": key, "label": label, "rows": s["rows"], "median_abs_error": s["median_abs_error"],
+                    "within_10": s["within_10"], "within_25": s["within_25"], "max_abs_error": s["max_abs_error"],
+                    "median_signed_error": s["median_signed_error"], "band_coverage": cv["band_coverage"][key],
+                    "met": "yes" if met else "no"})
+    return out
+
+
+def cv_category_rows(cv: dict[str, Any], by: str) -> list[dict[str, Any]]:
+    """Per value of ``by`` ("family", "generation" or "source"): rows, in-sample median absolute
+    error and the median absolute error when that category is left out (scheme ``by``)."""
+    key = {"family": validate.row_family, "generation": validate.row_generation, "source": validate.row_source}[by]
+    held = cv["tables"][by]
+    ins = {r["run_id"]: r for r in cv["tables"]["in_sample"]}
+    cats: dict[str, list[dict[str, Any]]] = {}
+    for r in held:
+        cats.setdefault(str(r[by]), []).append(r)
+    out = []
+    for cat, rs in cats.items():
+        e_out = np.array([abs(r["error"]) for r in rs])
+        e_in = np.array([abs(ins[r["run_id"]]["error"]) for r in rs])
+        out.append({"category": cat, "rows": len(rs), "in_sample": float(np.median(e_in)),
+                    "held_out": float(np.median(e_out)), "held_out_max": float(e_out.max()),
+                    "within_25": float(np.mean(e_out <= 0.25)),
+                    "prior": ", ".join(sorted({r["prior"] for r in rs if r["prior"]})) or "–"})
+    return out
+
+
+def cv_rows(runs: Sequence[dict[str, Any]], cv: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per run: in-sample error and the error under every cross-validation scheme."""
+    by = {k: {r["run_id"]: r for r in cv["tables"][k]} for k in CV_SCHEMES if k != "in_sample"}
     out = []
     for r in runs:
         if r["error"] is None:
             continue
-        a, b = lo[r["run_id"]], lg[r["run_id"]]
-        out.append({"n": r["n"], "run_id": r["run_id"], "label": r["label"], "group": r["group"],
-                    "hardware": r["hardware"], "error": r["error"],
-                    "row_error": a["error"] if a["testable"] else None,
-                    "group_error": b["error"] if b["testable"] else None,
-                    "untestable": ", ".join(sorted({x["frozen"] for x in (a, b) if not x["testable"]})) or ""})
-    return out
-
-
-def holdout_group_rows(merged: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Median absolute error per group: in-sample, leave-one-row-out, leave-one-group-out."""
-    groups: dict[str, list[dict]] = {}
-    for r in merged:
-        groups.setdefault(r["group"], []).append(r)
-    groups["all groups"] = list(merged)
-
-    def med(rs, key):
-        v = [abs(r[key]) for r in rs if r[key] is not None]
-        return float(np.median(v)) if v else None
-
-    def mx(rs, key):
-        v = [abs(r[key]) for r in rs if r[key] is not None]
-        return float(max(v)) if v else None
-
-    out = []
-    for g, rs in groups.items():
-        un = sorted({f"#{r['n']}" for r in rs if r["group_error"] is None or r["row_error"] is None})
-        out.append({"group": g, "rows": len(rs), "in_sample": med(rs, "error"), "row": med(rs, "row_error"),
-                    "group_out": med(rs, "group_error"), "group_max": mx(rs, "group_error"),
-                    "untestable": ", ".join(un) or "–"})
+        rec = {"n": r["n"], "run_id": r["run_id"], "label": r["label"], "group": r["group"],
+               "hardware": r["hardware"], "error": r["error"]}
+        for k, t in by.items():
+            rec[f"{k}_error"] = t[r["run_id"]]["error"] if r["run_id"] in t else None
+        rec["prior"] = ", ".join(sorted({t[r["run_id"]]["prior"] for t in by.values()
+                                         if r["run_id"] in t and t[r["run_id"]]["prior"]}))
+        out.append(rec)
     return out
 
 
@@ -338,19 +355,19 @@ def mfu_rows(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 # =========================================================================================
 # The H200 single-GEMM measurement beside the model's ceilings
 # =========================================================================================
-def gemm_points(path: Path | str = validate.GEMM_CSV, gpu: str = "h200_sxm", min_m: int = 1024,
+def gemm_points(path: Path | str = calibrate.GEMM_CSV, gpu: str = "h200_sxm", min_m: int = 1024,
                 band: perf.EfficiencyBand | None = None) -> list[dict[str, Any]]:
     """Every GEMM of the measurement that the fit uses (m >= ``min_m``; squares from 2048), all three
     dtypes: achieved fraction of the dense peak, the single-GEMM fit's rule at that shape, and the
     step-time model's rule (calibrated ceiling of the format class, Hopper basis) at that shape.
 
     The single-GEMM ceiling of each dtype is the geometric mean of ``frac x (1 + k n_ref / n)`` with
-    the fit's ``k`` (``validate.fit_gemm_measurements``): for BF16 and FP8 it equals that fit; the
+    the fit's ``k`` (``calibrate.fit_gemm_measurements``): for BF16 and FP8 it equals that fit; the
     fast-accumulation rows, which the fit leaves out, get theirs the same way.
     """
     band = perf.default_band() if band is None else band
     g = hardware.get(gpu)
-    fit = validate.fit_gemm_measurements(path, min_m=min_m, gpu=gpu)
+    fit = calibrate.fit_gemm_measurements(path, min_m=min_m, gpu=gpu)
     with Path(path).open(encoding="utf-8", newline="") as fh:
         raw = [r for r in csv.DictReader(fh) if r["dtype"] in GEMM_DTYPES]
     m, n, k = (np.array([float(r[c]) for r in raw]) for c in ("m", "n", "k"))
@@ -410,7 +427,7 @@ def gemm_curves(summary: Sequence[dict[str, Any]], points: Sequence[dict[str, An
     g = hardware.get(gpu)
     n_hm = np.array([p["n_hm"] for p in points])
     grid = np.geomspace(n_hm.min(), n_hm.max(), num)
-    k_fit = validate.fit_gemm_measurements(gpu=gpu)["gemm_roofline"]
+    k_fit = calibrate.fit_gemm_measurements(gpu=gpu)["gemm_roofline"]
     by = {s["dtype"]: s for s in summary}
     lines = [("model: 16-bit ceiling (measured)", band.value.ceiling("bf16", g.family), band.value.gemm_roofline, "bf16"),
              ("model: 8-bit ceiling (calibrated on runs)", band.value.ceiling("fp8", g.family),
@@ -439,7 +456,7 @@ def claim_rows(b200: dict[str, Any], gb300: dict[str, Any]) -> list[dict[str, An
     ]
 
 
-def copy_fraction(path: Path | str = validate.GEMM_CSV, gpu: str = "h200_sxm") -> float:
+def copy_fraction(path: Path | str = calibrate.GEMM_CSV, gpu: str = "h200_sxm") -> float:
     """The measured device copy (read + write bytes per second) over the GPU's HBM bandwidth."""
     with Path(path).open(encoding="utf-8", newline="") as fh:
         rows = [r for r in csv.DictReader(fh) if r["label"].startswith("device copy")]
@@ -448,14 +465,14 @@ def copy_fraction(path: Path | str = validate.GEMM_CSV, gpu: str = "h200_sxm") -
     return float(rows[0]["tflops"]) * 1e12 / hardware.get(gpu).hbm_bw
 
 
-def group_fit(prepared, group: str) -> validate.Calibration:
-    """``validate.calibrate`` on every row outside ``group`` (``validate.row_group``): the fit that
+def group_fit(prepared, group: str) -> calibrate.Calibration:
+    """``calibrate.calibrate`` on every row outside ``group`` (``validate.row_group``): the fit that
     the leave-one-group-out check uses for that group (before freezing unidentified parameters)."""
     inp, setups = prepared
     train = [i for i, su in enumerate(setups) if validate.row_group(su.row) != group]
     if len(train) == len(setups):
         raise ValueError(f"group_fit: no row in group {group!r}")
-    return validate.calibrate(prepared=prepared, subset=train)
+    return calibrate.calibrate(prepared=prepared, subset=train)
 
 
 # =========================================================================================
@@ -464,23 +481,23 @@ def group_fit(prepared, group: str) -> validate.Calibration:
 def pinned_fit(prepared, pins: dict[str, float]) -> dict[str, Any]:
     """Calibrate the run-fitted parameters with ``pins`` held at the given values, and the errors.
 
-    Same fit as ``validate.calibrate`` (its start points, ``_lm``, the tied families) except that a
+    Same fit as ``calibrate.calibrate`` (its start points, ``_lm``, the tied families) except that a
     pinned parameter keeps its value at every start point: ``calibrate(fixed=...)`` multiplies the
-    fixed values by the start multipliers of ``validate._STARTS`` too (e.g. ``gemm_ceiling_8bit``
+    fixed values by the start multipliers of ``calibrate._STARTS`` too (e.g. ``gemm_ceiling_8bit``
     x 1.25), so it does not hold them.
     """
     inp, setups = prepared
     meas = np.array([su.measured if su.measured else np.nan for su in setups], dtype=np.float64)
     idx = np.flatnonzero(np.isfinite(meas))
-    base = {**validate.measured_base(), **pins}
-    names = [n for n in validate.FIT_PARAMS if n not in pins]
+    base = {**calibrate.measured_base(), **pins}
+    names = [n for n in calibrate.FIT_PARAMS if n not in pins]
     best = None
-    for mult in validate._STARTS:
+    for mult in calibrate._STARTS:
         start = {k: (x * mult.get(k, 1.0) if k in names else x) for k, x in base.items()}
-        p, c = validate._lm(inp, np.where(np.isfinite(meas), meas, 1.0), names, start, idx)
+        p, c = calibrate._lm(inp, np.where(np.isfinite(meas), meas, 1.0), names, start, idx)
         if best is None or c < best[1] - 1e-10:
             best = (p, c)
-    params = {k: float(v) for k, v in validate._tie(best[0]).items()}
+    params = {k: float(v) for k, v in calibrate._tie(best[0]).items()}
     eff = perf.Efficiency.from_params(params)
     table = validate.validation_table(prepared=prepared, band=perf.EfficiencyBand(eff, eff, eff))
     summary = validate.error_summary(table)
@@ -547,7 +564,8 @@ def mfu_by_precision(table: Sequence[dict[str, Any]] | None = None) -> list[dict
 
 
 __all__ = ["CAVEAT_WORDS", "COMPONENTS", "COMPONENT_COLORS", "GEMM_DTYPES", "SOURCE_KINDS", "SOURCE_SHORT",
-           "b200_vs_h100", "breakdown_rows", "caveats", "claim_rows", "copy_fraction", "gemm_curves", "gemm_points", "gemm_summary",
-           "gb300_vs_gb200", "group_fit", "hardware_rows", "holdout_group_rows", "holdout_rows", "md_escape", "mfu_by_precision", "mfu_rows",
+           "CV_SCHEMES", "b200_vs_h100", "breakdown_rows", "caveats", "claim_rows", "copy_fraction", "cv_category_rows",
+           "cv_rows", "cv_scheme_rows", "gb300_vs_gb200", "gemm_curves", "gemm_points", "gemm_summary", "group_fit",
+           "hardware_rows", "md_escape", "mfu_by_precision", "mfu_rows",
            "model_short", "parameter_rows", "pinned_fit", "recompute_whatif", "representative", "run_rows",
            "source_kind", "source_md", "spct", "target_rows", "targets_met", "worst_rows"]
