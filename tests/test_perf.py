@@ -104,7 +104,9 @@ def test_flops_per_gpu_add_up_to_the_model_count():
         lay = Layout(tp=1, pp=4, dp=8, mbs=1, gbs=64, recompute=rc)
         inp = perf.prepare(m, lay, "bf16", "h100_sxm")
         total = inp.hw_flops_per_gpu[0] * lay.gpus
-        want = m.hardware_flops_per_token(rc) * lay.gbs * m.seq_len
+        # flash attention's backward also recomputes S = QK^T: 2 d_qk more FLOPs per score element
+        fa_extra = m.layers * m.heads * m.seq_len / 2 * 2 * m.qk_head_dim
+        want = (m.hardware_flops_per_token(rc) + fa_extra) * lay.gbs * m.seq_len
         assert total == pytest.approx(want, rel=1e-9), rc
 
 
@@ -239,3 +241,63 @@ def test_traffic_deduplication_is_exact():
                                        np.broadcast_to(getattr(b.groups[g], f), (n,)), rtol=1e-12, err_msg=f"{g}.{f}")
     t = np.linspace(0.1, 10, n)
     np.testing.assert_allclose(comm.exposed_comm(a, t).seconds, comm.exposed_comm(b, t).seconds, rtol=1e-12)
+
+
+def test_flash_attention_efficiency_follows_head_size_and_exp_throughput():
+    """FlashAttention-3 on H100 (arXiv 2407.08608, Fig. 5, causal, 16k): ~640 of 989 TFLOP/s forward
+    at head size 128 and ~500 at 64; the backward runs below the forward."""
+    eff = perf.default_efficiency()
+    f128, b128 = perf.attention_efficiency("h100_sxm", 128, eff=eff)
+    f64, b64 = perf.attention_efficiency("h100_sxm", 64, eff=eff)
+    f256, _ = perf.attention_efficiency("h100_sxm", 256, eff=eff)
+    assert f128 == pytest.approx(640 / 989.4, abs=0.05) and f64 == pytest.approx(500 / 989.4, abs=0.06)
+    assert f64 < f128 < f256 < eff.gemm_ceiling["16bit"] and b128 < f128 and b64 < b128
+    # same peak, twice the exp throughput (Blackwell Ultra vs Blackwell): faster attention relative to its GEMMs
+    fb, _ = perf.attention_efficiency("gb200", 128, eff=eff)
+    fu, _ = perf.attention_efficiency("gb300", 128, eff=eff)
+    ratio_b = fb / (eff.gemm_ceiling["16bit"] * eff.family_factor["blackwell"])
+    ratio_u = fu / (eff.gemm_ceiling["16bit"] * eff.family_factor["blackwell_ultra"])
+    assert ratio_u > ratio_b
+
+
+def test_attention_share_grows_with_sequence_and_cp_ring_hides_only_under_attention():
+    m8 = models.get("llama31_8b")
+    eff = perf.default_efficiency()
+    shares = []
+    for s in (8192, 32768, 65536):
+        m = m8.model_copy(update={"seq_len": s})
+        lay = Layout(tp=1, pp=1, cp=8, dp=8, mbs=1, gbs=64, recompute="none")
+        inp = perf.prepare(m, lay, "bf16", "h100_sxm")
+        fam = eff.family_factor["hopper"]
+        attn = perf.attention_seconds(inp, inp.peak_16 * eff.gemm_ceiling["16bit"] * fam, fam)
+        st = perf.evaluate(inp, eff)
+        shares.append(float(attn[0] / st.compute_s[0]))
+        # the ring can hide at most the attention time, never the whole step's compute
+        from scaletax import comm
+        ex = comm.exposed_comm(inp.comm, st.compute_s, eff.overlap(), windows={"cp": attn})
+        full = comm.exposed_comm(inp.comm, st.compute_s, eff.overlap())
+        assert ex.groups["cp"][0] >= full.groups["cp"][0] - 1e-15
+        assert ex.groups["cp"][0] == pytest.approx(st.comm_groups["cp"][0], rel=1e-9)
+    assert shares[0] < shares[1] < shares[2] and shares[2] > 0.5
+
+
+def test_grouped_expert_gemms_pay_tile_padding():
+    """Tokens per local expert padded to whole 128-row tiles: half a tile per expert on average."""
+    lay = Layout(tp=1, pp=1, dp=8, ep=8, etp=1, mbs=1, gbs=64, recompute="none")
+    inp = perf.prepare(SMALL_MOE, lay, "bf16", "h100_sxm")
+    m_exp = SMALL_MOE.seq_len * SMALL_MOE.moe_top_k * 8 / SMALL_MOE.moe_experts  # 4096 tokens x 4 / 32 x 8 = 4096
+    tok_gpu = 64 * SMALL_MOE.seq_len / 8
+    moe_layers = SMALL_MOE.layers - SMALL_MOE.moe_dense_layers
+    plain = tok_gpu * moe_layers * 3 * 2 * SMALL_MOE.moe_top_k * SMALL_MOE.expert_params
+    assert inp.flops_exp[0] == pytest.approx(plain * (1 + 64 / m_exp), rel=1e-9)
+
+
+def test_blackwell_ultra_factor_from_rated_power():
+    from scaletax import calibrate
+    r = calibrate.power_ratio("blackwell_ultra")
+    per = {f: np.mean([g.tdp_w / (g.peak_flops("bf16") / 1e12) for g in hardware.catalog().values() if g.family == f])
+           for f in ("blackwell", "blackwell_ultra")}
+    assert r == pytest.approx(per["blackwell_ultra"] / per["blackwell"]) and 1.05 < r < 1.25
+    assert calibrate.power_ratio("rubin") == 1.0
+    eff = perf.default_efficiency()
+    assert eff.family_factor["blackwell_ultra"] == pytest.approx(eff.family_factor["blackwell"] * r, rel=2e-3)

@@ -151,7 +151,7 @@ def measured_base() -> dict[str, float]:
 def _tie(p: dict[str, float]) -> dict[str, float]:
     """Tied and derived family factors from Blackwell's (:data:`TIED_FAMILIES`)."""
     q = dict(p)
-    cap = 1.0 / max(q["gemm_ceiling_16bit"], q["gemm_ceiling_8bit"])  # no ceiling x factor above 1
+    cap = (1.0 - 1e-9) / max(q["gemm_ceiling_16bit"], q["gemm_ceiling_8bit"])  # no ceiling x factor above 1
     for f in perf.FAMILIES:
         q[f"family_factor_{f}"] = min(q[f"family_factor_{f}"], cap)
     for f in TIED_FAMILIES:
@@ -161,8 +161,7 @@ def _tie(p: dict[str, float]) -> dict[str, float]:
 
 def power_ratio(family: str) -> float:
     """Multiplier on Blackwell's factor for a tied family: rated power per peak FLOP over
-    Blackwell's for :data:`DERIVED_FAMILIES` (``perf.power_per_flop``), else 1; capped so that
-    no ceiling x factor exceeds the Hopper-basis factor 1 by more than Blackwell's own headroom."""
+    Blackwell's for :data:`DERIVED_FAMILIES` (``perf.power_per_flop``), else 1 (tied)."""
     ref = DERIVED_FAMILIES.get(family)
     if ref is None:
         return 1.0
@@ -337,7 +336,8 @@ def efficiency_ranges(prepared=None) -> dict[str, Any]:
         r = power_ratio(f)
         out[f"family_factor_{f}"] = {"value": b["value"] * r, "low": b["low"] * r * 0.9,
                                      "high": min(b["high"] * r * 1.1, FIT_BOUNDS[f"family_factor_{f}"][1],
-                                                 1.0 / max(out["gemm_ceiling_8bit"]["high"], out["gemm_ceiling_16bit"]["high"])),
+                                                 math.floor(1e4 / math.ceil(1e4 * max(out["gemm_ceiling_8bit"]["high"],
+                                                                                      out["gemm_ceiling_16bit"]["high"])) * 1e4) / 1e4),
                                      "kind": "derived" if f in DERIVED_FAMILIES else "tied"}
     out["_gemm_measurement"] = gm[1024]
     out["_full"] = full
@@ -361,7 +361,8 @@ _SOURCES = {
                          "(torch._scaled_mm, random data; about 0.70 with fast accumulation); the training runs "
                          "need more: an open question discussed in the validation chapter.",
     "gemm_ceiling_4bit": "CALIBRATED on the one NVFP4 row (mbridge26.04.01-Llama3.1-DGX-GB200-256-NVFP4); absolute "
-                         "(no Hopper basis: FP4 tensor cores start with Blackwell). Untestable by hold-out.",
+                         "(no Hopper basis: FP4 tensor cores start with Blackwell). Held out, it takes its prior "
+                         "(8-bit ceiling x Blackwell factor).",
     "family_factor_ampere": "CALIBRATED on the two A100 rows (Narayanan 2021, Korthikanti 2022): A100 16-bit GEMMs "
                             "relative to the H200-measured Hopper ceiling.",
     "family_factor_hopper": "REFERENCE: 1 by definition (ceilings are on the Hopper basis).",

@@ -882,11 +882,14 @@ class ExposedComm:
         return sum(self.groups.values())
 
 
-def exposed_comm(step: StepComm, t_compute, overlap: Overlap | None = None) -> ExposedComm:
+def exposed_comm(step: StepComm, t_compute, overlap: Overlap | None = None,
+                 windows: dict | None = None) -> ExposedComm:
     """Communication time per step that compute does not hide, seconds per group and in total.
 
     t_compute: compute seconds per step per GPU (array broadcasting against the layouts; no
-    pipeline bubble). For each group g with time t_g and fraction f_g (:class:`Overlap`):
+    pipeline bubble). ``windows``: optional per-group compute that can hide it, capped at
+    t_compute (``perf`` passes the attention time for "cp": a ring hop hides only under the
+    attention of the chunk already present, Liu et al. 2023, Ring Attention, arXiv 2310.01889). For each group g with time t_g and fraction f_g (:class:`Overlap`):
         hidden_g = min(f_g * t_g, window_g),  exposed_g = t_g - hidden_g
     windows: tp, etp, cp, ep: t_compute; pp: t_compute, and the 2(pp*vp-1) fill/drain hops are
     never hidden; dp: the gradient reduction hides in the last micro-batch's backward,
@@ -898,9 +901,11 @@ def exposed_comm(step: StepComm, t_compute, overlap: Overlap | None = None) -> E
     ov = Overlap() if overlap is None else overlap
     tc = np.maximum(_f(t_compute), 0.0)
     g = step.groups
+    win = dict(windows or {})
     hidden: dict[str, np.ndarray] = {}
     for name in ("tp", "etp", "cp", "ep"):
-        hidden[name] = np.minimum(getattr(ov, name) * g[name].seconds, tc)
+        w = np.minimum(np.maximum(_f(win[name]), 0.0), tc) if name in win else tc
+        hidden[name] = np.minimum(getattr(ov, name) * g[name].seconds, w)
     lay = step.layouts
     fill = 2.0 * np.maximum(_f(lay.pp) * lay.vp - 1.0, 0.0) * step.pp_hop_s
     pp_hideable = np.maximum(g["pp"].seconds - fill, 0.0)

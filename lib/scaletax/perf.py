@@ -30,8 +30,12 @@ Model (per GPU of the heaviest pipeline stage, per step; seconds, FLOP, bytes)
                                        comm.Overlap() fractions x overlap_scale)
 
 - FLOPs: linear layers 6 N per token (2 forward + 4 backward, Narayanan et al. 2021, arXiv
-  2104.04473, eq. 3; N counts norm weights as ``models.active_params`` does), attention scores
-  3 x 2 a (d_qk + d_v) s / 2 (causal, PaLM App. B); recomputation adds the forward again
+  2104.04473, eq. 3; N counts norm weights as ``models.active_params`` does), attention core as
+  flash attention executes it: a s / 2 causal score elements per token and layer, forward
+  2 (d_qk + d_v) FLOPs each, backward 6 d_qk + 4 d_v (S recomputed; Dao 2023, arXiv 2307.08691,
+  Alg. 2), timed by :func:`attention_seconds` (tensor cores plus the softmax exp on the
+  special-function units, :data:`SFU_RATIO`; FlashAttention-3, arXiv 2407.08608 §3.1); grouped
+  expert GEMMs pay half a :data:`GROUPED_TILE_M` tile of padding per local expert; recomputation adds the forward again
   (selective: attention core and MLA up-projections, Korthikanti et al. 2022, arXiv 2205.05198,
   §5; full: every layer's forward; ``recompute_fraction`` of the layers full, the rest
   selective). The output layer uses Megatron's padded vocabulary (:func:`padded_vocab`).
@@ -54,7 +58,10 @@ Model (per GPU of the heaviest pipeline stage, per step; seconds, FLOP, bytes)
   step the Adam update, gradient-buffer reset and weight casts. A lower bound on bytes moved;
   ``memory_overhead`` turns it into time.
 - Communication: :mod:`scaletax.comm` per group, evaluated once per distinct pattern; the MoE
-  all-to-all re-timed for per-domain deduplication (:func:`ep_dedup_factor`, DeepEP-class).
+  all-to-all re-timed for per-domain deduplication (:func:`ep_dedup_factor`, DeepEP-class); the
+  context-parallel ring hides only under the attention time (Ring Attention, arXiv 2310.01889).
+- Family factors: Blackwell Ultra's is Blackwell's times the ratio of rated power per peak FLOP
+  (:func:`power_per_flop`, written by ``calibrate``).
 - Pipeline bubble: (pp - 1) / (vp m) of the per-micro-batch work for 1F1B and the interleaved
   schedule (Narayanan et al. 2021, §2.2).
 - MFU = model FLOPs per token (no recompute, causal, unpadded vocabulary; PaLM, Chowdhery et al.
@@ -99,6 +106,28 @@ VOCAB_DIVISOR = 128
 #: kept ~15% of the blocks in BF16 for accuracy over 10T tokens; pass ``fp4_bf16_layers`` to
 #: :func:`prepare` to model that recipe. 8- and 16-bit recipes: all layers in the recipe format.
 FP4_BF16_LAYERS = 2
+#: Tensor-core FLOPs per special-function (exp) operation at the 16-bit dense peak, per GPU family:
+#: flash attention's softmax needs one exp per score element forward and one backward. Hopper:
+#: 989 TFLOP/s of FP16 matmul against 3.9 TFLOP/s of special functions (Shah et al. 2024,
+#: FlashAttention-3, arXiv 2407.08608, Sec. 3.1), ratio 256. Ampere: 16 exp per clock per SM against
+#: 2048 FP16 FLOP per clock per SM (A100), 128. Blackwell: twice Hopper's tensor FLOP per clock per
+#: SM with the same 16 exp per clock, 512. Blackwell Ultra: twice Blackwell's exp throughput ("2x
+#: attention-layer acceleration", NVIDIA Blackwell Ultra), 256. Rubin: ASSUMPTION, Blackwell Ultra's.
+SFU_RATIO: dict[str, float] = {"ampere": 128.0, "hopper": 256.0, "blackwell": 512.0, "blackwell_ultra": 256.0,
+                               "rubin": 256.0}
+#: ASSUMPTION: share of the forward softmax exp time hidden under the tensor-core GEMMs of the other
+#: warpgroup (FlashAttention-3 ping-pong scheduling, arXiv 2407.08608 Sec. 3.1): half. With it the
+#: model gives 0.65 of the H100 dense peak for the causal hdim-128 forward and 0.56 for hdim 64
+#: (FA3 reports ~640 and ~500 of 989 TFLOP/s at 16k, Fig. 5).
+FA_EXP_OVERLAP = 0.5
+#: ASSUMPTION: tensor-core efficiency of the flash-attention backward relative to a plain GEMM:
+#: five GEMMs per tile with dQ accumulated by atomics and the recomputed exp unhidden; 0.8 puts the
+#: H100 causal hdim-128 backward at ~0.55 of peak (FA3 reports ~1.5-1.75x FA2, below its forward).
+FA_BWD_EFF = 0.8
+#: ASSUMPTION: row tile of the grouped expert GEMM (CUTLASS / cuBLAS grouped GEMM on Hopper and
+#: Blackwell: 128-row tiles). Each local expert's token count is padded to whole tiles; with
+#: ragged counts the expected padding is half a tile per expert and GEMM (tile quantization).
+GROUPED_TILE_M = 128
 #: Adam step per parameter of the local optimizer shard: read fp32 grad, master, m, v (16 B),
 #: write master, m, v (12 B) and the 16-bit parameter (2 B) (Megatron distributed optimizer).
 ADAM_BYTES = 30.0
@@ -334,7 +363,10 @@ class StepInputs:
     one entry per layout; inputs of different models and GPUs concatenate with :meth:`concat`).
 
     flops_lin / flops_exp / flops_attn / flops_head: FLOPs per step of the transformer linear
-    layers (non-expert), routed-expert GEMMs, attention core and output layer; s_lin / s_exp /
+    layers (non-expert), routed-expert GEMMs, attention core (executed, flash attention) and output
+    layer; attn_elems_fwd / attn_elems_bwd: causal score elements per step through the forward
+    (recompute included) and the backward; attn_fwd_fpe / attn_bwd_fpe: tensor-core FLOPs per
+    score element forward / backward; sfu_ratio: :data:`SFU_RATIO` of the GPU family; s_lin / s_exp /
     s_head: FLOP-weighted mean of 1/n (n: GEMM harmonic-mean size, elements); n_ref_fmt /
     n_ref_16: the GEMM size at which operand traffic takes as long as the math at the peak,
     1.5 x bytes per element x ridge point (:func:`gemm_reference_size`); lowp_share: share of the
@@ -349,6 +381,11 @@ class StepInputs:
     flops_lin: np.ndarray
     flops_exp: np.ndarray
     flops_attn: np.ndarray
+    attn_elems_fwd: np.ndarray
+    attn_elems_bwd: np.ndarray
+    attn_fwd_fpe: np.ndarray
+    attn_bwd_fpe: np.ndarray
+    sfu_ratio: np.ndarray
     flops_head: np.ndarray
     s_lin: np.ndarray
     s_exp: np.ndarray
@@ -693,7 +730,14 @@ def prepare(model: Model, layouts, precision: str, gpu, topo: Topology | None = 
     lin_tok = (layers_stage * (3.0 * lf["attn"] + redo_attn)
                + dense_stage * (3.0 + xf) * lf["dense_mlp"] + moe_stage * (3.0 + xf) * lf["moe_shared"])
     exp_tok = moe_stage * (3.0 + xf) * lf["moe_routed"]
-    attn_tok = layers_stage * model.attn_flops_per_token(causal=True) * np.where(sel, 4.0, 3.0)
+    # flash attention per score element (causal: a s / 2 per token and layer): forward QK^T and PV,
+    # 2 (d_qk + d_v) FLOPs; backward recomputes S and computes dV, dP, dQ, dK: 6 d_qk + 4 d_v
+    # (Dao 2023, FlashAttention-2, arXiv 2307.08691, Alg. 2); selective recompute runs the forward again
+    dqk_a, dv_a = float(model.qk_head_dim), float(model.v_head_dim_eff)
+    elems_tok = layers_stage * model.heads * model.seq_len / 2.0
+    n_fwd = np.where(sel, 2.0, 1.0)
+    attn_fwd_fpe, attn_bwd_fpe = 2.0 * (dqk_a + dv_a), 6.0 * dqk_a + 4.0 * dv_a
+    attn_tok = elems_tok * (n_fwd * attn_fwd_fpe + attn_bwd_fpe)
     vpad = padded_vocab(model.vocab, la.tp).astype(f64)
     head_tok = 6.0 * (model.hidden * vpad + model._norm_size(model.hidden)) / pp
     # --- GEMM shapes: FLOP-weighted mean of 1/n ------------------------------------------------
@@ -713,9 +757,16 @@ def prepare(model: Model, layouts, precision: str, gpu, topo: Topology | None = 
         step = _mix_steps(_step_traffic(model, la.replace(recompute=np.where(partial, 1, rc)), topo, wire),
                           step, np.where(partial, xf, 1.0))
     step = _dedup_ep(step, model, topo, ep_dispatch)
+    # grouped expert GEMMs run on whole row tiles: tokens per local expert m padded by half a tile
+    if model.is_moe:
+        m_exp = M * model.moe_top_k * ep * etp / (tp * model.moe_experts)
+        exp_tok = exp_tok * (1.0 + 0.5 * GROUPED_TILE_M / np.maximum(m_exp, 1.0))
     flops = {k: tok_gpu * v for k, v in (("lin", lin_tok), ("exp", exp_tok), ("attn", attn_tok), ("head", head_tok))}
     full = np.ones(n)
     return StepInputs(flops_lin=flops["lin"], flops_exp=flops["exp"] * full, flops_attn=flops["attn"],
+                      attn_elems_fwd=tok_gpu * elems_tok * n_fwd, attn_elems_bwd=tok_gpu * elems_tok * full,
+                      attn_fwd_fpe=attn_fwd_fpe * full, attn_bwd_fpe=attn_bwd_fpe * full,
+                      sfu_ratio=SFU_RATIO[g.family] * full,
                       flops_head=flops["head"], s_lin=s_lin * full, s_exp=s_exp, s_head=s_head * full,
                       n_ref_fmt=gemm_reference_size(g, precision) * full,
                       n_ref_16=gemm_reference_size(g, compute_precision(g, precision)) * full,
@@ -791,15 +842,17 @@ def evaluate(inp: StepInputs, eff: Efficiency | None = None, overlap: Overlap | 
     r_16 = inp.peak_16 * ceil[0] * fam
     inv_lin = inp.lowp_share / r_fmt + (1.0 - inp.lowp_share) / r_16  # seconds per FLOP
     k_f, k_16 = eff.gemm_roofline * inp.n_ref_fmt, eff.gemm_roofline * inp.n_ref_16
+    attn = attention_seconds(inp, r_16, fam)
     compute = (inp.flops_lin * inv_lin * (1.0 + k_f * inp.s_lin)
                + inp.flops_exp * inv_lin * (1.0 + k_f * inp.s_exp)
-               + inp.flops_attn / r_16
+               + attn
                + inp.flops_head / r_16 * (1.0 + k_16 * inp.s_head))
     mem_micro = eff.memory_overhead * inp.bytes_micro / inp.hbm_bw
     mem_step = eff.memory_overhead * inp.bytes_step / inp.hbm_bw
     busy = compute + mem_micro
     bubble = inp.bubble * busy
-    exp = comm.exposed_comm(inp.comm, busy, eff.overlap(overlap))
+    # the context-parallel ring hides its K/V hops under the attention of the chunk at hand only
+    exp = comm.exposed_comm(inp.comm, busy, eff.overlap(overlap), windows={"cp": attn})
     exposed = np.broadcast_to(np.asarray(exp.seconds, dtype=np.float64), busy.shape)
     other = mem_micro + mem_step
     step = compute + other + bubble + exposed
@@ -812,6 +865,33 @@ def evaluate(inp: StepInputs, eff: Efficiency | None = None, overlap: Overlap | 
                     tokens_per_step=inp.tokens_per_step, tokens_per_s_per_gpu=tps,
                     model_tflops_per_gpu=mflops / 1e12, mfu=mflops / inp.peak_fmt,
                     hfu=inp.hw_flops_per_gpu / step / inp.peak_fmt)
+
+
+def attention_seconds(inp: StepInputs, r_16, fam):
+    """Flash-attention core time per step, seconds: per score element, the forward GEMMs at the
+    16-bit rate plus the softmax exp not hidden under them (1 - :data:`FA_EXP_OVERLAP`), the
+    backward GEMMs at :data:`FA_BWD_EFF` of that rate plus one unhidden exp. The exp rate is the
+    16-bit peak / :data:`SFU_RATIO` at the family's sustained clock (``fam``). Longer heads amortize
+    the exp over more FLOPs: efficiency rises with head size."""
+    exp_rate = inp.peak_16 * fam / inp.sfu_ratio
+    fwd = inp.attn_elems_fwd * (inp.attn_fwd_fpe / r_16 + (1.0 - FA_EXP_OVERLAP) / exp_rate)
+    bwd = inp.attn_elems_bwd * (inp.attn_bwd_fpe / (r_16 * FA_BWD_EFF) + 1.0 / exp_rate)
+    return fwd + bwd
+
+
+def attention_efficiency(gpu, d_qk: float, d_v: float | None = None, eff: Efficiency | None = None) -> tuple[float, float]:
+    """(forward, backward) flash-attention throughput as a fraction of the GPU's dense 16-bit
+    peak for heads of ``d_qk`` / ``d_v`` (default d_qk), by :func:`attention_seconds`' rule."""
+    g = _gpu(gpu)
+    eff = default_efficiency() if eff is None else eff
+    d_v = d_qk if d_v is None else d_v
+    fam = eff.family_factor[g.family]
+    r = eff.gemm_ceiling["16bit"] * fam  # fraction of peak of the tensor-core part
+    x = fam / SFU_RATIO[g.family]        # exp per peak FLOP
+    f_fwd, f_bwd = 2.0 * (d_qk + d_v), 6.0 * d_qk + 4.0 * d_v
+    t_fwd = f_fwd / r + (1.0 - FA_EXP_OVERLAP) / x
+    t_bwd = f_bwd / (r * FA_BWD_EFF) + 1.0 / x
+    return f_fwd / t_fwd, f_bwd / t_bwd
 
 
 def step_time(model: Model, layouts, precision: str, gpu, topo: Topology | None = None,
@@ -878,8 +958,9 @@ def least_recompute(model: Model, layouts, gpu, precision: str, **memory_options
     return code.astype(np.int64), frac, gib
 
 
-__all__ = ["ADAM_BYTES", "EFFICIENCY_YAML", "FAMILIES", "FORMAT_CLASSES",
-           "FP4_BF16_LAYERS", "PARAM_SIGN", "PRECISIONS", "Efficiency", "EfficiencyBand", "Prediction",
+__all__ = ["ADAM_BYTES", "EFFICIENCY_YAML", "FAMILIES", "FA_BWD_EFF", "FA_EXP_OVERLAP", "FORMAT_CLASSES",
+           "FP4_BF16_LAYERS", "GROUPED_TILE_M", "PARAM_SIGN", "PRECISIONS", "SFU_RATIO", "Efficiency", "EfficiencyBand",
+           "Prediction", "attention_efficiency", "attention_seconds",
            "StepInputs", "StepTime", "compute_precision", "default_band", "default_efficiency", "ep_dedup_factor",
            "evaluate", "evaluate_band", "format_class", "least_recompute", "load_efficiency", "memory_bound_bytes", "padded_vocab",
            "power_per_flop",

@@ -13,7 +13,7 @@ Public API
 - ``hardware_rows(table)``, ``target_rows(summary)``, ``targets_met(summary)``.
 - ``worst_rows(runs, n)``, ``caveats(notes)``, ``recompute_whatif(rows, run_ids)``.
 - Cross-validation (the headline): ``cv_scheme_rows(cv)``, ``cv_category_rows(cv, by)``, ``cv_rows(runs, cv)``
-  (``cv`` = ``validate.cross_validation``); ``group_fit``.
+  (``cv`` = ``validate.cross_validation``); ``stack_rows(cv, rows)``; ``group_fit``.
 - ``parameter_rows(band)``, ``representative(runs)``, ``breakdown_rows(runs)``, ``mfu_rows(runs)``.
 - ``gemm_points(...)``, ``gemm_summary(points, band)``, ``gemm_curves(summary, points)``, ``copy_fraction(...)``.
 - Seed claims ``b200_vs_h100(table)``, ``gb300_vs_gb200(table)``, ``mfu_by_precision(table)``, and
@@ -283,6 +283,27 @@ def cv_category_rows(cv: dict[str, Any], by: str) -> list[dict[str, Any]]:
                     "held_out": float(np.median(e_out)), "held_out_max": float(e_out.max()),
                     "within_25": float(np.mean(e_out <= 0.25)),
                     "prior": ", ".join(sorted({r["prior"] for r in rs if r["prior"]})) or "–"})
+    return out
+
+
+def stack_label(row: dict[str, Any]) -> str:
+    """Training stack of a runs-table row: Megatron-FSDP (ZeRO-3) where ``zero_stage`` is 3, else
+    Megatron-Core with the distributed optimizer (the MLPerf NeMo and Megatron-Bridge recipes and the
+    Megatron papers all run Megatron-Core / Megatron-LM with Transformer Engine)."""
+    return "Megatron-FSDP (ZeRO-3)" if row.get("zero_stage") == 3 else "Megatron-Core, distributed optimizer"
+
+
+def stack_rows(cv: dict[str, Any], rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per training stack (:func:`stack_label`): rows, median signed and absolute error in sample and
+    leaving one model family out."""
+    stack = {str(r.get("run_id", "")): stack_label(r) for r in rows}
+    out = []
+    for label in dict.fromkeys(stack.values()):
+        ins = [r["error"] for r in cv["tables"]["in_sample"] if stack.get(r["run_id"]) == label]
+        fam = [r["error"] for r in cv["tables"]["family"] if stack.get(r["run_id"]) == label]
+        out.append({"stack": label, "rows": len(ins), "in_sample_signed": float(np.median(ins)),
+                    "in_sample_abs": float(np.median(np.abs(ins))), "family_signed": float(np.median(fam)),
+                    "family_abs": float(np.median(np.abs(fam)))})
     return out
 
 
@@ -566,6 +587,6 @@ def mfu_by_precision(table: Sequence[dict[str, Any]] | None = None) -> list[dict
 __all__ = ["CAVEAT_WORDS", "COMPONENTS", "COMPONENT_COLORS", "GEMM_DTYPES", "SOURCE_KINDS", "SOURCE_SHORT",
            "CV_SCHEMES", "b200_vs_h100", "breakdown_rows", "caveats", "claim_rows", "copy_fraction", "cv_category_rows",
            "cv_rows", "cv_scheme_rows", "gb300_vs_gb200", "gemm_curves", "gemm_points", "gemm_summary", "group_fit",
-           "hardware_rows", "md_escape", "mfu_by_precision", "mfu_rows",
+           "hardware_rows", "md_escape", "mfu_by_precision", "mfu_rows", "stack_label", "stack_rows",
            "model_short", "parameter_rows", "pinned_fit", "recompute_whatif", "representative", "run_rows",
            "source_kind", "source_md", "spct", "target_rows", "targets_met", "worst_rows"]
