@@ -129,14 +129,6 @@ def test_cross_validation_tables(cv, runs):
     assert {c["category"] for c in vs.cv_category_rows(cv, "generation")} == {"ampere", "hopper", "blackwell"}
 
 
-def test_group_fit(prepared):
-    fit = vs.group_fit(prepared, "Megatron papers (A100)")
-    assert set(fit.rows).isdisjoint({i for i, su in enumerate(prepared[1])
-                                     if validate.row_group(su.row) == "Megatron papers (A100)"})
-    with pytest.raises(ValueError, match="no row in group"):
-        vs.group_fit(prepared, "no such group")
-
-
 def test_parameter_rows_are_the_data_file():
     band = perf.default_band()
     rows = vs.parameter_rows(band)

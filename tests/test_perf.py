@@ -2,6 +2,8 @@
 per-layout, FLOP accounting, bubble formula, recompute, efficiency parameters."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -301,3 +303,17 @@ def test_blackwell_ultra_factor_from_rated_power():
     assert calibrate.power_ratio("rubin") == 1.0
     eff = perf.default_efficiency()
     assert eff.family_factor["blackwell_ultra"] == pytest.approx(eff.family_factor["blackwell"] * r, rel=2e-3)
+
+
+def test_band_is_at_least_the_out_of_sample_spread():
+    band = perf.default_band()
+    assert band.spread > 0
+    inp = perf.prepare(LLAMA70, Layout(tp=8, pp=4, dp=8, mbs=1, gbs=256, recompute="selective"), "fp8", "h100_sxm")
+    pred = perf.evaluate_band(inp, band)
+    v, lo, hi = (p.tokens_per_s_per_gpu[0] for p in (pred.value, pred.low, pred.high))
+    assert lo <= v / (1 + band.spread) * (1 + 1e-12) and hi >= v * (1 + band.spread) * (1 - 1e-12)
+    for p in (pred.low, pred.high):  # the widened corners stay consistent step times
+        parts = p.compute_s + p.other_s + p.bubble_s + p.exposed_comm_s
+        assert parts[0] == pytest.approx(p.step_s[0], rel=1e-12)
+    narrow = perf.evaluate_band(inp, replace(band, spread=0.0))
+    assert narrow.low.tokens_per_s_per_gpu[0] >= lo and narrow.high.tokens_per_s_per_gpu[0] <= hi

@@ -94,6 +94,9 @@ def test_efficiency_file_is_the_calibration_output(prepared):
     for n in calibrate.COLLECTIVE_PARAMS:
         assert raw["collectives"][n]["value"] == pytest.approx(fit[n], abs=1e-4), n
     assert topology.NVLINK_EFF == raw["collectives"]["nvlink_eff"]["value"]
+    spread = calibrate.out_of_sample_spread(prepared)  # the band is the leave-one-family-out spread
+    assert raw["band"]["relative_half_width"] == pytest.approx(spread["relative_half_width"], abs=2e-4)
+    assert perf.default_band().spread == raw["band"]["relative_half_width"]
     assert set(data) == {k for k in ranges if not k.startswith("_")}
     for name, entry in data.items():
         for key in ("value", "low", "high"):

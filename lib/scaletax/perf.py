@@ -234,6 +234,13 @@ class EfficiencyBand:
     low: Efficiency
     high: Efficiency
     meta: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    #: relative half-width w of the out-of-sample band (``data/efficiency.yaml`` ``band``): every
+    #: prediction's low / high is at most value / (1 + w) and at least value x (1 + w) in throughput
+    spread: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not (0.0 <= self.spread < 10.0):
+            raise ValueError(f"EfficiencyBand.spread must be in [0, 10) (got {self.spread})")
 
     @classmethod
     def from_ranges(cls, value: Mapping[str, float], lo: Mapping[str, float], hi: Mapping[str, float],
@@ -275,7 +282,13 @@ def load_efficiency(path: Path | str = EFFICIENCY_YAML) -> EfficiencyBand:
         raise ValueError(f"{path.name}: missing parameter(s) {sorted(missing)}")
     meta = {k: v for k, v in raw.items() if k != "parameters"}
     meta["parameters"] = params
-    return EfficiencyBand.from_ranges(value, lo, hi, meta)
+    band = EfficiencyBand.from_ranges(value, lo, hi, meta)
+    sec = raw.get("band") or {}
+    try:
+        spread = float(sec.get("relative_half_width", 0.0)) if isinstance(sec, dict) else 0.0
+    except (TypeError, ValueError):
+        raise ValueError(f"{path.name}: band.relative_half_width must be a number") from None
+    return replace(band, spread=spread)
 
 
 @lru_cache(maxsize=1)
@@ -923,11 +936,27 @@ def predict(model: Model, layouts, precision: str, gpu, topo: Topology | None = 
     return evaluate_band(inp, band, overlap)
 
 
+def _slower(st: StepTime, f) -> StepTime:
+    """``st`` with every time multiplied by ``f`` (rates divided by it)."""
+    f = np.asarray(f, dtype=np.float64)
+    t = {k: getattr(st, k) * f for k in ("step_s", "compute_s", "other_s", "bubble_s", "exposed_comm_s", "comm_s")}
+    r = {k: getattr(st, k) / f for k in ("tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu", "hfu")}
+    return StepTime(comm_groups={k: v * f for k, v in st.comm_groups.items()}, tokens_per_step=st.tokens_per_step,
+                    **t, **r)
+
+
 def evaluate_band(inp: StepInputs, band: EfficiencyBand | None = None, overlap: Overlap | None = None) -> Prediction:
-    """:func:`evaluate` at the central value and both corners of ``band`` (default: the data file)."""
+    """:func:`evaluate` at the central value and both corners of ``band`` (default: the data file),
+    each corner widened to at least the out-of-sample band ``band.spread`` (value x (1 + w)^-+1 in
+    step time): whichever is wider per entry."""
     band = default_band() if band is None else band
-    return Prediction(evaluate(inp, band.value, overlap), evaluate(inp, band.low, overlap),
-                      evaluate(inp, band.high, overlap))
+    val, lo, hi = (evaluate(inp, e, overlap) for e in (band.value, band.low, band.high))
+    w = float(band.spread)
+    if w > 0:
+        f_lo = np.maximum(lo.step_s / val.step_s, 1.0 + w)     # at least (1 + w) x slower
+        f_hi = np.minimum(hi.step_s / val.step_s, 1.0 / (1.0 + w))
+        lo, hi = _slower(val, f_lo), _slower(val, f_hi)
+    return Prediction(val, lo, hi)
 
 
 # =========================================================================================

@@ -15,6 +15,8 @@ Public API:
   ``MEMORY_COLUMNS`` appended; composable with other ``predict_*`` functions.
 - ``write_runs(rows, path, columns=None)``: CSV with the columns in first-seen order.
 - ``schema_text()``: the schema with every column's default (``scaletax predict --help``).
+- ``row_family(row)``, ``row_generation(row)``, ``row_source(row)``: the model family, GPU
+  generation and kind of source of a row (the cross-validation folds).
 - ``measured_tokens_per_s(row, model) -> (value | None, basis)``: what a row measured, per GPU;
   ``step_inputs(plans) -> perf.StepInputs``: the plans' step-time inputs, concatenated.
 
@@ -418,6 +420,37 @@ def _check_ranges(row: dict[str, Any]) -> None:
             low = f">= {lo:g}" if lo_ok else f"> {lo:g}"
             high = "" if math.isinf(hi) else f" and <= {hi:g}"
             raise _CellError(col, f"must be {low}{high} (got {v:g})")
+#: Model family of a row, from its ``model`` name (first match; else the name itself).
+FAMILY_PATTERNS: tuple[tuple[str, str], ...] = (
+    ("deepseek", "DeepSeek-V3"), ("llama", "Llama 3 / 3.1"), ("gpt-3", "GPT-3"), ("gpt3", "GPT-3"),
+    ("qwen", "Qwen3"), ("gpt-oss", "GPT-OSS"), ("megatron", "Megatron GPT"), ("gpt", "Megatron GPT"),
+)
+
+
+def row_family(row: dict[str, Any]) -> str:
+    """Model family of a row (:data:`FAMILY_PATTERNS` on the ``model`` column)."""
+    name = str(row.get("model", "")).lower()
+    for pat, fam in FAMILY_PATTERNS:
+        if pat in name:
+            return fam
+    return str(row.get("model", "")) or "other"
+
+
+def row_generation(row: dict[str, Any]) -> str:
+    """GPU generation of a row: the hardware family (ampere, hopper, blackwell, ...)."""
+    from scaletax import hardware
+
+    return hardware.get(str(row["hardware"]).strip()).family
+
+
+def row_source(row: dict[str, Any]) -> str:
+    """Kind of source of a row: MLPerf Training, Megatron-Bridge tables, or papers."""
+    rid, url = str(row.get("run_id", "")), str(row.get("source_url", ""))
+    if rid.startswith("mlperf") or "mlcommons" in url:
+        return "MLPerf"
+    if rid.startswith("mbridge") or "Megatron-Bridge" in url:
+        return "Megatron-Bridge"
+    return "papers"
 
 
 def _validate_row(row: dict[str, Any], hw_ids: Sequence[str]) -> None:

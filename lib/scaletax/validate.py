@@ -25,7 +25,8 @@ from scaletax import calibrate as cal
 from scaletax import hardware, perf, runs
 from scaletax.calibrate import load_rows, prepare_rows
 from scaletax.layout import label
-from scaletax.runs import ROW_CONVENTIONS, RUNS_CSV, measured_tokens_per_s
+from scaletax.runs import (FAMILY_PATTERNS, ROW_CONVENTIONS, RUNS_CSV, measured_tokens_per_s, row_family,
+                           row_generation, row_source)
 
 RowSetup = runs.RowPlan
 row_setup = runs.plan_row
@@ -43,37 +44,6 @@ def row_group(row: dict[str, Any]) -> str:
     if rid.startswith(("narayanan", "korthikanti")):
         return "Megatron papers (A100)"
     return model or "other"
-
-
-#: Model family of a row, from its ``model`` name (first match; else the name itself).
-FAMILY_PATTERNS: tuple[tuple[str, str], ...] = (
-    ("deepseek", "DeepSeek-V3"), ("llama", "Llama 3 / 3.1"), ("gpt-3", "GPT-3"), ("gpt3", "GPT-3"),
-    ("qwen", "Qwen3"), ("gpt-oss", "GPT-OSS"), ("megatron", "Megatron GPT"), ("gpt", "Megatron GPT"),
-)
-
-
-def row_family(row: dict[str, Any]) -> str:
-    """Model family of a row (:data:`FAMILY_PATTERNS` on the ``model`` column)."""
-    name = str(row.get("model", "")).lower()
-    for pat, fam in FAMILY_PATTERNS:
-        if pat in name:
-            return fam
-    return str(row.get("model", "")) or "other"
-
-
-def row_generation(row: dict[str, Any]) -> str:
-    """GPU generation of a row: the hardware family (ampere, hopper, blackwell, ...)."""
-    return hardware.get(str(row["hardware"]).strip()).family
-
-
-def row_source(row: dict[str, Any]) -> str:
-    """Kind of source of a row: MLPerf Training, Megatron-Bridge tables, or papers."""
-    rid, url = str(row.get("run_id", "")), str(row.get("source_url", ""))
-    if rid.startswith("mlperf") or "mlcommons" in url:
-        return "MLPerf"
-    if rid.startswith("mbridge") or "Megatron-Bridge" in url:
-        return "Megatron-Bridge"
-    return "papers"
 
 
 #: Cross-validation schemes: the key whose rows a fold leaves out together.
@@ -164,25 +134,16 @@ def holdout(rows: Sequence[dict[str, Any]] | None = None, scheme: str = "row",
     rows = load_rows() if rows is None and prepared is None else rows
     inp, setups = prepared if prepared is not None else prepare_rows(rows)
     key_of = SCHEMES[scheme]
-    keys = [i if key_of is None else key_of(su.row) for i, su in enumerate(setups)]
-    meas_ok = [su.measured is not None for su in setups]
+    pred, prior = cal.fold_predictions(inp, setups, key_of)
     out = []
-    for key in dict.fromkeys(keys):
-        test = [i for i, k in enumerate(keys) if k == key and meas_ok[i]]
-        if not test:
+    for i, su in enumerate(setups):
+        if su.measured is None:
             continue
-        train = [i for i, k in enumerate(keys) if k != key and meas_ok[i]]
-        fit = cal.calibrate_fold(inp, setups, train)
-        st = perf.evaluate(inp, fit.efficiency)
-        for i in test:
-            needs = [n for n in fit.priors if cal.IDENTIFIED_BY[n](setups[i])]
-            p = float(st.tokens_per_s_per_gpu[i])
-            out.append({"run_id": setups[i].row.get("run_id", ""), "group": row_group(setups[i].row),
-                        "fold": str(key) if key_of is not None else setups[i].row.get("run_id", ""),
-                        "family": row_family(setups[i].row), "generation": row_generation(setups[i].row),
-                        "source": row_source(setups[i].row),
-                        "hardware": setups[i].row["hardware"], "measured": setups[i].measured, "predicted": p,
-                        "error": p / setups[i].measured - 1.0, "prior": ", ".join(needs)})
+        out.append({"run_id": su.row.get("run_id", ""), "group": row_group(su.row),
+                    "fold": str(key_of(su.row)) if key_of is not None else su.row.get("run_id", ""),
+                    "family": row_family(su.row), "generation": row_generation(su.row), "source": row_source(su.row),
+                    "hardware": su.row["hardware"], "measured": su.measured, "predicted": float(pred[i]),
+                    "error": float(pred[i]) / su.measured - 1.0, "prior": prior[i]})
     return out
 
 
@@ -207,9 +168,9 @@ def cross_validation(prepared: tuple[perf.StepInputs, list[RowSetup]] | None = N
     """The validation headline: in-sample and every cross-validation scheme side by side.
 
     Returns ``{"in_sample": summary, scheme: summary, ..., "tables": {scheme: rows},
-    "band": relative half-width of the out-of-sample band, "band_coverage": {scheme: share}}``.
-    The band is the 80th percentile of |log(1 + error)| over the leave-one-family-out rows
-    (the scheme closest to "a model not in the table"), its coverage stated per scheme.
+    "band": relative half-width w of the out-of-sample band, "band_coverage": {scheme: share}}``.
+    w is the one ``calibrate`` wrote into ``data/efficiency.yaml`` (``calibrate.out_of_sample_spread``:
+    the leave-one-family-out spread); its coverage is stated here per scheme.
     """
     prepared = prepare_rows(load_rows()) if prepared is None else prepared
     ins = validation_table(prepared=prepared)
@@ -219,8 +180,7 @@ def cross_validation(prepared: tuple[perf.StepInputs, list[RowSetup]] | None = N
         t = holdout(prepared=prepared, scheme=sch)
         out[sch] = holdout_summary(t)
         out["tables"][sch] = t
-    ref = out["tables"]["family" if "family" in schemes else schemes[0]]
-    spread = float(np.expm1(np.quantile(np.abs(np.log1p([r["error"] for r in ref])), 0.8)))
+    spread = float(perf.default_band().spread)
     out["band"] = spread
     out["band_coverage"] = {k: band_coverage(v, spread) for k, v in out["tables"].items()}
     return out
@@ -228,5 +188,5 @@ def cross_validation(prepared: tuple[perf.StepInputs, list[RowSetup]] | None = N
 
 __all__ = ["CV_GOALS", "FAMILY_PATTERNS", "HOLDOUT_TARGETS", "ROW_CONVENTIONS", "RUNS_CSV", "RowSetup", "SCHEMES",
            "TARGETS", "band_coverage", "cross_validation", "error_summary", "holdout", "holdout_summary",
-           "layout_string", "load_rows", "measured_tokens_per_s", "prepare_rows", "prepare_setups", "row_family",
+           "load_rows", "measured_tokens_per_s", "prepare_rows", "prepare_setups", "row_family",
            "row_generation", "row_group", "row_setup", "row_source", "validation_table"]

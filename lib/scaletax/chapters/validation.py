@@ -13,7 +13,7 @@ Public API
 - ``hardware_rows(table)``, ``target_rows(summary)``, ``targets_met(summary)``.
 - ``worst_rows(runs, n)``, ``caveats(notes)``, ``recompute_whatif(rows, run_ids)``.
 - Cross-validation (the headline): ``cv_scheme_rows(cv)``, ``cv_category_rows(cv, by)``, ``cv_rows(runs, cv)``
-  (``cv`` = ``validate.cross_validation``); ``stack_rows(cv, rows)``; ``group_fit``.
+  (``cv`` = ``validate.cross_validation``); ``stack_rows(cv, rows)``.
 - ``parameter_rows(band)``, ``representative(runs)``, ``breakdown_rows(runs)``, ``mfu_rows(runs)``.
 - ``gemm_points(...)``, ``gemm_summary(points, band)``, ``gemm_curves(summary, points)``, ``copy_fraction(...)``.
 - Seed claims ``b200_vs_h100(table)``, ``gb300_vs_gb200(table)``, ``mfu_by_precision(table)``, and
@@ -486,43 +486,14 @@ def copy_fraction(path: Path | str = calibrate.GEMM_CSV, gpu: str = "h200_sxm") 
     return float(rows[0]["tflops"]) * 1e12 / hardware.get(gpu).hbm_bw
 
 
-def group_fit(prepared, group: str) -> calibrate.Calibration:
-    """``calibrate.calibrate`` on every row outside ``group`` (``validate.row_group``): the fit that
-    the leave-one-group-out check uses for that group (before freezing unidentified parameters)."""
-    inp, setups = prepared
-    train = [i for i, su in enumerate(setups) if validate.row_group(su.row) != group]
-    if len(train) == len(setups):
-        raise ValueError(f"group_fit: no row in group {group!r}")
-    return calibrate.calibrate(prepared=prepared, subset=train)
-
-
-# =========================================================================================
-# Refit with pinned parameters
-# =========================================================================================
 def pinned_fit(prepared, pins: dict[str, float]) -> dict[str, Any]:
-    """Calibrate the run-fitted parameters with ``pins`` held at the given values, and the errors.
-
-    Same fit as ``calibrate.calibrate`` (its start points, ``_lm``, the tied families) except that a
-    pinned parameter keeps its value at every start point: ``calibrate(fixed=...)`` multiplies the
-    fixed values by the start multipliers of ``calibrate._STARTS`` too (e.g. ``gemm_ceiling_8bit``
-    x 1.25), so it does not hold them.
-    """
-    inp, setups = prepared
-    meas = np.array([su.measured if su.measured else np.nan for su in setups], dtype=np.float64)
-    idx = np.flatnonzero(np.isfinite(meas))
-    base = {**calibrate.measured_base(), **pins}
-    names = [n for n in calibrate.FIT_PARAMS if n not in pins]
-    best = None
-    for mult in calibrate._STARTS:
-        start = {k: (x * mult.get(k, 1.0) if k in names else x) for k, x in base.items()}
-        p, c = calibrate._lm(inp, np.where(np.isfinite(meas), meas, 1.0), names, start, idx)
-        if best is None or c < best[1] - 1e-10:
-            best = (p, c)
-    params = {k: float(v) for k, v in calibrate._tie(best[0]).items()}
+    """``calibrate.calibrate`` with ``pins`` held at the given values (``fixed``), and the errors."""
+    cal = calibrate.calibrate(prepared=prepared, fixed=pins)
+    params = {k: float(v) for k, v in cal.params.items()}
     eff = perf.Efficiency.from_params(params)
     table = validate.validation_table(prepared=prepared, band=perf.EfficiencyBand(eff, eff, eff))
     summary = validate.error_summary(table)
-    return {"params": params, "cost": float(best[1]), "table": table, "summary": summary,
+    return {"params": params, "cost": float(cal.cost), "table": table, "summary": summary,
             "targets": target_rows(summary)}
 
 
@@ -553,7 +524,7 @@ def gb300_vs_gb200(table: Sequence[dict[str, Any]] | None = None) -> dict[str, A
     """GB300 vs GB200 per GPU: measured only if the table has GB300 rows; always the model's ratio.
 
     The model's ratio is for Llama 3.1 405B in the GB200 NVFP4 row's layout on both (same model,
-    precision and layout), with the Blackwell Ultra factor tied to Blackwell's (no GB300 row).
+    precision and layout), with the Blackwell Ultra factor derived from Blackwell's (no GB300 row).
     """
     table = validate.validation_table() if table is None else table
     has = [r for r in table if r["hardware"] == "gb300"]
@@ -586,7 +557,7 @@ def mfu_by_precision(table: Sequence[dict[str, Any]] | None = None) -> list[dict
 
 __all__ = ["CAVEAT_WORDS", "COMPONENTS", "COMPONENT_COLORS", "GEMM_DTYPES", "SOURCE_KINDS", "SOURCE_SHORT",
            "CV_SCHEMES", "b200_vs_h100", "breakdown_rows", "caveats", "claim_rows", "copy_fraction", "cv_category_rows",
-           "cv_rows", "cv_scheme_rows", "gb300_vs_gb200", "gemm_curves", "gemm_points", "gemm_summary", "group_fit",
+           "cv_rows", "cv_scheme_rows", "gb300_vs_gb200", "gemm_curves", "gemm_points", "gemm_summary",
            "hardware_rows", "md_escape", "mfu_by_precision", "mfu_rows", "stack_label", "stack_rows",
            "model_short", "parameter_rows", "pinned_fit", "recompute_whatif", "representative", "run_rows",
            "source_kind", "source_md", "spct", "target_rows", "targets_met", "worst_rows"]

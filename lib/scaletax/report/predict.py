@@ -4,7 +4,8 @@ Columns added to every row (inputs are never modified):
 
 - memory (``runs.MEMORY_COLUMNS``): bytes per GPU by term for the row's layout;
 - throughput (:data:`PERF_COLUMNS`): ``predicted_tokens_per_s_per_gpu`` with its band
-  ``_low`` / ``_high`` (efficiency parameters at the ends of their ranges, ``data/efficiency.yaml``),
+  ``_low`` / ``_high`` (efficiency parameters at the ends of their ranges, widened to at least the
+  out-of-sample band of ``data/efficiency.yaml``),
   ``predicted_model_tflops_per_gpu``, ``predicted_mfu`` (model FLOPs / dense peak of the row's
   precision), ``predicted_step_time_s`` and its breakdown ``compute_s, exposed_comm_s,
   bubble_s, other_s`` (they sum to the step time); ``recompute_modelled`` (what the step-time
