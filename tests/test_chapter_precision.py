@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from scaletax import lowp_training as L
+from scaletax import references
 from scaletax import precision as P
 from scaletax.chapters import precision as ps
 from scaletax.report import chapters
@@ -163,7 +164,7 @@ def test_facts_and_sentences(tiny):
                  ps.scale_text(facts, pub)):
         assert text.endswith(".") and "nan" not in text and "None" not in text
     prow = ps.published_rows(rows, facts)
-    assert len(prow) == len(L.PUBLISHED_REFERENCE_POINTS)
+    assert len(prow) == len(references.section("low_precision_training"))
     assert all(r["toy"] and r["verified"] for r in prow)
 
 

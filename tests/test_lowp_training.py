@@ -152,17 +152,6 @@ def test_run_experiment_structure_and_summary():
     assert rows["fp8_tensor"]["final_loss_std"] == pytest.approx(float(np.std(f, ddof=1)))
 
 
-def test_published_reference_points():
-    pts = L.published_reference_points()
-    text = " ".join(f"{p['figure']} {p['source']} {p['verified']}" for p in pts)
-    assert "0.25%" in text and "2412.19437" in text
-    assert "1% to 1.5%" in text and "36%" in text and "2509.25149" in text
-    assert all(p["source"] and p["verified"] for p in pts)
-    assert any("abstract/figures" in p["verified"] for p in pts)
-    pts[0]["figure"] = "changed"
-    assert L.PUBLISHED_REFERENCE_POINTS[0]["figure"] != "changed"
-
-
 def test_each_recipe_element_changes_the_run():
     # same seed, same data: the first loss agrees (zero-init output), the runs then part
     base = L.train("nvfp4", seed=0, cfg=TINY)

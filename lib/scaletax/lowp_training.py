@@ -14,7 +14,7 @@ hardware does (so x and dy are re-quantized along the batch axis for dW).
 
 This is a toy: it shows the *mechanisms* (why FP4 needs the NVFP4 recipe elements) at a size
 a laptop trains in seconds. The loss gaps at 10^10-10^12 parameters are the published ones in
-`PUBLISHED_REFERENCE_POINTS`, not extrapolations of this toy.
+``data/references.yaml`` (shown by the precision chapter), not extrapolations of this toy.
 """
 from __future__ import annotations
 
@@ -24,11 +24,10 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from . import precision as P
-from . import references
 
 __all__ = [
     "Recipe", "RECIPES", "DEFAULT_RECIPES", "TaskConfig", "Task", "RunResult", "RecipeResult",
-    "PUBLISHED_REFERENCE_POINTS", "published_reference_points", "make_task", "train",
+    "make_task", "train",
     "run_experiment", "collect", "summary",
 ]
 
@@ -104,17 +103,6 @@ DEFAULT_RECIPES: tuple[str, ...] = (
     "bf16", "fp8_tensor", "mxfp8", "nvfp4", "nvfp4_no_sr", "nvfp4_no_bf16_last", "nvfp4_no_2d",
     "nvfp4_naive", "mxfp4",
 )
-
-#: Published large-scale results shown beside the toy (``data/references.yaml``, section
-#: ``low_precision_training``); "verified" says how each figure was checked. None is an output of
-#: this module.
-PUBLISHED_REFERENCE_POINTS: tuple[dict, ...] = tuple(references.section("low_precision_training"))
-
-
-def published_reference_points() -> list[dict]:
-    """Copies of `PUBLISHED_REFERENCE_POINTS` (safe to mutate)."""
-    return [dict(p) for p in PUBLISHED_REFERENCE_POINTS]
-
 
 # --------------------------------------------------------------------------------------------
 # Task

@@ -46,7 +46,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from scaletax import DATA_DIR, hardware, memo, recipes
+from scaletax import DATA_DIR, hardware, memo, recipes, references
 from scaletax import lowp_training as L
 from scaletax import precision as P
 from scaletax import runs as runs_table
@@ -619,7 +619,7 @@ def scale_text(facts: dict[str, Any], pub: dict[str, float]) -> str:
 
 
 def _paper_point(key: str) -> dict:
-    pts = L.published_reference_points()
+    pts = references.section("low_precision_training")
     words = {"deepseek": "DeepSeek", "nvfp4_fp8": "12B parameters", "mxfp4": "MXFP4 needs",
              "ablation": "without the recipe"}[key]
     for p in pts:
@@ -629,7 +629,7 @@ def _paper_point(key: str) -> dict:
 
 
 def published_numbers() -> dict[str, float]:
-    """The published reference values in percent (from ``PUBLISHED_REFERENCE_POINTS``)."""
+    """The published reference values in percent (``data/references.yaml``, ``low_precision_training``)."""
     lo, hi = _paper_point("nvfp4_fp8")["value"]
     return {"fp8_vs_bf16_pct": 100 * _paper_point("deepseek")["value"],
             "nvfp4_vs_fp8_lo_pct": 100 * lo, "nvfp4_vs_fp8_hi_pct": 100 * hi,
