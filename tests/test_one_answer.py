@@ -7,12 +7,15 @@ decision chapter and the summary use (TP8 PP16 DP128 VP8 MBS2 ZeRO-2 selective a
 """
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from scaletax import models, search
 from scaletax.chapters import communication as cs
 from scaletax.chapters import decision as d
 from scaletax.layout import label
+from scaletax.report.chapters import default_parameters
 
 BATCH = 16 * 2**20
 CASES = [("megatron_1t", "h100_sxm", 16384, "fp8"), ("kimi_k2", "gb200", 16384, "fp8"),
@@ -20,8 +23,11 @@ CASES = [("megatron_1t", "h100_sxm", 16384, "fp8"), ("kimi_k2", "gb200", 16384, 
 
 
 def _plan(model_id, gpu, n, precision) -> d.Plan:
-    return d.Plan(name="t", models=(model_id,), gpus=(gpu,), tokens=1e13, batch_tokens=BATCH, precision=precision,
-                  precisions=(precision,), cluster_gpus=n, sizes=(n,), target_days=90.0)
+    p = default_parameters("decision")  # the default scenario's prices, energy and comparisons
+    p.update(name="t", models=[model_id], gpus=[gpu], training_tokens=1e13, training_global_batch_tokens=BATCH,
+             training_precision=precision, training_precisions=[precision], cluster_gpus=n, cluster_sizes=[n],
+             cluster_target_days=90.0)
+    return d.Plan.from_params(**p)
 
 
 @pytest.fixture(scope="module", params=CASES, ids=[f"{m}-{g}-{n}" for m, g, n, _ in CASES])
@@ -63,8 +69,8 @@ def test_nvl72_domains_are_the_search_with_that_domain():
 def test_summary_nvl72_tax_is_the_search_with_each_domain():
     from scaletax.chapters import summary as s
 
-    plan = d.Plan(name="t", models=("megatron_1t",), gpus=("h100_sxm", "gb200"), tokens=1e13, batch_tokens=BATCH,
-                  precision="fp8", precisions=("fp8",), cluster_gpus=4096, sizes=(4096,), target_days=90.0)
+    plan = _plan("megatron_1t", "h100_sxm", 4096, "fp8")
+    plan = dataclasses.replace(plan, gpus=("h100_sxm", "gb200"))
     tax = s.nvl72_tax(plan)
     assert tax["gpu"] == "gb200" and len(tax["pairs"]) == 1
     p = tax["pairs"][0]
