@@ -5,7 +5,7 @@ import os
 import numpy as np
 import pytest
 
-from scaletax import hardware, memory, models
+from scaletax import hardware, memory, models, search
 from scaletax.chapters import memory as ms
 from scaletax.layout import Layout
 
@@ -33,35 +33,38 @@ def test_every_reference_cites_a_bib_entry():
 
 
 @pytest.mark.parametrize("mid, gpu", [(models.DENSE_1T, "h100_sxm"), (models.MOE_1T, "gb200"), ("llama31_405b", "h200_sxm")])
-def test_min_gpus_without_batch_limit_matches_memory_module(mid, gpu):
+def test_min_gpus_is_the_search_answer(mid, gpu):
     m = models.get(mid)
     mine = ms.min_gpus(m, gpu, "fp8")
-    ref = memory.min_gpus_to_fit(m, gpu, "fp8")
-    assert mine["gpus"] == ref.gpus
-    assert mine["layout"] == ref.layout
-    assert mine["memory_gib"] == pytest.approx(ref.memory_gib)
+    ref = search.min_gpus(m, "fp8", gpu, space=ms.space(None))
+    assert mine["gpus"] == ref.gpus[0]
+    assert mine["layout"] == ref.best
+    assert mine["memory_gib"] == pytest.approx(ref.metrics["memory_gib"])
     # the default batch is large enough not to change the answer at these small counts
-    assert ms.min_gpus(m, gpu, "fp8", B)["gpus"] == ref.gpus
+    assert ms.min_gpus(m, gpu, "fp8", B)["gpus"] == ref.gpus[0]
 
 
 def test_fit_respects_capacity_batch_and_least_parallelism():
-    caps = {"small": 80.0, "big": 280.0}
-    precs = {"small": "fp8", "big": "fp8"}
+    gpus = ["h100_sxm", "gb300"]
+    precs = {g: "fp8" for g in gpus}
     seqs = ms.batch_sequences(MOE, B)
-    res = ms.fit(MOE, 16384, caps, precs, seqs)
-    for name, r in res.items():
+    res = ms.fit(MOE, 16384, gpus, precs, seqs)
+    for g, r in res.items():
         lay = r["layout"]
-        assert lay is not None and lay.gpus == 16384 and lay.dp * lay.mbs <= seqs
-        assert lay.gbs <= seqs and lay.gbs % (lay.dp * lay.mbs) == 0
-        assert memory.fits(MOE, lay, caps[name], "fp8")[0]
+        assert lay is not None and lay.gpus == 16384
+        assert abs(lay.gbs - seqs) <= ms.SPACE.batch_tolerance * seqs and lay.gbs % (lay.dp * lay.mbs) == 0
+        assert memory.fits(MOE, lay, g, "fp8")[0]
         # no candidate with less model parallelism fits
-        la = ms.candidates(MOE, 16384, seqs)
+        la = search.candidates(MOE, 16384, ms.SPACE, seqs, domain=hardware.get(g).nvlink_domain)
         mp = la.tp * la.pp * la.cp
-        ok = memory.breakdown(MOE, la, "fp8").total <= caps[name] * GIB
+        ok = memory.fits(MOE, la, g, "fp8")
         assert not np.any(ok & (mp < lay.tp * lay.pp * lay.cp))
-    # 4,096 sequences cannot feed more than 4,096 data-parallel ranks: at least 4-way model parallel
-    assert res["big"]["layout"].tp * res["big"]["layout"].pp >= 16384 // seqs
-    assert res["big"]["bound"] == "batch"
+        # and it is the search's answer for the chapter's space
+        one = search.search(MOE, "fp8", g, 16384, gbs=seqs, space=ms.SPACE, pareto=False)
+        assert one.best == lay
+    # 4,096 sequences cannot feed 16,384 data-parallel ranks: at least 4-way model parallel
+    assert res["gb300"]["layout"].tp * res["gb300"]["layout"].pp >= 16384 // seqs // 1.1
+    assert res["gb300"]["bound"] == "batch"
 
 
 def test_fit_map_says_why_a_model_does_not_fit():

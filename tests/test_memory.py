@@ -221,32 +221,6 @@ def test_least_recompute_and_max_micro_batch():
     assert M.max_micro_batch(m, Layout(tp=1, dp=64), 80.0, "bf16")[0] == 0
 
 
-def test_min_gpus_to_fit_and_fit_map():
-    m = models.get(models.DENSE_1T)
-    res = M.min_gpus_to_fit(m, 80.0, "bf16")
-    assert res.gpus is not None and res.layout.gpus == res.gpus and res.memory_gib <= 80.0
-    assert M.fits(m, res.layout, 80.0, "bf16")[0]
-    smaller, _ = M.fit_layout(m, res.gpus - 8, 80.0, "bf16")
-    assert smaller is None
-    # twice the memory: fewer GPUs
-    assert M.min_gpus_to_fit(m, 160.0, "bf16").gpus < res.gpus
-    rows = M.fit_map(models.get(models.MOE_1T), [("small", 40.0), ("big", 180.0)], [64, 256], "fp8")
-    assert [(r["hardware"], r["gpus"]) for r in rows] == [("small", 64), ("small", 256), ("big", 64), ("big", 256)]
-    for r in rows:
-        assert r["fits"] == (r["layout"] is not None)
-        if r["fits"]:
-            assert r["memory_gib"] <= r["capacity_gib"] and r["layout"].gpus == r["gpus"]
-    assert not rows[0]["fits"] and rows[3]["fits"]
-
-
-def test_choose_least_parallel():
-    arr = LayoutArray.from_layouts([Layout(tp=8, pp=2, dp=1), Layout(tp=2, pp=2, dp=4, recompute="full"),
-                                    Layout(tp=4, pp=1, dp=4)])
-    assert M.choose_least_parallel(arr, np.array([True, True, True])) == 2
-    assert M.choose_least_parallel(arr, np.array([True, False, False])) == 0
-    assert M.choose_least_parallel(arr, np.zeros(3, bool)) is None
-
-
 def test_activation_items_paper_constants():
     items = M.activation_items(ONE_T, "fp16", "paper", dropout=True)
     h, a, s = ONE_T.hidden, ONE_T.heads, ONE_T.seq_len

@@ -82,3 +82,17 @@ def test_summary_nvl72_tax_is_the_search_with_each_domain():
     # and the communication chapter's NVL72 table holds the same pair
     (pair,) = cs.nvl72_rows(cs.domain_rows(["megatron_1t"], "gb200", [4096], (8, 72), batch_tokens=BATCH))
     assert pair["layout_small"] == p["layout_small"] and pair["speedup"] == pytest.approx(p["speedup"], rel=1e-12)
+
+
+def test_memory_chapter_fit_is_the_search_with_its_space():
+    from scaletax.chapters import memory as ms
+
+    m = models.get("megatron_1t")
+    seqs = ms.batch_sequences(m, BATCH)
+    (row,) = ms.fit_map_rows(["megatron_1t"], ["h100_sxm"], [16384], "fp8", BATCH,
+                             min_rows=ms.min_gpus_rows(["megatron_1t"], ["h100_sxm"], "fp8", BATCH))
+    res = search.search(m, "fp8", "h100_sxm", 16384, gbs=seqs, space=ms.SPACE, pareto=False)
+    assert row["layout"] == res.best and row["memory_gib"] == pytest.approx(res.metrics["memory_gib"])
+    # the same search with the default space gives the communication chapter's fastest layout
+    (fast,) = cs.tax_rows(["megatron_1t"], ["h100_sxm"], [16384], batch_tokens=BATCH)
+    assert fast["layout"] == label(search.search(m, "fp8", "h100_sxm", 16384, gbs=seqs, pareto=False).best, m)

@@ -180,3 +180,17 @@ def test_rank_key_orders_the_same_scalars_and_arrays():
     b = [search.rank_key("least_parallel", **{k: int(v[i]) for k, v in keys.items()}) for i in range(2)]
     assert [tuple(int(x[i]) for x in a) for i in range(2)] == b
     assert b[1] < b[0]  # same tp*pp*cp, less recompute wins
+
+
+def test_min_gpus_is_the_smallest_count_that_fits():
+    m = models.get(models.DENSE_1T)
+    space = SearchSpace(tp=(1, 2, 4, 8), cp=(1,), vp=(1,), mbs=(1,), zero_stage=(1,), batch_tolerance=None,
+                        objective="least_parallel")
+    res = search.min_gpus(m, "bf16", "h100_sxm", space=space)
+    assert res.fits and res.best.gpus == res.gpus[0] and res.metrics["memory_gib"] <= memory.capacity_gib("h100_sxm")
+    assert memory.fits(m, res.best, "h100_sxm", "bf16")[0]
+    assert not search.search(m, "bf16", "h100_sxm", res.gpus[0] - 8, space=space).fits
+    # more memory: fewer GPUs; a tiny limit: no answer
+    assert search.min_gpus(m, "bf16", "h200_sxm", space=space).gpus[0] < res.gpus[0]
+    none = search.min_gpus(m, "bf16", "h100_sxm", space=space.with_(max_gpus=64))
+    assert not none.fits and none.best is None

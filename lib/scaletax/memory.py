@@ -1,4 +1,4 @@
-"""Bytes per GPU by term, vectorized over layouts; fit checks and the smallest fitting layout.
+"""Bytes per GPU by term, vectorized over layouts, and fit checks.
 
 Public API:
 
@@ -12,10 +12,8 @@ Public API:
 - ``least_recompute(model, layouts, gpu, precision, **options) -> int array``: the smallest
   recompute code (0 none, 1 selective, 2 full) that fits each layout, -1 if none does.
 - ``max_micro_batch(model, layouts, gpu, precision, **options) -> int array``.
-- ``fit_layout(model, gpus, gpu, precision, ...) -> (Layout | None, GiB | None)``,
-  ``min_gpus_to_fit(model, gpu, precision, ...) -> FitResult`` and
-  ``fit_map(model, gpus, counts, precision, ...) -> list[dict]``: the smallest GPU count and
-  the layout with the least model parallelism that fits (``choose_least_parallel``).
+- The smallest GPU count and the least model-parallel layout that fits are questions to the
+  layout search (:func:`scaletax.search.min_gpus`, ``SearchSpace(objective="least_parallel")``).
 - ``activation_items(model, precision, attention, dropout)``: the per-layer activation terms.
 - ``resolve_options(precision, **options)``: the options below with their defaults filled.
 
@@ -121,16 +119,6 @@ class Memory:
     def model_state(self) -> np.ndarray:
         """Weights + gradients + optimizer, bytes."""
         return self.weights + self.gradients + self.optimizer
-
-
-@dataclass(frozen=True)
-class FitResult:
-    """Smallest GPU count that fits and the layout chosen there (None where nothing fits)."""
-
-    gpus: int | None
-    layout: Layout | None
-    memory_gib: float | None
-    capacity_gib: float
 
 
 # --- helpers ------------------------------------------------------------------------------
@@ -500,101 +488,8 @@ def max_micro_batch(model: Model, layouts: Layout | LayoutArray | Iterable[Layou
     return np.where(t1 <= cap, np.maximum(m, 1), 0)
 
 
-def choose_least_parallel(la: LayoutArray, mask: np.ndarray) -> int | None:
-    """Index of the masked layout with the least model parallelism, or None.
-
-    Order: smallest tp*pp*cp (model-parallel size), then least recompute, then smallest ep,
-    then smallest pp, vp and ZeRO stage.
-    """
-    idx = np.flatnonzero(mask)
-    if idx.size == 0:
-        return None
-    keys = (la.zero_stage[idx], la.vp[idx], la.pp[idx], la.ep[idx], la.recompute[idx],
-            (la.tp * la.pp * la.cp)[idx])
-    return int(idx[np.lexsort(keys)[0]])
-
-
-def _candidate_layouts(model: Model, gpus: int, *, max_tp: int, zero_stages: Sequence[int],
-                       recompute: Sequence[str], cp: Sequence[int], mbs: int) -> LayoutArray:
-    tps = [t for t in (1, 2, 4, 8, 16, 32, 64) if t <= max_tp and gpus % t == 0]
-    return LayoutArray.grid(gpus, model, tp=tps, cp=cp, mbs=(mbs,), zero_stage=tuple(zero_stages),
-                            recompute=tuple(recompute))
-
-
-def fit_layout(model: Model, gpus: int, gpu: Any, precision: str = "bf16", *, max_tp: int = 8,
-               zero_stages: Sequence[int] = (1,), recompute: Sequence[str] = ("none", "selective", "full"),
-               cp: Sequence[int] = (1,), mbs: int = 1, **options: Any) -> tuple[Layout | None, float | None]:
-    """The least-model-parallel layout of ``model`` on exactly ``gpus`` GPUs that fits, and its GiB.
-
-    Candidates: tp in powers of two up to ``max_tp`` (default 8: one HGX node / the usual TP
-    limit), every pp dividing the count, ep over the divisors of ``moe_experts``, the given
-    cp, ZeRO stages and recompute modes, vp = 1, ``mbs`` sequences per micro-batch and the
-    default global batch (pp micro-batches per step).
-    """
-    la = _candidate_layouts(model, gpus, max_tp=max_tp, zero_stages=zero_stages, recompute=recompute,
-                            cp=cp, mbs=mbs)
-    if len(la) == 0:
-        return None, None
-    mem = breakdown(model, la, precision, **options)
-    i = choose_least_parallel(la, mem.total <= capacity_gib(gpu) * GIB)
-    if i is None:
-        return None, None
-    return la.layout(i), float(mem.total[i] / GIB)
-
-
-def min_gpus_to_fit(model: Model, gpu: Any, precision: str = "bf16", *, counts: Iterable[int] | None = None,
-                    max_gpus: int = 65536, **kwargs: Any) -> FitResult:
-    """Smallest GPU count that can hold ``model`` at all, with the layout it forces.
-
-    ``counts``: GPU counts to try in increasing order (default 1, 2, 4, then every multiple
-    of 8 up to ``max_gpus``: whole 8-GPU nodes). Other keywords as for ``fit_layout`` and
-    ``breakdown``. Counts are screened with a lower bound (model state fully sharded over
-    all GPUs, no activations) before any layouts are enumerated.
-    """
-    cap = capacity_gib(gpu)
-    counts = sorted(set(counts)) if counts is not None else [1, 2, 4] + list(range(8, max_gpus + 1, 8))
-    layout_keys = ("max_tp", "zero_stages", "recompute", "cp", "mbs")
-    o = resolve_options(precision, **{k: v for k, v in kwargs.items() if k not in layout_keys + ("reserve_gib",)})
-    per_param = o["param_bytes"] + o["grad_bytes"] + o["optimizer_bytes"]
-    if o["lowp_params"]:
-        per_param = per_param - o["param_bytes"] + min(o["lowp"], o["param_bytes"])
-    reserve = float(kwargs.get("reserve_gib", RESERVE_GIB))
-    for n in counts:
-        if (cap - reserve) <= 0 or model.total_params * per_param / n > (cap - reserve) * GIB:
-            continue  # cannot fit even with everything sharded and no activations
-        layout, gib = fit_layout(model, n, gpu, precision, **kwargs)
-        if layout is not None:
-            return FitResult(gpus=n, layout=layout, memory_gib=gib, capacity_gib=cap)
-    return FitResult(gpus=None, layout=None, memory_gib=None, capacity_gib=cap)
-
-
-def fit_map(model: Model, gpus: Iterable[Any], counts: Iterable[int], precision: str = "bf16",
-            **kwargs: Any) -> list[dict[str, Any]]:
-    """For each GPU type x GPU count: does the model fit, and with which least-parallel layout.
-
-    ``gpus``: hardware ids, GPU objects or ``(name, capacity_gib)`` pairs. Returns one dict
-    per cell: ``hardware, gpus, capacity_gib, fits, memory_gib, layout`` (a ``Layout`` or None)
-    and flattened ``tp, pp, cp, ep, dp, recompute`` (None where nothing fits).
-    """
-    rows = []
-    counts = list(counts)
-    for g in gpus:
-        if isinstance(g, tuple):
-            name, cap = g[0], capacity_gib(g[1])
-        else:
-            name, cap = (g if isinstance(g, str) else getattr(g, "id", str(g))), capacity_gib(g)
-        for n in counts:
-            layout, gib = fit_layout(model, n, cap, precision, **kwargs)
-            row = {"hardware": name, "gpus": n, "capacity_gib": cap, "fits": layout is not None,
-                   "memory_gib": gib, "layout": layout}
-            for f in ("tp", "pp", "cp", "ep", "dp", "recompute"):
-                row[f] = getattr(layout, f) if layout is not None else None
-            rows.append(row)
-    return rows
-
-
 __all__ = ["ACT_BYTES", "FSDP_PREFETCH_LAYERS", "GIB", "PRECISIONS",
            "RECOMPUTE_MODULES", "RESERVE_GIB", "SELECTIVE_MODULES", "SELECTIVE_MODULES_PAPER",
-           "TERMS", "FitResult", "Memory", "activation_items", "breakdown", "capacity_gib",
-           "choose_least_parallel", "fit_layout", "fit_map", "fits", "least_recompute", "max_micro_batch",
-           "min_gpus_to_fit", "resolve_options"]
+           "TERMS", "Memory", "activation_items", "breakdown", "capacity_gib",
+           "fits", "least_recompute", "max_micro_batch",
+           "resolve_options"]

@@ -7,8 +7,9 @@ values, so that the notebook only draws, tabulates and glues. Public API:
 - ``REFERENCES``, ``reference_rows() -> list[dict]``: published memory figures (ZeRO Fig. 1,
   Korthikanti et al. 2022) next to what ``memory.breakdown`` computes for the same setup.
 - ``state_rows(model_ids, precision)``: model state per parameter and in total.
-- ``fit(model, gpus, caps, precisions, batch_sequences)``: for one GPU count, the least
-  model-parallel layout that fits each capacity (one vectorized ``breakdown`` per precision).
+- ``SPACE``, ``space(batch_seqs)``: the chapter's question to :func:`scaletax.search.search`.
+- ``fit(model, gpus, gpu_ids, precisions, batch_sequences)``: for one GPU count, the least
+  model-parallel layout that fits each GPU, and whether memory or the batch sets it.
 - ``min_gpus(...)``, ``min_gpus_rows(...)``: the smallest count that holds a model.
 - ``fit_map_rows(...)``: GPU type x GPU count -> fits and the layout it forces.
 - ``term_rows(...)``: bytes per GPU by term for chosen layouts (stacked-bar rows).
@@ -20,13 +21,10 @@ values, so that the notebook only draws, tabulates and glues. Public API:
   GiB by term (``runs.predict_memory``) and display fields.
 - ``*_text(...)``: sentences for the prose, computed from the rows above.
 
-Candidate layouts are those of ``memory.fit_layout`` (tp a power of two up to ``max_tp``,
-every pp dividing the count, ep over the divisors of the expert count, cp 1, ZeRO-1 =
-Megatron's distributed optimizer, vp 1, one sequence per micro-batch) with one addition:
-the scenario's global batch. Data-parallel ranks beyond the number of sequences per step
-cannot be fed, so layouts with ``dp * mbs > B`` are dropped, and each layout gets the
-largest global batch ``<= B`` that is a multiple of ``dp * mbs`` (so ``min(pp, B / dp)``
-micro-batches are in flight on the first stage).
+Every layout comes from the book's one layout search (:mod:`scaletax.search`) with the
+restrictions of :data:`SPACE` and the search's batch rule: the scenario's global batch in
+whole sequences, rounded to whole micro-batches per data-parallel rank (within the search's
+tolerance), so ``min(pp, n_micro)`` micro-batches are in flight on the first stage.
 """
 from __future__ import annotations
 
@@ -36,16 +34,23 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from scaletax import hardware, memory, models, recipes, references, runs
+from scaletax import hardware, memory, models, recipes, references, runs, search
 from scaletax.models import Model
-from scaletax.layout import RECOMPUTE_CODE, RECOMPUTE_NAME, Layout, LayoutArray
+from scaletax.layout import RECOMPUTE_CODE, RECOMPUTE_NAME, Layout, LayoutArray, label
 
 GIB = memory.GIB
 TERMS = memory.TERMS
 #: Largest GPU count searched for the smallest count that holds a model.
-MAX_GPUS = 65536
-#: Largest tensor-parallel size tried (one HGX node; ``memory.fit_layout``'s default).
+MAX_GPUS = search.MAX_GPUS
+#: Largest tensor-parallel size tried (one HGX node).
 MAX_TP = 8
+#: The chapter's question to the layout search: the least model-parallel layout that fits, with
+#: tensor parallelism up to one HGX node (in whole NVLink domains), any pipeline depth, expert
+#: parallelism over the divisors of the expert count with etp = tp (Megatron-Core's default), no
+#: context parallelism or interleaving, one sequence per micro-batch, ZeRO-1 (Megatron's
+#: distributed optimizer) and any recompute mode; the search's batch rule.
+SPACE = search.SearchSpace(tp=tuple(t for t in search.TP_CHOICES if t <= MAX_TP), cp=(1,), etp_tp=(True,),
+                           vp=(1,), mbs=(1,), zero_stage=(1,), objective="least_parallel")
 #: Sequence lengths of the sensitivity sweep (tokens).
 SEQ_LENS: tuple[int, ...] = (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
 #: Micro-batch sizes of the sensitivity sweep (sequences).
@@ -173,7 +178,8 @@ def assumptions(precision: str) -> dict[str, Any]:
         "attention": o["attention"],
         "selective": ", ".join(o["selective_modules"]),
         "max_tp": MAX_TP,
-        "zero_stage": 1,
+        "zero_stage": SPACE.zero_stage[0],
+        "batch_tolerance_pct": 100 * SPACE.batch_tolerance,
         "max_gpus": MAX_GPUS,
     }
 
@@ -193,17 +199,9 @@ def count_text(n: int | None, limit: int = MAX_GPUS) -> str:
 
 
 def layout_label(lay: Layout | None, model: Model | None = None, recompute: bool = True) -> str:
-    """``TP8·PP16·DP128`` (+ ``·EP8`` for MoE, ``·CP2``), then the recompute mode."""
-    if lay is None:
-        return "none fits"
-    parts = [f"TP{lay.tp}", f"PP{lay.pp}"]
-    if lay.cp > 1:
-        parts.append(f"CP{lay.cp}")
-    if (model is not None and model.is_moe) or lay.ep > 1:
-        parts.append(f"EP{lay.ep}")
-    parts.append(f"DP{lay.dp}")
-    text = "·".join(parts)
-    return f"{text}, {recompute_phrase(lay.recompute)}" if recompute else text
+    """:func:`scaletax.layout.label` without the schedule (``TP8 PP16 EP8 DP128, selective
+    recompute``), or "none fits"."""
+    return "none fits" if lay is None else label(lay, model, schedule=False, recompute=recompute)
 
 
 def recompute_phrase(mode: str) -> str:
@@ -221,100 +219,79 @@ def _cell_label(lay: Layout | None, model: Model) -> str:
 
 
 def batch_sequences(model: Model, batch_tokens: int | None) -> int | None:
-    """Sequences per optimizer step for a global batch of ``batch_tokens`` (None: unbounded)."""
-    if batch_tokens is None:
-        return None
-    return max(1, int(batch_tokens) // model.seq_len)
+    """Sequences per optimizer step for a global batch of ``batch_tokens`` (None: unbounded),
+    :func:`scaletax.search.target_sequences`."""
+    return None if batch_tokens is None else search.target_sequences(model, batch_tokens)
 
 
 # --- the fit search --------------------------------------------------------------------------
 
-def candidates(model: Model, gpus: int, batch_seqs: int | None = None, *, max_tp: int = MAX_TP,
-               recompute: Sequence[str] = RECOMPUTE, mbs: int = 1) -> LayoutArray:
-    """The candidate layouts of ``model`` on exactly ``gpus`` GPUs (module docstring)."""
-    tps = [t for t in (1, 2, 4, 8, 16, 32, 64) if t <= max_tp and gpus % t == 0]
-    la = LayoutArray.grid(gpus, model, tp=tps, mbs=(mbs,), zero_stage=(1,), recompute=tuple(recompute))
-    if batch_seqs is not None and len(la):
-        la = la[la.dp * la.mbs <= batch_seqs]
-        if len(la):
-            per = la.dp * la.mbs
-            la = la.replace(gbs=(batch_seqs // per) * per)
-    return la
+def space(batch_seqs: int | None, max_gpus: int = MAX_GPUS) -> search.SearchSpace:
+    """:data:`SPACE` with the search's batch rule when there is a batch, without one when not."""
+    out = SPACE if batch_seqs is not None else SPACE.with_(batch_tolerance=None)
+    return out if max_gpus == out.max_gpus else out.with_(max_gpus=max_gpus)
 
 
-def fit(model: Model, gpus: int, caps: dict[str, float], precisions: dict[str, str],
-        batch_seqs: int | None = None, **kwargs: Any) -> dict[str, dict[str, Any]]:
-    """For each name in ``caps`` (GiB): the least model-parallel layout on ``gpus`` GPUs that
-    fits (``layout``, None where none does), its ``gib``, and what sets its model-parallel size
-    ``mp = tp*pp*cp`` (``bound``): "batch" where a less model-parallel layout would fit in memory
-    but needs more data-parallel ranks than the global batch has sequences, "memory" where the
-    less model-parallel layouts do not fit, "none" where it is the least parallel layout there is.
-    One vectorized ``breakdown`` per precision (two with a batch limit).
+def _least_parallel(model: Model, gpus: int, gpu_id: str, precision: str, batch_seqs: int | None,
+                    sp: search.SearchSpace) -> search.SearchResult:
+    return search.search(model, precision, gpu_id, gpus, gbs=batch_seqs, space=sp, pareto=False)
+
+
+def fit(model: Model, gpus: int, gpu_ids: Sequence[str], precisions: dict[str, str],
+        batch_seqs: int | None = None) -> dict[str, dict[str, Any]]:
+    """For each GPU of ``gpu_ids``: the least model-parallel layout on ``gpus`` GPUs that fits
+    (:func:`scaletax.search.search` on :data:`SPACE`; ``layout``, None where none does), its
+    ``gib``, and what sets its model-parallel size ``mp = tp*pp*cp`` (``bound``): "batch" where a
+    less model-parallel layout would fit in memory but not run the global batch, "memory" where
+    the less model-parallel layouts do not fit, "none" where it is the least parallel layout
+    there is. ``precisions``: GPU id -> the precision it trains in.
     """
-    out = {k: {"layout": None, "gib": None, "bound": None} for k in caps}
-    la = candidates(model, gpus, batch_seqs, **kwargs)
-    if len(la) == 0:
-        return out
-    free = candidates(model, gpus, None, **kwargs) if batch_seqs is not None else la
-    mp, free_mp = la.tp * la.pp * la.cp, free.tp * free.pp * free.cp
-    totals = {p: memory.breakdown(model, la, p).total for p in set(precisions.values())}
-    free_totals = totals if free is la else {p: memory.breakdown(model, free, p).total for p in totals}
-    for name, cap in caps.items():
-        total = totals[precisions[name]]
-        i = memory.choose_least_parallel(la, total <= cap * GIB)
-        if i is None:
+    out = {}
+    lowest = None
+    for g in gpu_ids:
+        res = _least_parallel(model, gpus, g, precisions[g], batch_seqs, space(batch_seqs))
+        if not res.fits:
+            out[g] = {"layout": None, "gib": None, "bound": None}
             continue
-        j = memory.choose_least_parallel(free, free_totals[precisions[name]] <= cap * GIB)
-        if j is not None and free_mp[j] < mp[i]:
+        lay = res.best
+        mp = lay.tp * lay.pp * lay.cp
+        free = res if batch_seqs is None else _least_parallel(model, gpus, g, precisions[g], None, space(None))
+        if free.fits and free.best.tp * free.best.pp * free.best.cp < mp:
             bound = "batch"
         else:
-            bound = "memory" if mp[i] > free_mp.min() else "none"
-        out[name] = {"layout": la.layout(i), "gib": float(total[i] / GIB), "bound": bound}
+            if lowest is None:  # the least model parallelism of any candidate, memory aside
+                la = search.candidates(model, gpus, space(None), None, domain=res.domain)
+                lowest = int((la.tp * la.pp * la.cp).min())
+            bound = "memory" if mp > lowest else "none"
+        out[g] = {"layout": lay, "gib": res.metrics["memory_gib"], "bound": bound}
     return out
 
 
-def _state_lower_bound(model: Model, precision: str) -> float:
-    """Bytes of model state with everything sharded (no activations): a bound for screening."""
-    o = memory.resolve_options(precision)
-    return model.total_params * (o["param_bytes"] + o["grad_bytes"] + o["optimizer_bytes"])
-
-
 def min_gpus(model: Model, gpu_id: str, precision: str, batch_tokens: int | None = None,
-             max_gpus: int = MAX_GPUS, allowed: Sequence[str] = recipes.TRAINING, **kwargs: Any) -> dict[str, Any]:
+             max_gpus: int = MAX_GPUS, allowed: Sequence[str] = recipes.TRAINING) -> dict[str, Any]:
     """Smallest GPU count (1, 2, 4, then whole 8-GPU nodes) that holds ``model`` on ``gpu_id``
-    in its training precision (:func:`recipes.training_precision` of ``precision`` and ``allowed``)."""
+    in its training precision (:func:`recipes.training_precision` of ``precision`` and ``allowed``):
+    :func:`scaletax.search.min_gpus` on :data:`SPACE`, with the global batch of ``batch_tokens``."""
     cap = float(hardware.get(gpu_id).hbm_gib)
     prec = recipes.training_precision(gpu_id, precision, allowed)
     B = batch_sequences(model, batch_tokens)
-    usable = cap - memory.RESERVE_GIB
-    bound = _state_lower_bound(model, prec)
-    found: tuple[int | None, Layout | None, float | None] = (None, None, None)
-    if usable > 0:
-        for n in [1, 2, 4] + list(range(8, max_gpus + 1, 8)):
-            if bound / n > usable * GIB:
-                continue
-            res = fit(model, n, {gpu_id: cap}, {gpu_id: prec}, B, **kwargs)[gpu_id]
-            lay, gib = res["layout"], res["gib"]
-            if lay is not None:
-                found = (n, lay, gib)
-                break
-    n, lay, gib = found
+    res = search.min_gpus(model, prec, gpu_id, space=space(B, max_gpus), sequences=B)
+    n, lay = (res.gpus[0], res.best) if res.fits else (None, None)
     return {"model": model.id, "model_name": model.name, "model_short": short_name(model), "gpu": gpu_id,
             "label": hardware.get(gpu_id).label, "status": hardware.get(gpu_id).status, "capacity_gib": cap,
             "precision": prec, "gpus": n, "gpus_text": count_text(n, max_gpus), "max_gpus": max_gpus, "layout": lay,
-            "layout_label": layout_label(lay, model), "memory_gib": gib,
+            "layout_label": layout_label(lay, model), "memory_gib": res.metrics.get("memory_gib"),
             "mp": None if lay is None else lay.tp * lay.pp * lay.cp}
 
 
 def min_gpus_rows(model_ids: Sequence[str], gpu_ids: Sequence[str], precision: str,
-                  batch_tokens: int | None = None, allowed: Sequence[str] = recipes.TRAINING,
-                  **kwargs: Any) -> list[dict[str, Any]]:
+                  batch_tokens: int | None = None, allowed: Sequence[str] = recipes.TRAINING) -> list[dict[str, Any]]:
     """``min_gpus`` for every model x GPU, with the aggregate HBM bought at that count."""
     rows = []
     for mid in model_ids:
         m = models.get(mid)
         for g in gpu_ids:
-            r = min_gpus(m, g, precision, batch_tokens, allowed=allowed, **kwargs)
+            r = min_gpus(m, g, precision, batch_tokens, allowed=allowed)
             state = _full_state_bytes(m, r["precision"])
             r["state_tib"] = state / 2**40
             if r["gpus"] is not None:
@@ -334,7 +311,7 @@ def _full_state_bytes(model: Model, precision: str) -> float:
 
 def fit_map_rows(model_ids: Sequence[str], gpu_ids: Sequence[str], counts: Iterable[int], precision: str,
                  batch_tokens: int | None = None, min_rows: Sequence[dict] | None = None,
-                 allowed: Sequence[str] = recipes.TRAINING, **kwargs: Any) -> list[dict[str, Any]]:
+                 allowed: Sequence[str] = recipes.TRAINING) -> list[dict[str, Any]]:
     """GPU type x GPU count -> fits, and the least model-parallel layout it forces.
 
     Rows: ``model, model_name, gpu, label, gpus, capacity_gib, precision, fits, layout,
@@ -344,7 +321,7 @@ def fit_map_rows(model_ids: Sequence[str], gpu_ids: Sequence[str], counts: Itera
     """
     counts = sorted(set(int(c) for c in counts))
     if min_rows is None:
-        min_rows = min_gpus_rows(model_ids, gpu_ids, precision, batch_tokens, allowed=allowed, **kwargs)
+        min_rows = min_gpus_rows(model_ids, gpu_ids, precision, batch_tokens, allowed=allowed)
     need = {(r["model"], r["gpu"]): (r["gpus"], r.get("max_gpus", MAX_GPUS)) for r in min_rows}
     rows = []
     for mid in model_ids:
@@ -352,7 +329,7 @@ def fit_map_rows(model_ids: Sequence[str], gpu_ids: Sequence[str], counts: Itera
         B = batch_sequences(m, batch_tokens)
         caps = {g: float(hardware.get(g).hbm_gib) for g in gpu_ids}
         precs = {g: recipes.training_precision(g, precision, allowed) for g in gpu_ids}
-        per_count = {n: fit(m, n, caps, precs, B, **kwargs) for n in counts}
+        per_count = {n: fit(m, n, gpu_ids, precs, B) for n in counts}
         for g in gpu_ids:
             label = hardware.get(g).label
             for n in counts:
@@ -621,8 +598,7 @@ def run_rows(path: str | Path | None = None) -> list[dict[str, Any]]:
         lay = runs.row_layout(r, recompute=r["recompute_assumed"] or None)
         tag = str(r["run_id"]).split("-")[0]
         hw = hardware.get(str(r["hardware"]).strip())
-        extras = [f"VP{lay.vp}"] if lay.vp > 1 else []
-        extras.append(f"mbs {lay.mbs}")
+        extras = [f"mbs {lay.mbs}"]
         stated = str(r.get("recompute") or "unknown").strip().lower()
         out.append({
             "run_id": r["run_id"], "run": f"#{i} {str(r['model']).split(' (')[0]}, {tag}",
