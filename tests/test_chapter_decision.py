@@ -29,7 +29,8 @@ def make(**kw) -> d.Plan:
              training_precisions=["bf16", "fp8", "mxfp8", "nvfp4"], cluster_sizes=[4096, 16384],
              cluster_gpus=4096, cluster_target_days=90, economics_prices=DEFAULT["economics"]["prices"],
              economics_energy=DEFAULT["economics"]["energy"], economics_usd_per_mwh=80,
-             comparisons=DEFAULT["comparisons"])
+             comparisons=DEFAULT["comparisons"], cluster_goodput=1.0,  # the formulas below: no lost time
+             economics_price_includes_power=False)
     p.update(kw)
     return d.Plan.from_params(**p)
 

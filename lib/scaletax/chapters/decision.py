@@ -78,8 +78,9 @@ _search = memo.cached(search.search, data=("efficiency.yaml", "collectives.csv",
 class Plan:
     """What the decision needs from the scenario (plain data, validated by the scenario).
 
-    prices: GPU id -> {"usd_per_gpu_hour", "assumption", "source"}; energy: PUE, system
-    overhead (all-in system power / TDP) and utilization (average / peak power).
+    prices: GPU id -> {"usd_per_gpu_hour", "assumption", "source", "your_input"}; energy: PUE,
+    system overhead (all-in system power / TDP) and utilization (average / peak power);
+    goodput: share of scheduled time that trains; price_includes_power: all-in rental prices.
     """
 
     name: str
@@ -101,11 +102,14 @@ class Plan:
     hopper_ref: str
     heq_hopper: tuple[str, ...]
     heq_blackwell: tuple[str, ...]
+    goodput: float = 1.0
+    price_includes_power: bool = False
 
     @classmethod
     def from_params(cls, *, name: str, models, gpus, training_tokens, training_global_batch_tokens,
                     training_precision, training_precisions, cluster_sizes, cluster_gpus, cluster_target_days,
                     economics_prices, economics_energy, economics_usd_per_mwh, comparisons,
+                    cluster_goodput: float, economics_price_includes_power: bool,
                     **_ignored: Any) -> "Plan":
         """Build from the notebook parameters (scenario keys with '_' for '.')."""
         e = economics_energy
@@ -117,7 +121,8 @@ class Plan:
                    pue=float(e["pue"]), system_overhead=float(e["system_overhead"]),
                    utilization=float(e["utilization"]), usd_per_mwh=float(economics_usd_per_mwh),
                    baseline=str(comparisons["baseline"]), hopper_ref=str(comparisons["hopper_reference"]),
-                   heq_hopper=tuple(comparisons["heq_hopper"]), heq_blackwell=tuple(comparisons["heq_blackwell"]))
+                   heq_hopper=tuple(comparisons["heq_hopper"]), heq_blackwell=tuple(comparisons["heq_blackwell"]),
+                   goodput=float(cluster_goodput), price_includes_power=bool(economics_price_includes_power))
 
     @property
     def top(self) -> int:
@@ -132,10 +137,19 @@ class Plan:
         p = self.prices.get(gpu_id)
         return True if p is None else bool(p.get("assumption", False))
 
-    def economics(self, gpu_id: str) -> cost.Economics:
-        """Scenario economics with this GPU's price (0 when the scenario has none)."""
-        return cost.Economics(usd_per_gpu_hour=self.price(gpu_id) or 0.0, system_overhead=self.system_overhead,
-                              utilization=self.utilization, pue=self.pue, usd_per_mwh=self.usd_per_mwh)
+    def price_basis(self, gpu_id: str) -> str:
+        """Where the GPU's price comes from: "published", "assumed" or "your input"."""
+        p = self.prices.get(gpu_id)
+        if p is not None and p.get("your_input"):
+            return "your input"
+        return "assumed" if self.price_assumed(gpu_id) else "published"
+
+    def economics(self, gpu_id: str | None = None) -> cost.Economics:
+        """Scenario economics with this GPU's price (0 when the scenario has none or no GPU is given)."""
+        return cost.Economics(usd_per_gpu_hour=(self.price(gpu_id) if gpu_id else None) or 0.0,
+                              system_overhead=self.system_overhead, utilization=self.utilization, pue=self.pue,
+                              usd_per_mwh=self.usd_per_mwh, goodput=self.goodput,
+                              price_includes_power=self.price_includes_power)
 
     def run_precision(self, gpu) -> str:
         """The precision the GPU trains in (:func:`scaletax.recipes.training_precision` of the
@@ -153,9 +167,11 @@ def _gpu(gpu) -> hardware.GPU:
 
 
 def model_name(mid: str) -> str:
-    """Short display name: the catalog name without its parenthesised note ("GPT 1T", "Kimi K2")."""
+    """Short display name: the catalog name without its parenthesised note ("GPT 1T", "Kimi K2");
+    a model defined in the scenario keeps its "(yours)"."""
     m = catalog.get(mid)
-    return (m.name or m.id).split(" (")[0]
+    short = (m.name or m.id).split(" (")[0]
+    return f"{short} (yours)" if catalog.user_defined(m) else short
 
 
 def gpu_label(gpu) -> str:
@@ -237,13 +253,14 @@ def gpus_for_target(plan: Plan, model_id: str, gpu, precision: str | None = None
 
     def ok(n: int) -> bool:
         r = run(n)
-        return r.fits and cost.days_to_train(plan.tokens, r.metrics["tokens_per_s_per_gpu"], n) <= days * (1 + 1e-9)
+        return r.fits and cost.days_to_train(plan.tokens, r.metrics["tokens_per_s_per_gpu"], n,
+                                             plan.goodput) <= days * (1 + 1e-9)
 
     n = round_count(start or plan.cluster_gpus)
     for _ in range(max_iter):  # fixed-point iteration
         r = run(n)
         if r.fits:
-            nxt = round_count(cost.gpus_for_days(plan.tokens, r.metrics["tokens_per_s_per_gpu"], days))
+            nxt = round_count(cost.gpus_for_days(plan.tokens, r.metrics["tokens_per_s_per_gpu"], days, plan.goodput))
         elif r.min_gpus is None:
             return _no_target(r)
         else:
@@ -292,9 +309,10 @@ def gpus_for_target(plan: Plan, model_id: str, gpu, precision: str | None = None
             misses += 1
     res = run(hi)
     t, tlo, thi = _tps(res)
-    low, high = cost.gpus_for_days(plan.tokens, thi, days), cost.gpus_for_days(plan.tokens, tlo, days)
-    exact = [plan.tokens / (x * days * cost.SECONDS_PER_DAY) for x in (t, thi, tlo)]
-    return {"gpus": hi, "low": min(low, hi), "high": max(high, hi), "days": cost.days_to_train(plan.tokens, t, hi),
+    low, high = (cost.gpus_for_days(plan.tokens, x, days, plan.goodput) for x in (thi, tlo))
+    exact = [plan.tokens / (x * days * cost.SECONDS_PER_DAY * plan.goodput) for x in (t, thi, tlo)]
+    return {"gpus": hi, "low": min(low, hi), "high": max(high, hi),
+            "days": cost.days_to_train(plan.tokens, t, hi, plan.goodput),
             "exact": exact[0], "exact_low": exact[1], "exact_high": exact[2],
             "result": res, "memory_bound": lo is not None and not run(lo).fits,
             "tokens_per_s_per_gpu": t, "tps_low": tlo, "tps_high": thi, "searches": len(seen), "message": ""}
@@ -319,7 +337,8 @@ def outcome(plan: Plan, model_id: str, gpu, gpus: int | None = None, precision: 
     row = {"model": model_id, "model_name": model_name(model_id), "gpu": g.id, "label": gpu_label(g),
            "family": g.family, "announced": g.announced, "domain": g.nvlink_domain, "precision": prec, "gpus": n,
            "fits": res.fits, "message": res.message, "min_gpus": res.min_gpus,
-           "price": plan.price(g.id), "price_assumed": plan.price_assumed(g.id)}
+           "price": plan.price(g.id), "price_assumed": plan.price_assumed(g.id),
+           "price_basis": plan.price_basis(g.id)}
     if res.fits:
         m = res.metrics
         row.update(layout=label(res.best), tps=m["tokens_per_s_per_gpu"],
@@ -356,12 +375,10 @@ def economics(rows: list[dict[str, Any]], plan: Plan) -> list[dict[str, Any]]:
     price = np.array([np.nan if r["price"] is None else r["price"] for r in fit])
 
     def cols(tps):
-        hours = cost.gpu_hours(plan.tokens, tps)
-        mwh = cost.energy_mwh(hours, tdp, plan.system_overhead, plan.utilization, plan.pue)
-        usd = np.where(np.isnan(price), np.nan, cost.cost_usd(hours, np.nan_to_num(price), mwh, plan.usd_per_mwh))
-        return {"days": cost.days_to_train(plan.tokens, tps, n), "gpu_hours": hours, "energy_mwh": mwh,
-                "cost_usd": usd, "usd_per_mtok": usd / plan.tokens * 1e6,
-                "tokens_per_day": tps * n * cost.SECONDS_PER_DAY}
+        c = cost.run_costs(plan.tokens, tps, n, tdp, plan.economics(), usd_per_gpu_hour=np.nan_to_num(price))
+        for k in ("cost_usd", "usd_per_mtok"):
+            c[k] = np.where(np.isnan(price), np.nan, c[k])
+        return c
 
     mid, slow, fast = (cols(np.array([r[k] for r in fit], dtype=float)) for k in ("tps", "tps_low", "tps_high"))
     for k in _ECON:
@@ -382,8 +399,23 @@ def decision_rows(plan: Plan, target: bool = True) -> list[dict[str, Any]]:
         if target:
             t = gpus_for_target(plan, r["model"], r["gpu"], r["precision"])
             r.update(need=t["gpus"], need_low=t["low"], need_high=t["high"], need_memory_bound=t["memory_bound"],
-                     need_layout=label(t["result"].best) if t["gpus"] else t["message"])
+                     need_layout=label(t["result"].best) if t["gpus"] else t["message"],
+                     **capacity(r["gpu"], t["gpus"]))
     return rows
+
+
+def capacity(gpu, gpus: int | None) -> dict[str, Any]:
+    """How ``gpus`` GPUs are bought: whole systems (8-GPU nodes, 72-GPU racks; ``data/systems.csv``).
+
+    need_systems: systems holding the count; need_bought: their GPUs (the layout runs on
+    ``gpus``; the rest are spares); system: the system's name.
+    """
+    g = _gpu(gpu)
+    if not gpus:
+        return {"need_systems": None, "need_bought": None, "system": g.system, "per_system": g.gpus_per_system}
+    n = cost.whole_systems(gpus, g.gpus_per_system)
+    return {"need_systems": n, "need_bought": n * g.gpus_per_system, "system": g.system or f"{g.gpus_per_system}-GPU system",
+            "per_system": g.gpus_per_system}
 
 
 # =========================================================================================
@@ -575,7 +607,8 @@ def hopper_reference(plan: Plan, rows: list[dict], model_id: str) -> tuple[str, 
 
 def _energy_usd_per_gpu_hour(plan: Plan, gpu_id: str) -> float:
     g = hardware.get(gpu_id)
-    return cost.energy_mwh(1.0, g.tdp_w, plan.system_overhead, plan.utilization, plan.pue) * plan.usd_per_mwh
+    return (cost.energy_mwh(1.0, g.tdp_w, plan.system_overhead, plan.utilization, plan.pue)
+            * plan.economics().energy_usd_per_mwh)
 
 
 def breakeven_rows(plan: Plan, rows: list[dict]) -> list[dict[str, Any]]:
@@ -604,7 +637,8 @@ def breakeven_rows(plan: Plan, rows: list[dict]) -> list[dict[str, Any]]:
             row = {"model": mid, "model_name": model_name(mid), "gpu": gid, "label": gpu_label(gid),
                    "ref": ref_id, "ref_label": gpu_label(ref_id), "ref_in_scenario": in_scen,
                    "in_scenario": gid in plan.gpus, "announced": hardware.get(gid).announced,
-                   "price": plan.price(gid), "price_assumed": plan.price_assumed(gid), "ref_price": plan.price(ref_id),
+                   "price": plan.price(gid), "price_assumed": plan.price_assumed(gid),
+                   "price_basis": plan.price_basis(gid), "ref_price": plan.price(ref_id),
                    "ratio": None, "ratio_low": None, "ratio_high": None, "price_ratio": None,
                    "usd_per_mtok": r.get("usd_per_mtok"), "ref_usd_per_mtok": ref.get("usd_per_mtok"),
                    "breakeven": None, "breakeven_low": None, "breakeven_high": None, "verdict": "no comparison",
@@ -804,7 +838,7 @@ def breakeven_chart_rows(rows: list[dict]) -> list[dict]:
         out.append({"model_name": r["model_name"], "label": r["label"], "gpu": r["gpu"], "kind": "break-even price",
                     "usd": r["breakeven"], "low": r["breakeven_low"], "high": r["breakeven_high"]})
         out.append({"model_name": r["model_name"], "label": r["label"], "gpu": r["gpu"],
-                    "kind": "scenario price (assumed)" if r["price_assumed"] else "scenario price (published)",
+                    "kind": f"scenario price ({r.get('price_basis') or ('assumed' if r['price_assumed'] else 'published')})",
                     "usd": r["price"], "low": r["price"], "high": r["price"]})
     return out
 
@@ -822,7 +856,7 @@ def cost_time_chart_rows(rows: list[dict], plan: Plan) -> list[dict]:
 
 __all__ = ["BLACKWELL_FAMILIES", "CLAIM_KEY", "FACTORS",
            "MAX_COUNT", "Plan", "RESOLUTION_BITS", "best", "blackwell_factor", "blackwell_ids",
-           "breakeven_chart_rows", "breakeven_rows", "cheapest", "clear_cache", "cost_time_chart_rows",
+           "breakeven_chart_rows", "breakeven_rows", "capacity", "cheapest", "clear_cache", "cost_time_chart_rows",
            "decision_rows", "economics", "fastest", "first_moe", "fitting", "gpu_label", "gpus_for_target",
            "heq_rows", "hopper_ids", "hopper_reference", "hybrid", "main_source", "model_name", "nvl72_ids",
            "outcome", "round_count", "rubin_claim", "top_input", "top_rows", "tornado_chart_rows", "tornado_notes",

@@ -20,10 +20,10 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
-from scaletax import hardware
-from scaletax.chapters.decision import (FACTORS, Plan, blackwell_ids, cheapest, decision_rows,
-                                        fastest, fitting, gpu_label, hopper_ids, main_source, model_name,
-                                        top_input, waterfall, waterfall_targets)
+from scaletax import hardware, validate
+from scaletax.chapters.decision import (FACTORS, Plan, blackwell_ids, capacity, cheapest, decision_rows,
+                                        fastest, fitting, gpu_label, gpus_for_target, hopper_ids, main_source,
+                                        model_name, top_input, waterfall, waterfall_targets)
 
 
 # =========================================================================================
@@ -60,10 +60,24 @@ def _m(v, scale=1e6):
     return None if v is None else v / scale
 
 
-def price_text(price: float | None, assumed: bool) -> str:
+def _basis(basis: str | bool) -> str:
+    """A price's basis: "published", "assumed" or "your input" (a bool means assumed or not)."""
+    return ("assumed" if basis else "published") if isinstance(basis, bool) else basis
+
+
+def price_text(price: float | None, basis: str | bool) -> str:
+    """"$2.50", "$4.00 (assumed)" or "$2.10 (your input)"."""
     if price is None:
         return "no price"
-    return f"${price:.2f}" + (" (assumed)" if assumed else "")
+    return f"${price:.2f}" + {"assumed": " (assumed)", "your input": " (your input)"}.get(_basis(basis), "")
+
+
+#: Marks on a cost resting on an assumed price or on the user's own price.
+PRICE_MARK = {"assumed": " *", "your input": " †"}
+
+
+def row_basis(r: dict) -> str:
+    return _basis(r.get("price_basis", r.get("price_assumed", True)))
 
 
 # =========================================================================================
@@ -78,12 +92,15 @@ def nofit_sentence(rows: list[dict], plan: Plan) -> str:
 
 def assumed_prices_sentence(plan: Plan, gpu_ids: Sequence[str] | None = None) -> str:
     ids = list(gpu_ids or plan.gpus)
-    assumed = [g for g in ids if plan.price_assumed(g)]
-    quoted = [g for g in ids if not plan.price_assumed(g)]
+    assumed = [g for g in ids if plan.price_basis(g) == "assumed"]
+    quoted = [g for g in ids if plan.price_basis(g) == "published"]
+    yours = [g for g in ids if plan.price_basis(g) == "your input"]
     parts = []
     if quoted:
         parts.append("published rental prices for " + _join(
             [f"{hardware.get(g).label} (${plan.price(g):.2f})" for g in quoted]))
+    if yours:
+        parts.append("your prices for " + _join([f"{hardware.get(g).label} (${plan.price(g):.2f})" for g in yours]))
     if assumed:
         parts.append("assumed prices for " + _join(
             [f"{hardware.get(g).label} (${plan.price(g):.2f})" if plan.price(g) is not None
@@ -246,15 +263,45 @@ def time_table(rows: list[dict]) -> list[dict]:
     """Model, GPU, precision, layout, tokens/s per GPU, days and GPUs for the target (bands)."""
     out = []
     for r in rows:
-        need = "–"
+        need, bought = "–", "–"
         if r.get("need"):
             need = band_text(r["need"], r["need_low"], r["need_high"]) + (" (memory)" if r.get("need_memory_bound") else "")
+            bought = bought_text(r)
         elif "need" in r:
             need = r.get("need_layout") or "–"
         out.append({"model": r["model_name"], "gpu": r["label"], "precision": r["precision"].upper(),
                     "layout": r["layout"], "tps": band_text(r["tps"], r["tps_low"], r["tps_high"]),
-                    "days": band_text(r["days"], r["days_low"], r["days_high"]), "need": need})
+                    "days": band_text(r["days"], r["days_low"], r["days_high"]), "need": need, "bought": bought})
     return out
+
+
+def system_unit(r: dict, n: int) -> str:
+    """"rack"/"racks", "node"/"nodes": the last word of the system's name."""
+    word = (r.get("system") or "system").split()[-1]
+    return word if n == 1 else word + "s"
+
+
+def bought_text(r: dict) -> str:
+    """"75 racks (5,400 GPUs)": the GPUs for the target in whole systems."""
+    if not r.get("need_systems"):
+        return "–"
+    return f"{r['need_systems']:,} {system_unit(r, r['need_systems'])} ({r['need_bought']:,} GPUs)"
+
+
+def goodput_sentence(plan: Plan, source: str) -> str:
+    """How scheduled time lost to failures enters days and cost."""
+    if plan.goodput >= 1:
+        return "days and costs assume no time lost to failures, restarts or checkpoints"
+    return (f"days, GPU-hours, energy and cost count scheduled time: {100 * plan.goodput:.0f}% of it trains and the "
+            f"rest goes to failures, restarts and checkpoints; source: {source}")
+
+
+def power_sentence(plan: Plan) -> str:
+    """Whether cost adds energy to the GPU-hour price."""
+    if plan.price_includes_power or plan.usd_per_mwh == 0:
+        return "the prices are all-in (they include power), so cost adds no energy term"
+    return (f"the prices exclude power, so cost adds facility energy at ${plan.usd_per_mwh:g} per MWh "
+            "(set economics.price_includes_power to true for all-in rental prices)")
 
 
 def cost_table(rows: list[dict]) -> list[dict]:
@@ -262,7 +309,7 @@ def cost_table(rows: list[dict]) -> list[dict]:
     energy (MWh), each with its band."""
     return [{"model": r["model_name"], "gpu": r["label"],
              "gpu_hours": band_text(_m(r["gpu_hours"]), _m(r["gpu_hours_low"]), _m(r["gpu_hours_high"])),
-             "price": price_text(r["price"], r["price_assumed"]),
+             "price": price_text(r["price"], row_basis(r)),
              "cost": band_text(_m(r["cost_usd"]), _m(r["cost_usd_low"]), _m(r["cost_usd_high"])),
              "per_mtok": band_text(r["usd_per_mtok"], r["usd_per_mtok_low"], r["usd_per_mtok_high"]),
              "energy": band_text(r["energy_mwh"], r["energy_mwh_low"], r["energy_mwh_high"])} for r in rows]
@@ -289,7 +336,7 @@ def breakeven_table(rows: list[dict]) -> list[dict]:
                           else f"{r['usd_per_mtok']:.2f} / {r['ref_usd_per_mtok']:.2f}"),
              "breakeven": "–" if r["breakeven"] is None else (
                  f"${r['breakeven']:.2f} ({r['breakeven_low']:.2f}–{r['breakeven_high']:.2f})"),
-             "price": price_text(r["price"], r["price_assumed"]), "verdict": r["verdict"]} for r in rows]
+             "price": price_text(r["price"], row_basis(r)), "verdict": r["verdict"]} for r in rows]
 
 
 def top_table(rows: list[dict]) -> list[dict]:
@@ -428,7 +475,7 @@ def summary_model_sentence(item: dict[str, Any], plan: Plan) -> str:
     def case(r):
         c = "" if r.get("cost_usd") is None else (
             f" for ${r['cost_usd'] / 1e6:,.0f}M ({r['cost_usd_low'] / 1e6:,.0f}–{r['cost_usd_high'] / 1e6:,.0f})"
-            + (" at an assumed price" if r["price_assumed"] else ""))
+            + {"assumed": " at an assumed price", "your input": " at your price"}.get(row_basis(r), ""))
         return f"{r['days']:.0f} days ({r['days_low']:.0f}–{r['days_high']:.0f}) on {r['label']}{c}"
 
     if h is None and b is None:
@@ -471,7 +518,7 @@ def breakeven_summary(rows: list[dict], gpu_ids: Sequence[str]) -> str:
         cells = [f"${r['breakeven']:.2f} ({r['breakeven_low']:.2f}–{r['breakeven_high']:.2f}) for {r['model_name']}"
                  for r in rs]
         parts.append(f"{rs[0]['label']} matches {rs[0]['ref_label']}'s cost per token at " + _join(cells)
-                     + f" (scenario price {price_text(rs[0]['price'], rs[0]['price_assumed'])})")
+                     + f" (scenario price {price_text(rs[0]['price'], row_basis(rs[0]))})")
     return "; ".join(parts) if parts else "no price comparison is possible in this scenario"
 
 
@@ -481,7 +528,7 @@ def headline_table(h: dict[str, Any]) -> list[dict]:
         if r is None:
             return "none fits", "–", "–"
         c = "–" if r.get("cost_usd") is None else (band_text(_m(r["cost_usd"]), _m(r["cost_usd_low"]),
-                                                             _m(r["cost_usd_high"])) + (" *" if r["price_assumed"] else ""))
+                                                             _m(r["cost_usd_high"])) + PRICE_MARK.get(row_basis(r), ""))
         return r["label"], band_text(r["days"], r["days_low"], r["days_high"]), c
 
     out = []
@@ -494,12 +541,77 @@ def headline_table(h: dict[str, Any]) -> list[dict]:
     return out
 
 
+def deadline_rows(plan: Plan, h: dict[str, Any]) -> list[dict[str, Any]]:
+    """GPUs to finish in the target time for the headline cases (cheapest Hopper and Blackwell
+    per model; searched as the decision chapter does), and how they are bought (whole systems)."""
+    out = []
+    for it in h["models"]:
+        for kind in ("hopper", "blackwell"):
+            r = it[kind]
+            if r is None:
+                continue
+            t = gpus_for_target(plan, r["model"], r["gpu"], r["precision"])
+            out.append({"model": r["model"], "model_name": r["model_name"], "gpu": r["gpu"], "label": r["label"],
+                        "need": t["gpus"], "need_low": t["low"], "need_high": t["high"], "days": t["days"],
+                        "message": t["message"], **capacity(r["gpu"], t["gpus"])})
+    return out
+
+
+def deadline_table(rows: list[dict], plan: Plan) -> list[dict]:
+    """Model, GPU, GPUs for the target (band) and the whole systems that holds them."""
+    return [{"model": r["model_name"], "gpu": r["label"],
+             "need": band_text(r["need"], r["need_low"], r["need_high"]) if r["need"] else r["message"],
+             "bought": bought_text(r)} for r in rows]
+
+
+def limits(plan: Plan, runs: Sequence[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """What the model was checked against: the published runs' GPU types and cluster sizes
+    (``data/published_runs.csv``), the scenario's GPUs and sizes outside them, the goodput."""
+    runs = validate.load_rows() if runs is None else runs
+    hw = sorted({str(r["hardware"]).strip() for r in runs})
+    counts = [int(r["gpu_count"]) for r in runs]
+    sizes = sorted(set(plan.sizes) | {plan.cluster_gpus})
+    return {"runs": len(runs), "hardware": hw, "min_gpus": min(counts), "max_gpus": max(counts),
+            "unvalidated": [g for g in plan.gpus if g not in hw],
+            "beyond": [n for n in sizes if n > max(counts)], "goodput": plan.goodput,
+            "assumed_prices": [g for g in plan.gpus if plan.price_basis(g) == "assumed"],
+            "your_prices": [g for g in plan.gpus if plan.price_basis(g) == "your input"]}
+
+
+def limits_sentences(lim: dict[str, Any], goodput_source: str) -> dict[str, str]:
+    """The limits box, one sentence per entry (validated, unvalidated, extrapolated, goodput, prices)."""
+    names = [hardware.get(g).label for g in lim["hardware"]]
+    out = {"validated": f"The step-time model is checked against {lim['runs']} published training runs on "
+                        f"{_join(names)}, from {lim['min_gpus']:,} to {lim['max_gpus']:,} GPUs"}
+    out["unvalidated"] = ("every GPU of this scenario has published training runs behind it" if not lim["unvalidated"]
+                          else f"{_join([gpu_label(g) for g in lim['unvalidated']])} "
+                               + ("has no published training run in that table: its numbers rest"
+                                  if len(lim["unvalidated"]) == 1 else
+                                  "have no published training run in that table: their numbers rest")
+                               + " on datasheets and the calibrated efficiencies alone")
+    out["beyond"] = ("no cluster size of the scenario exceeds the largest published run" if not lim["beyond"]
+                     else f"cluster sizes of {_join([f'{n:,}' for n in lim['beyond']])} GPUs are extrapolations "
+                          f"beyond the largest published run ({lim['max_gpus']:,} GPUs)")
+    out["goodput"] = (f"days and cost assume {100 * lim['goodput']:.0f}% goodput, the share of scheduled time that "
+                      f"trains; source: {goodput_source}"
+                      if lim["goodput"] < 1 else "days and cost assume no time lost to failures, restarts or checkpoints")
+    bits = []
+    if lim["assumed_prices"]:
+        bits.append(f"assumed for {_join([hardware.get(g).label for g in lim['assumed_prices']])}")
+    if lim["your_prices"]:
+        bits.append(f"yours for {_join([hardware.get(g).label for g in lim['your_prices']])}")
+    out["prices"] = ("prices are " + " and ".join(bits)) if bits else "every price of the scenario is published"
+    return out
+
+
 def assumptions_sentence(plan: Plan) -> str:
     """What the summary's numbers assume, in one sentence."""
     return (f"scenario {plan.name}: {plan.tokens / 1e12:g} trillion training tokens per model, a global batch of "
             f"{plan.batch_tokens / 2**20:g} Mi tokens, {plan.precision.upper()} where the GPU runs it, "
-            f"{plan.cluster_gpus:,} GPUs, a {plan.target_days:g}-day horizon; " + assumed_prices_sentence(plan)
-            + f"; electricity at ${plan.usd_per_mwh:g}/MWh with a PUE of {plan.pue:g}")
+            f"{plan.cluster_gpus:,} GPUs, a {plan.target_days:g}-day horizon, {100 * plan.goodput:.0f}% goodput; "
+            + assumed_prices_sentence(plan)
+            + ("; all-in prices (power included)" if plan.price_includes_power or plan.usd_per_mwh == 0
+               else f"; electricity at ${plan.usd_per_mwh:g}/MWh with a PUE of {plan.pue:g}"))
 
 
 def nvl72_tax(plan: Plan) -> dict[str, Any]:
@@ -537,7 +649,9 @@ def nvl72_sentence(t: dict[str, Any]) -> str:
     return f"on {t['gpus']:,} {t['label']} GPUs{what}: " + "; ".join(parts)
 
 
-__all__ = ["NO_CASE", "assumed_prices_sentence", "assumptions_sentence", "band_text", "breakeven_sentence",
+__all__ = ["NO_CASE", "PRICE_MARK", "assumed_prices_sentence", "bought_text", "deadline_rows", "deadline_table",
+           "goodput_sentence", "limits", "limits_sentences",
+           "power_sentence", "row_basis", "system_unit", "assumptions_sentence", "band_text", "breakeven_sentence",
            "breakeven_summary", "breakeven_table", "claim_sentence", "claim_table", "cost_table",
            "deadline_sentence", "headline", "headline_table", "heq_sentence", "heq_summary", "heq_table",
            "join_labels", "nofit_sentence", "nvl72_sentence", "nvl72_tax", "precision_sentence", "price_text",

@@ -70,12 +70,14 @@ class Part:
 
 _MODEL_DATA = ("hardware.csv", "systems.csv", "models.yaml", "efficiency.yaml")
 _PLAN = ("models", "gpus", "training.tokens", "training.global_batch_tokens", "training.precision",
-         "training.precisions", "cluster.sizes", "cluster.gpus", "cluster.target_days", "economics.prices",
-         "economics.energy", "economics.usd_per_mwh", "comparisons")
+         "training.precisions", "cluster.sizes", "cluster.gpus", "cluster.target_days", "cluster.goodput",
+         "economics.prices", "economics.energy", "economics.usd_per_mwh", "economics.price_includes_power",
+         "comparisons")
 
 #: Executed chapters, in book order (the summary is the book's first page).
 CHAPTERS = (
-    Chapter("summary", reads=("name", *_PLAN), data=(*_MODEL_DATA, "references.yaml")),
+    Chapter("summary", reads=("name", *_PLAN, "cluster.goodput_source"),
+            data=(*_MODEL_DATA, "references.yaml", "published_runs.csv")),
     Chapter("hardware", reads=("gpus",), data=(), scenario_gpus_only=True),
     Chapter("memory", reads=("models", "gpus", "cluster.sizes", "cluster.gpus", "training.precision",
                              "training.precisions", "training.global_batch_tokens"),
@@ -89,7 +91,8 @@ CHAPTERS = (
     Chapter("validation", reads=(),
             data=("hardware.csv", "models.yaml", "published_runs.csv", "efficiency.yaml", "collectives.csv",
                   "measured/gemm_h200.csv")),
-    Chapter("decision", reads=("name", *_PLAN, "training.tokens_source", "economics.usd_per_mwh_source"),
+    Chapter("decision", reads=("name", *_PLAN, "training.tokens_source", "economics.usd_per_mwh_source",
+                               "cluster.goodput_source"),
             data=(*_MODEL_DATA, "references.yaml")),
 )
 _BY_SLUG = {c.slug: c for c in CHAPTERS}

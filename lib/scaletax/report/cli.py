@@ -179,6 +179,34 @@ def cache_prune(
                f"(cap {cap / 1024**2:.0f} MiB)")
 
 
+@app.command()
+def plan(
+    model: str = typer.Option(..., "--model", help="model id (catalog or defined in the scenario)"),
+    gpu: str = typer.Option(..., "--gpu", help="GPU id (catalog or defined in the scenario)"),
+    gpus: int = typer.Option(..., "--gpus", help="cluster size, GPUs"),
+    scenario: Optional[Path] = SCENARIO_OPT,
+    set_: List[str] = SET_OPT,
+    as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
+) -> None:
+    """Best layout, tokens/s per GPU, days, GPU-hours, energy and cost (with bands) for one case."""
+    import json
+
+    from scaletax.report.plan import PlanError, as_json as row_json, quick_plan, table
+
+    _, scen = _resolve(scenario, set_)
+    _check_data()
+    try:
+        row = quick_plan(scen, model, gpu, gpus)
+    except PlanError as exc:
+        _fail(str(exc), 2)
+    if as_json:
+        typer.echo(json.dumps(row_json(row), indent=2))
+        return
+    from rich.console import Console
+
+    Console().print(table(row))
+
+
 @scenario_app.command("show")
 def scenario_show(scenario: Optional[Path] = SCENARIO_OPT, set_: List[str] = SET_OPT) -> None:
     """Print the resolved, validated scenario as YAML, with its sha256."""

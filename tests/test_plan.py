@@ -1,0 +1,90 @@
+"""``scaletax plan``: one case answered without a book, with the decision chapter's numbers."""
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from scaletax import cost, hardware, models
+from scaletax.chapters import decision as d
+from scaletax.report import chapters as toc
+from scaletax.report.cli import app
+from scaletax.report.scenario import resolve
+
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def _forget_definitions():
+    yield
+    hardware.unregister()
+    models.unregister()
+
+
+def _plan(*args):
+    res = runner.invoke(app, ["plan", *args])
+    return res
+
+
+def test_json_is_the_decision_chapters_row():
+    res = _plan("--model", "kimi_k2", "--gpu", "gb200", "--gpus", "5376", "--json")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    plan = d.Plan.from_params(**toc.chapter("decision").parameters(resolve()))
+    row = d.economics([d.outcome(plan, "kimi_k2", "gb200", 5376)], plan)[0]
+    for key in ("tps", "tps_low", "tps_high", "days", "gpu_hours", "energy_mwh", "cost_usd", "cost_usd_low"):
+        assert out[key] == pytest.approx(row[key]), key
+    assert out["layout"] == row["layout"] and out["fits"]
+    # 5,376 GPUs are 74.7 NVL72 racks: bought as 75 racks, 5,400 GPUs
+    assert (out["systems"], out["gpus_bought"], out["system"]) == (75, 5400, "GB200 NVL72 rack")
+    # the default scenario's 90% goodput: days = tokens / (tokens/s x GPUs x 86,400 x 0.9)
+    assert out["goodput"] == 0.9
+    assert out["days"] == pytest.approx(15e12 / (out["tps"] * 5376 * 86400 * 0.9))
+    assert out["cost_usd"] == pytest.approx(out["gpu_hours"] * 4.5 + out["energy_mwh"] * 80)
+    assert out["price_basis"] == "assumed"
+    assert out["tps_low"] <= out["tps"] <= out["tps_high"] and out["cost_usd_low"] <= out["cost_usd"] <= out["cost_usd_high"]
+
+
+def test_all_in_price_and_your_price():
+    res = _plan("--model", "kimi_k2", "--gpu", "h200_sxm", "--gpus", "1024", "--json",
+                "--set", "economics.price_includes_power=true", "--set", "economics.prices.h200_sxm.usd_per_gpu_hour=2.1")
+    out = json.loads(res.output)
+    assert out["price_includes_power"] and out["price_basis"] == "your input"
+    assert out["cost_usd"] == pytest.approx(out["gpu_hours"] * 2.1)
+    assert (out["systems"], out["gpus_bought"]) == (128, 1024)
+
+
+def test_a_gpu_of_your_own_from_the_command_line():
+    sets = ["--set", "gpus=[h100_sxm, {id: gb200_800g, base: gb200, nic_gbit_s: 800}]",
+            "--set", "economics.prices.gb200_800g.usd_per_gpu_hour=4.5"]
+    mine = json.loads(_plan("--model", "megatron_1t", "--gpu", "gb200_800g", "--gpus", "4608", "--json", *sets).output)
+    base = json.loads(_plan("--model", "megatron_1t", "--gpu", "gb200", "--gpus", "4608", "--json").output)
+    assert mine["user_gpu"] and mine["label"] == "GB200 NVL72 (yours)" and mine["price_basis"] == "your input"
+    assert mine["tps"] >= base["tps"]  # twice the scale-out bandwidth never slows a step
+    assert mine["cost_usd"] <= base["cost_usd"] * (1 + 1e-9)
+
+
+def test_table_output_and_a_case_that_does_not_fit():
+    res = _plan("--model", "megatron_1t", "--gpu", "h100_sxm", "--gpus", "8")
+    assert res.exit_code == 0
+    assert "does not fit" in res.output and "Bought as" in res.output
+    ok = _plan("--model", "kimi_k2", "--gpu", "b200", "--gpus", "2048")
+    assert ok.exit_code == 0 and "Tokens/s per GPU" in ok.output and "256 nodes (2,048 GPUs)" in ok.output
+
+
+@pytest.mark.parametrize("args,expect", [
+    (["--model", "kimi_k2", "--gpu", "GB200", "--gpus", "72"], "--gpu: unknown GPU id 'GB200' (did you mean 'gb200'?)"),
+    (["--model", "Kimi_K2", "--gpu", "gb200", "--gpus", "72"], "--model: unknown model id 'Kimi_K2' (did you mean 'kimi_k2'?)"),
+    (["--model", "kimi_k2", "--gpu", "gb200", "--gpus", "4"], "--gpus: must be between 8 and 1,000,000"),
+    (["--model", "kimi_k2", "--gpu", "gb200", "--gpus", "72", "--set", "cluster.goodput=1.5"], "cluster.goodput"),
+])
+def test_bad_input_is_one_line_exit_2(args, expect):
+    res = _plan(*args)
+    assert res.exit_code == 2
+    err = res.output.strip()
+    assert expect in err and len(err.splitlines()) == 1
+
+
+def test_capacity_rounds_to_whole_systems():
+    assert d.capacity("gb200", 5376) == {"need_systems": 75, "need_bought": 5400, "system": "GB200 NVL72 rack",
+                                         "per_system": 72}
+    assert d.capacity("h100_sxm", 16385)["need_bought"] == 16392 == 8 * cost.whole_systems(16385, 8)
