@@ -112,15 +112,6 @@ def test_valid_mask_rejects_nonpositive_and_gpu_mismatch():
     assert any(v[1] for k, v in reasons.items() if k.startswith("gpus"))
 
 
-def test_grid_enumerates_only_valid_layouts():
-    arr = LayoutArray.grid(256, DS, vp=(1, 2), mbs=(1, 2))
-    assert len(arr) > 100
-    assert arr.valid_mask(DS, 256).all()
-    assert set(np.unique(arr.recompute)) == {0, 1, 2}
-    dense = LayoutArray.grid(64, L405)
-    assert (dense.ep == 1).all() and (128 % dense.tp == 0).all()
-
-
 def test_group_strides_rank_order():
     lay = Layout(tp=8, pp=4, cp=2, dp=16, ep=16, etp=1)
     g = group_strides(lay)

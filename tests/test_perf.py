@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scaletax import hardware, memory, models, perf
+from scaletax import hardware, memory, models, perf, search
 from scaletax.layout import Layout, LayoutArray
 from scaletax.topology import Topology
 
@@ -22,7 +22,9 @@ CASES = [(LLAMA70, 256, "h100_sxm", "fp8"), (LLAMA70, 256, "gb200", "mxfp8"), (L
 
 
 def grid(model, gpus):
-    la = LayoutArray.grid(gpus, model, tp=(1, 2, 4, 8), cp=(1, 2), vp=(1, 2), mbs=(1, 2), zero_stage=(1, 3))
+    space = search.SearchSpace(tp=(1, 2, 4, 8), cp=(1, 2), etp_tp=(True,), vp=(1, 2), mbs=(1, 2), zero_stage=(1, 3),
+                               batch_tolerance=None)
+    la = search.candidates(model, gpus, space, None)
     # a token budget of ~4M tokens per step, whole micro-batches
     seqs = max(1, 4_194_304 // model.seq_len)
     n_micro = np.maximum(1, np.rint(seqs / (la.mbs * la.dp)))

@@ -9,8 +9,8 @@ Public API (stable; `memory`, `comm`, `perf`, `search` build on it):
   size) are derived.
 - ``LayoutArray``: numpy int64 arrays ``tp, pp, cp, ep, etp, dp, vp, mbs, gbs, sp, zero_stage,
   recompute`` (recompute coded by ``RECOMPUTE_CODE``: none 0, selective 1, full 2);
-  ``from_layouts(list)``, ``from_arrays(**arrays)``, ``grid(gpus, model, ...)`` (all valid
-  combinations), ``len()``, indexing, ``layout(i)``, ``valid_mask(model, gpus=None)``,
+  ``from_layouts(list)``, ``from_arrays(**arrays)`` (every valid combination of choices is
+  :func:`scaletax.search.candidates`: the one enumeration), ``len()``, indexing, ``layout(i)``, ``valid_mask(model, gpus=None)``,
   ``reasons(model, gpus=None)`` and derived arrays ``gpus``, ``n_micro``, ``edp``.
 - ``LayoutArray.concat(parts)``, ``la.take(idx)``: join arrays in order / the entries at an
   index array or mask (what every struct of arrays in the library offers).
@@ -44,7 +44,6 @@ Conventions (Megatron-LM / Megatron-Core):
 """
 from __future__ import annotations
 
-import itertools
 from typing import Any, Iterable, Literal, Sequence
 
 import numpy as np
@@ -188,8 +187,8 @@ class LayoutArray:
     """Struct of arrays: one int64 numpy array per field, all the same length.
 
     Fields: ``tp, pp, cp, ep, etp, dp, vp, mbs, gbs, sp`` (0/1), ``zero_stage``,
-    ``recompute`` (0 none, 1 selective, 2 full). Build with ``from_layouts``,
-    ``from_arrays`` (defaults as in ``Layout``) or ``grid``.
+    ``recompute`` (0 none, 1 selective, 2 full). Build with ``from_layouts`` or
+    ``from_arrays`` (defaults as in ``Layout``).
     """
 
     __slots__ = FIELDS
@@ -229,37 +228,6 @@ class LayoutArray:
         gbs = mbs * dp * pp if gbs is None else gbs
         arrs = np.broadcast_arrays(tp, pp, cp, ep, etp, dp, vp, mbs, gbs, sp, zero_stage, recompute)
         return cls(**{f: np.array(a, dtype=np.int64) for f, a in zip(FIELDS, arrs)})
-
-    @classmethod
-    def grid(cls, gpus: int, model: Model, *, tp: Sequence[int] | None = None,
-             pp: Sequence[int] | None = None, cp: Sequence[int] = (1,), ep: Sequence[int] | None = None,
-             etp: Sequence[int] | None = None, vp: Sequence[int] = (1,), mbs: Sequence[int] = (1,),
-             gbs: int | None = None, sp: Sequence[bool] = (True,), zero_stage: Sequence[int] = (1,),
-             recompute: Sequence[str] = ("none", "selective", "full")) -> "LayoutArray":
-        """Every valid layout of ``model`` on exactly ``gpus`` GPUs over the given choices.
-
-        Defaults: tp and pp over the divisors of ``gpus`` (tp <= 64), ep over the divisors of
-        ``moe_experts`` (1 for dense), etp = tp. ``gbs`` None means each layout's default.
-        """
-        div = divisors(gpus)
-        tp = [t for t in div if t <= 64] if tp is None else list(tp)
-        pp = [p for p in div if p <= model.layers] if pp is None else list(pp)
-        ep = (divisors(model.moe_experts) if model.is_moe else [1]) if ep is None else list(ep)
-        etp_choices = [None] if etp is None else list(etp)
-        rc = [RECOMPUTE_CODE[r] if isinstance(r, str) else int(r) for r in recompute]
-        combos = np.array(list(itertools.product(tp, pp, cp, ep, range(len(etp_choices)), vp, mbs, sp,
-                                                 zero_stage, rc)), dtype=np.int64)
-        if combos.size == 0:
-            return cls.from_layouts([])
-        t, p, c, e, ei, v, m, s, z, r = combos.T
-        ok = (gpus % (t * p * c)) == 0
-        t, p, c, e, ei, v, m, s, z, r = (a[ok] for a in (t, p, c, e, ei, v, m, s, z, r))
-        d = gpus // (t * p * c)
-        et = np.array([0 if x is None else x for x in etp_choices], dtype=np.int64)[ei]
-        et = np.where(et == 0, t, et)
-        g = m * d * p if gbs is None else np.full_like(t, gbs)
-        arr = cls(tp=t, pp=p, cp=c, ep=e, etp=et, dp=d, vp=v, mbs=m, gbs=g, sp=s & (t > 1), zero_stage=z, recompute=r)
-        return arr[arr.valid_mask(model, gpus)]
 
     # --- container protocol ----------------------------------------------------------
     def __len__(self) -> int:
