@@ -1,6 +1,6 @@
 # scaletax: two commands on a fresh machine.
 #   make book   -> .venv from requirements.lock, TeX if missing (root on Debian), the default book
-#   make test   -> .venv, then pytest
+#   make test   -> .venv, TeX + Chromium + poppler if missing (root on Debian), then pytest
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -34,7 +34,11 @@ tex:
 book: venv tex
 	$(BIN)/scaletax build $(ARGS)
 
+# The browser and PDF tests need chromium, poppler-utils and TeX: installed here when missing and
+# root on Debian; otherwise install-system-deps prints the command and those tests are skipped,
+# each with the reason (SCALETAX_REQUIRE_SYSTEM_DEPS=1, as in .ci/run, makes that a failure).
 test: venv
+	@bash .ci/install-system-deps tex browser pdf || echo "make test: continuing; the tests that need them will be SKIPPED" >&2
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 FAST_K := not book and not browser and not pdf and not failures and not determinism and not cli and not kernels

@@ -53,3 +53,24 @@ def table(prepared):
     from scaletax import validate
 
     return validate.validation_table(prepared=prepared)
+
+
+#: System tools some tests need, with the install-system-deps component that provides them.
+SYSTEM_TOOLS = {"chromium": "browser", "pdftotext": "pdf", "pdfinfo": "pdf", "pdfimages": "pdf",
+                "xelatex": "tex", "latexmk": "tex"}
+
+
+def require_tools(*tools: str) -> None:
+    """Skip (loudly, with the install command) when a system tool is missing; fail instead
+    under SCALETAX_REQUIRE_SYSTEM_DEPS=1 (CI), where a skip would hide a broken install."""
+    import shutil
+
+    missing = [t for t in tools if shutil.which(t) is None]
+    if not missing:
+        return
+    parts = sorted({SYSTEM_TOOLS[t] for t in missing})
+    msg = (f"{', '.join(missing)} not installed: install with `bash .ci/install-system-deps {' '.join(parts)}` "
+           "(as root on Debian; `make test` does this)")
+    if os.environ.get("SCALETAX_REQUIRE_SYSTEM_DEPS") == "1":
+        pytest.fail(msg)
+    pytest.skip(msg)

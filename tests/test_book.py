@@ -14,9 +14,12 @@ pytestmark = pytest.mark.book
 def test_outputs_exist(built_book):
     book = built_book["dir"]
     assert (book / "html" / "index.html").is_file()
-    assert (book / "small.pdf").stat().st_size > 10_000
     m = built_book["manifest"]
-    assert m["name"] == "small" and m["pdf"] == "built"
+    assert m["name"] == "small"
+    if shutil.which("xelatex") and shutil.which("latexmk"):
+        assert m["pdf"] == "built" and (book / "small.pdf").stat().st_size > 10_000
+    else:
+        assert m["pdf"] == "skipped (xelatex not installed)"
     assert len(m["scenario_sha256"]) == 64 and m["git_commit"]
     assert m["packages"]["jupyter-book"].startswith("1.")
     chapters = {n["chapter"] for n in m["notebooks"]}

@@ -1,12 +1,22 @@
-"""The PDF page by page (poppler-utils): title, contents, chapters, captions, images, bibliography."""
+"""The PDF page by page (poppler-utils): title, contents, chapters, captions, images, bibliography,
+and the same number and caption for every figure and table as in the HTML."""
+import html as html_lib
+import json
 import re
 import subprocess
 
 import pytest
 
+from conftest import require_tools
 from scaletax.report import chapters as toc
+from scaletax.report.exports import png_text
 
 pytestmark = [pytest.mark.book, pytest.mark.pdf]
+
+
+@pytest.fixture(autouse=True)
+def _poppler_and_tex():
+    require_tools("pdftotext", "pdfinfo", "pdfimages", "xelatex", "latexmk")
 
 
 def _pages(pdf):
@@ -57,3 +67,79 @@ def test_pdf_has_one_image_per_chart(built_book):
     images = [ln for ln in out.splitlines()[2:] if ln.split()[2:3] == ["image"]]
     n_figs = len(list((built_book["dir"] / "figures").glob("fig-*.png")))
     assert len(images) == n_figs
+
+
+def _words(text, n=8):
+    """The first ``n`` words of a caption, letters and digits only (PDF and HTML typeset
+    dashes, quotes and line breaks differently)."""
+    return re.findall(r"[A-Za-z0-9]+", text)[:n]
+
+
+def html_numbers(html_dir):
+    """{("Fig."|"Table", "3.2"): caption} from every page of the HTML."""
+    found = {}
+    pat = re.compile(r'<span class="caption-number">(Fig\.|Table) (\d+(?:\.\d+)*) </span>'
+                     r'<span class="caption-text">(.*?)</(?:figcaption|caption)>', re.S)
+    for page in sorted(html_dir.glob("*.html")):
+        for kind, num, cap in pat.findall(page.read_text(encoding="utf-8")):
+            text = html_lib.unescape(re.sub(r"<[^>]+>", "", cap))
+            assert (kind, num) not in found, f"{kind} {num} twice in the HTML"
+            found[(kind, num)] = text
+    return found
+
+
+def pdf_numbers(pdf):
+    """{("Fig."|"Table", "3.2"): caption start} from the PDF's text: a caption starts a line
+    with "Table 3.2: " (a reference in running text sits mid-line)."""
+    lines = subprocess.run(["pdftotext", str(pdf), "-"], capture_output=True, text=True, check=True).stdout.splitlines()
+    found = {}
+    for i, line in enumerate(lines):
+        m = re.match(r"(Fig\.|Table) (\d+\.\d+):(?:\s+(.*)|$)", line.strip())
+        if m:
+            found.setdefault((m.group(1), m.group(2)), " ".join([m.group(3) or "", *lines[i + 1:i + 4]]))
+    return found
+
+
+def test_figures_and_tables_have_the_same_numbers_and_captions_in_html_and_pdf(built_book):
+    book = built_book["dir"]
+    in_html = html_numbers(book / "html")
+    in_pdf = pdf_numbers(book / "small.pdf")
+    n_exported = len(list((book / "figures").glob("fig-*.png"))) + len(list((book / "figures").glob("tbl-*.csv")))
+    assert len(in_html) == n_exported
+    assert set(in_html) == set(in_pdf)
+    for key, caption in in_html.items():
+        assert _words(in_pdf[key]) == _words(caption), f"{key[0]} {key[1]}: HTML {caption[:60]!r}, PDF {in_pdf[key][:60]!r}"
+    # the summary is Chapter 1 in both: its headline table is Table 1.1
+    assert ("Table", "1.1") in in_html
+    # the exported files and the manifest carry the same numbers
+    manifest = json.loads((book / "manifest.json").read_text())
+    kinds = {"figure": "Fig.", "table": "Table"}
+    assert {(kinds[n["kind"]], n["number"]) for n in manifest["numbered"]} == set(in_html)
+    for n in manifest["numbered"]:
+        if n["kind"] == "figure":
+            title = png_text((book / "figures" / f"{n['label']}.png").read_bytes())["Title"]
+            assert title.startswith(f"Figure {n['number']}: ") and _words(title, 9)[3:] == _words(in_html[("Fig.", n["number"])], 6)
+        meta = json.loads((book / "figures" / f"{n['label']}.csv-metadata.json").read_text())
+        assert meta["dc:title"].split(":")[0] == ("Figure " if n["kind"] == "figure" else "Table ") + n["number"]
+        assert "small" in meta["scaletax:scenario"] and manifest["git_commit"] in meta["dc:source"]
+
+
+def _body(page):
+    """A page's lines without the running header (the title and release) and footer (page
+    number and chapter)."""
+    lines = [ln.strip() for ln in page.splitlines() if ln.strip()]
+    if lines and "Release" in lines[0]:
+        lines = lines[1:]
+    if lines and re.fullmatch(r"\d+|[ivxlc]+|\d+\s{2,}.*|.*\S\s{2,}\d+", lines[-1]):
+        lines = lines[:-1]
+    return lines
+
+
+def test_no_page_holds_only_a_provenance_box_or_a_bare_chapter_title(built_book):
+    pages = _pages(built_book["dir"] / "small.pdf")
+    for number, page in enumerate(pages, 1):
+        body = _body(page)
+        if any(ln.startswith("Provenance") for ln in body):
+            assert len(body) > 4, f"page {number} holds only the provenance box: {body}"
+        if body[:1] == ["CHAPTER"]:
+            assert len(body) > 3, f"page {number} holds only a chapter title: {body}"

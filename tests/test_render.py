@@ -58,3 +58,109 @@ def test_figure_without_rows_shows_a_note(tmp_path, monkeypatch):
     assert bundle.png[:8] == b"\x89PNG\r\n\x1a\n"
     assert "No layout fits on 8 GPUs." in bundle.html()
     assert list(csv.DictReader(open(tmp_path / "fig-empty.csv"))) == [{"note": "No layout fits on 8 GPUs."}]
+
+
+# --- colours a reader can tell apart ---------------------------------------------------
+#: Machado, Oliveira and Fernandes (2009), "A physiologically-based model for simulation of
+#: color vision deficiency", IEEE TVCG 15(6), Table 1 at severity 1.0 (linear RGB).
+CVD = {
+    "protanopia": [[0.152286, 1.052583, -0.204868], [0.114503, 0.786281, 0.099216], [-0.003882, -0.048116, 1.051998]],
+    "deuteranopia": [[0.367322, 0.860646, -0.227968], [0.280085, 0.672501, 0.047413], [-0.011820, 0.042940, 0.968881]],
+    "tritanopia": [[1.255528, -0.076749, -0.178779], [-0.078411, 0.930809, 0.147602], [0.004733, 0.691367, 0.303900]],
+    "normal vision": [[1, 0, 0], [0, 1, 0], [0, 0, 1]],
+}
+
+
+def _lab(hex_color, matrix):
+    """CIELAB (D65) of an sRGB colour as seen through a colour-vision matrix."""
+    import numpy as np
+
+    c = np.array([int(hex_color[i:i + 2], 16) for i in (1, 3, 5)]) / 255
+    lin = np.where(c <= 0.04045, c / 12.92, ((c + 0.055) / 1.055) ** 2.4)
+    rgb = np.clip(np.array(matrix) @ lin, 0, 1)
+    xyz = np.array([[0.4124, 0.3576, 0.1805], [0.2126, 0.7152, 0.0722], [0.0193, 0.1192, 0.9505]]) @ rgb
+    xyz = xyz / np.array([0.95047, 1.0, 1.08883])
+    f = np.where(xyz > (6 / 29) ** 3, np.cbrt(xyz), xyz / (3 * (6 / 29) ** 2) + 4 / 29)
+    return np.array([116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])])
+
+
+def min_delta_e(colors, matrix):
+    import itertools
+
+    import numpy as np
+
+    labs = [_lab(c, matrix) for c in colors]
+    return min(float(np.linalg.norm(a - b)) for a, b in itertools.combinations(labs, 2))
+
+
+def test_default_gpus_stay_apart_under_colour_blindness():
+    """Every pair of the default scenario's GPU colours differs by more than 15 CIELAB units
+    (a clearly visible difference) for protanopes, deuteranopes and tritanopes. The previous
+    Tableau palette gave H200 and Rubin a difference of 0.9 for deuteranopes."""
+    from scaletax.report.scenario import DEFAULT_SCENARIO, resolve
+
+    gpus = resolve(DEFAULT_SCENARIO, []).gpus
+    colors = [charts.GPU_COLORS[g] for g in gpus]
+    assert len(set(colors)) == len(colors)
+    for vision, matrix in CVD.items():
+        assert min_delta_e(colors, matrix) > 15, vision
+    tableau = ["#4e79a7", "#76b7b2", "#f28e2b", "#e15759", "#b07aa1", "#59a14f"]
+    assert min_delta_e(tableau, CVD["deuteranopia"]) < 2  # the check tells palettes apart
+
+
+# --- GPU names and responsive width ---------------------------------------------------
+def _gpu_chart(rows, **props):
+    ids = [r["gpu"] for r in rows]
+    return alt.Chart(charts.data(rows)).mark_point().encode(
+        x="x:Q", y="y:Q", color=alt.Color("gpu:N", scale=charts.gpu_color_scale(ids), title="GPU")).properties(**props)
+
+
+def test_charts_label_gpus_by_catalog_name(tmp_path, monkeypatch):
+    import vl_convert as vlc
+
+    monkeypatch.setenv(charts.FIGURES_ENV, str(tmp_path))
+    rows = [{"gpu": "h100_sxm", "x": 1, "y": 2}, {"gpu": "gb200", "x": 2, "y": 3}]
+    bundle = charts.figure("fig-names", _gpu_chart(rows), rows)
+    expr = bundle.spec["encoding"]["color"]["legend"]["labelExpr"]
+    assert '"H100 SXM"' in expr and '"GB200 NVL72"' in expr
+    # the data and the colour scale keep the ids
+    assert bundle.spec["encoding"]["color"]["scale"]["domain"] == ["h100_sxm", "gb200"]
+    svg = vlc.vegalite_to_svg(bundle.spec)
+    assert "GB200 NVL72" in svg and ">gb200<" not in svg
+    # facet headers too
+    facet = alt.Chart(charts.data(rows)).mark_point().encode(x="x:Q", y="y:Q").properties(width=100).facet(
+        column=alt.Column("gpu:N"))
+    spec = charts.name_gpus(facet.to_dict())
+    assert "H100 SXM" in vlc.vegalite_to_svg(spec)
+    assert charts.gpu_label("not_a_gpu") == "not_a_gpu"
+
+
+def test_single_views_take_the_page_width_and_png_keeps_a_fixed_one(tmp_path, monkeypatch):
+    import struct
+
+    monkeypatch.setenv(charts.FIGURES_ENV, str(tmp_path))
+    charts.setup()
+    rows = [{"gpu": "h100_sxm", "x": 1, "y": 2}]
+    bundle = charts.figure("fig-wide", _gpu_chart(rows), rows)
+    assert bundle.spec["width"] == "container" and bundle.spec["autosize"]["type"] == "fit-x"
+    width = struct.unpack(">I", bundle.png[16:20])[0] / charts.PNG_SCALE
+    assert 400 < width < 800  # the PDF's image: the theme's 520 px plus axes and legend
+    facet = alt.Chart(charts.data(rows)).mark_point().encode(x="x:Q", y="y:Q").properties(width=100).facet(
+        column="gpu:N")
+    assert "width" not in charts.responsive(facet.to_dict())  # facets scale down by CSS
+
+
+# --- numeric CSV for ranges -----------------------------------------------------------
+def test_band_cells_show_text_and_export_numbers(tmp_path, monkeypatch):
+    monkeypatch.setenv(charts.FIGURES_ENV, str(tmp_path))
+    b = tables.band(13312.4, 12051.0, 15387.2)
+    assert b == "13,312 (12,051–15,387)" and (b + " *") == "13,312 (12,051–15,387) *"
+    assert (b + " *").low == 12051.0
+    assert tables.band(None, 1, 2) == "–" and tables.band(1234.4, None, None) == "1,234"
+    rows = [{"gpu": "H100", "days": b + " *"}, {"gpu": "B200", "days": tables.band(None, None, None)}]
+    t = tables.table(rows, {"gpu": "GPU", "days": "Days"}, label="tbl-band", caption="c")
+    assert "13,312 (12,051–15,387) *" in t._repr_markdown_()
+    got = list(csv.DictReader(open(tmp_path / "tbl-band.csv")))
+    assert list(got[0]) == ["gpu", "days", "days_low", "days_high"]
+    assert float(got[0]["days"]) == 13312.4 and float(got[0]["days_high"]) == 15387.2
+    assert got[1] == {"gpu": "B200", "days": "", "days_low": "", "days_high": ""}

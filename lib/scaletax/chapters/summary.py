@@ -46,14 +46,10 @@ def join_labels(gpu_ids: Sequence[str]) -> str:
 
 
 def band_text(v, lo, hi, digits: int = 3) -> str:
-    """``v (lo–hi)`` with ``digits`` significant figures (tables)."""
-    from scaletax.render.tables import fmt
+    """``v (lo–hi)`` with ``digits`` significant figures (tables; the CSV keeps the numbers)."""
+    from scaletax.render.tables import band
 
-    if v is None:
-        return "–"
-    if lo is None or hi is None:
-        return fmt(v, digits)
-    return f"{fmt(v, digits)} ({fmt(lo, digits)}–{fmt(hi, digits)})"
+    return band(v, lo, hi, digits)
 
 
 def _m(v, scale=1e6):

@@ -26,17 +26,21 @@ VEGA_BUNDLE = "scaletax-vega.js"
 PNG_SCALE = 2.0
 
 #: Colour per GPU id, shared by every chapter so a GPU keeps its colour across the book.
+#: Okabe & Ito's colour-blind safe palette (Okabe and Ito 2008, "Color Universal Design"), with
+#: two of Paul Tol's muted colours (Tol 2021, "Colour Schemes") for the GPUs past its eight; the
+#: six GPUs of the default scenario stay apart under simulated deuteranopia, protanopia and
+#: tritanopia (tests/test_render.py checks that).
 GPU_COLORS = {
-    "a100_sxm_80gb": "#9e9e9e",
-    "h100_sxm": "#4e79a7",
-    "h200_sxm": "#76b7b2",
-    "h800_sxm": "#8cd17d",
-    "h20": "#b6992d",
-    "b200": "#f28e2b",
-    "gb200": "#e15759",
-    "b300": "#ff9da7",
-    "gb300": "#b07aa1",
-    "rubin": "#59a14f",
+    "h100_sxm": "#0072B2",      # blue
+    "h200_sxm": "#56B4E9",      # sky blue
+    "b200": "#E69F00",          # orange
+    "gb200": "#D55E00",         # vermillion
+    "gb300": "#CC79A7",         # reddish purple
+    "rubin": "#009E73",         # bluish green
+    "a100_sxm_80gb": "#999999", # grey
+    "h800_sxm": "#000000",      # black
+    "h20": "#DDCC77",           # Tol sand
+    "b300": "#882255",          # Tol wine
 }
 
 _BUNDLE_SNIPPET = """
@@ -50,8 +54,13 @@ queued.forEach(draw);
 
 
 def vega_bundle() -> str:
-    """The JavaScript that draws every chart offline (Vega, Vega-Lite, vega-embed)."""
-    return vlc.javascript_bundle(snippet=_BUNDLE_SNIPPET)
+    """The JavaScript that draws every chart offline (Vega, Vega-Lite, vega-embed).
+
+    A classic script, not an ES module: browsers refuse module scripts from ``file://``, so a
+    book opened from disk would draw nothing. vl-convert's bundle has no import or export
+    statements; wrapped in a strict-mode function it keeps the module's scope and semantics.
+    """
+    return '(function () {\n"use strict";\n' + vlc.javascript_bundle(snippet=_BUNDLE_SNIPPET) + "\n})();\n"
 
 
 def _theme() -> dict:
@@ -76,6 +85,92 @@ def setup() -> None:
 def gpu_color_scale(ids: Iterable[str]) -> alt.Scale:
     ids = list(dict.fromkeys(ids))
     return alt.Scale(domain=ids, range=[GPU_COLORS.get(i, "#555555") for i in ids])
+
+
+def gpu_label(gpu_id: str) -> str:
+    """The GPU's short catalog name ("H100 SXM") for charts; the id itself if not in the catalog."""
+    from scaletax import hardware
+
+    try:
+        return hardware.get(gpu_id).label
+    except (KeyError, ValueError):
+        return gpu_id
+
+
+#: Where a channel draws its values as text: legend labels, axis labels or facet headers.
+_GUIDE = {"x": "axis", "y": "axis", "row": "header", "column": "header", "facet": "header"}
+GPU_FIELD = "gpu"
+
+
+def _label_expr(ids: Sequence[str]) -> str:
+    """A Vega expression mapping each GPU id to its name (other values pass through)."""
+    expr = "datum.label"
+    for gid in reversed(list(ids)):
+        expr = f"datum.value === {json.dumps(gid)} ? {json.dumps(gpu_label(gid))} : ({expr})"
+    return expr
+
+
+def name_gpus(spec: Any, ids: Sequence[str] | None = None) -> Any:
+    """Label GPUs by name wherever a chart encodes the ``gpu`` id field (legends, axes, facet
+    headers); the data, colours and sort orders keep the ids. Returns the changed spec."""
+    if ids is None:
+        ids = sorted(_gpu_values(spec))
+    if not ids:
+        return spec
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            enc = node.get("encoding")
+            if isinstance(enc, dict):
+                for channel, e in enc.items():
+                    if isinstance(e, dict) and e.get("field") == GPU_FIELD:
+                        guide = _GUIDE.get(channel, "legend")
+                        if e.get(guide, {}) is None:  # guide switched off
+                            continue
+                        e[guide] = {**e.get(guide, {}), "labelExpr": _label_expr(ids)}
+            facet = node.get("facet")
+            if isinstance(facet, dict):
+                for channel, e in ([("facet", facet)] if "field" in facet else facet.items()):
+                    if isinstance(e, dict) and e.get("field") == GPU_FIELD:
+                        e["header"] = {**(e.get("header") or {}), "labelExpr": _label_expr(ids)}
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(spec)
+    return spec
+
+
+def _gpu_values(spec: dict) -> set[str]:
+    """GPU ids in the chart's inline data."""
+    found: set[str] = set()
+    sets = list((spec.get("datasets") or {}).values())
+    if isinstance(spec.get("data"), dict) and "values" in spec["data"]:
+        sets.append(spec["data"]["values"])
+    for rows in sets:
+        for r in rows:
+            if isinstance(r, dict) and isinstance(r.get(GPU_FIELD), str):
+                found.add(r[GPU_FIELD])
+    return found
+
+
+def _compound(spec: dict) -> bool:
+    return any(k in spec for k in ("facet", "hconcat", "vconcat", "concat", "repeat")) or (
+        "encoding" in spec and any(k in spec["encoding"] for k in ("row", "column", "facet")))
+
+
+def responsive(spec: dict) -> dict:
+    """The HTML variant of a chart: a single or layered view takes the page's width
+    (``width: "container"``, so it fits a 375 px phone and fills a desktop column); compound
+    charts keep their size and the page's CSS scales them down to fit."""
+    if _compound(spec):
+        return spec
+    out = dict(spec)
+    out["width"] = "container"
+    out["autosize"] = {"type": "fit-x", "contains": "padding"}
+    return out
 
 
 class ChartBundle:
@@ -147,12 +242,12 @@ def figure(label: str, chart: alt.TopLevelMixin, rows: Sequence[dict], *,
         rows = [{"note": empty}]
         chart = alt.Chart(data(rows)).mark_text(fontSize=14).encode(text="note:N").properties(
             width=520, height=60)
-    spec = chart.to_dict()
-    png = vlc.vegalite_to_png(spec, scale=PNG_SCALE)
+    spec = name_gpus(chart.to_dict())
+    png = vlc.vegalite_to_png(spec, scale=PNG_SCALE)  # fixed width: the PDF page and the export
     out = _figures_dir()
     (out / f"{label}.png").write_bytes(png)
     write_csv(out / f"{label}.csv", [{k: _plain(v) for k, v in r.items()} for r in rows])
-    bundle = ChartBundle(label, spec, png)
+    bundle = ChartBundle(label, responsive(spec), png)
     glue(label, bundle, display=False)
     return bundle
 

@@ -33,6 +33,64 @@ def fmt(value: Any, digits: int = 3) -> str:
     return str(value)
 
 
+class Band(str):
+    """A table cell ``"160 (141–173)"`` that keeps its numbers: the text is what the page shows,
+    ``value``, ``low`` and ``high`` are what the exported CSV holds (columns ``<key>``,
+    ``<key>_low``, ``<key>_high``). Appending text (a ``" *"`` mark) keeps the numbers."""
+
+    value: float | None
+    low: float | None
+    high: float | None
+
+    def __new__(cls, text: str, value=None, low=None, high=None):
+        obj = super().__new__(cls, text)
+        obj.value, obj.low, obj.high = value, low, high
+        return obj
+
+    def __add__(self, other: str) -> "Band":
+        return Band(str(self) + other, self.value, self.low, self.high)
+
+    def __reduce__(self):
+        return (Band, (str(self), self.value, self.low, self.high))
+
+
+def _num(v: Any) -> float | None:
+    if v is None:
+        return None
+    v = v.item() if hasattr(v, "item") else v
+    return v if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def band(value: Any, low: Any, high: Any, digits: int = 3) -> Band:
+    """``value (low–high)`` to ``digits`` significant figures, as a :class:`Band` cell;
+    "–" when there is no value, the value alone when there is no band."""
+    value, low, high = _num(value), _num(low), _num(high)
+    if value is None:
+        return Band("–")
+    if low is None or high is None:
+        return Band(fmt(value, digits), value)
+    return Band(f"{fmt(value, digits)} ({fmt(low, digits)}–{fmt(high, digits)})", value, low, high)
+
+
+def csv_rows(rows: Sequence[dict]) -> list[dict]:
+    """Rows for a CSV: each :class:`Band` cell becomes numeric ``key``, ``key_low``, ``key_high``
+    (for every row of a column that holds a band anywhere), so the data reads back as numbers."""
+    banded = {k for r in rows for k, v in r.items() if isinstance(v, Band)}
+    out = []
+    for r in rows:
+        row: dict = {}
+        for k, v in r.items():
+            if k in banded:
+                b = v if isinstance(v, Band) else None
+                row[k] = b.value if b is not None else _num(v)
+                row[f"{k}_low"] = b.low if b is not None else None
+                row[f"{k}_high"] = b.high if b is not None else None
+            else:
+                row[k] = v
+        out.append(row)
+    return out
+
+
 def _escape(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
@@ -86,6 +144,6 @@ def table(rows: Sequence[dict], columns: dict[str, str], *, label: str, caption:
             raise ValueError(f"table {label}: no rows")
         first = next(iter(columns))
         rows = [{k: (empty if k == first else None) for k in columns}]
-    write_csv(_figures_dir() / f"{label}.csv", [{k: r.get(k) for k in columns} for r in rows])
+    write_csv(_figures_dir() / f"{label}.csv", csv_rows([{k: r.get(k) for k in columns} for r in rows]))
     return Table(markdown(rows, columns, label=label, caption=caption, formats=formats, widths=widths,
                           long=long))

@@ -33,6 +33,8 @@ from scaletax.render.charts import VEGA_BUNDLE, vega_bundle
 from scaletax.report import chapters as toc
 from scaletax.report import escape, lifecycle
 from scaletax.report.execute import ChapterFailed, Result, execute_chapters
+from scaletax.report.exports import stamp_exports
+from scaletax.report.numbering import NUMBERS_FILE
 from scaletax.report.provenance import (data_hashes, git_commit, lib_hash, lock_hash, package_versions,
                                         sha256_bytes, short_commit)
 from scaletax.report.scenario import Scenario
@@ -43,6 +45,16 @@ CONFIG_YML = ROOT / "_config.yml"
 #: Sphinx extensions JB1 adds that the book does not want: thebe and comments load
 #: scripts from the network; the jupyterbook-latex preamble needs bbm.sty (texlive-fonts-extra).
 DROP_EXTENSIONS = {"sphinx_thebe", "sphinx_comments", "sphinx_jupyterbook_latex"}
+#: Sphinx extension giving the HTML the PDF's figure and table numbers (report/numbering.py).
+NUMBERING_EXTENSION = "scaletax.report.numbering"
+CHART_CSS = "scaletax.css"
+#: The bibliography page already opens a chapter ("Bibliography"); Sphinx's bibliography
+#: environment would start a second, unnumbered one on a fresh page, leaving the first empty.
+LATEX_PREAMBLE = r"""
+\makeatletter
+\renewenvironment{sphinxthebibliography}[1]{\let\chapter\@gobbletwo\begin{thebibliography}{#1}}{\end{thebibliography}}
+\makeatother
+"""
 TEX_PACKAGES = ("texlive-xetex", "texlive-latex-extra", "texlive-fonts-recommended",
                 "latexmk", "fonts-freefont-otf")
 
@@ -146,13 +158,27 @@ def _provenance_md(info: dict) -> str:
     )
 
 
-def _add_provenance(nb_path: Path, dest: Path, info: dict) -> None:
+def _add_provenance(nb_path: Path, dest: Path, info: dict, root: bool = False) -> None:
+    """Insert the provenance box after the page's title. On the root page it goes under the
+    first ``##`` heading instead: the PDF turns the root's title into the book's and its
+    sections into chapters, so a box above them would sit alone on a page of its own."""
     nb = nbformat.read(nb_path, as_version=4)
     cell = nbformat.v4.new_markdown_cell(_provenance_md(info))
     cell.metadata["tags"] = ["scaletax-provenance"]
     cell["id"] = "scaletax-provenance"
-    first_md = next((i for i, c in enumerate(nb.cells) if c.cell_type == "markdown"), 0)
-    nb.cells.insert(first_md + 1, cell)
+    at = next((i for i, c in enumerate(nb.cells) if c.cell_type == "markdown"), 0) + 1
+    if root:
+        for i, c in enumerate(nb.cells):
+            lines = c.source.splitlines() if c.cell_type == "markdown" else []
+            h2 = next((j for j, ln in enumerate(lines) if ln.startswith("## ")), None)
+            if h2 is not None:
+                head = nbformat.v4.new_markdown_cell("\n".join(lines[:h2 + 1]))
+                head["id"] = "scaletax-root-heading"
+                c.source = "\n".join(lines[h2 + 1:])
+                nb.cells[i:i] = [head]
+                at = i + 1
+                break
+    nb.cells.insert(at, cell)
     for c in nb.cells:  # the parameters papermill injected are listed on the Reproduce page
         tags = c.metadata.setdefault("tags", [])
         if "injected-parameters" in tags and "remove-cell" not in tags:
@@ -167,8 +193,13 @@ def _sphinx_conf(src: Path, info: dict) -> str:
     cfg, _ = get_final_config(user_yaml=CONFIG_YML, sourcedir=src, validate=True,
                               cli_config={"latex_individualpages": False},
                               raise_on_invalid=True)
-    cfg["extensions"] = [e for e in cfg["extensions"] if e not in DROP_EXTENSIONS]
-    cfg["html_js_files"] = [(VEGA_BUNDLE, {"type": "module"})]
+    cfg["extensions"] = [e for e in cfg["extensions"] if e not in DROP_EXTENSIONS] + [NUMBERING_EXTENSION]
+    # a classic (deferred) script: a module script is refused from file://, drawing no chart
+    cfg["html_js_files"] = [(VEGA_BUNDLE, {"defer": "defer"})]
+    cfg["html_css_files"] = [CHART_CSS]
+    latex = dict(cfg.get("latex_elements") or {})
+    latex["preamble"] = latex.get("preamble", "") + LATEX_PREAMBLE
+    cfg["latex_elements"] = latex
     # The theme prints html_title unescaped in places (the navbar) and escaped in others (the
     # page <title>): it is given escaped, as markupsafe.Markup, which Jinja's |e leaves alone.
     # Sphinx escapes `project` itself; LaTeX takes latex_documents' title as LaTeX markup.
@@ -198,7 +229,7 @@ def stage_sources(src: Path, results: list[Result], info: dict) -> None:
     (src / "_static" / VEGA_BUNDLE).write_text(vega_bundle(), encoding="utf-8")
     (src / "_toc.yml").write_text(yaml.safe_dump(toc.toc_yaml(), sort_keys=False), encoding="utf-8")
     for res in results:
-        _add_provenance(res.notebook, src / f"{res.slug}.ipynb", info)
+        _add_provenance(res.notebook, src / f"{res.slug}.ipynb", info, root=res.slug == toc.ROOT_PAGE)
     tokens = page_tokens(info)
     for name in ("reproduce", "cite", "intro"):
         path = src / f"{name}.md"
@@ -503,6 +534,8 @@ def _build_in(stage: Path, logs: Path, opts: BuildOptions, progress) -> dict:
         if res.figures.exists():
             for f in sorted(res.figures.iterdir()):
                 shutil.copyfile(f, figures / f.name)
+    numbers = json.loads((stage / NUMBERS_FILE.format(builder="html")).read_text(encoding="utf-8"))
+    numbered = stamp_exports(figures, numbers, info)
     manifest = {
         "name": opts.name,
         "book_sha256": book_key,
@@ -529,6 +562,7 @@ def _build_in(stage: Path, logs: Path, opts: BuildOptions, progress) -> dict:
             for r in results
         ],
         "figures": sorted(p.name for p in figures.iterdir()),
+        "numbered": numbered,
         "seconds": {"execute": round(t_exec, 2), "total": round(time.perf_counter() - t0, 2)},
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=False) + "\n",

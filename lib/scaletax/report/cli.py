@@ -1,4 +1,4 @@
-"""The ``scaletax`` command line: build a book, show a scenario, predict a runs table.
+"""The ``scaletax`` command line: build a book, compare two, show a scenario, predict a runs table.
 
 Exit status: 0 success, 1 a build step failed (the previous book is intact),
 2 bad input (nothing written). Errors are one line on stderr, never a traceback.
@@ -205,6 +205,77 @@ def plan(
     from rich.console import Console
 
     Console().print(table(row))
+
+
+def _book_or_build(spec: str, sets: List[str], jobs: int, pdf: bool, console) -> str:
+    """A built book's name as is; a scenario file (or a book plus ``--set``) is built first."""
+    from scaletax.report.book import BUILD_ROOT, BuildBusy, BuildError, BuildOptions, ChapterFailed, build
+    from scaletax.report.scenario import ScenarioError, build_name
+
+    path = Path(spec)
+    if path.suffix in (".yaml", ".yml"):
+        scen_path, base_sets = path, []
+    elif not sets:
+        return spec  # a book name: compare.load_book says if there is none
+    else:
+        import json
+
+        try:
+            m = json.loads((BUILD_ROOT / spec / "manifest.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            _fail(f"no built book {spec!r} under {BUILD_ROOT} to apply --set to", 2)
+        from scaletax import ROOT
+
+        scen_path, base_sets = ROOT / m["scenario_file"], list(m.get("overrides", []))
+    overrides = base_sets + list(sets)
+    scen_path, scen = _resolve(scen_path, overrides)
+    try:
+        name = build_name(scen, overrides, None)
+    except ScenarioError as exc:
+        _fail(str(exc), 2)
+    console.print(f"building [bold]{name}[/bold] for the comparison")
+    try:
+        build(BuildOptions(name=name, scenario=scen, scenario_path=Path(scen_path).resolve(),
+                           overrides=tuple(overrides), jobs=jobs, pdf=pdf))
+    except BuildBusy as exc:
+        _fail(str(exc), 2)
+    except (BuildError, ChapterFailed) as exc:
+        _fail(str(exc), 1)
+    return name
+
+
+@app.command()
+def compare(
+    a: str = typer.Argument(..., help="book A: a built book's name (under _build/) or a scenario YAML"),
+    b: Optional[str] = typer.Argument(None, help="book B: a built book's name or a scenario YAML "
+                                                 "(default: A with the --set overrides)"),
+    set_: List[str] = typer.Option([], "--set", help="build B as A's scenario with this override (repeatable)"),
+    jobs: int = typer.Option(os.cpu_count() or 1, "--jobs", min=1, max=64, help="notebooks executed in parallel"),
+    no_pdf: bool = typer.Option(False, "--no-pdf", help="build the HTML page only"),
+) -> None:
+    """Put two books side by side in _build/compare-A-vs-B/: inputs that differ, headline numbers
+    with both values and the change, key figures of both in one chart (HTML and PDF)."""
+    from rich.console import Console
+
+    from scaletax.report.book import BUILD_ROOT, BuildError
+    from scaletax.report.compare import CompareError, compare as run_compare
+
+    console = Console(stderr=True)
+    if b is not None and set_:
+        _fail("give either book B or --set overrides (B is then A with them), not both", 2)
+    if b is None and not set_:
+        _fail("compare needs book B, or --set overrides to build it from A", 2)
+    a_name = _book_or_build(a, [], jobs, not no_pdf, console)
+    b_name = _book_or_build(b if b is not None else a, list(set_), jobs, not no_pdf, console)
+    try:
+        result = run_compare(BUILD_ROOT, a_name, b_name, pdf=not no_pdf)
+    except CompareError as exc:
+        _fail(str(exc), 2)
+    except BuildError as exc:
+        _fail(str(exc), 1)
+    console.print(f"{len(result['inputs'])} inputs differ, {len(result['headline'])} headline numbers, "
+                  f"{len(result['figures'])} figures overlaid; PDF {result['pdf']}")
+    console.print(f"  {BUILD_ROOT / result['name'] / 'html' / 'index.html'}")
 
 
 @scenario_app.command("show")
