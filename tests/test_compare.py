@@ -105,7 +105,8 @@ def test_compare_command_builds_b_from_a_with_set(built_book):
     outs = [p for p in built_book["build_dir"].iterdir() if p.name.startswith("compare-small-vs-")]
     assert len(outs) == 1
     data = json.loads((outs[0] / "comparison.json").read_text())
-    assert [r["key"] for r in data["inputs"]] == ["economics.usd_per_mwh"]
+    keys = [r["key"] for r in data["inputs"]]  # the price, and its source now labelled as the user's
+    assert "economics.usd_per_mwh" in keys and all(k.startswith("economics.usd_per_mwh") for k in keys)
     assert data["headline"], "the summary's table is compared"
     assert any(r.get("value_a") != r.get("value_b") for r in data["headline"] if "value_a" in r)
     assert (outs[0] / "html" / "index.html").exists()

@@ -42,7 +42,7 @@ class KeyFigure:
 
 
 KEY_FIGURES = (
-    KeyFigure("fig-dec-cost-time", "Days and cost to train, per model and GPU", "days", "cost_musd", "label",
+    KeyFigure("fig-dec-cost-time", "Days and cost to train, per model and GPU", "days", "cost_musd", "gpu",
               "model_name", "days to train", "cost ($M)"),
     KeyFigure("fig-comm-tax", "Exposed communication from 1k to 100k GPUs", "gpus", "share", "gpu", "model",
               "GPUs in the job", "exposed communication (% of step time)", mark="line", log_x=True, y_scale=100),
@@ -170,22 +170,22 @@ def overlay_rows(a: Book, b: Book, fig: KeyFigure) -> list[dict]:
             x, y = _number(r.get(fig.x)), _number(r.get(fig.y))
             if x is None or y is None:
                 continue
-            out.append({"book": book.name, "x": x, "y": y * fig.y_scale, "series": r.get(fig.series, ""),
+            out.append({"book": book.name, "x": x, "y": y * fig.y_scale, "gpu": r.get(fig.series, ""),
                         "facet": r.get(fig.facet, "")})
     return out
 
 
 def overlay_chart(fig: KeyFigure, rows: list[dict], names: tuple[str, str]) -> dict:
-    """Both books in one chart (a Vega-Lite spec): colour by series with GPUs by name, shape
+    """Both books in one chart (a Vega-Lite spec): the books' GPU colours and names, shape
     (points) or dash (lines) by book, one panel per facet value."""
     import altair as alt
 
     from scaletax.render import charts
 
-    rows = [{**r, "series": charts.gpu_label(r["series"])} for r in rows]
+    gpus = list(dict.fromkeys(r["gpu"] for r in rows))
     x = alt.X("x:Q", title=fig.x_title, scale=alt.Scale(type="log") if fig.log_x else alt.Undefined)
     y = alt.Y("y:Q", title=fig.y_title)
-    color = alt.Color("series:N", title="GPU")
+    color = alt.Color("gpu:N", title="GPU", scale=charts.gpu_color_scale(gpus), sort=gpus)
     base = alt.Chart(charts.data(rows))
     if fig.mark == "line":
         layer = base.mark_line(point=True).encode(
@@ -195,7 +195,8 @@ def overlay_chart(fig: KeyFigure, rows: list[dict], names: tuple[str, str]) -> d
     else:
         layer = base.mark_point(filled=True, size=70).encode(
             x=x, y=y, color=color, shape=alt.Shape("book:N", scale=alt.Scale(domain=list(names)), title="book"))
-    return layer.properties(width=240, height=200).facet(column=alt.Column("facet:N", title=None)).to_dict()
+    chart = layer.properties(width=240, height=200).facet(column=alt.Column("facet:N", title=None))
+    return charts.name_gpus(chart.to_dict())
 
 
 def page(a: Book, b: Book) -> tuple[str, dict[str, bytes], list[dict]]:
