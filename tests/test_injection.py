@@ -147,8 +147,9 @@ def _check_pages(made, text):
         if name in ("intro", "reproduce", "provenance"):
             assert _flat(info["scenario_file"]) in [lit.astext() for lit in tree.findall(nodes.literal)], name
         if name == "cite":
-            (bib,) = [b.astext() for b in tree.findall(nodes.literal_block)]
-            assert f"title       = {{{escape.latex_text(text)}}}," in bib
+            bib, cite_one = [b.astext() for b in tree.findall(nodes.literal_block)]  # the book, one figure
+            assert f"title       = {{{escape.latex_text(text)} (scenario {info['name']})}}," in bib
+            assert cite_one == f"\\cite[Table~1.1]{{scaletax-{info['name']}-2026}}"
 
 
 @pytest.mark.parametrize("text", ATTACKS)
