@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -145,3 +146,27 @@ def test_two_quick_sigterms_and_sigkill_leave_the_book_and_no_orphans(built_book
     again = run_cli(["build", *SMALL, "--name", "killed", "--no-pdf"], build_dir)
     assert again.returncode == 0, again.stderr[-2000:]
     assert not list(build_dir.glob(".stage-*")) and not list((build_dir / ".cache").glob(".tmp-*"))
+
+
+def test_a_full_disk_during_execution_is_one_line_with_a_log(tmp_path):
+    """Files cannot grow past 256 KiB (RLIMIT_FSIZE: writes fail as on a full disk)."""
+    import resource
+
+    def small_disk():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (256 * 1024, 256 * 1024))
+
+    build_dir = tmp_path / "build"
+    env = dict(os.environ, SCALETAX_BUILD_DIR=str(build_dir), PYTHONUNBUFFERED="1")
+    proc = subprocess.run(SCALETAX + ["build", *SMALL, "--name", "full", "--no-pdf", "--jobs", "1"], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=1800, preexec_fn=small_disk)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("scaletax: error: "), last
+    import re
+
+    found = re.search(r"(?:log: |the traceback: )(\S+)$", last)
+    assert found, last
+    log = Path(found.group(1))
+    assert log.is_file() and log.stat().st_size > 0, last
+    assert not (build_dir / "full").exists()
