@@ -174,3 +174,18 @@ def test_children_die_with_the_build(tmp_path):
     finally:
         if parent.poll() is None:
             parent.kill()
+
+
+def test_up_to_date_check_leaves_the_published_manifest_as_it_is(tmp_path):
+    final = _make_book(tmp_path / "mybook", "old")
+    record = {"tag": "old", "book_sha256": "k", "figures": [], "pdf": "skipped",
+              "notebooks": [{"chapter": "c", "status": "executed", "seconds": 12.5,
+                             "execution": {"executed_at": "2026-12-01 09:00:00 UTC", "seconds": 12.5}}]}
+    (final / "manifest.json").write_text(json.dumps(record))
+    before = (final / "manifest.json").read_bytes()
+    got = book._up_to_date(final, "k", "2026-12-01 10:00 UTC")
+    assert got["up_to_date"] and got["notebooks"][0]["status"] == "reused"
+    assert (final / "manifest.json").read_bytes() == before  # the real execution record stays
+    record["figures"] = ["fig-1.png"]  # a figure the book lacks: not up to date, rebuild
+    (final / "manifest.json").write_text(json.dumps(record))
+    assert book._up_to_date(final, "k", "2026-12-01 10:00 UTC") is None
