@@ -8,6 +8,7 @@ import yaml
 
 from conftest import run_cli
 from scaletax.report.provenance import data_hashes
+from scaletax.report.scenario import DEFAULT_SCENARIO
 
 pytestmark = pytest.mark.book
 
@@ -27,6 +28,8 @@ SCENARIO = {
                   "energy": {"pue": 1.2, "system_overhead": 1.7, "utilization": 0.9, "source": "defaults"},
                   "usd_per_mwh": 80, "usd_per_mwh_source": "my utility"},
     "precision": {"seed": 1, "experiment_seeds": 1, "experiment_steps": 20},
+    # the decision chapter's reference GPUs: the default scenario's
+    "comparisons": yaml.safe_load(DEFAULT_SCENARIO.read_text())["comparisons"],
 }
 
 
@@ -35,7 +38,7 @@ def test_own_model_and_gpu_build_marked_and_a_price_change_reruns_only_price_rea
     path.write_text(yaml.safe_dump(SCENARIO, sort_keys=False))
     before = data_hashes()
     build = tmp_path / "build"
-    proc = run_cli(["build", "--scenario", str(path), "--no-pdf", "--jobs", "2"], build)
+    proc = run_cli(["build", "--scenario", str(path), "--no-pdf", "--jobs", "2", "--name", "mine"], build)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert data_hashes() == before  # data/ untouched
     html = build / "mine" / "html"
