@@ -52,8 +52,16 @@ class TinyChapter(Chapter):
 
 
 class Scen:
+    """The part of a Scenario that execute_chapters reads."""
+
+    gpu_ids: list = []
+    model_ids: list = []
+
     def get(self, key):
         return {"value": 7}[key]
+
+    def definitions(self):
+        return {"gpus": {}, "models": {}}
 
 
 @pytest.fixture
