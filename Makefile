@@ -47,7 +47,7 @@ test-fast: venv
 	$(BIN)/python -m pytest -q -x -p no:cacheprovider -k "$(FAST_K)" $(PYTEST_ARGS)
 
 bench: venv
-	$(BIN)/python benchmarks/run.py
+	$(BIN)/python benchmarks/run.py --readme
 
 clean:
 	rm -rf _build

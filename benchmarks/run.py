@@ -1,12 +1,17 @@
-"""scaletax benchmarks: book build, layout search, quantizers, and how cost scales with work.
+"""scaletax benchmarks, side by side in one run: the book against Jupyter Book's own execution,
+rebuilds after one change, the layout search against its loop, Calculon and llm-analysis, predict,
+quantizers and the model kernels.
 
-    make bench                      # everything (~15-25 min on 2 cores)
-    .venv/bin/python benchmarks/run.py --only quantizers search --repeats 5
+    make bench                                   # everything (~20-30 min on 2 cores)
+    .venv/bin/python benchmarks/run.py --only search predict --rounds 3
 
-Times are medians of ``--repeats`` runs; every comparison is a ratio of two things measured
-in the same run, because the machine is small and noisy. Results go to
-``benchmarks/results/latest.json`` and a table is printed. Nothing here asserts a speed: the
-targets are reported as met or not.
+Rates are per CPU second of one process (every numeric library at one thread: per core) with
+wall time beside; comparisons are medians over interleaved rounds of the same run, and the load
+average is recorded with every part, because the machine is small and shared. The peers run
+in their own venvs under ``benchmarks/.peers/`` (gitignored; created on first use): Calculon
+from ``../shared/peers/calculon`` (numpy, pandas, psutil) and ``llm-analysis`` 0.2.2 from PyPI.
+Results (only what this run measured) go to ``benchmarks/results/latest.json`` and a table is
+printed; nothing here asserts a speed.
 """
 from __future__ import annotations
 
@@ -30,13 +35,13 @@ sys.path.insert(0, str(ROOT / "lib"))
 
 TARGETS = {
     "warm_rebuild_speedup": 10.0,          # cold / warm
-    "search_layouts_per_s": 1e6,            # vectorized, one core
+    "cold_vs_jupyter_book_execute": 3.0,   # JB force / ours, cold HTML, 2 cores
     "search_speedup_vs_loop": 100.0,
+    "search_speedup_vs_calculon_fully_evaluated_logging_off": 1000.0,
+    "search_speedup_vs_llm_analysis": 200.0,
+    "predict_rows_per_s": 10_000.0,
     "nvfp4_elements_per_s": 50e6,
 }
-#: Calculon's published search rate on this class of machine (Isaev et al. SC23), as quoted in
-#: the benchmark issue: about 22 configurations per second per core.
-CALCULON_LAYOUTS_PER_S = 22.0
 
 
 def _cpu_and_wall(fn, repeats: int) -> tuple[dict, object]:
@@ -76,113 +81,104 @@ def _manifest(build_dir: Path, name: str) -> dict:
     return json.loads((build_dir / name / "manifest.json").read_text())
 
 
-def _one_chapter_key(manifest: dict) -> tuple[str, str, object]:
-    """A scenario key read by exactly one chapter (the cheapest such chapter), and a new value."""
-    from scaletax.report import chapters
-
-    seconds = {n["chapter"]: n["seconds"] for n in manifest["notebooks"]}
-    readers: dict[str, list[str]] = {}
-    for ch in chapters.CHAPTERS:
-        for key in ch.reads:
-            readers.setdefault(key, []).append(ch.slug)
-    single = [(seconds.get(v[0], 0.0), k, v[0]) for k, v in readers.items() if len(v) == 1]
-    if not single:
-        raise RuntimeError("no scenario key is read by exactly one chapter")
-    _, key, slug = min(single)
-    value = manifest["scenario"]
-    for part in key.split("."):
-        value = value[part]
-    return key, slug, value
+#: One-parameter rebuilds after a cold build, each on top of the previous cache: what a
+#: planner changes (a price, the cluster size, the GPU list), with what should re-run.
+REBUILDS = (
+    ("price", "economics.prices.b200.usd_per_gpu_hour=3.2"),
+    ("cluster_size", "cluster.gpus=32768"),
+    ("gpu_list", 'gpus=["h100_sxm","h200_sxm","b200","gb200","gb300"]'),
+)
 
 
-def _changed(value):
-    if isinstance(value, bool):
-        return not value
-    if isinstance(value, int):
-        return value + 1
-    if isinstance(value, float):
-        return value * 1.01
-    if isinstance(value, list) and value:
-        return value[:-1] if len(value) > 1 else value
-    if isinstance(value, str):
-        return value + " (changed by the benchmark)"
-    raise RuntimeError(f"do not know how to change {value!r}")
+def _memo_files(build_dir: Path) -> dict[str, set[str]]:
+    """{cached function: result files} in the build's shared result cache (scaletax.memo)."""
+    root = build_dir / ".cache" / "memo"
+    return {d.name: {f.name for f in d.glob("*.pkl")} for d in root.iterdir() if d.is_dir()} if root.exists() else {}
 
 
-def bench_book(repeats: int) -> dict:
-    cold, warm, one = [], [], []
-    key = slug = None
-    executed_after_change: list[str] = []
-    for _ in range(repeats):
-        build_dir = Path(tempfile.mkdtemp(prefix="scaletax-bench-"))
-        try:
-            t0 = time.perf_counter()
-            _cli(["build", "--name", "bench"], build_dir)
-            cold.append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
-            _cli(["build", "--name", "bench"], build_dir)
-            warm.append(time.perf_counter() - t0)
-            m = _manifest(build_dir, "bench")
-            key, slug, value = _one_chapter_key(m)
-            new = _changed(value)
-            t0 = time.perf_counter()
-            _cli(["build", "--name", "bench", "--set", f"{key}={json.dumps(new)}"], build_dir)
-            one.append(time.perf_counter() - t0)
-            m2 = _manifest(build_dir, "bench")
-            executed_after_change = [n["chapter"] for n in m2["notebooks"] if n["status"] == "executed"]
-        finally:
-            shutil.rmtree(build_dir, ignore_errors=True)
-    base = bench_book_baseline(repeats)
-    cold_html = base.pop("ours_cold_html_s")
-    out = {
-        "cold_s": statistics.median(cold), "warm_s": statistics.median(warm),
-        "one_param_s": statistics.median(one), "one_param_key": key, "one_param_chapter": slug,
-        "one_param_executed": executed_after_change,
-        "cold_html_only_s": cold_html, **base,
-    }
-    out["warm_speedup"] = out["cold_s"] / out["warm_s"]
-    out["one_param_speedup"] = out["cold_s"] / out["one_param_s"]
-    out["vs_jupyter_book_execute"] = out["jb_force_serial_html_s"] / out["cold_html_only_s"]
+def _computed(before: dict[str, set[str]], after: dict[str, set[str]]) -> dict[str, int]:
+    """Results computed between two snapshots (new files), by function; empty: all reused."""
+    out = {}
+    for name, files in after.items():
+        n = len(files - before.get(name, set()))
+        if n:
+            out[name.rsplit(".", 1)[-1] if name.endswith(".search") else name.rsplit(".", 2)[-2] + "." +
+                name.rsplit(".", 1)[-1]] = n
     return out
 
 
-def bench_book_baseline(repeats: int) -> dict:
-    """Jupyter Book executing the same notebooks itself (execute_notebooks: force, serial)."""
+def _timed_build(args: list[str], build_dir: Path, name: str) -> dict:
+    before = _memo_files(build_dir)
+    t0 = time.perf_counter()
+    _cli(["build", "--name", name, "--no-pdf", *args], build_dir)
+    wall = time.perf_counter() - t0
+    m = _manifest(build_dir, name)
+    return {"wall_s": wall, "executed": [n["chapter"] for n in m["notebooks"] if n["status"] == "executed"],
+            "computed": _computed(before, _memo_files(build_dir)),
+            "chapter_s": {n["chapter"]: round(n["seconds"], 1) for n in m["notebooks"] if n["status"] == "executed"}}
+
+
+def _jb_force(build_dir: Path) -> float:
+    """Jupyter Book executing the same notebooks itself (``execute_notebooks: force``, serial,
+    the environment as inherited: no thread limits, no result cache); wall seconds, HTML.
+    The book sources are staged from the default build already in ``build_dir``'s cache."""
     from scaletax.report import book, chapters
     from scaletax.report.execute import execute_chapters
     from scaletax.report.scenario import resolve
 
-    ours, theirs = [], []
-    for _ in range(repeats):
+    scen = resolve()
+    results = execute_chapters(list(chapters.CHAPTERS), scen, build_dir / ".cache", build_dir / "logs", jobs=2)
+    src = build_dir / "jb" / "src"
+    info = book.page_info("bench", scen, chapters.ROOT / "data/scenarios/default.yaml", (), "bench", "bench")
+    book.stage_sources(src, results, info)
+    for res in results:  # hand Jupyter Book the unexecuted sources instead
+        (src / f"{res.slug}.ipynb").unlink()
+        shutil.copyfile(chapters.NOTEBOOK_DIR / f"{res.slug}.md", src / f"{res.slug}.md")
+    conf = (src / "conf.py").read_text()
+    if "nb_execution_mode = 'off'" not in conf:
+        raise RuntimeError("the generated conf.py no longer sets nb_execution_mode = 'off'")
+    conf = conf.replace("nb_execution_mode = 'off'", "nb_execution_mode = 'force'")
+    conf += "nb_execution_timeout = 1800\nnb_execution_raise_on_error = True\n"
+    (src / "conf.py").write_text(conf)
+    env = {k: v for k, v in os.environ.items() if k not in ("SCALETAX_MEMO_DIR", "SCALETAX_WORKERS")}
+    env["SCALETAX_FIGURES_DIR"] = str(build_dir / "jb" / "figures")
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-q", str(src), str(build_dir / "jb" / "html")],
+                          cwd=src, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"baseline Jupyter Book build failed: {proc.stderr[-1500:]}")
+    return wall
+
+
+def bench_book(rounds: int) -> dict:
+    """Cold HTML build against Jupyter Book's own execution of the same notebooks, interleaved
+    (ours, then theirs, per round); then warm and one-parameter rebuilds on our cache, with the
+    chapters re-executed and the cached computations (scaletax.memo) that ran again."""
+    cold, jb, warm, rebuilds = [], [], [], {k: [] for k, _ in REBUILDS}
+    detail: dict = {}
+    for _ in range(rounds):
         build_dir = Path(tempfile.mkdtemp(prefix="scaletax-bench-"))
         try:
-            t0 = time.perf_counter()
-            _cli(["build", "--name", "bench", "--no-pdf"], build_dir)
-            ours.append(time.perf_counter() - t0)
-            scen = resolve()
-            results = execute_chapters(list(chapters.CHAPTERS), scen, build_dir / ".cache", build_dir / "logs")
-            src = build_dir / "jb" / "src"
-            info = book.page_info("bench", scen, chapters.ROOT / "data/scenarios/default.yaml", (),
-                                  "bench", "bench")
-            book.stage_sources(src, results, info)
-            for res in results:  # hand Jupyter Book the unexecuted sources instead
-                (src / f"{res.slug}.ipynb").unlink()
-                shutil.copyfile(chapters.NOTEBOOK_DIR / f"{res.slug}.md", src / f"{res.slug}.md")
-            conf = (src / "conf.py").read_text()
-            conf = conf.replace("nb_execution_mode = 'off'", "nb_execution_mode = 'force'")
-            conf += "nb_execution_timeout = 1800\nnb_execution_raise_on_error = True\n"
-            (src / "conf.py").write_text(conf)
-            env = dict(os.environ, SCALETAX_FIGURES_DIR=str(build_dir / "jb" / "figures"))
-            t0 = time.perf_counter()
-            proc = subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-q", str(src),
-                                   str(build_dir / "jb" / "html")], cwd=src, env=env,
-                                  capture_output=True, text=True)
-            theirs.append(time.perf_counter() - t0)
-            if proc.returncode != 0:
-                raise RuntimeError(f"baseline Jupyter Book build failed: {proc.stderr[-1500:]}")
+            c = _timed_build([], build_dir, "bench")
+            cold.append(c["wall_s"])
+            detail["cold"] = c
+            w = _timed_build([], build_dir, "bench")
+            warm.append(w["wall_s"])
+            detail["warm"] = w
+            for key, setting in REBUILDS:
+                r = _timed_build(["--set", setting], build_dir, f"bench-{key}")
+                rebuilds[key].append(r["wall_s"])
+                detail[key] = {**r, "set": setting}
+            jb.append(_jb_force(build_dir))  # stages from the cold build's executed copies
         finally:
             shutil.rmtree(build_dir, ignore_errors=True)
-    return {"ours_cold_html_s": statistics.median(ours), "jb_force_serial_html_s": statistics.median(theirs)}
+    out = {"rounds": rounds, "cold_html_s": statistics.median(cold), "jb_force_html_s": statistics.median(jb),
+           "warm_s": statistics.median(warm), "cold_s_all": cold, "jb_force_s_all": jb,
+           "rebuild_s": {k: statistics.median(v) for k, v in rebuilds.items()}, "detail": detail}
+    out["vs_jupyter_book_execute"] = out["jb_force_html_s"] / out["cold_html_s"]
+    out["warm_speedup"] = out["cold_html_s"] / out["warm_s"]
+    return out
 
 
 # ------------------------------------------------------------------------------------------
@@ -210,26 +206,140 @@ def bench_quantizers(repeats: int, n: int = 16 * 2**20) -> dict:
     return {"elements": n, "formats": rows}
 
 
-def bench_search(repeats: int) -> dict:
-    """Vectorized search vs the plain per-layout loop of the same model, and scaling with layouts."""
-    from scaletax import memory, models, perf, search
-    from scaletax.layout import label
+PEERS = ROOT / "benchmarks" / ".peers"
+CALCULON_DIR = ROOT.parent.parent / "shared" / "peers" / "calculon"  # /work/shared/peers/calculon
+#: The peers' venvs: (folder, packages); created by the benchmark on first use (gitignored).
+PEER_VENVS = {"calculon": ("calculon", ["numpy", "pandas", "psutil"]),
+              "llm-analysis": ("llm-analysis", ["llm-analysis==0.2.2"])}
+#: The side-by-side problem: Megatron-1T (Narayanan et al. 2021) on 4,096 H100, BF16 (Calculon's
+#: float16 stand-in), global batch 8,192 sequences of 2,048 tokens (16M tokens per step).
+PEER_GPUS, PEER_BATCH, PEER_PRECISION = 4096, 8192, "bf16"
 
-    tokens = 16 * 2**20
+
+def _calculon_dir() -> Path:
+    for cand in (CALCULON_DIR, ROOT.parent / "shared" / "peers" / "calculon", Path("/work/shared/peers/calculon")):
+        if (cand / "calculon").is_dir():
+            return cand
+    raise RuntimeError("Calculon checkout not found (expected ../shared/peers/calculon)")
+
+
+def _peer_python(name: str) -> Path:
+    folder, packages = PEER_VENVS[name]
+    py = PEERS / folder / "bin" / "python"
+    stamp = PEERS / folder / ".installed"
+    if not stamp.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(PEERS / folder)], check=True)
+        subprocess.run([str(py), "-m", "pip", "install", "-q", *packages], check=True)
+        stamp.write_text(" ".join(packages) + "\n")
+    return py
+
+
+def _peer(name: str, mode: str, cfg: dict) -> dict:
+    script = ROOT / "benchmarks" / "peers" / ("calculon_run.py" if name == "calculon" else "llm_analysis_run.py")
+    env = dict(os.environ, **THREADS)
+    if name == "calculon":
+        cdir = _calculon_dir()
+        env.update(PYTHONPATH=str(cdir), CALCULON_DIR=str(cdir))
+    proc = subprocess.run([str(_peer_python(name)), str(script), mode, json.dumps(cfg)], env=env,
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{name} {mode} failed: {proc.stderr[-1500:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+#: One thread for every numeric library, in this process's children too (per-core rates).
+THREADS = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def _peer_layouts():
+    """Layouts of the side-by-side problem that the three tools all express: sequence
+    parallel, distributed optimizer, mbs 1, no context/expert parallelism."""
+    from scaletax.layout import Layout
+
+    rows = [(8, 8, 1, "selective"), (8, 16, 2, "selective"), (8, 8, 1, "full"), (4, 16, 4, "full"), (8, 32, 4, "none")]
+    return [Layout(tp=tp, pp=pp, dp=PEER_GPUS // (tp * pp), vp=vp, mbs=1, gbs=PEER_BATCH, sequence_parallel=True, zero_stage=1,
+                   recompute=rc) for tp, pp, vp, rc in rows]
+
+
+def bench_search(rounds: int) -> dict:
+    """The project's vectorized search against its own per-layout loop, Calculon (as shipped and
+    with logging at WARNING; every execution and fully evaluated ones) and llm-analysis, on the
+    same problem, in interleaved rounds; CPU seconds of one process (per core) and wall."""
+    from scaletax import memory, models, perf, search
+    from scaletax.layout import LayoutArray, label
+
     dense = models.get("megatron_1t")
-    moe = models.get("kimi_k2")
-    # 1) the same space both ways, to the end: do they pick the same layout?
-    vec, _ = median_time(lambda: search.search(dense, "fp8", "h100_sxm", 16384, tokens_per_step=tokens, pareto=False),
-                         repeats)
-    res = search.search(dense, "fp8", "h100_sxm", 16384, tokens_per_step=tokens, pareto=False)
-    loop = search.search_loop(dense, "fp8", "h100_sxm", 16384, tokens_per_step=tokens)
+    tokens = PEER_BATCH * dense.seq_len
+    run = lambda: search.search(dense, PEER_PRECISION, "h100_sxm", PEER_GPUS, tokens_per_step=tokens,  # noqa: E731
+                                pareto=False)
+    res = run()
+    c0 = time.process_time()
+    loop = search.search_loop(dense, PEER_PRECISION, "h100_sxm", PEER_GPUS, tokens_per_step=tokens)
+    loop_cpu = time.process_time() - c0
     same = loop["best"] is not None and label(loop["best"]) == label(res.best)
-    # 2) the large MoE space: vectorized in full, the loop on a sample of it
-    big = search.benchmark(moe, "fp8", "gb200", 16384, tokens_per_step=tokens, repeats=repeats, loop_layouts=500)
-    # 3) time vs number of layouts: the vectorized evaluation on 10^3 .. 10^6 layouts
+    ours, cal_ship, cal_warn, lla = [], [], [], []
+    for _ in range(rounds):
+        t, _r = _cpu_and_wall(run, 3)
+        ours.append(t)
+        cal_ship.append(_peer("calculon", "search", {"procs": PEER_GPUS, "batch": PEER_BATCH, "logging": "shipped",
+                                                     "tuples": 2}))
+        cal_warn.append(_peer("calculon", "search", {"procs": PEER_GPUS, "batch": PEER_BATCH, "logging": "warning",
+                                                     "tuples": 2}))
+        lla.append(_peer("llm-analysis", "search", {"procs": PEER_GPUS, "batch": PEER_BATCH}))
+    med = statistics.median
+    ours_rate = med([res.n_layouts / t["cpu_s"] for t in ours])
+    rate = lambda rs, k: med([r[k] / r["cpu_s"] for r in rs])  # noqa: E731
+    cal = {"shipped_executions_per_s": rate(cal_ship, "executions"),
+           "shipped_fully_evaluated_per_s": rate(cal_ship, "fully_evaluated"),
+           "warning_executions_per_s": rate(cal_warn, "executions"),
+           "warning_fully_evaluated_per_s": rate(cal_warn, "fully_evaluated"),
+           "rounds": cal_ship + cal_warn}
+    lla_rate = rate(lla, "configurations")
+    # the same layouts, evaluated by all three
+    lays = _peer_layouts()
+    la = LayoutArray.from_layouts(lays)
+    st = perf.evaluate(perf.prepare(dense, la, PEER_PRECISION, "h100_sxm"))
+    mem = memory.breakdown(dense, la, PEER_PRECISION).total
+    cal_rows = _peer("calculon", "layouts", {"procs": PEER_GPUS, "layouts": [
+        {"tp": x.tp, "pp": x.pp, "dp": x.dp, "vp": x.vp, "mbs": x.mbs, "gbs": x.gbs, "sp": bool(x.sequence_parallel), "zero": x.zero_stage,
+         "recompute": {"none": "none", "selective": "attn_only", "full": "full"}[x.recompute]} for x in lays]})["rows"]
+    lla_rows = _peer("llm-analysis", "layouts", {"procs": PEER_GPUS, "layouts": [
+        {"tp": x.tp, "pp": x.pp, "dp": x.dp, "vp": x.vp, "mbs": x.mbs, "gbs": x.gbs, "recompute": x.recompute,
+         "zero": x.zero_stage} for x in lays]})["rows"]
+    side = []
+    for i, x in enumerate(lays):
+        c, l_ = cal_rows[i], lla_rows[i]
+        side.append({"layout": label(x), "scaletax_step_s": float(st.step_s[i]),
+                     "scaletax_memory_gib": float(mem[i] / memory.GIB),
+                     "calculon_step_s": c.get("step_s"), "calculon_memory_gib": c["memory_bytes"] / 2**30 if "memory_bytes" in c else None,
+                     "calculon_error": c.get("error"),
+                     "llm_analysis_step_s": l_.get("step_s"), "llm_analysis_memory_gib": l_.get("memory_gib"),
+                     "llm_analysis_error": l_.get("error")})
+    return {
+        "space": f"megatron_1t, {PEER_PRECISION}, {PEER_GPUS:,} H100, {PEER_BATCH:,} sequences per step",
+        "rounds": rounds, "n_layouts": res.n_layouts, "n_fit": res.n_fit,
+        "vectorized_layouts_per_s": ours_rate, "vectorized_cpu_s": med([t["cpu_s"] for t in ours]),
+        "vectorized_wall_s": med([t["wall_s"] for t in ours]),
+        "loop_layouts_per_s": loop["n_layouts"] / loop_cpu, "loop_cpu_s": loop_cpu,
+        "speedup_vs_loop": ours_rate / (loop["n_layouts"] / loop_cpu),
+        "best_vectorized": label(res.best),
+        "best_loop": label(loop["best"]) if loop["best"] is not None else None, "same_best": same,
+        "calculon": cal, "llm_analysis": {"configurations_per_s": lla_rate, "rounds": lla},
+        "speedup_vs_calculon_fully_evaluated_logging_off": ours_rate / cal["warning_fully_evaluated_per_s"],
+        "speedup_vs_calculon_executions_shipped": ours_rate / cal["shipped_executions_per_s"],
+        "speedup_vs_llm_analysis": ours_rate / lla_rate,
+        "same_layouts": side,
+    }
+
+
+def bench_search_scaling(repeats: int) -> dict:
+    """Time of the vectorized evaluation against the number of layouts (10^3 .. 10^6)."""
+    from scaletax import memory, models, perf, search
+
+    moe = models.get("kimi_k2")
+    tokens = 16 * 2**20
     la = search.candidates(moe, 16384, search.SearchSpace(), search.target_sequences(moe, tokens, None))
-    reps = int(np.ceil(1e6 / len(la)))
-    big_la = search._concat([la] * reps)
+    big_la = search._concat([la] * int(np.ceil(1e6 / len(la))))
     sizes, secs = [], []
     for n in (1_000, 10_000, 100_000, 1_000_000):
         sub = big_la[np.arange(n)]
@@ -238,24 +348,11 @@ def bench_search(repeats: int) -> dict:
             memory.breakdown(moe, sub, "fp8")
             perf.evaluate(perf.prepare(moe, sub, "fp8", "gb200", ep_dispatch="dedup"))
 
-        t, _ = median_time(run, max(1, repeats if n < 1_000_000 else 1))
+        t, _ = _cpu_and_wall(run, max(1, repeats if n < 1_000_000 else 1))
         sizes.append(n)
-        secs.append(t)
+        secs.append(t["cpu_s"])
     slope = float(np.polyfit(np.log10(sizes), np.log10(secs), 1)[0])
-    return {
-        "space": "megatron_1t, fp8, 16,384 H100, 16M tokens per step",
-        "n_layouts": res.n_layouts, "vectorized_seconds": vec,
-        "vectorized_layouts_per_s": res.n_layouts / vec,
-        "loop_seconds": loop["seconds"], "loop_layouts_per_s": loop["n_layouts"] / loop["seconds"],
-        "speedup": (res.n_layouts / vec) / (loop["n_layouts"] / loop["seconds"]),
-        "best_vectorized": label(res.best),
-        "best_loop": label(loop["best"]) if loop["best"] is not None else None,
-        "same_best": same,
-        "moe_space": big,
-        "scaling": {"layouts": sizes, "seconds": secs, "slope": slope,
-                    "layouts_per_s_at_1e6": sizes[-1] / secs[-1]},
-        "calculon_layouts_per_s_per_core": CALCULON_LAYOUTS_PER_S,
-    }
+    return {"layouts": sizes, "cpu_s": secs, "slope": slope, "layouts_per_s_at_1e6": sizes[-1] / secs[-1]}
 
 
 def _random_layouts(n: int, seed: int = 0):
@@ -290,6 +387,25 @@ def bench_kernels(repeats: int) -> dict:
     return {"memory_breakdown_1e6": {**mem, "layouts_per_s": 1e6 / mem["cpu_s"]},
             "comm_step_traffic_1e5": {**step, "layouts_per_s": 1e5 / step["cpu_s"]},
             "communication_tax_sweep": sweep}
+
+
+def bench_predict(sizes=(1_000, 4_000)) -> dict:
+    """``predict_rows`` on the published-runs table repeated to n rows (every row has a layout):
+    rows per CPU second, and the process's peak resident memory after each size."""
+    import resource
+
+    from scaletax.report.predict import predict_rows
+    from scaletax.runs import read_runs
+
+    base = read_runs(ROOT / "data" / "published_runs.csv")
+    out = {}
+    for n in sizes:
+        rows = [dict(base[i % len(base)]) for i in range(n)]
+        t, res = _cpu_and_wall(lambda: predict_rows(rows), 1)
+        assert len(res) == n
+        out[str(n)] = {**t, "rows_per_s": n / t["cpu_s"],
+                       "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    return out
 
 
 def bench_chapters_scaling(repeats: int) -> dict:
@@ -338,67 +454,112 @@ def bench_chapters_scaling(repeats: int) -> dict:
 # ------------------------------------------------------------------------------------------
 # Report
 # ------------------------------------------------------------------------------------------
+def _n(v, digits=0):
+    return "n/a" if v is None else f"{v:,.{digits}f}"
+
+
 def _table(results: dict) -> str:
+    """The README's Performance table, from the results of one run."""
     lines = ["| measurement | value | target |", "|---|---|---|"]
     b = results.get("book")
     if b:
+        d = b["detail"]
         lines += [
-            f"| cold build, HTML + PDF | {b['cold_s']:.0f} s | |",
-            f"| warm rebuild (nothing changed) | {b['warm_s']:.1f} s ({b['warm_speedup']:.0f}x faster) | >= 10x |",
-            f"| rebuild after `{b['one_param_key']}` | {b['one_param_s']:.0f} s, re-executed {', '.join(b['one_param_executed']) or 'none'} | only {b['one_param_chapter']} |",
-            f"| cold HTML, scaletax (parallel, cached) | {b['cold_html_only_s']:.0f} s | |",
-            f"| cold HTML, Jupyter Book execute force (serial) | {b['jb_force_serial_html_s']:.0f} s ({b['vs_jupyter_book_execute']:.2f}x ours) | |",
+            f"| cold build, HTML (`--jobs 2`) | {b['cold_html_s']:.0f} s | about a minute idle |",
+            f"| same notebooks, Jupyter Book `execute_notebooks: force` | {b['jb_force_html_s']:.0f} s ({b['vs_jupyter_book_execute']:.1f}x ours) | >= 3x |",
+            f"| warm rebuild (nothing changed) | {b['warm_s']:.1f} s, executed {', '.join(d['warm']['executed']) or 'nothing'} | |",
         ]
+        for key, label in (("price", "a price"), ("cluster_size", "the cluster size"), ("gpu_list", "the GPU list")):
+            r = d[key]
+            comp = ", ".join(f"{v} {k}" for k, v in r["computed"].items()) or "none"
+            lines.append(f"| rebuild after {label} (`{r['set']}`) | {b['rebuild_s'][key]:.0f} s; executed "
+                         f"{', '.join(r['executed']) or 'nothing'}; computed: {comp} | |")
     s = results.get("search")
     if s:
+        c, la = s["calculon"], s["llm_analysis"]
         lines += [
-            f"| layout search, vectorized | {s['vectorized_layouts_per_s']:,.0f} layouts/s | >= 1e6 |",
-            f"| layout search, per-layout loop | {s['loop_layouts_per_s']:,.0f} layouts/s ({s['speedup']:,.0f}x slower) | >= 100x |",
-            f"| Calculon (published, per core) | {CALCULON_LAYOUTS_PER_S:.0f} layouts/s ({s['vectorized_layouts_per_s'] / CALCULON_LAYOUTS_PER_S:,.0f}x slower) | |",
-            f"| same best layout (vectorized vs loop) | {s['same_best']} | yes |",
+            f"| layout search, vectorized ({s['space']}) | {_n(s['vectorized_layouts_per_s'])} layouts/s per core | |",
+            f"| the project's per-layout loop, same space | {_n(s['loop_layouts_per_s'])} layouts/s ({s['speedup_vs_loop']:,.0f}x slower) | >= 100x |",
+            f"| same best layout (vectorized vs loop) | {s['same_best']} ({s['best_vectorized']}) | yes |",
+            f"| Calculon, as shipped, every execution | {_n(c['shipped_executions_per_s'])} /s ({s['speedup_vs_calculon_executions_shipped']:,.0f}x slower) | |",
+            f"| Calculon, as shipped, fully evaluated | {_n(c['shipped_fully_evaluated_per_s'])} /s | |",
+            f"| Calculon, logging at WARNING, every execution | {_n(c['warning_executions_per_s'])} /s | |",
+            f"| Calculon, logging at WARNING, fully evaluated | {_n(c['warning_fully_evaluated_per_s'])} /s ({s['speedup_vs_calculon_fully_evaluated_logging_off']:,.0f}x slower) | >= 1,000x |",
+            f"| llm-analysis 0.2.2, configurations | {_n(la['configurations_per_s'])} /s ({s['speedup_vs_llm_analysis']:,.0f}x slower) | >= 200x |",
         ]
-        if "scaling" in s:
-            sc = s["scaling"]
-            lines.append(f"| search time vs layouts (10^3..10^6) | log-log slope {sc['slope']:.2f} ({'linear' if 0.8 <= sc['slope'] <= 1.2 else 'not linear'}) | |")
+    sc = results.get("search_scaling")
+    if sc:
+        lines.append(f"| search time vs layouts (10^3..10^6, Kimi K2) | log-log slope {sc['slope']:.2f}; {_n(sc['layouts_per_s_at_1e6'])} layouts/s at 10^6 | |")
+    p = results.get("predict")
+    if p:
+        for n, r in ((k, v) for k, v in p.items() if k.isdigit()):
+            lines.append(f"| `predict`, {int(n):,} rows | {_n(r['rows_per_s'])} rows/s, peak RSS {r['peak_rss_mib']:.0f} MiB | >= 10,000 rows/s |")
     q = results.get("quantizers")
     if q:
         for fmt in ("fp8_e4m3", "mxfp8_e4m3", "mxfp4", "nvfp4"):
             r = q["formats"][fmt]
             lines.append(f"| quantize {fmt}, 16M elements | {r['elements_per_s'] / 1e6:,.0f} M/s ({r['vs_astype_fp4_floor']:.2f}x astype) | {'>= 50 M/s' if fmt == 'nvfp4' else ''} |")
-        r = q["formats"]["ml_dtypes_astype_fp4"]
-        lines.append(f"| ml_dtypes astype fp4 round trip (floor) | {r['elements_per_s'] / 1e6:,.0f} M/s | |")
+    k = results.get("kernels")
+    if k:
+        lines.append(f"| memory.breakdown, 10^6 layouts | {_n(k['memory_breakdown_1e6']['layouts_per_s'])} layouts/s | |")
+        lines.append(f"| comm.step_traffic + exposed_comm, 10^5 layouts | {_n(k['comm_step_traffic_1e5']['layouts_per_s'])} layouts/s | |")
     c = results.get("chapters_scaling")
     if c:
         lines.append(f"| build time vs chapters (1..{c['chapters'][-1]}) | slope {c['slope_s_per_chapter']:.1f} s/chapter, R^2 {c['r2']:.2f} | |")
     return "\n".join(lines)
 
 
+README = ROOT / "README.md"
+_BEGIN, _END = "<!-- bench:begin -->", "<!-- bench:end -->"
+
+
+def write_readme(results: dict, path: Path = README) -> None:
+    """Replace the README's measured block (between the bench markers) by this run's table."""
+    text = path.read_text(encoding="utf-8")
+    if _BEGIN not in text or _END not in text:
+        raise RuntimeError(f"{path} has no {_BEGIN} ... {_END} block")
+    load = results.get("load_average_start", [float("nan")] * 3)
+    head = (f"Measured by `make bench` (`benchmarks/run.py`) on this project's {results['machine']['cpus']}-core machine, "
+            f"{results['date']}, load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1 / 5 / 15 min) at the "
+            f"start (each part's own is in `benchmarks/results/latest.json`).")
+    block = f"{_BEGIN}\n{head}\n\n{_table(results)}\n{_END}"
+    a, b = text.index(_BEGIN), text.index(_END) + len(_END)
+    path.write_text(text[:a] + block + text[b:], encoding="utf-8")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", nargs="*", default=["book", "search", "quantizers", "kernels", "chapters_scaling"])
+    ap.add_argument("--only", nargs="*", default=["search", "predict", "quantizers", "kernels", "search_scaling",
+                                                  "book"])
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--book-repeats", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the peer comparison")
+    ap.add_argument("--book-rounds", type=int, default=1)
     ap.add_argument("--out", type=Path, default=RESULTS / "latest.json")
+    ap.add_argument("--readme", action="store_true", help="write the table into README.md's Performance section")
     args = ap.parse_args(argv)
     results: dict = {"machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                                  "platform": platform.platform()},
-                     "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+                     "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                     "load_average_start": list(os.getloadavg())}
     runners = {"quantizers": lambda: bench_quantizers(args.repeats),
-               "search": lambda: bench_search(args.repeats),
-               "book": lambda: bench_book(args.book_repeats),
-               "chapters_scaling": lambda: bench_chapters_scaling(1),
-               "kernels": lambda: bench_kernels(args.repeats)}
-    if args.out.exists():  # keep the parts not rerun now (each part carries its own date)
-        previous = json.loads(args.out.read_text())
-        results = {**{k: v for k, v in previous.items() if k in runners}, **results}
+               "search": lambda: bench_search(args.rounds),
+               "search_scaling": lambda: bench_search_scaling(args.repeats),
+               "predict": lambda: bench_predict(),
+               "book": lambda: bench_book(args.book_rounds),
+               "kernels": lambda: bench_kernels(args.repeats),
+               "chapters_scaling": lambda: bench_chapters_scaling(1)}
     results["targets"] = TARGETS
     args.out.parent.mkdir(parents=True, exist_ok=True)
     for name in args.only:
         print(f"running {name} ...", file=sys.stderr, flush=True)
-        results[name] = {**runners[name](), "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+        load0 = os.getloadavg()
+        results[name] = {**runners[name](), "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                         "load_average": {"start": list(load0), "end": list(os.getloadavg())}}
         args.out.write_text(json.dumps(results, indent=2, default=float) + "\n")  # after every part
+        if args.readme:
+            write_readme(results)
     print(_table(results))
-    print(f"\nwrote {args.out}", file=sys.stderr)
+    print(f"\nwrote {args.out}" + (f" and {README}" if args.readme else ""), file=sys.stderr)
     return 0
 
 
