@@ -228,7 +228,8 @@ def test_tornado_rows(plan, rows):
     assert {r["input"] for r in costs} == {"tokens_per_s_per_gpu", "tokens", "usd_per_gpu_hour", "pue", "utilization",
                                             "system_overhead", "gpus"}
     swings = [r["swing_pct"] for r in costs]
-    assert swings == sorted(swings, reverse=True)
+    # sorted by swing, largest first; inputs with the same swing (to rounding) in either order
+    assert all(a >= b - 1e-9 * abs(b) for a, b in zip(swings, swings[1:]))
     tok = next(r for r in costs if r["input"] == "tokens")
     assert (tok["low_pct"], tok["high_pct"]) == pytest.approx((-25.0, 25.0))  # cost is linear in tokens
     days = [r for r in tor if r["output"] == "days"]

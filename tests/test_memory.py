@@ -151,14 +151,15 @@ def test_precision_weight_bytes():
 
 
 def test_sixteen_bit_gradients_follow_megatron_table():
-    # Megatron distributed optimizer: bf16 param + fp32 grads "6 + 12/d"; 16-bit grads "4 + 16/d"
+    # Megatron distributed optimizer: 16-bit grads (the default, recipes.GRAD_BYTES) "4 + 16/d";
+    # bf16 param + fp32 grads (grad_reduce_in_fp32) "6 + 12/d"
     m = models.get("llama31_8b")
     d = 8
     n = M.breakdown(m, Layout(dp=d), "bf16", include_embeddings=False)
     params = m.layers * m.dense_layer_params
-    assert n.model_state()[0] == pytest.approx(params * (6 + 12 / d))
-    g16 = M.breakdown(m, Layout(dp=d), "bf16", include_embeddings=False, grad_bytes=2)
-    assert g16.model_state()[0] == pytest.approx(params * (4 + 16 / d))
+    assert n.model_state()[0] == pytest.approx(params * (4 + 16 / d))
+    g32 = M.breakdown(m, Layout(dp=d), "bf16", include_embeddings=False, grad_bytes=4)
+    assert g32.model_state()[0] == pytest.approx(params * (6 + 12 / d))
 
 
 def test_expert_state_sharded_over_expert_data_parallel():

@@ -3,6 +3,7 @@ the peak each recipe runs at, and one training-precision policy that every chapt
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -11,6 +12,7 @@ from scaletax.chapters import communication as cs
 from scaletax.chapters import decision as d
 from scaletax.chapters import memory as ms
 from scaletax.layout import Layout
+from scaletax.topology import Topology
 from scaletax.report.chapters import default_parameters
 
 
@@ -26,10 +28,11 @@ def test_operand_bytes_follow_the_format_specs():
 
 def test_state_copy_cast_and_wire_bytes():
     bf16, fp16, fp8, mx8, nv4 = (recipes.get(n) for n in ("bf16", "fp16", "fp8", "mxfp8", "nvfp4"))
-    # Megatron distributed-optimizer table: bf16 "6 + 12/d" (2 + 4 + 12), fp16 "4 + 16/d" (2 + 2 + 16)
-    assert (bf16.param_bytes, bf16.grad_bytes, bf16.optimizer_bytes()) == (2.0, 4.0, 12.0)
+    # Megatron distributed-optimizer table: 16-bit grads "4 + 16/d" (2 + 2 + 16, the optimizer keeps an
+    # fp32 gradient shard); fp32 grads (grad_reduce_in_fp32) "6 + 12/d" (2 + 4 + 12)
+    assert (bf16.param_bytes, bf16.grad_bytes, bf16.optimizer_bytes()) == (2.0, 2.0, 16.0)
     assert (fp16.param_bytes, fp16.grad_bytes, fp16.optimizer_bytes()) == (2.0, 2.0, 16.0)
-    assert fp8.optimizer_bytes(grad_bytes=2.0) == 16.0
+    assert fp8.optimizer_bytes(grad_bytes=4.0) == 12.0
     # cached row- and column-wise quantized copies; casts read 16 bits and write both copies
     assert (bf16.lowp_copy_bytes, fp8.lowp_copy_bytes) == (0.0, 2.0)
     assert nv4.lowp_copy_bytes == pytest.approx(2 * (0.5 + 1 / 16))
@@ -43,11 +46,27 @@ def test_state_copy_cast_and_wire_bytes():
     assert (w.param, w.dispatch, w.act, w.grad) == (pytest.approx(1 + 1 / 32), pytest.approx(1 + 1 / 32), 2.0, 2.0)
 
 
+def test_gradient_bytes_are_one_choice_for_memory_and_wire():
+    """Megatron-Core DDP reduces its grad buffer in place: the bytes stored per gradient are the
+    bytes each DP reduce-scatter moves per gradient, for every recipe and for an explicit override."""
+    m = models.get(models.DENSE_1T)
+    for name in recipes.TRAINING:
+        rec = recipes.get(name)
+        assert comm.WireFormat.for_recipe(name).grad == rec.grad_bytes == memory.resolve_options(name)["grad_bytes"]
+    # DP gradient traffic scales with the gradient bytes: fp32 (grad_reduce_in_fp32) doubles it
+    lay = Layout(tp=8, pp=8, dp=16)
+    topo = Topology.from_gpu("h100_sxm")
+    g2 = comm.step_traffic(m, lay, topo, comm.WireFormat.for_recipe("bf16")).groups["dp"]
+    g4 = comm.step_traffic(m, lay, topo, replace(comm.WireFormat.for_recipe("bf16"), grad=4.0)).groups["dp"]
+    # reduce-scatter of gradients + all-gather of 16-bit parameters: 2 + 2 bytes -> 4 + 2 bytes
+    assert float(g4.nic_bytes[0] + g4.nvlink_bytes[0]) / float(g2.nic_bytes[0] + g2.nvlink_bytes[0]) == pytest.approx(1.5)
+
+
 def test_the_models_read_the_registry():
     m = models.get(models.DENSE_1T)
     lay = Layout(tp=8, pp=8, dp=16)
     o = memory.resolve_options("nvfp4")
-    assert (o["param_bytes"], o["grad_bytes"], o["optimizer_bytes"]) == (2.0, 4.0, 12.0)
+    assert (o["param_bytes"], o["grad_bytes"], o["optimizer_bytes"]) == (2.0, 2.0, 16.0)
     assert o["lowp"] == recipes.get("nvfp4").lowp_copy_bytes
     # weights: 16-bit parameters plus the quantized copies of the linear weights
     w = {p: float(memory.breakdown(m, lay, p).weights[0]) for p in ("bf16", "fp8", "nvfp4")}

@@ -420,15 +420,17 @@ class WireFormat:
 
     act: TP/SP, CP and PP activations and activation gradients (bf16 in Megatron/TE: TP
     collectives and p2p run in the autocast dtype); grad: DP gradient reduce-scatter /
-    all-reduce (bf16: Megatron-Core ``grad_reduce_in_fp32=False``; fp32 = 4 doubles DP bytes);
-    param: distributed-optimizer parameter all-gather (bf16, or 1 B with FP8 parameters,
+    all-reduce in the dtype of the main-gradient buffer, the recipe's ``grad_bytes`` (the same
+    bytes ``memory`` stores; :data:`scaletax.recipes.GRAD_BYTES`, 16-bit): Megatron-Core DDP reduces
+    its grad buffer in place (``grad_reduce_in_fp32`` makes both 4 B); param: distributed-optimizer
+    parameter all-gather (bf16, or 1 B with FP8 parameters,
     Transformer Engine ``fp8_param_gather``); dispatch / combine: MoE all-to-all token payloads
     forward (DeepSeek-V3 Sec. 3.3: FP8 dispatch, BF16 combine); backward all-to-alls carry
     gradients at ``act`` bytes.
     """
 
     act: float = 2.0
-    grad: float = 2.0
+    grad: float = recipes.GRAD_BYTES
     param: float = 2.0
     dispatch: float = 2.0
     combine: float = 2.0
@@ -436,10 +438,11 @@ class WireFormat:
     @classmethod
     def for_recipe(cls, precision: str) -> "WireFormat":
         """Wire format of a training recipe (:mod:`scaletax.recipes`): parameter gathers and MoE
-        dispatch in the recipe's ``wire_bytes`` (FP8 1 B; MX and FP4 recipes MXFP8),
-        activations and gradients 16-bit (ASSUMPTIONS stated in the registry)."""
-        wire = recipes.training(precision.lower()).wire_bytes
-        return cls(param=wire, dispatch=wire)
+        dispatch in the recipe's ``wire_bytes`` (FP8 1 B; MX and FP4 recipes MXFP8), gradients
+        in its main-gradient dtype (``grad_bytes``), activations 16-bit
+        (ASSUMPTIONS stated in the registry)."""
+        rec = recipes.training(precision.lower())
+        return cls(param=rec.wire_bytes, dispatch=rec.wire_bytes, grad=rec.grad_bytes)
 
 
 @dataclass(frozen=True)

@@ -31,10 +31,11 @@ Model of each term (h hidden, a heads, s sequence, b micro-batch, t tensor-paral
 V vocab, L layers, p pipeline size, v virtual stages):
 
 - Model state per parameter, Megatron-LM distributed-optimizer table
-  (docs/source/api-guide/dist_optimizer.md): bf16 params + fp32 main grads (Megatron's
-  default for bf16) + fp32 master and Adam m, v = 2 + 4 + 12 bytes ("6 + 12/d" with the
-  distributed optimizer); with 16-bit gradients 2 + 2 + 16 (the optimizer keeps an fp32
-  gradient shard: "4 + 16/d"). ZeRO (Rajbhandari et al. 2020, arXiv 1910.02054, §5): stage 1
+  (docs/source/api-guide/dist_optimizer.md): bf16 params + bf16 main grads (the grad buffer
+  reduced in place in 16 bits, ``recipes.GRAD_BYTES``, the same bytes ``comm`` puts on the wire)
+  + fp32 master, fp32 gradient shard and Adam m, v = 2 + 2 + 16 bytes ("4 + 16/d" with the
+  distributed optimizer); with fp32 main grads (``grad_bytes=4``, ``grad_reduce_in_fp32``)
+  2 + 4 + 12 ("6 + 12/d"). ZeRO (Rajbhandari et al. 2020, arXiv 1910.02054, §5): stage 1
   shards the optimizer state, stage 2 also the gradients, stage 3 also the parameters, over
   the data-parallel group: ``dp * cp`` for dense parameters (Megatron shards over data and
   context ranks), the expert-data-parallel group ``edp`` for routed-expert parameters (whose

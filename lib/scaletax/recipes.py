@@ -9,15 +9,17 @@ operand costs ``element bits + scale bits / block size`` (``precision.format_inf
 8 + 8/32 bits, NVFP4 4 + 8/16, MXFP4 4 + 8/32; OCP MX v1.0, arXiv 2509.25149).
 
 Bytes per parameter (Megatron-LM distributed optimizer, docs/source/api-guide/dist_optimizer.md):
-16-bit parameters; fp32 main gradients ("bf16 param, fp32 grads"), 16-bit ones for FP16
-("fp16 param, fp16 grads"); an fp32 master copy and Adam's m and v (12 B), plus an fp32 copy of
-the gradient shard when gradients are reduced in 16 bits (16 B). Low-precision recipes cache
+16-bit parameters; 16-bit main gradients (:data:`GRAD_BYTES`: the gradient buffer is reduced in
+place in bf16, ``grad_reduce_in_fp32=False``, as NVIDIA's performance configurations run; the
+"bf16 param, bf16 grads" row, "4 + 16/d"); an fp32 master copy and Adam's m and v (12 B), plus an
+fp32 copy of the gradient shard because gradients are reduced in 16 bits (16 B). Low-precision recipes cache
 ``lowp_copies`` quantized copies of each linear weight (row-wise and column-wise, Transformer
 Engine). A cast kernel reads the 16-bit input once and writes those copies with their scales;
 NVFP4 reads it once more for the random Hadamard transform of the weight-gradient operands
 (arXiv 2509.25149 §4.2). Wire (ASSUMPTION): FP8 gathers FP8 parameters and dispatches FP8
 tokens; MX and FP4 recipes move MXFP8 (their TP/DP/EP traffic formats are not modelled
-separately); activations and gradients stay 16-bit on the wire.
+separately); activations stay 16-bit on the wire; gradients are reduced in the main-gradient
+dtype (``grad_bytes``: Megatron-Core reduces its grad buffer in place).
 
 Public API
 ----------
@@ -39,8 +41,20 @@ from scaletax import precision as formats
 
 #: Bytes of a 16-bit element (the parameters, activations and the input of a cast).
 HALF_BYTES = 2.0
-#: Bytes of an fp32 element (main gradients, master weights, Adam moments).
+#: Bytes of an fp32 element (master weights, Adam moments).
 FP32_BYTES = 4.0
+#: Bytes per main-gradient element, stored (Megatron-Core DDP grad buffer) and reduced over DP
+#: (``comm.WireFormat.grad``): one choice for memory and wire. ASSUMPTION: 16-bit, Megatron-Core
+#: ``DistributedDataParallelConfig.grad_reduce_in_fp32=False`` (its default; the buffer dtype is
+#: the parameter dtype, distributed/distributed_data_parallel.py), taken for the runs in
+#: data/published_runs.csv (NVIDIA's tuned configurations; not every one states it). Megatron-LM's own
+#: command line forces fp32 for bf16
+#: (``accumulate_allreduce_grads_in_fp32``) and NeMo's ``bf16_mixed`` sets ``grad_reduce_in_fp32=True``:
+#: pass ``grad_bytes=4`` to ``memory`` and ``WireFormat(grad=4)`` to model those (2x DP gradient
+#: bytes, 2 B more per parameter, 4 B less optimizer state). Evidence: with fp32 the published runs fit
+#: worse (calibration cost, the sum of squared log errors, 0.21 against 0.14) and several predicted to need
+#: recompute that their configurations do not use.
+GRAD_BYTES = HALF_BYTES
 
 
 @dataclass(frozen=True)
@@ -66,7 +80,7 @@ class Recipe:
     wire_format: str
     half: str = "bf16"
     trains: bool = True
-    grad_bytes: float = FP32_BYTES
+    grad_bytes: float = GRAD_BYTES
     lowp_copies: int = 2
     cast_extra_reads: float = 0.0
 
@@ -133,7 +147,7 @@ _MXFP8 = "mxfp8_e4m3"
 #: The registry, in the order tables list precisions.
 RECIPES: dict[str, Recipe] = {r.name: r for r in (
     Recipe("bf16", "BF16", "bf16", "bf16_tflops", "bf16", lowp_copies=0),
-    Recipe("fp16", "FP16", "fp16", "bf16_tflops", "fp16", half="fp16", grad_bytes=HALF_BYTES, lowp_copies=0),
+    Recipe("fp16", "FP16", "fp16", "bf16_tflops", "fp16", half="fp16", lowp_copies=0),
     Recipe("fp8", "FP8", "fp8_e4m3", "fp8_tflops", "fp8_e4m3"),
     Recipe("mxfp8", "MXFP8", _MXFP8, "fp8_tflops", _MXFP8),
     Recipe("mxfp6", "MXFP6", "mxfp6_e3m2", "fp6_tflops", _MXFP8, trains=False),
@@ -209,5 +223,5 @@ def fastest_precision(gpu, wanted: str, allowed: Sequence[str] = TRAINING) -> st
     return max(ok, key=g.peak_flops)
 
 
-__all__ = ["FP32_BYTES", "HALF_BYTES", "NAMES", "RECIPES", "Recipe", "TRAINING", "fastest_precision", "get",
+__all__ = ["FP32_BYTES", "GRAD_BYTES", "HALF_BYTES", "NAMES", "RECIPES", "Recipe", "TRAINING", "fastest_precision", "get",
            "label", "runs_on", "training", "training_precision"]
