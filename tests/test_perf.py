@@ -110,7 +110,12 @@ def test_flops_per_gpu_add_up_to_the_model_count():
         total = inp.hw_flops_per_gpu[0] * lay.gpus
         # flash attention's backward also recomputes S = QK^T: 2 d_qk more FLOPs per score element
         fa_extra = m.layers * m.heads * m.seq_len / 2 * 2 * m.qk_head_dim
-        want = (m.hardware_flops_per_token(rc) + fa_extra) * lay.gbs * m.seq_len
+        # diagonal tiles computed in full: B / 2 more score elements per query and head, each
+        # 2 (d_qk + d_v) forward (twice with recompute) and 6 d_qk + 4 d_v backward
+        n_fwd = 1 if rc == "none" else 2
+        per_elem = n_fwd * 2 * (m.qk_head_dim + m.v_head_dim_eff) + 6 * m.qk_head_dim + 4 * m.v_head_dim_eff
+        tile = m.layers * m.heads * perf.FA_CAUSAL_TILE / 2 * per_elem
+        want = (m.hardware_flops_per_token(rc) + fa_extra + tile) * lay.gbs * m.seq_len
         assert total == pytest.approx(want, rel=1e-9), rc
 
 
@@ -319,3 +324,29 @@ def test_band_is_at_least_the_out_of_sample_spread():
         assert parts[0] == pytest.approx(p.step_s[0], rel=1e-12)
     narrow = perf.evaluate_band(inp, replace(band, spread=0.0))
     assert narrow.low.tokens_per_s_per_gpu[0] >= lo and narrow.high.tokens_per_s_per_gpu[0] <= hi
+
+
+def test_context_parallel_merges_are_memory_bound_bytes_by_hand():
+    """Transformer Engine's P2P ring merges each step's partial result after the first: 6 B per
+    element (read running, read partial, write running, 16-bit) on 3/4 of the rank's rows; forward
+    the output a d_v, backward dq a d_qk and dk, dv g (d_qk + d_v)."""
+    m = models.get("llama31_8b")  # 32 layers, 32 heads, 8 kv heads, head 128
+    base = perf.memory_bound_bytes(m, LayoutArray.from_layouts([Layout(dp=2, mbs=1, gbs=2)]), "bf16")[0][0]
+    cp4 = perf.memory_bound_bytes(m, LayoutArray.from_layouts([Layout(cp=4, dp=2, mbs=1, gbs=2)]), "bf16")[0][0]
+    tokens = m.seq_len / 4  # per CP rank
+    per_token_layer = (4 - 1) * 0.75 * 6.0 * (32 * 128 + 32 * 128 + 8 * (128 + 128))
+    assert cp4 - base / 4 == pytest.approx(tokens * m.layers * per_token_layer, rel=1e-12)
+    # tensor parallelism splits the heads, so the merges too
+    cp4tp2 = perf.memory_bound_bytes(m, LayoutArray.from_layouts([Layout(tp=2, cp=4, dp=1, mbs=1, gbs=1,
+                                                                        sequence_parallel=True)]), "bf16")[0][0]
+    base_tp2 = perf.memory_bound_bytes(m, LayoutArray.from_layouts([Layout(tp=2, dp=1, mbs=1, gbs=1,
+                                                                           sequence_parallel=True)]), "bf16")[0][0]
+    assert cp4tp2 - base_tp2 / 4 == pytest.approx(tokens * m.layers * per_token_layer / 2, rel=1e-12)
+
+
+def test_causal_tile_adds_half_a_tile_per_query():
+    """A causal kernel over s positions with B-wide key tiles computes s^2/2 + s B/2 elements."""
+    m = models.get("llama31_8b")
+    inp = perf.prepare(m, Layout(dp=1, mbs=1, gbs=1), "bf16", "h100_sxm")
+    want = m.seq_len * m.layers * m.heads * (m.seq_len / 2 + perf.FA_CAUSAL_TILE / 2)
+    assert inp.attn_elems_bwd[0] == pytest.approx(want, rel=1e-12)

@@ -31,7 +31,8 @@ Model (per GPU of the heaviest pipeline stage, per step; seconds, FLOP, bytes)
 
 - FLOPs: linear layers 6 N per token (2 forward + 4 backward, Narayanan et al. 2021, arXiv
   2104.04473, eq. 3; N counts norm weights as ``models.active_params`` does), attention core as
-  flash attention executes it: a s / 2 causal score elements per token and layer, forward
+  flash attention executes it: a (s + B) / 2 causal score elements per token and layer (B the
+  key/value tile, :data:`FA_CAUSAL_TILE`: diagonal tiles computed in full), forward
   2 (d_qk + d_v) FLOPs each, backward 6 d_qk + 4 d_v (S recomputed; Dao 2023, arXiv 2307.08691,
   Alg. 2), timed by :func:`attention_seconds` (tensor cores plus the softmax exp on the
   special-function units, :data:`SFU_RATIO`; FlashAttention-3, arXiv 2407.08608 §3.1); grouped
@@ -54,8 +55,9 @@ Model (per GPU of the heaviest pipeline stage, per step; seconds, FLOP, bytes)
   ``S_k`` is the FLOP-weighted mean of 1/n of the GEMMs of kind k (exact for the per-GEMM rule).
   Flash attention keeps its score tiles on chip: no shape term.
 - Memory-bound work (:func:`memory_bound_bytes`): norms, residual adds, rotary embedding,
-  activation functions, low-precision casts, MoE routing and permutation, cross-entropy; per
-  step the Adam update, gradient-buffer reset and weight casts. A lower bound on bytes moved;
+  activation functions, low-precision casts, MoE routing and permutation, cross-entropy, the
+  context-parallel merges of partial attention results; per step the Adam update,
+  gradient-buffer reset and weight casts. A lower bound on bytes moved;
   ``memory_overhead`` turns it into time.
 - Communication: :mod:`scaletax.comm` per group, evaluated once per distinct pattern; the MoE
   all-to-all re-timed for per-domain deduplication (:func:`ep_dedup_factor`, DeepEP-class); the
@@ -124,6 +126,12 @@ FA_EXP_OVERLAP = 0.5
 #: five GEMMs per tile with dQ accumulated by atomics and the recomputed exp unhidden; 0.8 puts the
 #: H100 causal hdim-128 backward at ~0.55 of peak (FA3 reports ~1.5-1.75x FA2, below its forward).
 FA_BWD_EFF = 0.8
+#: Key/value tile width of a causal flash-attention kernel: tiles crossing the diagonal are computed
+#: in full and masked, so a causal kernel over s positions computes s^2 / 2 + s B / 2 score elements,
+#: B / 2 per query beyond the causal count (FlashAttention-3 hopper/tile_size.h: 128 x 128 tiles for
+#: causal hdim 64-128; ASSUMPTION: cuDNN's fused attention the same). With context parallelism the
+#: load-balanced split keeps one causal kernel per rank, over its two chunks: B / 2 per query too.
+FA_CAUSAL_TILE = 128
 #: ASSUMPTION: row tile of the grouped expert GEMM (CUTLASS / cuBLAS grouped GEMM on Hopper and
 #: Blackwell: 128-row tiles). Each local expert's token count is padded to whole tiles; with
 #: ragged counts the expected padding is half a tile per expert and GEMM (tile quantization).
@@ -131,8 +139,20 @@ GROUPED_TILE_M = 128
 #: Adam step per parameter of the local optimizer shard: read fp32 grad, master, m, v (16 B),
 #: write master, m, v (12 B) and the 16-bit parameter (2 B) (Megatron distributed optimizer).
 ADAM_BYTES = 30.0
-#: fp32 main-gradient buffer reset once per step, per local parameter (Megatron DDP grad buffer).
-GRAD_ZERO_BYTES = 4.0
+#: Main-gradient buffer reset once per step, per local parameter (Megatron DDP grad buffer, in the
+#: recipe's gradient dtype: ``recipes.GRAD_BYTES``).
+GRAD_ZERO_BYTES = recipes.GRAD_BYTES
+#: HBM bytes per element of one context-parallel partial-result merge: read the running result,
+#: read the step's partial result, write the running result, 16-bit each (Transformer Engine
+#: ``AttnFuncWithCPAndKVP2P``, attention/dot_product_attention/context_parallel.py: forward
+#: ``flash_attn_fwd_out_correction`` of ``out`` per step, backward ``dq.add_`` and ``dkv.add_``).
+CP_MERGE_BYTES = 6.0
+#: Share of a rank's tokens a context-parallel step after the first works on, averaged over ranks:
+#: with the load-balanced split into 2 cp chunks, rank r's steps from earlier ranks (r of them) use
+#: all its queries against half the received K/V, the later ones (cp - 1 - r) half its queries against
+#: all of it (Megatron-Core / TE causal load balancing): the merged results are 1 (full) or 1/2 (half)
+#: of the rank's rows, on average 3/4.
+CP_STEP_SHARE = 0.75
 ACT = 2.0  # bytes per 16-bit activation element
 
 
@@ -563,6 +583,10 @@ def memory_bound_bytes(model: Model, la: LayoutArray, precision: str,
     gradient-buffer reset (``GRAD_ZERO_BYTES``), casts of the linear weights (``cast_bytes``: once
     per step, every micro-batch with ZeRO-3). Recompute repeats the forward share of the
     recomputed work (full: a third of the per-layer bytes; selective: 5%).
+    Context parallelism (Transformer Engine's P2P ring): each of the cp - 1 steps after the first
+    merges its partial result into the running one, :data:`CP_MERGE_BYTES` per element on
+    :data:`CP_STEP_SHARE` of the rank's rows: forward the output, a d_v (again when attention is
+    recomputed), backward dq, a d_qk, and dk, dv, g (d_qk + d_v) [split].
     """
     f64 = np.float64
     tp, pp, cp, ep, etp, dp = (getattr(la, k).astype(f64) for k in ("tp", "pp", "cp", "ep", "etp", "dp"))
@@ -600,6 +624,11 @@ def memory_bound_bytes(model: Model, la: LayoutArray, precision: str,
     xf = _full_fraction(la, recompute_fraction)
     redo = xf / 3.0 + np.where(la.recompute >= 1, 0.05 * (1.0 - xf), 0.0)
     layer_bytes = (dense_stage * per_tok_dense + moe_stage * per_tok_moe) * (1.0 + redo)
+    # context parallelism: each ring step after the first merges its partial attention result into
+    # the running one, forward (out, again when attention is recomputed) and backward (dq, dkv)
+    n_fwd = np.where(la.recompute >= 1, 2.0, 1.0)
+    merges = (cp - 1.0) * CP_STEP_SHARE * CP_MERGE_BYTES / tp
+    layer_bytes = layer_bytes + (dense_stage + moe_stage) * merges * (n_fwd * a * dv + a * dqk + g * (dqk + dv))
     vpad = padded_vocab(model.vocab, la.tp).astype(f64)
     edge = (16.0 * vpad / tp + 18.0 * h / rep) / pp
     tokens_mb = la.mbs.astype(f64) * model.seq_len / cp
@@ -745,9 +774,10 @@ def prepare(model: Model, layouts, precision: str, gpu, topo: Topology | None = 
     exp_tok = moe_stage * (3.0 + xf) * lf["moe_routed"]
     # flash attention per score element (causal: a s / 2 per token and layer): forward QK^T and PV,
     # 2 (d_qk + d_v) FLOPs; backward recomputes S and computes dV, dP, dQ, dK: 6 d_qk + 4 d_v
-    # (Dao 2023, FlashAttention-2, arXiv 2307.08691, Alg. 2); selective recompute runs the forward again
+    # (Dao 2023, FlashAttention-2, arXiv 2307.08691, Alg. 2); selective recompute runs the forward again;
+    # diagonal tiles computed in full: (s + B) / 2 elements per query (:data:`FA_CAUSAL_TILE`)
     dqk_a, dv_a = float(model.qk_head_dim), float(model.v_head_dim_eff)
-    elems_tok = layers_stage * model.heads * model.seq_len / 2.0
+    elems_tok = layers_stage * model.heads * (model.seq_len + FA_CAUSAL_TILE) / 2.0
     n_fwd = np.where(sel, 2.0, 1.0)
     attn_fwd_fpe, attn_bwd_fpe = 2.0 * (dqk_a + dv_a), 6.0 * dqk_a + 4.0 * dv_a
     attn_tok = elems_tok * (n_fwd * attn_fwd_fpe + attn_bwd_fpe)
@@ -987,7 +1017,8 @@ def least_recompute(model: Model, layouts, gpu, precision: str, **memory_options
     return code.astype(np.int64), frac, gib
 
 
-__all__ = ["ADAM_BYTES", "EFFICIENCY_YAML", "FAMILIES", "FA_BWD_EFF", "FA_EXP_OVERLAP", "FORMAT_CLASSES",
+__all__ = ["ADAM_BYTES", "CP_MERGE_BYTES", "CP_STEP_SHARE", "EFFICIENCY_YAML", "FAMILIES", "FA_BWD_EFF",
+           "FA_CAUSAL_TILE", "FA_EXP_OVERLAP", "FORMAT_CLASSES",
            "FP4_BF16_LAYERS", "GROUPED_TILE_M", "PARAM_SIGN", "PRECISIONS", "SFU_RATIO", "Efficiency", "EfficiencyBand",
            "Prediction", "attention_efficiency", "attention_seconds",
            "StepInputs", "StepTime", "compute_precision", "default_band", "default_efficiency", "ep_dedup_factor",
