@@ -38,7 +38,8 @@ Public API
 ----------
 Collectives: ``collective_time``, ``collective_phases``, ``predicted_busbw``, ``busbw``,
 ``algbw``, ``bus_factor``, ``wire_bytes``, ``link_bytes``, ``latency_bandwidth``,
-``saturating_bw``, ``moe_dispatch_bytes``, ``moe_alltoall_time``; calibration:
+``saturating_bw``, ``moe_dispatch_bytes``, ``moe_alltoall_time``, ``moe_rank_imbalance``,
+``expected_max_normal``; calibration:
 ``calibration_points``, ``fit_calibration``, ``predict_point``, ``calibration_table``.
 Per step: ``WireFormat``, ``step_traffic`` -> ``StepComm`` of ``GroupTraffic`` (both with
 ``take``, ``concat`` and ``map``: the one way to select, join or combine traffic; the chapter's
@@ -49,6 +50,7 @@ The topology (``Topology``, ``placement``, calibrated constants) is in :mod:`sca
 from __future__ import annotations
 
 import csv
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
@@ -305,6 +307,44 @@ def moe_alltoall_time(tokens, top_k, hidden, bytes_per_elem, ep, topo: Topology,
     """One MoE dispatch (or combine) all-to-all over ``ep`` ranks, seconds."""
     return collective_time("all_to_all", moe_dispatch_bytes(tokens, top_k, hidden, bytes_per_elem),
                            ep, topo, stride)
+
+
+def expected_max_normal(n) -> np.ndarray:
+    """E[max of n independent standard normals] (0 for n = 1; 1/sqrt(pi) for n = 2), vectorized.
+
+    E[max] = int_0^inf (1 - Phi(x)^n) dx - int_-inf^0 Phi(x)^n dx, by the trapezoid rule on
+    [-12, 12] (error < 1e-9 for n <= 1e6).
+    """
+    n = np.asarray(n, dtype=np.float64)
+    u, inv = np.unique(n, return_inverse=True)
+    x = np.linspace(0.0, 12.0, 12001)  # the integrand is odd-split at 0: one grid per side
+    erf = np.frompyfunc(math.erf, 1, 1)(x / math.sqrt(2.0)).astype(np.float64)
+    log_hi, log_lo = np.log(0.5 * (1.0 + erf)), np.log(np.maximum(0.5 * (1.0 - erf), 1e-300))
+    out = [np.trapezoid(1.0 - np.exp(m * log_hi), x) - np.trapezoid(np.exp(m * log_lo), x) for m in u]
+    return np.asarray(out, dtype=np.float64)[inv].reshape(n.shape)
+
+
+def moe_rank_imbalance(experts, top_k, ep, tokens) -> np.ndarray:
+    """Expected max / mean routed token copies per EP rank, >= 1: the slowest rank of an MoE
+    layer sets its time (the combine all-to-all waits for it), vectorized.
+
+    ``tokens`` tokens enter one EP group's dispatch, each routed to ``top_k`` distinct experts of
+    ``experts`` drawn uniformly (what Megatron-Core's ``moe_router_force_load_balancing`` does,
+    random router logits; the Megatron-Bridge benchmark rows use it), the experts split evenly
+    over ``ep`` ranks. A token's copies on one rank are hypergeometric, variance
+    v = k (1/ep)(1 - 1/ep)(E - k)/(E - 1); tokens are independent, so a rank's copies have mean
+    mu = N k / ep and variance N v, and sum to N k over the ranks (correlation -1/(ep - 1)). The
+    expected maximum of such counts (normal limit) is mu + sqrt(N v ep / (ep - 1)) x
+    :func:`expected_max_normal` (ep). A trained router with an auxiliary balance loss is less
+    even than this: the factor is a lower bound there.
+    """
+    E, k = _f(experts), _f(top_k)
+    ep = np.maximum(_f(ep), 1.0)
+    n = np.maximum(_f(tokens), 1.0)
+    v = k * (1.0 / ep) * (1.0 - 1.0 / ep) * np.maximum(E - k, 0.0) / np.maximum(E - 1.0, 1.0)
+    mu = n * k / ep
+    sd = np.sqrt(n * v * ep / np.maximum(ep - 1.0, 1.0))
+    return np.where(ep > 1, 1.0 + expected_max_normal(ep) * sd / mu, 1.0)
 
 
 # --- calibration against data/collectives.csv --------------------------------------------
@@ -680,7 +720,8 @@ def step_traffic(model, layouts, topo: Topology, wire: WireFormat | None = None,
       (and the shared-expert pair when there are shared experts).
     - ep: per MoE layer a dispatch and a combine all-to-all forward and both again backward, of
       (t/tp)*k*h elements per GPU (tokens are sequence-parallel sharded before dispatch;
-      GShard / Megatron-Core alltoall dispatcher; DeepSeek-V3 Sec. 3.2.2).
+      GShard / Megatron-Core alltoall dispatcher; DeepSeek-V3 Sec. 3.2.2), times the expected
+      max / mean copies per EP rank (:func:`moe_rank_imbalance`: the slowest rank finishes last).
     - etp: with expert tensor parallelism an all-gather + reduce-scatter of the dispatched tokens
       (etp*(t/tp)*k*h elements) around the experts forward and backward.
     - cp: ring attention passes K and V chunks (t * kv_heads/tp * (d_qk + d_v)) around the cp
@@ -767,7 +808,10 @@ def _step_traffic(model, layouts, topo: Topology, wire: WireFormat | None = None
 
     # --- expert parallel and expert tensor parallel (MoE layers only) -----------------------
     if model.is_moe:
-        routed = tokens / tp * model.moe_top_k * h  # elements each GPU dispatches per layer, micro-batch
+        # elements the slowest EP rank receives per layer and micro-batch: tokens are sequence-
+        # parallel sharded before dispatch (t / tp per GPU), k copies each, times the rank imbalance
+        imb = moe_rank_imbalance(model.moe_experts, model.moe_top_k, ep, ep * etp * tokens / tp)
+        routed = tokens / tp * model.moe_top_k * h * imb
         fwd_a2a = moe_stage * n_micro * np.where(full, 2.0, 1.0)
         bwd_a2a = moe_stage * n_micro * 2.0
         groups["ep"] = _collectives("ep", [("all_to_all", fwd_a2a, routed * wire.dispatch),

@@ -15,7 +15,8 @@ Public API
 - ``step_time(model, layouts, precision, gpu, topo=None, eff=None, ...) -> StepTime`` and
   ``predict(...) -> Prediction``: prepare + evaluate.
 - ``least_recompute(model, layouts, gpu, precision) -> (code, full fraction, GiB)``.
-- Helpers: ``memory_bound_bytes``, ``ep_dedup_factor``, ``gemm_reference_size``,
+- Helpers: ``memory_bound_bytes``, ``moe_permute_bytes``, ``ep_dedup_factor``, ``distinct_groups``,
+  ``gemm_reference_size``,
   ``padded_vocab``, ``format_class``, ``compute_precision``.
 
 Model (per GPU of the heaviest pipeline stage, per step; seconds, FLOP, bytes)
@@ -36,7 +37,9 @@ Model (per GPU of the heaviest pipeline stage, per step; seconds, FLOP, bytes)
   2 (d_qk + d_v) FLOPs each, backward 6 d_qk + 4 d_v (S recomputed; Dao 2023, arXiv 2307.08691,
   Alg. 2), timed by :func:`attention_seconds` (tensor cores plus the softmax exp on the
   special-function units, :data:`SFU_RATIO`; FlashAttention-3, arXiv 2407.08608 §3.1); grouped
-  expert GEMMs pay half a :data:`GROUPED_TILE_M` tile of padding per local expert; recomputation adds the forward again
+  expert GEMMs pay half a :data:`GROUPED_TILE_M` tile of padding per local expert and run at the
+  pace of the EP rank with the most routed tokens (``comm.moe_rank_imbalance``: expected max / mean
+  under uniform routing); recomputation adds the forward again
   (selective: attention core and MLA up-projections, Korthikanti et al. 2022, arXiv 2205.05198,
   §5; full: every layer's forward; ``recompute_fraction`` of the layers full, the rest
   selective). The output layer uses Megatron's padded vocabulary (:func:`padded_vocab`).
@@ -565,8 +568,53 @@ def _stage_params(model: Model, la: LayoutArray):
     return dense, experts, lin
 
 
+def moe_permute_bytes(model: Model, ep, etp=1, ep_dispatch: str = "dedup"):
+    """HBM bytes per token per MoE layer of the token permutations around the expert all-to-all,
+    forward and backward (16-bit tokens of ``hidden`` elements, k = top-k), vectorized over ep, etp.
+
+    Megatron-Core ``MoEAlltoAllTokenDispatcher`` (``ep_dispatch="alltoall"``, fused TE permute):
+    forward, ``permute`` reads each token once and writes its k copies (2h + 2kh bytes); after
+    the all-to-all, with more than one local expert, ``sort_chunks_by_idxs`` regroups the received
+    copies from rank-major to expert-major order (read + write 4kh, on the etp-gathered tokens)
+    and, after the experts, back (4kh); ``unpermute`` reads the k copies and writes the sum
+    (2kh + 2h). The backward runs each pass's mirror with the same bytes. Total
+    8h(k + 1) + 16kh etp [local experts > 1].
+    DeepEP-class dispatch (``ep_dispatch="dedup"``, Megatron-Core ``MoEFlexTokenDispatcher``): the
+    dispatch kernel reads the tokens itself and delivers one copy per destination rank; a permute
+    expands each received copy to its local experts (read 2h per copy, write 2kh in all) and an
+    unpermute reduces them before the combine kernel (read 2kh, write 2h per copy), fwd and bwd:
+    8h(k + r) etp, r the expected distinct EP ranks of a token's k experts
+    (:func:`distinct_groups`). The all-to-all's own send and receive buffers are communication
+    (:mod:`scaletax.comm`), not counted here.
+    """
+    if ep_dispatch not in ("dedup", "alltoall"):
+        raise ValueError(f"ep_dispatch: must be 'dedup' or 'alltoall' (got {ep_dispatch!r})")
+    ep, etp = np.asarray(ep, dtype=np.float64), np.asarray(etp, dtype=np.float64)
+    if not model.is_moe:
+        return np.zeros(np.broadcast_shapes(ep.shape, etp.shape))
+    h, k, E = float(model.hidden), float(model.moe_top_k), float(model.moe_experts)
+    if ep_dispatch == "alltoall":
+        sort = np.where((ep > 1) & (E / ep > 1), 16.0 * k * h * etp, 0.0)
+        return 8.0 * h * (k + 1.0) + sort
+    r = distinct_groups(model.moe_experts, model.moe_top_k, ep)
+    return 8.0 * h * (k + r) * etp
+
+
+def distinct_groups(experts: int, top_k: int, groups):
+    """Expected number of the ``groups`` equal groups of ``experts`` experts that a token's
+    ``top_k`` distinct uniformly routed experts fall in: D (1 - P0), P0 = C(E - E/D, k) / C(E, k)
+    the chance that a given group gets none (vectorized over groups; 1 for one group)."""
+    D = np.maximum(np.asarray(groups, dtype=np.float64), 1.0)
+    E, k = float(experts), int(top_k)
+    per = E / D
+    p0 = np.ones_like(D)
+    for i in range(k):
+        p0 = p0 * np.clip((E - per - i) / (E - i), 0.0, 1.0)
+    return np.where(D > 1.0, D * (1.0 - p0), 1.0)
+
+
 def memory_bound_bytes(model: Model, la: LayoutArray, precision: str,
-                       recompute_fraction=None) -> tuple[np.ndarray, np.ndarray]:
+                       recompute_fraction=None, ep_dispatch: str = "dedup") -> tuple[np.ndarray, np.ndarray]:
     """(bytes of all micro-batches of a step, bytes once per step) of memory-bound kernels, per GPU.
 
     Per token of a micro-batch on this CP rank, per layer (16-bit elements; "rep" items are
@@ -576,8 +624,9 @@ def memory_bound_bytes(model: Model, la: LayoutArray, precision: str,
     8 (a + g) d_qk bytes (MLA: the rope part, 8 (a + 1) d_rope, plus the latent norms) [split];
     activation function, SwiGLU 16 f / GELU 10 f bytes [split]; low-precision casts,
     the recipe's ``cast_bytes`` per element of every GEMM input forward (x) and backward (dy); MoE: router
-    logits and top-k 24 E bytes, token permutation and un-permutation forward and backward
-    8 (k + 1) h bytes [rep], expert activation 16 k f_e [split]; output layer (1/pp per stage):
+    logits and top-k 24 E bytes, token permutations around the all-to-all forward and backward
+    (:func:`moe_permute_bytes` of ``ep_dispatch``) [rep], expert activation 16 k f_e [split];
+    output layer (1/pp per stage):
     cross-entropy over fp32 logits 16 V / tp, final norm 10 h, embedding gather / scatter 8 h.
     Per step, per parameter on this GPU: Adam on the local optimizer shard (``ADAM_BYTES``),
     gradient-buffer reset (``GRAD_ZERO_BYTES``), casts of the linear weights (``cast_bytes``: once
@@ -614,7 +663,7 @@ def memory_bound_bytes(model: Model, la: LayoutArray, precision: str,
     if model.is_moe:
         k, E, fe = float(model.moe_top_k), float(model.moe_experts), float(model.moe_ffn_hidden)
         fs = fe * model.moe_shared_experts
-        moe_rep = 24.0 * E + 8.0 * (k + 1.0) * h + (cb * 2 * h if fs else 0.0)
+        moe_rep = 24.0 * E + moe_permute_bytes(model, ep, etp, ep_dispatch) + (cb * 2 * h if fs else 0.0)
         moe_split = act_fn * fs + cb * (fs + mult * fs) + act_fn * k * fe + cb * k * (fe + mult * fe)
         routed_etp = cb * k * 2 * h  # expert fc1 input and fc2 output grad, gathered over etp
         per_tok_moe = (attn_rep + moe_rep) / rep + (attn_split + moe_split) / tp + routed_etp * etp / tp
@@ -660,12 +709,8 @@ def ep_dedup_factor(model: Model, ep, n_in, ep_dispatch: str = "dedup"):
     if ep_dispatch == "alltoall" or not model.is_moe:
         return np.ones_like(ep)
     D = np.maximum(ep / np.maximum(np.asarray(n_in, dtype=np.float64), 1.0), 1.0)
-    E, k = float(model.moe_experts), int(model.moe_top_k)
-    per = E / D
-    p0 = np.ones_like(D)
-    for i in range(k):
-        p0 = p0 * np.clip((E - per - i) / (E - i), 0.0, 1.0)
-    return np.where(D > 1.0, np.clip(D * (1.0 - p0) / k, 0.0, 1.0), 1.0)
+    r = distinct_groups(model.moe_experts, model.moe_top_k, D)
+    return np.where(D > 1.0, np.clip(r / model.moe_top_k, 0.0, 1.0), 1.0)
 
 
 def _dedup_ep(step: comm.StepComm, model: Model, topo: Topology, ep_dispatch: str) -> comm.StepComm:
@@ -792,7 +837,7 @@ def prepare(model: Model, layouts, precision: str, gpu, topo: Topology | None = 
     s_head = 1.0 / _hm(M, model.hidden, vpad / tp)
     lowp = 1.0 - min(1.0, fp4_bf16_layers / model.layers) if fmt == "4bit" else 1.0
     # --- memory-bound bytes, bubble (Narayanan 2021 §2.2), communication ---------------------
-    b_micro, b_step = memory_bound_bytes(model, la, precision, recompute_fraction=xf)
+    b_micro, b_step = memory_bound_bytes(model, la, precision, recompute_fraction=xf, ep_dispatch=ep_dispatch)
     bubble = (pp - 1.0) / (vp * n_micro)
     step = _step_traffic(model, la, topo, wire)
     partial = (rc == 2) & (xf < 1.0)
@@ -800,10 +845,12 @@ def prepare(model: Model, layouts, precision: str, gpu, topo: Topology | None = 
         step = _mix_steps(_step_traffic(model, la.replace(recompute=np.where(partial, 1, rc)), topo, wire),
                           step, np.where(partial, xf, 1.0))
     step = _dedup_ep(step, model, topo, ep_dispatch)
-    # grouped expert GEMMs run on whole row tiles: tokens per local expert m padded by half a tile
+    # grouped expert GEMMs run on whole row tiles: tokens per local expert m padded by half a tile;
+    # the EP rank with the most routed copies sets the layer's time (comm.moe_rank_imbalance)
     if model.is_moe:
         m_exp = M * model.moe_top_k * ep * etp / (tp * model.moe_experts)
-        exp_tok = exp_tok * (1.0 + 0.5 * GROUPED_TILE_M / np.maximum(m_exp, 1.0))
+        imb = comm.moe_rank_imbalance(model.moe_experts, model.moe_top_k, ep, ep * etp * M / tp)
+        exp_tok = exp_tok * (1.0 + 0.5 * GROUPED_TILE_M / np.maximum(m_exp, 1.0)) * imb
     flops = {k: tok_gpu * v for k, v in (("lin", lin_tok), ("exp", exp_tok), ("attn", attn_tok), ("head", head_tok))}
     full = np.ones(n)
     return StepInputs(flops_lin=flops["lin"], flops_exp=flops["exp"] * full, flops_attn=flops["attn"],
@@ -1022,6 +1069,7 @@ __all__ = ["ADAM_BYTES", "CP_MERGE_BYTES", "CP_STEP_SHARE", "EFFICIENCY_YAML", "
            "FP4_BF16_LAYERS", "GROUPED_TILE_M", "PARAM_SIGN", "PRECISIONS", "SFU_RATIO", "Efficiency", "EfficiencyBand",
            "Prediction", "attention_efficiency", "attention_seconds",
            "StepInputs", "StepTime", "compute_precision", "default_band", "default_efficiency", "ep_dedup_factor",
-           "evaluate", "evaluate_band", "format_class", "least_recompute", "load_efficiency", "memory_bound_bytes", "padded_vocab",
+           "distinct_groups", "evaluate", "evaluate_band", "format_class", "least_recompute", "load_efficiency",
+           "memory_bound_bytes", "moe_permute_bytes", "padded_vocab",
            "power_per_flop",
            "predict", "prepare", "step_time"]

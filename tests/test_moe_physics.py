@@ -1,0 +1,80 @@
+"""MoE terms of the step-time model, each against a value derived by hand from its source."""
+import math
+
+import numpy as np
+import pytest
+
+from scaletax import comm, models, perf
+from scaletax.layout import Layout, LayoutArray
+
+# Qwen3-30B-A3B shape (Qwen Team 2025, arXiv 2505.09388; HF config: hidden 2048, 128 experts top-8,
+# moe_intermediate_size 768)
+QWEN30 = models.Model(name="qwen3-30b-a3b-like", layers=48, hidden=2048, heads=32, kv_heads=4, head_dim=128,
+                      ffn_hidden=6144, vocab=151936, seq_len=4096, attention="gqa", moe_experts=128, moe_top_k=8,
+                      moe_ffn_hidden=768, qk_norm=True, gated=True, tied_embeddings=False)
+
+
+def test_expected_max_normal_closed_forms():
+    # E[max of 2 N(0,1)] = 1/sqrt(pi); of 3: 3/(2 sqrt(pi)) (order statistics of the normal)
+    e = comm.expected_max_normal([1, 2, 3])
+    assert e[0] == pytest.approx(0.0, abs=1e-9)
+    assert e[1] == pytest.approx(1.0 / math.sqrt(math.pi), rel=1e-7)
+    assert e[2] == pytest.approx(1.5 / math.sqrt(math.pi), rel=1e-7)
+    assert comm.expected_max_normal(8) == pytest.approx(1.42360, abs=1e-5)  # Harter 1961 tables
+
+
+def test_rank_imbalance_two_ranks_by_hand():
+    """Top-1 of 4 experts on 2 ranks, 100 tokens: a rank's load is Binomial(100, 1/2), the other
+    rank holds the rest, so max = 50 + |X - 50| with E|X - 50| = 5 sqrt(2/pi) (normal limit)."""
+    f = comm.moe_rank_imbalance(4, 1, 2, 100)
+    assert f == pytest.approx(1.0 + 5.0 * math.sqrt(2.0 / math.pi) / 50.0, rel=1e-6)
+    assert comm.moe_rank_imbalance(128, 8, 1, 4096) == 1.0  # one rank: nothing to wait for
+    # more tokens even out the ranks; more ranks make the slowest one slower
+    f = comm.moe_rank_imbalance(128, 8, np.array([8, 8, 64]), np.array([8 * 1024, 8 * 4096, 64 * 1024]))
+    assert f[1] < f[0] < f[2]
+
+
+def test_rank_imbalance_slows_expert_gemms_and_dispatch():
+    lay = Layout(tp=1, pp=1, dp=8, ep=8, etp=1, mbs=1, gbs=64, recompute="none")
+    inp = perf.prepare(QWEN30, lay, "bf16", "h100_sxm")
+    imb = comm.moe_rank_imbalance(128, 8, 8, 8 * 4096)
+    m_exp = 4096 * 8 * 8 / 128
+    plain = 64 * 4096 / 8 * 48 * 3 * 2 * 8 * QWEN30.expert_params
+    assert inp.flops_exp[0] == pytest.approx(plain * (1 + 64 / m_exp) * imb, rel=1e-9)
+    assert 1.0 < imb < 1.02
+    # dispatch elements per GPU per layer scale by the same factor (48 layers x 8 micro-batches,
+    # fwd dispatch + combine + 2 bwd, 7/8 of the buffer leaves the GPU over NVLink)
+    ep = inp.comm.groups["ep"]
+    buf = 4096 * 8 * 2048 * imb * 2.0  # bf16 elements
+    assert float(ep.nvlink_bytes[0]) == pytest.approx(48 * 8 * 4 * buf * 7 / 8, rel=1e-9)
+
+
+def test_permute_bytes_alltoall_by_hand():
+    """Megatron-Core alltoall dispatcher: permute (2h + 2kh), two chunk sorts (4kh each), unpermute
+    (2kh + 2h) forward, the same backward: 8h(k+1) + 16kh; one local expert: no chunk sort."""
+    h, k = 2048, 8
+    b = perf.moe_permute_bytes(QWEN30, np.array([1, 8, 128]), 1, "alltoall")
+    assert b[0] == pytest.approx(8 * h * (k + 1))        # ep 1: no all-to-all, no chunk sort
+    assert b[1] == pytest.approx(8 * h * (k + 1) + 16 * k * h)
+    assert b[2] == pytest.approx(8 * h * (k + 1))        # 128 ranks, one expert each
+    assert perf.moe_permute_bytes(QWEN30, 8, 2, "alltoall") == pytest.approx(8 * h * (k + 1) + 32 * k * h)
+
+
+def test_permute_bytes_dedup_by_hand():
+    """DeepEP-class dispatch: 8h(k + r), r = expected distinct ranks of a token's experts. Two ranks
+    of 64 experts each, top-2: P(both on one rank) = 2 C(64,2)/C(128,2) = 63/127, r = 2 - 63/127."""
+    m = QWEN30.model_copy(update={"moe_top_k": 2})
+    r = 2.0 - 63.0 / 127.0
+    assert perf.distinct_groups(128, 2, 2) == pytest.approx(r)
+    assert perf.moe_permute_bytes(m, 2, 1, "dedup") == pytest.approx(8 * 2048 * (2 + r))
+    assert perf.moe_permute_bytes(m, 1, 1, "dedup") == pytest.approx(8 * 2048 * 3)
+    with pytest.raises(ValueError, match="ep_dispatch"):
+        perf.moe_permute_bytes(m, 2, 1, "deepep")
+
+
+def test_permute_bytes_enter_memory_bound_work():
+    la = LayoutArray.from_layouts([Layout(tp=1, pp=1, dp=8, ep=8, etp=1, mbs=1, gbs=8, recompute="none")])
+    a2a, _ = perf.memory_bound_bytes(QWEN30, la, "bf16", ep_dispatch="alltoall")
+    dd, _ = perf.memory_bound_bytes(QWEN30, la, "bf16", ep_dispatch="dedup")
+    diff = (perf.moe_permute_bytes(QWEN30, 8, 1, "alltoall") - perf.moe_permute_bytes(QWEN30, 8, 1, "dedup"))
+    assert float(a2a[0] - dd[0]) == pytest.approx(4096 * 48 * float(diff), rel=1e-9)
