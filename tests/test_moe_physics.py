@@ -78,3 +78,41 @@ def test_permute_bytes_enter_memory_bound_work():
     dd, _ = perf.memory_bound_bytes(QWEN30, la, "bf16", ep_dispatch="dedup")
     diff = (perf.moe_permute_bytes(QWEN30, 8, 1, "alltoall") - perf.moe_permute_bytes(QWEN30, 8, 1, "dedup"))
     assert float(a2a[0] - dd[0]) == pytest.approx(4096 * 48 * float(diff), rel=1e-9)
+
+
+def test_schedule_sets_the_expert_all_to_all_overlap():
+    """1f1b (Megatron-Core default): the dispatcher's all-to-alls run in line, none hidden;
+    dualpipe / ep_overlap: hidden up to overlap_scale x all of it; unknown: Overlap's default."""
+    lay = Layout(tp=1, pp=1, dp=16, ep=16, etp=1, mbs=1, gbs=64, recompute="selective")
+    eff = perf.default_efficiency()
+    out = {s: perf.evaluate(perf.prepare(QWEN30, lay, "bf16", "h100_sxm", schedule=s), eff)
+           for s in ("unknown", "1f1b", "ep_overlap", "dualpipe")}
+    inp = perf.prepare(QWEN30, lay, "bf16", "h100_sxm")
+    t_ep = float(inp.comm.groups["ep"].seconds[0])
+    assert t_ep > 0
+    assert float(out["1f1b"].comm_groups["ep"][0]) == pytest.approx(t_ep, rel=1e-12)
+    s = min(1.0, eff.overlap_scale)
+    assert float(out["dualpipe"].comm_groups["ep"][0]) == pytest.approx(t_ep * (1 - s), rel=1e-9)
+    assert float(out["ep_overlap"].step_s[0]) == pytest.approx(float(out["dualpipe"].step_s[0]))
+    base = perf.evaluate(inp, eff)  # no schedule given: comm.Overlap().ep
+    assert float(out["unknown"].step_s[0]) == float(base.step_s[0])
+    assert float(base.comm_groups["ep"][0]) == pytest.approx(t_ep * (1 - min(1.0, comm.Overlap().ep * s)), rel=1e-9)
+    # an explicit overlap wins over the schedule
+    none = perf.evaluate(perf.prepare(QWEN30, lay, "bf16", "h100_sxm", schedule="dualpipe"), eff, comm.Overlap.none())
+    assert float(none.comm_groups["ep"][0]) == pytest.approx(t_ep, rel=1e-12)
+    with pytest.raises(ValueError, match="schedule: must be one of unknown, 1f1b, ep_overlap, dualpipe"):
+        perf.prepare(QWEN30, lay, "bf16", "h100_sxm", schedule="zb")
+
+
+def test_schedule_column_is_read_and_checked(tmp_path):
+    from scaletax import runs
+
+    head = "layers,hidden,heads,vocab,seq_len,hardware,gpu_count,tp,pp,precision,moe_experts,moe_top_k,moe_ffn_hidden,ep,schedule\n"
+    body = "48,2048,32,151936,4096,h100_sxm,8,1,1,bf16,128,8,768,8,{}\n"
+    p = tmp_path / "runs.csv"
+    p.write_text(head + body.format("DualPipe") + body.format(""), encoding="utf-8")
+    rows = runs.read_runs(p)
+    assert [runs.row_schedule(r) for r in rows] == ["dualpipe", "unknown"]
+    p.write_text(head + body.format("gpipe") + body.format("zb"), encoding="utf-8")
+    with pytest.raises(runs.RunsTableError, match=r"2 bad row\(s\): row 2, column 'schedule': must be one of"):
+        runs.read_runs(p)

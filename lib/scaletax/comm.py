@@ -885,9 +885,9 @@ class Overlap:
     etp = 0.5  the same for expert tensor parallelism.
     cp = 1.0   Megatron-Core's ring attention overlaps each K/V hop with the attention of the
                chunk already present; assumed fully hidden when compute is long enough.
-    ep = 0.5   MoE all-to-all overlapped with another micro-batch's compute (DeepSeek-V3 Sec.
-               3.2.1 DualPipe hides nearly all; Megatron-Core's EP A2A overlap partially; no
-               overlap in a plain schedule): half.
+    ep = 0.5   MoE all-to-all overlapped with another micro-batch's compute when the schedule
+               is not stated (the midpoint of Megatron-Core's two modes); a stated schedule
+               sets it instead (:data:`SCHEDULE_EP_OVERLAP`).
     pp = 1.0   p2p sends between stages overlap other micro-batches' compute in 1F1B, except
                the pipeline fill and drain, 2(pp*vp - 1) hops, which stay exposed.
     dp = 1.0   Megatron ``overlap_grad_reduce`` / ``overlap_param_gather``: gradient buckets
@@ -929,14 +929,41 @@ class ExposedComm:
         return sum(self.groups.values())
 
 
+#: Training schedules a row or layout may state (runs column ``schedule``) and the share of the
+#: MoE all-to-all each can run under compute (the EP base fraction, before ``overlap_scale``):
+#: "1f1b": Megatron-Core's default (1F1B, with or without interleaving): the token dispatcher
+#:     runs its all-to-alls on the compute stream, in line (``overlap_moe_expert_parallel_comm``
+#:     False in ``TransformerConfig``): nothing hidden.
+#: "ep_overlap": Megatron-Core's ``overlap_moe_expert_parallel_comm``: the forward of one
+#:     micro-batch and the backward of another are merged layer by layer, so each all-to-all
+#:     runs under the other micro-batch's compute (DualPipe's pairing within one stage): all of it
+#:     can hide, capped by the compute.
+#: "dualpipe": DeepSeek-V3's DualPipe (arXiv 2412.19437 §3.2.1: "both all-to-all and PP
+#:     communication can be fully hidden"): all of it can hide, capped by the compute.
+#: "unknown": :class:`Overlap`'s default ``ep`` (0.5, ASSUMPTION: the midpoint of the two modes).
+SCHEDULE_EP_OVERLAP: dict[str, float] = {"unknown": Overlap.ep, "1f1b": 0.0, "ep_overlap": 1.0, "dualpipe": 1.0}
+SCHEDULES: tuple[str, ...] = tuple(SCHEDULE_EP_OVERLAP)
+
+
+def schedule_ep_overlap(schedule: str) -> float:
+    """The EP base overlap fraction of a schedule (:data:`SCHEDULE_EP_OVERLAP`)."""
+    try:
+        return SCHEDULE_EP_OVERLAP[schedule]
+    except KeyError:
+        raise ValueError(f"schedule: must be one of {', '.join(SCHEDULES)} (got {schedule!r})") from None
+
+
 def exposed_comm(step: StepComm, t_compute, overlap: Overlap | None = None,
-                 windows: dict | None = None) -> ExposedComm:
+                 windows: dict | None = None, fractions: dict | None = None) -> ExposedComm:
     """Communication time per step that compute does not hide, seconds per group and in total.
 
     t_compute: compute seconds per step per GPU (array broadcasting against the layouts; no
     pipeline bubble). ``windows``: optional per-group compute that can hide it, capped at
     t_compute (``perf`` passes the attention time for "cp": a ring hop hides only under the
-    attention of the chunk already present, Liu et al. 2023, Ring Attention, arXiv 2310.01889). For each group g with time t_g and fraction f_g (:class:`Overlap`):
+    attention of the chunk already present, Liu et al. 2023, Ring Attention, arXiv 2310.01889).
+    ``fractions``: optional per-group fractions (arrays, clipped to [0, 1]) in place of
+    ``overlap``'s for tp, etp, cp, ep (``perf`` passes the EP fraction of each layout's schedule,
+    :data:`SCHEDULE_EP_OVERLAP`). For each group g with time t_g and fraction f_g (:class:`Overlap`):
         hidden_g = min(f_g * t_g, window_g),  exposed_g = t_g - hidden_g
     windows: tp, etp, cp, ep: t_compute; pp: t_compute, and the 2(pp*vp-1) fill/drain hops are
     never hidden; dp: the gradient reduction hides in the last micro-batch's backward,
@@ -950,9 +977,11 @@ def exposed_comm(step: StepComm, t_compute, overlap: Overlap | None = None,
     g = step.groups
     win = dict(windows or {})
     hidden: dict[str, np.ndarray] = {}
+    frac = dict(fractions or {})
     for name in ("tp", "etp", "cp", "ep"):
         w = np.minimum(np.maximum(_f(win[name]), 0.0), tc) if name in win else tc
-        hidden[name] = np.minimum(getattr(ov, name) * g[name].seconds, w)
+        f = np.clip(_f(frac[name]), 0.0, 1.0) if name in frac else getattr(ov, name)
+        hidden[name] = np.minimum(f * g[name].seconds, w)
     lay = step.layouts
     fill = 2.0 * np.maximum(_f(lay.pp) * lay.vp - 1.0, 0.0) * step.pp_hop_s
     pp_hideable = np.maximum(g["pp"].seconds - fill, 0.0)

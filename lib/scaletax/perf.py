@@ -411,7 +411,8 @@ class StepInputs:
     bubble: (pp - 1) / (vp m); tokens_per_step: gbs x seq_len; model_flops_per_token (MFU
     numerator); hw_flops_per_gpu (executed per step); peak_fmt / peak_16: dense FLOP/s of the
     recipe format and of 16 bits; hbm_bw: B/s; fmt_idx / fam_idx: index into ``FORMAT_CLASSES``
-    / ``FAMILIES``; comm: :class:`comm.StepComm` (with its ``layouts``).
+    / ``FAMILIES``; ep_overlap: base share of the MoE all-to-all the schedule can hide
+    (``comm.SCHEDULE_EP_OVERLAP``); comm: :class:`comm.StepComm` (with its ``layouts``).
     """
 
     flops_lin: np.ndarray
@@ -441,6 +442,7 @@ class StepInputs:
     hbm_bw: np.ndarray
     fmt_idx: np.ndarray
     fam_idx: np.ndarray
+    ep_overlap: np.ndarray
     comm: comm.StepComm
 
     def __len__(self) -> int:
@@ -781,7 +783,8 @@ def _step_traffic(model: Model, la: LayoutArray, topo: Topology, wire: WireForma
 
 def prepare(model: Model, layouts, precision: str, gpu, topo: Topology | None = None,
             wire: WireFormat | None = None, *, recompute_fraction=None,
-            ep_dispatch: str = "dedup", fp4_bf16_layers: int = FP4_BF16_LAYERS) -> StepInputs:
+            ep_dispatch: str = "dedup", fp4_bf16_layers: int = FP4_BF16_LAYERS,
+            schedule: str = "unknown") -> StepInputs:
     """Efficiency-independent step inputs for every layout (see the module docstring).
 
     ``gpu``: hardware id or ``hardware.GPU``; ``topo`` default ``Topology.from_gpu(gpu)``;
@@ -790,7 +793,9 @@ def prepare(model: Model, layouts, precision: str, gpu, topo: Topology | None = 
     ``recompute_method=block``, ``recompute_num_layers``; the other layers selective), default 1.
     ``ep_dispatch``: "dedup" (DeepEP-class MoE dispatch, :func:`ep_dedup_factor`, default) or
     "alltoall" (``comm``'s plain all-to-all). ``fp4_bf16_layers``: transformer layers kept in
-    BF16 by 4-bit recipes (:data:`FP4_BF16_LAYERS`).
+    BF16 by 4-bit recipes (:data:`FP4_BF16_LAYERS`). ``schedule``: the training schedule
+    (``comm.SCHEDULES``), which sets how much of the MoE all-to-all can hide
+    (``comm.SCHEDULE_EP_OVERLAP``; "unknown": ``comm.Overlap``'s default).
     Raises ``hardware.UnsupportedPrecision`` when the GPU has no native tensor cores for it.
     """
     fmt = format_class(precision)
@@ -866,7 +871,7 @@ def prepare(model: Model, layouts, precision: str, gpu, topo: Topology | None = 
                       hw_flops_per_gpu=sum(flops.values()) * full, peak_fmt=peak_fmt * full,
                       peak_16=peak_16 * full, hbm_bw=g.hbm_bw * full,
                       fmt_idx=np.full(n, FORMAT_CLASSES.index(fmt)), fam_idx=np.full(n, FAMILIES.index(g.family)),
-                      comm=step)
+                      ep_overlap=comm.schedule_ep_overlap(schedule) * full, comm=step)
 
 
 # =========================================================================================
@@ -921,8 +926,8 @@ class StepTime:
 def evaluate(inp: StepInputs, eff: Efficiency | None = None, overlap: Overlap | None = None) -> StepTime:
     """Step time of prepared inputs for one set of efficiencies (see the module docstring).
 
-    ``overlap``: base overlap fractions (default :class:`comm.Overlap`), scaled by
-    ``eff.overlap_scale``.
+    ``overlap``: base overlap fractions (default :class:`comm.Overlap`, with the EP fraction
+    of each entry's schedule, ``inp.ep_overlap``), scaled by ``eff.overlap_scale``.
     """
     eff = default_efficiency() if eff is None else eff
     ceil = np.array([eff.gemm_ceiling[k] for k in FORMAT_CLASSES])
@@ -942,7 +947,9 @@ def evaluate(inp: StepInputs, eff: Efficiency | None = None, overlap: Overlap | 
     busy = compute + mem_micro
     bubble = inp.bubble * busy
     # the context-parallel ring hides its K/V hops under the attention of the chunk at hand only
-    exp = comm.exposed_comm(inp.comm, busy, eff.overlap(overlap), windows={"cp": attn})
+    # the MoE all-to-all hides as far as the layout's schedule allows, unless overlap is given
+    ep_frac = None if overlap is not None else {"ep": np.minimum(1.0, inp.ep_overlap * eff.overlap_scale)}
+    exp = comm.exposed_comm(inp.comm, busy, eff.overlap(overlap), windows={"cp": attn}, fractions=ep_frac)
     exposed = np.broadcast_to(np.asarray(exp.seconds, dtype=np.float64), busy.shape)
     other = mem_micro + mem_step
     step = compute + other + bubble + exposed

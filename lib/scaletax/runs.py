@@ -68,6 +68,9 @@ COLUMN_DEFAULTS: dict[str, str] = {
     "recompute_modules": "Megatron-Core module names separated by ';' that 'selective' recomputes (default "
                          "memory.SELECTIVE_MODULES)",
     "reserve_gib": f"{memory.RESERVE_GIB:g} GiB per GPU kept free (CUDA context, NCCL buffers, allocator)",
+    "schedule": "unknown (1f1b: Megatron-Core default, MoE all-to-all in line, not hidden; ep_overlap: "
+                "Megatron-Core overlap_moe_expert_parallel_comm; dualpipe: DeepSeek-V3 DualPipe; both hide the "
+                "all-to-all under the other micro-batch's compute; unknown: half of it, comm.SCHEDULE_EP_OVERLAP)",
     "tp, pp": "both blank: scaletax predict searches the best layout on gpu_count GPUs",
     "measured_*": "optional: measured_tokens_per_s_per_gpu, else measured_model_tflops_per_gpu, else measured_mfu",
 }
@@ -388,9 +391,21 @@ def measured_tokens_per_s(row: dict[str, Any], model: models.Model | None = None
     return None, ""
 
 
+def row_schedule(row: dict[str, Any]) -> str:
+    """The training schedule a row states (``schedule`` column, :data:`COLUMN_DEFAULTS`), lower case;
+    "unknown" when blank or absent."""
+    from scaletax import comm
+
+    v = str(row.get("schedule") or "").strip().lower() or "unknown"
+    if v not in comm.SCHEDULES:
+        raise _CellError("schedule", f"must be one of {', '.join(comm.SCHEDULES)} or empty (got {v!r})")
+    return v
+
+
 def step_inputs(plans: Sequence[RowPlan]):
     """Step-time inputs (``perf.StepInputs``) of every plan, concatenated (one entry per row).
-    MoE rows use per-domain deduplicated dispatch (:data:`ROW_CONVENTIONS` "ep_dispatch")."""
+    MoE rows use per-domain deduplicated dispatch (:data:`ROW_CONVENTIONS` "ep_dispatch"); the
+    row's ``schedule`` sets the MoE all-to-all overlap (:func:`row_schedule`)."""
     from scaletax import perf
 
     parts = []
@@ -398,7 +413,7 @@ def step_inputs(plans: Sequence[RowPlan]):
         ep_dispatch = "dedup" if su.model.is_moe else "alltoall"
         parts.append(perf.prepare(su.model, su.layout, str(su.row["precision"]).strip().lower(),
                                   str(su.row["hardware"]).strip(), recompute_fraction=su.recompute_fraction,
-                                  ep_dispatch=ep_dispatch))
+                                  ep_dispatch=ep_dispatch, schedule=row_schedule(su.row)))
     return perf.StepInputs.concat(parts)
 
 
@@ -467,6 +482,7 @@ def _validate_row(row: dict[str, Any], hw_ids: Sequence[str]) -> None:
     if not gpu.supports(prec):
         raise _CellError("precision", f"{hw} has no tensor cores for {prec}")
     _stated_recompute(row)
+    row_schedule(row)
     mods = _modules(row)
     if mods is not None:
         bad = set(mods) - set(memory.RECOMPUTE_MODULES)
