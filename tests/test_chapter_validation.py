@@ -264,3 +264,31 @@ def test_mfu_by_precision(table):
         assert 0 < r["predicted_mfu_median"] < 1
     hop = next(r for r in rows if r["precision"] == "fp8" and r["family"] == "hopper")
     assert hop["measured_mfu_median"] == pytest.approx(0.41, abs=0.03)
+
+
+def test_coverage_counts_the_categories_the_table_lacks():
+    rows = validate.load_rows()
+    cov = {c["category"]: c for c in vs.coverage_rows(rows)}
+    assert list(cov) == list(vs.COVERAGE)
+    # issue 12: the table has no long-context, GB300/B300, fine-grained MoE or small-dense-at-large-DP row
+    for k in ("fine_moe", "long_context", "small_dense_dp", "blackwell_ultra"):
+        assert cov[k]["rows"] == 0 and cov[k]["sources"] == "–", k
+    assert cov["production"]["rows"] == sum(int(r["gpu_count"]) >= 2048 for r in rows) > 0
+    # a row of each kind is counted: an 8B row stretched to 64k tokens, moved to GB300, spread over 512 GPUs
+    l8 = next(r for r in rows if r["run_id"] == "mbridge25.11-Llama3-DGX-H100-8-FP8-CS")
+    extra = [{**l8, "seq_len": 65536}, {**l8, "hardware": "gb300"}, {**l8, "gpu_count": 512, "dp": 512}]
+    cov2 = {c["category"]: c["rows"] for c in vs.coverage_rows(extra)}
+    assert (cov2["long_context"], cov2["blackwell_ultra"], cov2["small_dense_dp"]) == (1, 1, 1)
+
+
+def test_probes_are_outside_the_table_and_interleaving_cuts_the_bubble():
+    probes = vs.probe_rows()
+    rows = {r["run_id"]: r for r in validate.load_rows()}
+    assert {p["category"] for p in probes} == set(vs.COVERAGE)
+    assert not set(p["run_id"] for p in probes) & set(rows)
+    by = {p["run_id"]: p for p in probes}
+    plain, vp8 = by["probe-llama3-405b-16k-h100-bf16"], by["probe-llama3-405b-16k-vp8-h100-bf16"]
+    # Narayanan 2021 §2.2: bubble (pp - 1) / (vp m) of the busy time; pp 16, m 16 micro-batches
+    assert plain["bubble_s_share"] / (1 - plain["bubble_s_share"]) > 0.5
+    assert vp8["bubble_s_share"] < plain["bubble_s_share"] / 4
+    assert vp8["tokens_per_s_per_gpu"] > plain["tokens_per_s_per_gpu"]

@@ -19,6 +19,9 @@ Public API
 - Seed claims ``b200_vs_h100(table)``, ``gb300_vs_gb200(table)``, ``mfu_by_precision(table)``, and
   ``claim_rows(b200_vs_h100, gb300_vs_gb200)``.
 - ``pinned_fit(prepared, pins)``.
+- Coverage (issue 12): ``COVERAGE``, ``coverage_rows(rows)`` (how many runs-table rows fall in each
+  category the model was found off on), ``probe_rows(path)`` (predictions for representative layouts
+  of ``data/coverage_probes.csv``).
 - Display text: ``spct(x)`` (signed percent with a true minus), ``md_escape(text)``, ``source_md(url)``.
 """
 from __future__ import annotations
@@ -31,8 +34,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from scaletax import calibrate, hardware, memory, models, perf, validate
-from scaletax.layout import Layout
+from scaletax import DATA_DIR, calibrate, hardware, memory, models, perf, runs, validate
+from scaletax.layout import Layout, label
 
 #: Source kind of a run (by its id prefix) and how the chapter names it.
 SOURCE_KINDS: dict[str, str] = {"mlperf": "MLPerf Training (closed division)",
@@ -321,6 +324,69 @@ def cv_rows(runs: Sequence[dict[str, Any]], cv: dict[str, Any]) -> list[dict[str
         rec["prior"] = ", ".join(sorted({t[r["run_id"]]["prior"] for t in by.values()
                                          if r["run_id"] in t and t[r["run_id"]]["prior"]}))
         out.append(rec)
+    return out
+
+
+# =========================================================================================
+# Coverage: the categories of runs the table has none of (issue 12), and what the model predicts
+# =========================================================================================
+#: Representative layouts of the categories the runs table lacks (runs-table schema, no measurement).
+PROBES_CSV = DATA_DIR / "coverage_probes.csv"
+
+
+def _row_gpu_family(row: dict[str, Any]) -> str:
+    return hardware.get(str(row["hardware"]).strip()).family
+
+
+#: Category -> (label, criterion text, predicate on a runs-table row): the issue-12 categories of
+#: independent published runs on which the model was found off, in the order the chapter lists them.
+COVERAGE: dict[str, tuple[str, str, Any]] = {
+    "fine_moe": ("Fine-grained MoE", "≥ 128 routed experts on a hidden size ≤ 4,096",
+                 lambda r: (r.get("moe_experts") or 0) >= 128 and int(r["hidden"]) <= 4096),
+    "long_context": ("Long context", "sequence ≥ 32,768 tokens", lambda r: int(r["seq_len"]) >= 32768),
+    "small_dense_dp": ("Small dense model at large data parallelism",
+                       "dense, ≤ 15 B parameters, ≥ 256 data-parallel ranks",
+                       lambda r: not (r.get("moe_experts") or 0) and float(r.get("total_params_b") or 1e9) <= 15.0
+                       and int(r["gpu_count"]) // (int(r["tp"]) * int(r["pp"])) >= 256),
+    "blackwell_ultra": ("Blackwell Ultra", "a B300 or GB300 row", lambda r: _row_gpu_family(r) == "blackwell_ultra"),
+    "production": ("Runs at production scale", "≥ 2,048 GPUs", lambda r: int(r["gpu_count"]) >= 2048),
+}
+
+
+def coverage_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per :data:`COVERAGE` category: how many rows of the runs table ``rows`` fall in it, and the
+    sources of those rows (MLPerf Training, Megatron-Bridge, Megatron papers)."""
+    out = []
+    for key, (name, criterion, pred) in COVERAGE.items():
+        hit = [r for r in rows if pred(r)]
+        kinds = sorted({SOURCE_SHORT[source_kind(str(r.get("run_id", "")))] for r in hit})
+        out.append({"category": key, "label": name, "criterion": criterion, "rows": len(hit),
+                    "sources": ", ".join(kinds) if kinds else "–"})
+    return out
+
+
+def probe_rows(path: Path | str = PROBES_CSV) -> list[dict[str, Any]]:
+    """Predictions for the representative layouts of ``path`` (:data:`PROBES_CSV`): each row planned
+    as a runs-table row (``runs.plan_row``: least recompute that fits), its tokens/s per GPU, model
+    TFLOP/s, MFU, the step-time shares and whether it fits; ``reported_tflops`` where the source of
+    the layout reports a throughput (not converted: its FLOP count may differ). A projection."""
+    rows = runs.read_runs(path)
+    plans = [runs.plan_row(r) for r in rows]
+    st = perf.evaluate(runs.step_inputs(plans))
+    out = []
+    for i, (r, pl) in enumerate(zip(rows, plans)):
+        step = float(st.step_s[i])
+        cap = memory.capacity_gib(pl.row["hardware"])
+        out.append({"run_id": r["run_id"], "category": r["category"], "label": COVERAGE[r["category"]][0],
+                    "model": r["model"], "gpu_label": hardware.get(r["hardware"]).label, "gpus": int(pl.layout.gpus),
+                    "layout": label(pl.layout, recompute=False), "precision": str(r["precision"]).upper(),
+                    "seq_len": int(r["seq_len"]), "recompute": pl.recompute_label,
+                    "memory_gib": pl.memory_gib, "capacity_gib": cap, "fits": pl.memory_gib <= cap,
+                    "tokens_per_s_per_gpu": float(st.tokens_per_s_per_gpu[i]),
+                    "model_tflops_per_gpu": float(st.model_tflops_per_gpu[i]), "mfu": float(st.mfu[i]),
+                    "reported_tflops": r.get("measured_model_tflops_per_gpu"), "cp": int(pl.layout.cp),
+                    "vp": int(pl.layout.vp),
+                    **{f"{k}_share": float(getattr(st, k)[i]) / step for k in COMPONENTS}})
     return out
 
 
