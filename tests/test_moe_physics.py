@@ -116,3 +116,22 @@ def test_schedule_column_is_read_and_checked(tmp_path):
     p.write_text(head + body.format("gpipe") + body.format("zb"), encoding="utf-8")
     with pytest.raises(runs.RunsTableError, match=r"2 bad row\(s\): row 2, column 'schedule': must be one of"):
         runs.read_runs(p)
+
+
+def test_gradient_copy_and_activations_share_the_peak():
+    """Megatron-Core's DistributedOptimizer builds the fp32 gradient shard at the step and drops
+    it at zero_grad: peak = persistent state + max(activations, copy), the copy 4 B per parameter
+    of the local optimizer shard. Qwen3-30B-A3B on 8 GPUs, EP8: experts unsharded (edp 1)."""
+    from scaletax import memory as M
+
+    lay = Layout(tp=1, pp=1, dp=8, ep=8, etp=1, mbs=1, gbs=64, recompute="selective")
+    mem = M.breakdown(QWEN30, lay, "bf16")
+    stated = M.breakdown(QWEN30, lay, "bf16", optimizer_bytes=16.0)  # stated bytes: all persistent
+    copy = float(stated.optimizer[0]) * 4.0 / 16.0  # 4 of the 16 B per optimizer-shard parameter
+    acts = float(mem.activations[0])
+    assert float(stated.total[0] - mem.total[0]) == pytest.approx(min(copy, acts), rel=1e-9)
+    assert float(mem.optimizer[0]) == pytest.approx(float(stated.optimizer[0]) - copy + max(copy - acts, 0.0), rel=1e-9)
+    # max_micro_batch still finds the largest batch that fits around the kink
+    m = M.max_micro_batch(QWEN30, lay, 180.0, "bf16")[0]
+    assert M.fits(QWEN30, lay.replace(mbs=int(m), gbs=int(m) * 8 * lay.n_micro), 180.0, "bf16")[0]
+    assert not M.fits(QWEN30, lay.replace(mbs=int(m) + 1, gbs=(int(m) + 1) * 8 * lay.n_micro), 180.0, "bf16")[0]

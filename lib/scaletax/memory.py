@@ -35,7 +35,13 @@ V vocab, L layers, p pipeline size, v virtual stages):
   reduced in place in 16 bits, ``recipes.GRAD_BYTES``, the same bytes ``comm`` puts on the wire)
   + fp32 master, fp32 gradient shard and Adam m, v = 2 + 2 + 16 bytes ("4 + 16/d" with the
   distributed optimizer); with fp32 main grads (``grad_bytes=4``, ``grad_reduce_in_fp32``)
-  2 + 4 + 12 ("6 + 12/d"). ZeRO (Rajbhandari et al. 2020, arXiv 1910.02054, §5): stage 1
+  2 + 4 + 12 ("6 + 12/d"). The fp32 gradient shard is transient: Megatron-Core's
+  ``DistributedOptimizer`` builds it from the 16-bit grad buffer at the optimizer step
+  (``_copy_model_grads_to_main_grads``: ``shard_main_param.grad = shard_model_grad.float()``) and
+  drops it at the next step's ``zero_grad(set_to_none=True)``, before the forward pass; it never
+  coexists with the activations, so a stage's peak holds the larger of the two (the excess of
+  the copy is reported under ``optimizer``; explicitly stated ``optimizer_bytes`` are all
+  persistent). ZeRO (Rajbhandari et al. 2020, arXiv 1910.02054, §5): stage 1
   shards the optimizer state, stage 2 also the gradients, stage 3 also the parameters, over
   the data-parallel group: ``dp * cp`` for dense parameters (Megatron shards over data and
   context ranks), the expert-data-parallel group ``edp`` for routed-expert parameters (whose
@@ -336,6 +342,7 @@ def _stage(model: Model, la: LayoutArray, last: bool, o: dict[str, Any], c: dict
     weights = weights + np.where(c["z3"], o["fsdp_prefetch_layers"] * largest_layer * (lin_pb + lowp), 0.0)
     gradients = o["grad_bytes"] * (p_dense / c["g_d"] + p_exp / c["g_e"])
     optimizer = o["optimizer_bytes"] * (p_dense / c["o_d"] + p_exp / c["o_e"])
+    grad_copy = o["optimizer_transient_bytes"] * (p_dense / c["o_d"] + p_exp / c["o_e"])
 
     # --- activations ----------------------------------------------------------------------
     # in-flight micro-batches (in units of whole stages) on rank r: 1F1B holds p - r; the
@@ -363,6 +370,9 @@ def _stage(model: Model, la: LayoutArray, last: bool, o: dict[str, Any], c: dict
             acts = acts + tokens * (output + np.where(single, emb_mask, 0.0))
         else:
             acts = acts + tokens * (emb_mask * inflight + np.where(single, output, 0.0))
+    # the fp32 gradient-shard copy and the activations are never held at once: the peak is the
+    # larger of the two, the excess of the copy counted with the optimizer
+    optimizer = optimizer - grad_copy + np.maximum(grad_copy - acts, 0.0)
     return {"weights": weights, "gradients": gradients, "optimizer": optimizer, "activations": acts}
 
 
@@ -379,6 +389,9 @@ def resolve_options(precision: str = "bf16", *, attention: str = "flash", dropou
     rec = recipes.training(precision)
     pb = rec.param_bytes
     gb = rec.grad_bytes if grad_bytes is None else float(grad_bytes)
+    # the fp32 copy of the gradient shard (16-bit grads) lives only from the optimizer step to the
+    # next zero_grad, when no activations are held (module docstring); stated bytes: all persistent
+    transient = rec.optimizer_bytes(gb) - rec.optimizer_bytes(recipes.FP32_BYTES) if optimizer_bytes is None else 0.0
     if optimizer_bytes is None:
         optimizer_bytes = rec.optimizer_bytes(gb)
     if selective_modules is None:
@@ -393,6 +406,7 @@ def resolve_options(precision: str = "bf16", *, attention: str = "flash", dropou
         "param_bytes": pb if param_bytes is None else float(param_bytes),
         "grad_bytes": gb,
         "optimizer_bytes": float(optimizer_bytes),
+        "optimizer_transient_bytes": float(transient),
         "lowp": rec.lowp_copy_bytes if (lowp_weight_copy or lowp_params) else 0.0,
         "lowp_params": bool(lowp_params),
         "selective_modules": tuple(selective_modules),
@@ -469,24 +483,29 @@ def max_micro_batch(model: Model, layouts: Layout | LayoutArray | Iterable[Layou
     """Largest micro-batch (sequences) that fits each layout, 0 if even 1 does not.
 
     The number of micro-batches per step is held at the layout's value (gbs scales with mbs).
-    Memory is affine in mbs, so the bound is solved in closed form and then verified.
+    Memory is non-decreasing and convex in mbs (affine, or the larger of an affine activation
+    term and the transient gradient copy), so a vectorized bisection finds the bound.
     """
     la = _as_array(layouts)
     nm = np.maximum(la.n_micro, 1)
     cap = capacity_gib(gpu) * GIB
 
-    def total(m):
+    def ok(m):
         m = np.broadcast_to(np.asarray(m, dtype=np.int64), (len(la),))
-        return breakdown(model, la.replace(mbs=m, gbs=m * la.dp * nm), precision, **options).total
+        return breakdown(model, la.replace(mbs=m, gbs=m * la.dp * nm), precision, **options).total <= cap
 
-    t1, t2 = total(1), total(2)
-    slope = np.maximum(t2 - t1, 1.0)
-    m = np.floor((cap - (t1 - slope)) / slope).astype(np.int64)
-    m = np.clip(m, 0, limit)
-    for _ in range(2):  # guard against rounding at the boundary
-        bad = (m > 0) & (total(np.maximum(m, 1)) > cap)
-        m = np.where(bad, m - 1, m)
-    return np.where(t1 <= cap, np.maximum(m, 1), 0)
+    t1 = ok(1)
+    lo = np.where(t1, 1, 0).astype(np.int64)       # largest known to fit (0: none)
+    ok_limit = ok(limit)
+    hi = np.where(t1, np.where(ok_limit, limit + 1, limit), 1).astype(np.int64)  # smallest known not to fit
+    lo = np.where(ok_limit, limit, lo)
+    while np.any(hi - lo > 1):
+        mid = (lo + hi) // 2
+        act = hi - lo > 1
+        good = ok(np.where(act, np.maximum(mid, 1), 1))
+        lo = np.where(act & good, mid, lo)
+        hi = np.where(act & ~good, mid, hi)
+    return np.where(t1, lo, 0)
 
 
 __all__ = ["ACT_BYTES", "FSDP_PREFETCH_LAYERS", "GIB", "PRECISIONS",

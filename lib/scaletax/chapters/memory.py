@@ -395,10 +395,12 @@ def state_rows(model_ids: Sequence[str], precision: str) -> list[dict[str, Any]]
         m = models.get(mid)
         mem = memory.breakdown(m, Layout(tp=1, pp=1, dp=1, zero_stage=0), precision, fsdp_prefetch_layers=0)
         n = m.total_params
+        # the optimizer's bytes at its step, the transient fp32 gradient copy included (memory docstring)
+        opt = memory.resolve_options(precision)["optimizer_bytes"]
+        state = float(mem.weights[0] + mem.gradients[0]) + opt * n
         rows.append({"model": mid, "model_name": m.name, "model_short": short_name(m), "params_b": n / 1e9, "active_b": m.active_params / 1e9,
                      "weights_bpp": float(mem.weights[0]) / n, "gradients_bpp": float(mem.gradients[0]) / n,
-                     "optimizer_bpp": float(mem.optimizer[0]) / n,
-                     "state_bpp": float(mem.model_state()[0]) / n, "state_tib": float(mem.model_state()[0]) / 2**40})
+                     "optimizer_bpp": opt, "state_bpp": state / n, "state_tib": state / 2**40})
     return rows
 
 
