@@ -135,3 +135,24 @@ def test_gradient_copy_and_activations_share_the_peak():
     m = M.max_micro_batch(QWEN30, lay, 180.0, "bf16")[0]
     assert M.fits(QWEN30, lay.replace(mbs=int(m), gbs=int(m) * 8 * lay.n_micro), 180.0, "bf16")[0]
     assert not M.fits(QWEN30, lay.replace(mbs=int(m) + 1, gbs=(int(m) + 1) * 8 * lay.n_micro), 180.0, "bf16")[0]
+
+
+def test_moe_dispatcher_column_selects_the_dispatch(tmp_path):
+    from scaletax import runs
+
+    head = ("layers,hidden,heads,kv_heads,head_dim,ffn_hidden,vocab,seq_len,hardware,gpu_count,tp,pp,precision,"
+            "moe_experts,moe_top_k,moe_ffn_hidden,ep,gbs,recompute,moe_dispatcher\n")
+    body = "48,2048,32,4,128,6144,151936,4096,h100_sxm,8,1,1,bf16,128,8,768,8,64,selective,{}\n"
+    p = tmp_path / "runs.csv"
+    p.write_text(head + body.format("") + body.format("AllToAll") + body.format("deepep"), encoding="utf-8")
+    rows = runs.read_runs(p)
+    assert [runs.row_dispatch(r) for r in rows] == ["dedup", "alltoall", "dedup"]
+    inp = runs.step_inputs([runs.plan_row(r) for r in rows])
+    plan = runs.plan_row(rows[0])
+    la = LayoutArray.from_layouts([plan.layout])
+    a2a, _ = perf.memory_bound_bytes(plan.model, la, "bf16", ep_dispatch="alltoall")
+    dd, _ = perf.memory_bound_bytes(plan.model, la, "bf16", ep_dispatch="dedup")
+    np.testing.assert_allclose(inp.bytes_micro, [dd[0], a2a[0], dd[0]], rtol=1e-12)
+    p.write_text(head + body.format("nccl"), encoding="utf-8")
+    with pytest.raises(runs.RunsTableError, match="column 'moe_dispatcher': must be one of deepep, alltoall"):
+        runs.read_runs(p)

@@ -68,6 +68,9 @@ COLUMN_DEFAULTS: dict[str, str] = {
     "recompute_modules": "Megatron-Core module names separated by ';' that 'selective' recomputes (default "
                          "memory.SELECTIVE_MODULES)",
     "reserve_gib": f"{memory.RESERVE_GIB:g} GiB per GPU kept free (CUDA context, NCCL buffers, allocator)",
+    "moe_dispatcher": "deepep (DeepEP-class dispatch: one copy per destination GPU, once per node over the NIC, "
+                      "as the Megatron-Bridge DeepSeek-V3 recipes run it); alltoall: Megatron-Core's alltoall "
+                      "token dispatcher (k copies per token, chunk sorts around the experts)",
     "schedule": "unknown (1f1b: Megatron-Core default, MoE all-to-all in line, not hidden; ep_overlap: "
                 "Megatron-Core overlap_moe_expert_parallel_comm; dualpipe: DeepSeek-V3 DualPipe; both hide the "
                 "all-to-all under the other micro-batch's compute; unknown: half of it, comm.SCHEDULE_EP_OVERLAP)",
@@ -110,7 +113,8 @@ ROW_CONVENTIONS: dict[str, str] = {
     "gbs": COLUMN_DEFAULTS["gbs"],
     "etp": COLUMN_DEFAULTS["etp"],
     "ep_dispatch": "MoE all-to-all with per-node deduplication (DeepEP / HybridEP, used by the "
-                   "Megatron-Bridge DeepSeek-V3 recipes; perf.ep_dedup_factor)",
+                   "Megatron-Bridge DeepSeek-V3 recipes; perf.ep_dedup_factor) unless the row's moe_dispatcher "
+                   "says alltoall",
     "routing": "balanced routing (the Megatron-Bridge MoE rows force-balance routing)",
 }
 
@@ -402,15 +406,28 @@ def row_schedule(row: dict[str, Any]) -> str:
     return v
 
 
+#: ``moe_dispatcher`` column values and the ``perf.prepare`` ``ep_dispatch`` each runs.
+DISPATCHERS: dict[str, str] = {"deepep": "dedup", "alltoall": "alltoall"}
+
+
+def row_dispatch(row: dict[str, Any]) -> str:
+    """``perf.prepare``'s ``ep_dispatch`` for a row's ``moe_dispatcher`` (:data:`COLUMN_DEFAULTS`:
+    blank or absent is "deepep", :data:`ROW_CONVENTIONS` "ep_dispatch")."""
+    v = str(row.get("moe_dispatcher") or "").strip().lower() or "deepep"
+    if v not in DISPATCHERS:
+        raise _CellError("moe_dispatcher", f"must be one of {', '.join(DISPATCHERS)} or empty (got {v!r})")
+    return DISPATCHERS[v]
+
+
 def step_inputs(plans: Sequence[RowPlan]):
     """Step-time inputs (``perf.StepInputs``) of every plan, concatenated (one entry per row).
-    MoE rows use per-domain deduplicated dispatch (:data:`ROW_CONVENTIONS` "ep_dispatch"); the
-    row's ``schedule`` sets the MoE all-to-all overlap (:func:`row_schedule`)."""
+    MoE rows use the row's dispatcher (:func:`row_dispatch`, default DeepEP-class, :data:`ROW_CONVENTIONS`
+    "ep_dispatch"); the row's ``schedule`` sets the MoE all-to-all overlap (:func:`row_schedule`)."""
     from scaletax import perf
 
     parts = []
     for su in plans:
-        ep_dispatch = "dedup" if su.model.is_moe else "alltoall"
+        ep_dispatch = row_dispatch(su.row) if su.model.is_moe else "alltoall"
         parts.append(perf.prepare(su.model, su.layout, str(su.row["precision"]).strip().lower(),
                                   str(su.row["hardware"]).strip(), recompute_fraction=su.recompute_fraction,
                                   ep_dispatch=ep_dispatch, schedule=row_schedule(su.row)))
@@ -483,6 +500,7 @@ def _validate_row(row: dict[str, Any], hw_ids: Sequence[str]) -> None:
         raise _CellError("precision", f"{hw} has no tensor cores for {prec}")
     _stated_recompute(row)
     row_schedule(row)
+    row_dispatch(row)
     mods = _modules(row)
     if mods is not None:
         bad = set(mods) - set(memory.RECOMPUTE_MODULES)
