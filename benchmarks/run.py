@@ -389,7 +389,7 @@ def bench_kernels(repeats: int) -> dict:
             "communication_tax_sweep": sweep}
 
 
-def bench_predict(sizes=(1_000, 4_000)) -> dict:
+def bench_predict(sizes=(1_000, 10_000, 100_000)) -> dict:
     """``predict_rows`` on the published-runs table repeated to n rows (every row has a layout):
     rows per CPU second, and the process's peak resident memory after each size."""
     import resource

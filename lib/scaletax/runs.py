@@ -11,6 +11,8 @@ Public API:
 - ``plan_row(row, layout=None) -> RowPlan``: model, layout, resolved recompute (unknown: the
   least that fits), memory options and the defaults applied: the one function calibration,
   validation and ``scaletax predict`` all use to turn a row into model inputs.
+- ``plan_rows(rows) -> TablePlan``: :func:`plan_row` of a whole table, vectorized (rows grouped
+  by architecture, GPU, precision and memory options; the models run once per group).
 - ``predict_memory(rows, **memory_options) -> list[dict]``: new rows (inputs untouched) with
   ``MEMORY_COLUMNS`` appended; composable with other ``predict_*`` functions.
 - ``write_runs(rows, path, columns=None)``: CSV with the columns in first-seen order.
@@ -37,7 +39,7 @@ import numpy as np
 
 from scaletax import DATA_DIR, memory, models
 from scaletax.files import InputFileError, read_bounded
-from scaletax.layout import RECOMPUTE_NAME, Layout, LayoutArray
+from scaletax.layout import FIELDS, RECOMPUTE_CODE, RECOMPUTE_NAME, Layout, LayoutArray
 
 REQUIRED_COLUMNS: tuple[str, ...] = ("layers", "hidden", "heads", "vocab", "seq_len",
                                      "hardware", "gpu_count", "tp", "pp", "precision")
@@ -193,6 +195,21 @@ def row_model(row: dict[str, Any]) -> models.Model:
         raise _CellError(col, msg.split(": ", 1)[-1] if msg.startswith("column") else msg) from None
 
 
+#: Every column :func:`row_model` reads (rows equal on these have the same architecture).
+MODEL_COLUMNS: tuple[str, ...] = tuple(dict.fromkeys((*models.ROW_REQUIRED, *models.ROW_INT_COLUMNS,
+                                                       *models._STYLE_FIELDS, "attention", "total_params_b",
+                                                       "active_params_b", "model")))
+
+
+def _cached_model(row: dict[str, Any], cache: dict) -> tuple[tuple, models.Model]:
+    """(model key, :func:`row_model` of ``row``), reusing ``cache`` for rows of the same architecture."""
+    key = tuple(row.get(c) for c in MODEL_COLUMNS)
+    model = cache.get(key)
+    if model is None:
+        model = cache[key] = row_model(row)
+    return key, model
+
+
 def _unused_ffn(row: dict[str, Any]) -> int:
     """The dense FFN width of an all-MoE row: the catalog's for the same shape, else the expert width."""
     shape = {c: _int(row, c) for c in ("layers", "hidden", "heads", "moe_experts", "moe_top_k", "moe_ffn_hidden")}
@@ -228,6 +245,14 @@ def row_layout(row: dict[str, Any], recompute: str | None = None) -> Layout:
 
     A row whose recompute is "unknown"/empty gets "none" here (:func:`plan_row` resolves it).
     """
+    tp, pp, cp, ep, etp, dp, vp, mbs, gbs, sp, zero, rc = _layout_values(row, recompute)
+    return Layout(tp=tp, pp=pp, cp=cp, dp=dp, ep=ep, etp=etp, vp=vp, mbs=mbs, gbs=gbs,
+                  sequence_parallel=sp, zero_stage=zero, recompute=rc)
+
+
+def _layout_values(row: dict[str, Any], recompute: str | None = None) -> tuple:
+    """The checked fields of :func:`row_layout` (tp, pp, cp, ep, etp, dp, vp, mbs, gbs,
+    sequence_parallel or None, zero_stage, recompute name), without building a ``Layout``."""
     tp, pp = _int(row, "tp"), _int(row, "pp")
     gpus = _int(row, "gpu_count")
     for col, v in (("tp", tp), ("pp", pp), ("gpu_count", gpus)):
@@ -237,8 +262,9 @@ def row_layout(row: dict[str, Any], recompute: str | None = None) -> Layout:
             raise _CellError(col, f"must be positive (got {v})")
     cp = _int(row, "cp", 1)
     dp = _int(row, "dp")
-    for col, v in (("cp", cp), ("dp", dp), ("ep", _int(row, "ep", 1)), ("vp", _int(row, "vp", 1)),
-                   ("mbs", _int(row, "mbs", 1)), ("gbs", _int(row, "gbs", 1)), ("etp", _int(row, "etp", 1))):
+    ep, etp, vp, mbs, gbs = (_int(row, "ep", 1), _int(row, "etp", 1), _int(row, "vp", 1), _int(row, "mbs", 1),
+                             _int(row, "gbs"))
+    for col, v in (("cp", cp), ("dp", dp), ("ep", ep), ("vp", vp), ("mbs", mbs), ("gbs", gbs), ("etp", etp)):
         if v is not None and v <= 0:
             raise _CellError(col, f"must be positive (got {v})")
     if dp is None:
@@ -247,12 +273,10 @@ def row_layout(row: dict[str, Any], recompute: str | None = None) -> Layout:
         dp = gpus // (tp * pp * cp)
     if tp * pp * cp * dp != gpus:
         raise _CellError("gpu_count", f"tp*pp*cp*dp = {tp}*{pp}*{cp}*{dp} = {tp * pp * cp * dp} must equal gpu_count={gpus}")
-    mbs, gbs = _int(row, "mbs", 1), _int(row, "gbs")
     if gbs is None:
         gbs = default_gbs(gpus, mbs, dp)
     if gbs % (mbs * dp):
         raise _CellError("gbs", f"gbs={gbs} must be a multiple of mbs*dp={mbs * dp}")
-    ep, etp = _int(row, "ep", 1), _int(row, "etp", 1)
     if (tp * cp * dp) % (ep * etp):
         raise _CellError("ep", f"ep*etp={ep}*{etp} must divide tp*cp*dp={tp * cp * dp} (MoE parallel folding)")
     zero = _int(row, "zero_stage", 1)
@@ -264,8 +288,7 @@ def row_layout(row: dict[str, Any], recompute: str | None = None) -> Layout:
     if rc is None:
         rc = _stated_recompute(row)
         rc = "none" if rc == "unknown" else rc
-    return Layout(tp=tp, pp=pp, cp=cp, dp=dp, ep=ep, etp=etp, vp=_int(row, "vp", 1), mbs=mbs, gbs=gbs,
-                  sequence_parallel=sp, zero_stage=zero, recompute=rc)
+    return tp, pp, cp, ep, etp, dp, vp, mbs, gbs, sp, zero, rc
 
 
 def _stated_recompute(row: dict[str, Any]) -> str:
@@ -351,6 +374,187 @@ def plan_row(row: dict[str, Any], layout: Layout | None = None, **memory_opts: A
     return RowPlan(row=row, model=model, layout=lay, recompute_fraction=frac if lay.recompute == "full" else 0.0,
                    recompute_assumed=assumed, assumptions=tuple(notes), options=opts, memory_gib=gib,
                    measured=measured, basis=basis)
+
+
+@dataclass(frozen=True)
+class PlanGroup:
+    """Rows of a :class:`TablePlan` with the same architecture, GPU, precision and memory
+    options: their positions in the table (``index``), layouts (recompute resolved as
+    :func:`plan_row` does) and full-recompute fractions, as arrays."""
+
+    model: models.Model
+    hardware: str
+    precision: str
+    options: dict[str, Any]
+    index: np.ndarray
+    layouts: LayoutArray
+    recompute_fraction: np.ndarray
+
+    def memory_gib(self) -> dict[str, np.ndarray]:
+        """GiB per GPU by term and total (``memory.breakdown``); rows with full recompute on part
+        of the layers mix the selective and full terms by that share, as :func:`predict_memory` says."""
+        la, x = self.layouts, self.recompute_fraction
+        g = {k: v.copy() for k, v in memory.breakdown(self.model, la, self.precision, **self.options).gib().items()}
+        partial = (la.recompute == 2) & (x < 1.0)
+        if np.any(partial):
+            sel = memory.breakdown(self.model, la[partial].replace(recompute=np.ones(int(partial.sum()))),
+                                   self.precision, **self.options).gib()
+            xp = x[partial]
+            for k in g:
+                g[k][partial] = (1.0 - xp) * sel[k] + xp * g[k][partial]
+        return g
+
+    def step_inputs(self):
+        """``perf.prepare`` of the group (:func:`step_inputs`' conventions)."""
+        from scaletax import perf
+
+        return perf.prepare(self.model, self.layouts, self.precision, self.hardware,
+                            recompute_fraction=self.recompute_fraction,
+                            ep_dispatch="dedup" if self.model.is_moe else "alltoall")
+
+
+@dataclass(frozen=True)
+class TablePlan:
+    """:func:`plan_row` of every row of a table, grouped (:class:`PlanGroup`) so that the memory
+    and step-time models run once per group. Per row (table order): ``recompute_assumed``,
+    ``assumptions``, ``measured`` and ``basis`` as in :class:`RowPlan`."""
+
+    rows: list[dict[str, Any]]
+    groups: tuple[PlanGroup, ...]
+    recompute_assumed: list[str]
+    assumptions: list[tuple[str, ...]]
+    measured: list[float | None]
+    basis: list[str]
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def _scatter(self, per_group) -> np.ndarray:
+        out = np.empty(len(self.rows))
+        for g, v in zip(self.groups, per_group):
+            out[g.index] = v
+        return out
+
+    def memory_gib(self) -> dict[str, np.ndarray]:
+        """GiB per GPU by term and total of every row (:meth:`PlanGroup.memory_gib`), table order."""
+        parts = [g.memory_gib() for g in self.groups]
+        keys = parts[0].keys() if parts else ()
+        return {k: self._scatter([p[k] for p in parts]) for k in keys}
+
+    def layouts(self) -> LayoutArray:
+        """The resolved layouts, table order."""
+        return LayoutArray.concat([g.layouts for g in self.groups]).take(self._order())
+
+    def recompute_fraction(self) -> np.ndarray:
+        return self._scatter([g.recompute_fraction for g in self.groups])
+
+    def _order(self) -> np.ndarray:
+        pos = np.concatenate([g.index for g in self.groups]) if self.groups else np.zeros(0, np.int64)
+        inv = np.empty_like(pos)
+        inv[pos] = np.arange(len(pos))
+        return inv
+
+    def step_inputs(self):
+        """``perf.StepInputs`` of every row, table order (one ``perf.prepare`` per group)."""
+        from scaletax import perf
+
+        return perf.StepInputs.concat([g.step_inputs() for g in self.groups]).take(self._order())
+
+    def recompute_label(self, i: int) -> str:
+        """:attr:`RowPlan.recompute_label` of row ``i``."""
+        g, j = self._where[i]
+        grp = self.groups[g]
+        x, code = float(grp.recompute_fraction[j]), int(grp.layouts.recompute[j])
+        if code == 2 and x < 1.0:
+            return f"full on {x:.0%} of layers, selective on the rest"
+        return RECOMPUTE_NAME[code]
+
+    @property
+    def _where(self) -> dict[int, tuple[int, int]]:
+        w = self.__dict__.get("_where_cache")
+        if w is None:
+            w = {int(i): (g, j) for g, grp in enumerate(self.groups) for j, i in enumerate(grp.index)}
+            object.__setattr__(self, "_where_cache", w)
+        return w
+
+
+def plan_rows(rows: Sequence[dict[str, Any]], row_numbers: Sequence[int] | None = None,
+              **memory_opts: Any) -> TablePlan:
+    """:func:`plan_row` of every row (no layout override), vectorized: rows are grouped by
+    architecture, GPU, precision and memory options, and the recompute of rows that leave it
+    unknown is resolved once per group (``perf.least_recompute`` on the group's layouts).
+    Same results as :func:`plan_row` row by row. A bad row raises ``RunsTableError``
+    "row N: reason" (N from ``row_numbers``, default position + 2: the header is row 1)."""
+    from scaletax import hardware, perf
+
+    rows = list(rows)
+    n = len(rows)
+    nums = list(row_numbers) if row_numbers is not None else [i + 2 for i in range(n)]
+    cache: dict = {}
+    vals = np.zeros((n, 12), dtype=np.int64)
+    unknown = np.zeros(n, dtype=bool)
+    by_key: dict[tuple, list[int]] = {}
+    info: dict[tuple, tuple] = {}
+    measured: list[float | None] = []
+    basis: list[str] = []
+    for i, row in enumerate(rows):
+        try:
+            mkey, model = _cached_model(row, cache)
+            tp, pp, cp, ep, etp, dp, vp, mbs, gbs, sp, zero, rc = _layout_values(row)
+            gpu = str(row["hardware"]).strip()
+            prec = str(row["precision"]).strip().lower()
+            opts = {**memory_opts, **memory_options(row)}
+            unknown[i] = _stated_recompute(row) == "unknown"
+            m, b = measured_tokens_per_s(row, model)
+        except (ValueError, hardware.HardwareError) as exc:
+            raise RunsTableError(f"row {nums[i]}: {exc}") from None
+        vals[i] = (tp, pp, cp, ep, etp, dp, vp, mbs, gbs, int((True if sp is None else sp) and tp > 1), zero,
+                   RECOMPUTE_CODE[rc])
+        measured.append(m)
+        basis.append(b)
+        key = (mkey, gpu, prec, tuple(sorted(opts.items())))
+        if key not in by_key:
+            by_key[key] = []
+            info[key] = (model, gpu, prec, opts)
+        by_key[key].append(i)
+    assumed = [""] * n
+    frac_all = np.ones(n)
+    groups = []
+    for key, members in by_key.items():
+        model, gpu, prec, opts = info[key]
+        idx = np.asarray(members, dtype=np.int64)
+        v = vals[idx]
+        code = v[:, 11].copy()
+        frac = np.ones(len(idx))
+        unk = unknown[idx]
+        if np.any(unk):
+            sub = LayoutArray(**{f: v[unk, j] for j, f in enumerate(FIELDS)})
+            try:
+                c, fr, _ = perf.least_recompute(model, sub, gpu, prec, **opts)
+            except (ValueError, hardware.HardwareError) as exc:
+                raise RunsTableError(f"row {nums[int(idx[unk][0])]}: {exc}") from None
+            code[unk], frac[unk] = c, fr
+            for i, ci in zip(idx[unk], c):
+                assumed[int(i)] = RECOMPUTE_NAME[int(ci)]
+        v[:, 11] = code
+        frac = np.where(code == 2, frac, 0.0)
+        frac_all[idx] = frac
+        la = LayoutArray(**{f: v[:, j] for j, f in enumerate(FIELDS)})
+        groups.append(PlanGroup(model=model, hardware=gpu, precision=prec, options=opts, index=idx, layouts=la,
+                                recompute_fraction=frac))
+    notes: list[tuple[str, ...]] = []
+    for i, row in enumerate(rows):
+        note = []
+        if _blank(row.get("gbs")):
+            note.append(f"gbs={int(vals[i, 8])} (one sequence per GPU)")
+        if _blank(row.get("etp")) and _cached_model(row, cache)[1].is_moe:
+            note.append("etp=1 (default)")
+        if unknown[i]:
+            x = float(frac_all[i])
+            note.append("recompute assumed: " + (f"full on {x:.0%} of layers" if assumed[i] == "full" else assumed[i]))
+        notes.append(tuple(note))
+    return TablePlan(rows=rows, groups=tuple(groups), recompute_assumed=assumed, assumptions=notes,
+                     measured=measured, basis=basis)
 
 
 def measured_tokens_per_s(row: dict[str, Any], model: models.Model | None = None) -> tuple[float | None, str]:
@@ -485,7 +689,7 @@ def row_source(row: dict[str, Any]) -> str:
     return "papers"
 
 
-def _validate_row(row: dict[str, Any], hw_ids: Sequence[str]) -> None:
+def _validate_row(row: dict[str, Any], hw_ids: Sequence[str], cache: dict | None = None) -> None:
     from scaletax import hardware
 
     _check_ranges(row)
@@ -506,7 +710,7 @@ def _validate_row(row: dict[str, Any], hw_ids: Sequence[str]) -> None:
         bad = set(mods) - set(memory.RECOMPUTE_MODULES)
         if bad:
             raise _CellError("recompute_modules", f"unknown module(s) {sorted(bad)}; valid: {', '.join(memory.RECOMPUTE_MODULES)}")
-    model = row_model(row)
+    model = row_model(row) if cache is None else _cached_model(row, cache)[1]
     if all(_blank(row.get(c)) for c in SEARCHABLE_LAYOUT):
         return  # no layout given: nothing more to check here
     layout = row_layout(row)
@@ -569,6 +773,7 @@ def read_runs(path: str | Path) -> list[dict[str, Any]]:
     if missing:
         raise RunsTableError(f"{name}: row 1: missing required column(s) {', '.join(missing)}")
     hw_ids = _hardware_ids()
+    model_cache: dict = {}
     rows: list[dict[str, Any]] = []
     bad: list[str] = []
     for rownum, raw in enumerate(reader, start=2):
@@ -582,7 +787,7 @@ def read_runs(path: str | Path) -> list[dict[str, Any]]:
         row, errors = _parse_row(raw, header)
         if not errors:
             try:
-                _validate_row(row, hw_ids)
+                _validate_row(row, hw_ids, model_cache)
             except _CellError as exc:
                 errors.append(exc)
         if errors:
@@ -604,32 +809,32 @@ def predict_memory(rows: Iterable[dict[str, Any]], **memory_options: Any) -> lis
     (:func:`plan_row`), reported in ``recompute_assumed`` (empty for rows that state it); with
     full recompute on part of the layers the terms are those of that mix.
     ``memory_options`` go to ``memory.breakdown`` (row columns ``reserve_gib`` and
-    ``recompute_modules`` override them per row).
+    ``recompute_modules`` override them per row). Vectorized (:func:`plan_rows`); ``rows`` may
+    also be a :class:`TablePlan` already made.
     """
     from scaletax import hardware
+
+    plan = rows if isinstance(rows, TablePlan) else plan_rows(list(rows), **memory_options)
+    g = plan.memory_gib()
+    caps: dict[str, float] = {}
     out = []
-    for row in rows:
-        plan = plan_row(row, **memory_options)
-        cap = float(hardware.get(str(row["hardware"]).strip()).hbm_gib)
-        prec = str(row["precision"]).strip().lower()
-        lay = plan.layout
-        if lay.recompute == "full" and plan.recompute_fraction < 1.0:
-            la = LayoutArray.from_layouts([lay.replace(recompute="selective"), lay])
-            x = plan.recompute_fraction
-            g = {k: float((1.0 - x) * v[0] + x * v[1]) for k, v in memory.breakdown(plan.model, la, prec, **plan.options).gib().items()}
-        else:
-            g = {k: float(v[0]) for k, v in memory.breakdown(plan.model, lay, prec, **plan.options).gib().items()}
+    for i, row in enumerate(plan.rows):
+        hw = str(row["hardware"]).strip()
+        cap = caps.get(hw)
+        if cap is None:
+            cap = caps[hw] = float(hardware.get(hw).hbm_gib)
+        total = float(g["total"][i])
         new = dict(row)
         new.update({
-            "memory_weights_gib": round(g["weights"], 3),
-            "memory_gradients_gib": round(g["gradients"], 3),
-            "memory_optimizer_gib": round(g["optimizer"], 3),
-            "memory_activations_gib": round(g["activations"], 3),
-            "memory_reserve_gib": round(g["reserve"], 3),
-            "memory_total_gib": round(g["total"], 3),
+            "memory_weights_gib": round(float(g["weights"][i]), 3),
+            "memory_gradients_gib": round(float(g["gradients"][i]), 3),
+            "memory_optimizer_gib": round(float(g["optimizer"][i]), 3),
+            "memory_activations_gib": round(float(g["activations"][i]), 3),
+            "memory_reserve_gib": round(float(g["reserve"][i]), 3),
+            "memory_total_gib": round(total, 3),
             "memory_capacity_gib": cap,
-            "fits": bool(g["total"] <= cap),
-            "recompute_assumed": plan.recompute_assumed,
+            "fits": bool(total <= cap),
+            "recompute_assumed": plan.recompute_assumed[i],
         })
         out.append(new)
     return out

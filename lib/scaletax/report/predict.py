@@ -78,54 +78,51 @@ def predict_rows(rows: list[dict[str, Any]], band: perf.EfficiencyBand | None = 
             filled.append(dict(row))
             labels.append("")
             ok.append(True)
-    mem_rows = runs.predict_memory([r for r, f in zip(filled, ok) if f])
-    it = iter(mem_rows)
-    out = []
-    setups = []
-    for i, (row, found) in enumerate(zip(filled, ok)):
-        if not found:
-            new = dict(rows[i])
-            new.update({c: None for c in runs.MEMORY_COLUMNS})
-            new["fits"] = False
-            new.update({c: None for c in PERF_COLUMNS})
-            new["layout_searched"] = labels[i]
-            out.append(new)
-            setups.append(None)
+    keep = [i for i, f in enumerate(ok) if f]
+    plan = runs.plan_rows([filled[i] for i in keep], row_numbers=[i + 2 for i in keep])
+    mem_rows = runs.predict_memory(plan)
+    out: list[dict[str, Any]] = []
+    for i, found in enumerate(ok):
+        if found:
+            out.append({})
             continue
-        new = next(it)
-        searched = bool(labels[i])
-        try:
-            su = validate.row_setup(row, layout=runs.row_layout(row) if searched else None)
-            setups.append((su, searched))
-        except (ValueError, hardware.HardwareError) as exc:
-            raise runs.RunsTableError(f"row {i + 2}: {exc}") from None
+        new = dict(rows[i])
+        new.update({c: None for c in runs.MEMORY_COLUMNS})
+        new["fits"] = False
+        new.update({c: None for c in PERF_COLUMNS})
+        new["layout_searched"] = labels[i]
         out.append(new)
-    todo = [(k, s) for k, s in enumerate(setups) if s is not None]
-    if todo:
+    if keep:
         try:
-            inp = validate.prepare_setups([s for _, (s, _) in todo])
+            inp = plan.step_inputs()
         except hardware.UnsupportedPrecision as exc:
-            bad = next(k for k, (s, _) in todo
-                       if not hardware.get(str(s.row["hardware"]).strip()).supports(str(s.row["precision"]).strip().lower()))
+            bad = next(k for k in keep
+                       if not hardware.get(str(filled[k]["hardware"]).strip()).supports(str(filled[k]["precision"]).strip().lower()))
             raise runs.RunsTableError(f"row {bad + 2}, column 'precision': {exc}") from None
         pred = perf.evaluate_band(inp, band)
-        v = pred.value
-        for j, (k, (su, searched)) in enumerate(todo):
-            p = float(v.tokens_per_s_per_gpu[j])
-            out[k].update({
+        v, lo, hi = pred.value, pred.low.tokens_per_s_per_gpu, pred.high.tokens_per_s_per_gpu
+        cols = {k: getattr(v, k).tolist() for k in ("tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu", "step_s",
+                                                    "compute_s", "exposed_comm_s", "bubble_s", "other_s")}
+        lo, hi = lo.tolist(), hi.tolist()
+        for j, k in enumerate(keep):
+            p = cols["tokens_per_s_per_gpu"][j]
+            measured = plan.measured[j]
+            new = mem_rows[j]
+            new.update({
                 "predicted_tokens_per_s_per_gpu": round(p, 3),
-                "predicted_tokens_per_s_per_gpu_low": round(float(pred.low.tokens_per_s_per_gpu[j]), 3),
-                "predicted_tokens_per_s_per_gpu_high": round(float(pred.high.tokens_per_s_per_gpu[j]), 3),
-                "predicted_model_tflops_per_gpu": round(float(v.model_tflops_per_gpu[j]), 3),
-                "predicted_mfu": round(float(v.mfu[j]), 4),
-                "predicted_step_time_s": float(v.step_s[j]),
-                "compute_s": float(v.compute_s[j]), "exposed_comm_s": float(v.exposed_comm_s[j]),
-                "bubble_s": float(v.bubble_s[j]), "other_s": float(v.other_s[j]),
-                "recompute_modelled": su.recompute_label,
-                "layout_assumptions": "; ".join(su.assumptions),
-                "error_vs_measured": round(p / su.measured - 1.0, 4) if su.measured else None,
+                "predicted_tokens_per_s_per_gpu_low": round(lo[j], 3),
+                "predicted_tokens_per_s_per_gpu_high": round(hi[j], 3),
+                "predicted_model_tflops_per_gpu": round(cols["model_tflops_per_gpu"][j], 3),
+                "predicted_mfu": round(cols["mfu"][j], 4),
+                "predicted_step_time_s": cols["step_s"][j],
+                "compute_s": cols["compute_s"][j], "exposed_comm_s": cols["exposed_comm_s"][j],
+                "bubble_s": cols["bubble_s"][j], "other_s": cols["other_s"][j],
+                "recompute_modelled": plan.recompute_label(j),
+                "layout_assumptions": "; ".join(plan.assumptions[j]),
+                "error_vs_measured": round(p / measured - 1.0, 4) if measured else None,
                 "layout_searched": labels[k],
             })
+            out[k] = new
     return out
 
 

@@ -1,0 +1,140 @@
+"""``scaletax predict`` vectorized over rows (runs.plan_rows) against the per-row reference
+(runs.plan_row, runs.step_inputs), on the published table and on a random table of mixed rows:
+every output column equal to 1e-12 relative."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from scaletax import hardware, memory, perf, runs
+from scaletax.layout import LayoutArray, divisors
+from scaletax.report.predict import PERF_COLUMNS, predict_rows
+
+TOL = 1e-12
+
+
+def _reference(rows):
+    """The per-row path: plan_row per row, memory.breakdown of its layout (the partial-full mix
+    written out), step inputs one row at a time."""
+    out = []
+    band = perf.default_band()
+    for row in rows:
+        plan = runs.plan_row(row)
+        prec = str(row["precision"]).strip().lower()
+        lay = plan.layout
+        if lay.recompute == "full" and plan.recompute_fraction < 1.0:
+            la = LayoutArray.from_layouts([lay.replace(recompute="selective"), lay])
+            x = plan.recompute_fraction
+            g = {k: float((1.0 - x) * v[0] + x * v[1]) for k, v in memory.breakdown(plan.model, la, prec, **plan.options).gib().items()}
+        else:
+            g = {k: float(v[0]) for k, v in memory.breakdown(plan.model, lay, prec, **plan.options).gib().items()}
+        pred = perf.evaluate_band(runs.step_inputs([plan]), band)
+        v = pred.value
+        p = float(v.tokens_per_s_per_gpu[0])
+        cap = float(hardware.get(str(row["hardware"]).strip()).hbm_gib)
+        out.append({
+            "memory_weights_gib": round(g["weights"], 3), "memory_gradients_gib": round(g["gradients"], 3),
+            "memory_optimizer_gib": round(g["optimizer"], 3), "memory_activations_gib": round(g["activations"], 3),
+            "memory_reserve_gib": round(g["reserve"], 3), "memory_total_gib": round(g["total"], 3),
+            "memory_capacity_gib": cap, "fits": bool(g["total"] <= cap), "recompute_assumed": plan.recompute_assumed,
+            "predicted_tokens_per_s_per_gpu": round(p, 3),
+            "predicted_tokens_per_s_per_gpu_low": round(float(pred.low.tokens_per_s_per_gpu[0]), 3),
+            "predicted_tokens_per_s_per_gpu_high": round(float(pred.high.tokens_per_s_per_gpu[0]), 3),
+            "predicted_model_tflops_per_gpu": round(float(v.model_tflops_per_gpu[0]), 3),
+            "predicted_mfu": round(float(v.mfu[0]), 4), "predicted_step_time_s": float(v.step_s[0]),
+            "compute_s": float(v.compute_s[0]), "exposed_comm_s": float(v.exposed_comm_s[0]),
+            "bubble_s": float(v.bubble_s[0]), "other_s": float(v.other_s[0]),
+            "recompute_modelled": plan.recompute_label, "layout_assumptions": "; ".join(plan.assumptions),
+            "error_vs_measured": round(p / plan.measured - 1.0, 4) if plan.measured else None,
+            "layout_searched": "",
+        })
+    return out
+
+
+def _assert_same(got, want):
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want)):
+        for col, wv in w.items():
+            gv = g[col]
+            if isinstance(wv, float) and isinstance(gv, float):
+                assert math.isclose(gv, wv, rel_tol=TOL, abs_tol=0.0) or gv == wv, (i, col, gv, wv)
+            else:
+                assert gv == wv, (i, col, gv, wv)
+
+
+def _random_rows(n: int, seed: int = 0) -> list[dict]:
+    """Rows of the published table's architectures with random GPUs, precisions, layouts,
+    recompute (stated and unknown), batches, reserves and ZeRO stages; only valid rows kept."""
+    rng = np.random.default_rng(seed)
+    base = runs.read_runs(runs.RUNS_CSV)
+    hw_ids = hardware.ids()
+    out: list[dict] = []
+    while len(out) < n:
+        row = dict(base[rng.integers(len(base))])
+        row.pop("measured_tokens_per_s_per_gpu", None) if rng.random() < 0.3 else None
+        hw = hw_ids[rng.integers(len(hw_ids))]
+        prec = ("bf16", "fp8", "mxfp8", "nvfp4")[rng.integers(4)]
+        if not hardware.get(hw).supports(prec):
+            continue
+        model = runs.row_model(row)
+        tp = int(rng.choice([d for d in divisors(model.heads) if model.kv_heads % d == 0 and d <= 16]))
+        pp = int(rng.choice([d for d in (1, 2, 4, 8, 16) if d <= model.layers]))
+        dp = int(rng.choice([1, 2, 4, 8, 16, 32, 64]))
+        ep = int(rng.choice([d for d in divisors(model.moe_experts) if (tp * dp) % d == 0])) if model.is_moe else 1
+        mbs = int(rng.choice([1, 2]))
+        row.update(hardware=hw, precision=prec, gpu_count=tp * pp * dp, tp=tp, pp=pp, cp=1, dp=None, ep=ep,
+                   vp=int(rng.choice([1, 2])) if pp > 1 else 1, mbs=mbs,
+                   gbs=None if rng.random() < 0.4 else mbs * dp * int(rng.integers(1, 64)),
+                   recompute=("none", "selective", "full", "unknown", "")[rng.integers(5)],
+                   zero_stage=int(rng.choice([0, 1, 2, 3])),
+                   reserve_gib=None if rng.random() < 0.7 else float(rng.choice([2.0, 5.5])))
+        try:
+            runs._validate_row(row, hw_ids)
+        except ValueError:
+            continue
+        out.append(row)
+    return out
+
+
+def test_published_table_same_as_per_row():
+    rows = runs.read_runs(runs.RUNS_CSV)
+    _assert_same(predict_rows(rows), _reference(rows))
+
+
+def test_random_mixed_table_same_as_per_row():
+    rows = _random_rows(150, seed=3)
+    got = predict_rows(rows)
+    _assert_same(got, _reference(rows))
+    # the random table exercises stated and resolved recompute, partial full recompute, rows that do not fit
+    assert {r["recompute_assumed"] for r in got} >= {"", "none", "full"}
+    assert any(r["recompute_modelled"].startswith("full on") for r in got)
+    assert {r["fits"] for r in got} == {True, False}
+    # inputs come back untouched, in order, with every model column
+    for r, g in zip(rows, got):
+        assert all(g[k] == v for k, v in r.items())
+        assert set(PERF_COLUMNS) | set(runs.MEMORY_COLUMNS) <= set(g)
+
+
+def test_plan_rows_matches_plan_row_fields():
+    rows = _random_rows(60, seed=5)
+    plan = runs.plan_rows(rows)
+    la = plan.layouts()
+    frac = plan.recompute_fraction()
+    for i, row in enumerate(rows):
+        ref = runs.plan_row(row)
+        assert la.layout(i) == ref.layout
+        assert frac[i] == ref.recompute_fraction
+        assert plan.assumptions[i] == ref.assumptions
+        assert plan.recompute_assumed[i] == ref.recompute_assumed
+        assert plan.recompute_label(i) == ref.recompute_label
+        assert (plan.measured[i], plan.basis[i]) == (ref.measured, ref.basis)
+    assert len(plan.groups) < len(rows)  # rows of one architecture, GPU and precision share a group
+
+
+def test_bad_row_named():
+    rows = runs.read_runs(runs.RUNS_CSV)[:3]
+    rows[2] = {**rows[2], "gbs": 7}
+    with pytest.raises(runs.RunsTableError, match=r"^row 4: gbs=7 must be a multiple of mbs\*dp="):
+        predict_rows(rows)
