@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from scaletax import hardware, memory, perf, runs
+from scaletax import comm, hardware, memory, perf, runs
 from scaletax.layout import LayoutArray, divisors
 from scaletax.report.predict import PERF_COLUMNS, predict_rows
 
@@ -89,7 +89,9 @@ def _random_rows(n: int, seed: int = 0) -> list[dict]:
                    gbs=None if rng.random() < 0.4 else mbs * dp * int(rng.integers(1, 64)),
                    recompute=("none", "selective", "full", "unknown", "")[rng.integers(5)],
                    zero_stage=int(rng.choice([0, 1, 2, 3])),
-                   reserve_gib=None if rng.random() < 0.7 else float(rng.choice([2.0, 5.5])))
+                   reserve_gib=None if rng.random() < 0.7 else float(rng.choice([2.0, 5.5])),
+                   schedule=("", *comm.SCHEDULES)[rng.integers(len(comm.SCHEDULES) + 1)],
+                   moe_dispatcher=("", *runs.DISPATCHERS)[rng.integers(len(runs.DISPATCHERS) + 1)])
         try:
             runs._validate_row(row, hw_ids)
         except ValueError:

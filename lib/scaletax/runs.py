@@ -12,7 +12,7 @@ Public API:
   least that fits), memory options and the defaults applied: the one function calibration,
   validation and ``scaletax predict`` all use to turn a row into model inputs.
 - ``plan_rows(rows) -> TablePlan``: :func:`plan_row` of a whole table, vectorized (rows grouped
-  by architecture, GPU, precision and memory options; the models run once per group).
+  by architecture, GPU, precision, memory options, dispatcher and schedule; the models run once per group).
 - ``predict_memory(rows, **memory_options) -> list[dict]``: new rows (inputs untouched) with
   ``MEMORY_COLUMNS`` appended; composable with other ``predict_*`` functions.
 - ``write_runs(rows, path, columns=None)``: CSV with the columns in first-seen order.
@@ -378,8 +378,8 @@ def plan_row(row: dict[str, Any], layout: Layout | None = None, **memory_opts: A
 
 @dataclass(frozen=True)
 class PlanGroup:
-    """Rows of a :class:`TablePlan` with the same architecture, GPU, precision and memory
-    options: their positions in the table (``index``), layouts (recompute resolved as
+    """Rows of a :class:`TablePlan` with the same architecture, GPU, precision, memory options,
+    MoE dispatcher and schedule (:func:`step_inputs`' conventions): their positions in the table (``index``), layouts (recompute resolved as
     :func:`plan_row` does) and full-recompute fractions, as arrays."""
 
     model: models.Model
@@ -389,6 +389,8 @@ class PlanGroup:
     index: np.ndarray
     layouts: LayoutArray
     recompute_fraction: np.ndarray
+    ep_dispatch: str = "alltoall"
+    schedule: str = "unknown"
 
     def memory_gib(self) -> dict[str, np.ndarray]:
         """GiB per GPU by term and total (``memory.breakdown``); rows with full recompute on part
@@ -409,8 +411,8 @@ class PlanGroup:
         from scaletax import perf
 
         return perf.prepare(self.model, self.layouts, self.precision, self.hardware,
-                            recompute_fraction=self.recompute_fraction,
-                            ep_dispatch="dedup" if self.model.is_moe else "alltoall")
+                            recompute_fraction=self.recompute_fraction, ep_dispatch=self.ep_dispatch,
+                            schedule=self.schedule)
 
 
 @dataclass(frozen=True)
@@ -481,7 +483,7 @@ class TablePlan:
 def plan_rows(rows: Sequence[dict[str, Any]], row_numbers: Sequence[int] | None = None,
               **memory_opts: Any) -> TablePlan:
     """:func:`plan_row` of every row (no layout override), vectorized: rows are grouped by
-    architecture, GPU, precision and memory options, and the recompute of rows that leave it
+    architecture, GPU, precision, memory options, MoE dispatcher and schedule, and the recompute of rows that leave it
     unknown is resolved once per group (``perf.least_recompute`` on the group's layouts).
     Same results as :func:`plan_row` row by row. A bad row raises ``RunsTableError``
     "row N: reason" (N from ``row_numbers``, default position + 2: the header is row 1)."""
@@ -506,22 +508,24 @@ def plan_rows(rows: Sequence[dict[str, Any]], row_numbers: Sequence[int] | None 
             opts = {**memory_opts, **memory_options(row)}
             unknown[i] = _stated_recompute(row) == "unknown"
             m, b = measured_tokens_per_s(row, model)
+            dispatch = row_dispatch(row) if model.is_moe else "alltoall"
+            schedule = row_schedule(row)
         except (ValueError, hardware.HardwareError) as exc:
             raise RunsTableError(f"row {nums[i]}: {exc}") from None
         vals[i] = (tp, pp, cp, ep, etp, dp, vp, mbs, gbs, int((True if sp is None else sp) and tp > 1), zero,
                    RECOMPUTE_CODE[rc])
         measured.append(m)
         basis.append(b)
-        key = (mkey, gpu, prec, tuple(sorted(opts.items())))
+        key = (mkey, gpu, prec, tuple(sorted(opts.items())), dispatch, schedule)
         if key not in by_key:
             by_key[key] = []
-            info[key] = (model, gpu, prec, opts)
+            info[key] = (model, gpu, prec, opts, dispatch, schedule)
         by_key[key].append(i)
     assumed = [""] * n
     frac_all = np.ones(n)
     groups = []
     for key, members in by_key.items():
-        model, gpu, prec, opts = info[key]
+        model, gpu, prec, opts, dispatch, schedule = info[key]
         idx = np.asarray(members, dtype=np.int64)
         v = vals[idx]
         code = v[:, 11].copy()
@@ -541,7 +545,7 @@ def plan_rows(rows: Sequence[dict[str, Any]], row_numbers: Sequence[int] | None 
         frac_all[idx] = frac
         la = LayoutArray(**{f: v[:, j] for j, f in enumerate(FIELDS)})
         groups.append(PlanGroup(model=model, hardware=gpu, precision=prec, options=opts, index=idx, layouts=la,
-                                recompute_fraction=frac))
+                                recompute_fraction=frac, ep_dispatch=dispatch, schedule=schedule))
     notes: list[tuple[str, ...]] = []
     for i, row in enumerate(rows):
         note = []
