@@ -105,3 +105,25 @@ def test_a_corrupt_cache_file_is_recomputed(memo_dir):
     assert _square(4) == 16
     assert len(CALLS) == 2
     assert pickle.loads(f.read_bytes()) == 16
+
+
+def test_memory_and_communication_chapters_search_through_the_cache(memo_dir, monkeypatch):
+    """The chapters' searches are cached on disk (search.cached_search / cached_min_gpus): a second
+    process (here: the per-process caches emptied) reads them, and the results are the same."""
+    from scaletax import models
+    from scaletax.chapters import communication as cc
+    from scaletax.chapters import memory as cm
+
+    model = models.get("llama31_405b")
+    memo.STATS.clear()
+    fit1 = cm.fit(model, 1024, ["h100_sxm", "b200"], {"h100_sxm": "fp8", "b200": "fp8"}, batch_seqs=4096)
+    mg1 = cm.min_gpus(model, "b200", "fp8", batch_tokens=16 * 2**20)
+    best1 = cc.best_search(model, "h100_sxm", 1024, batch_tokens=16 * 2**20)
+    misses = {k: v["miss"] for k, v in memo.STATS.items()}
+    assert misses["scaletax.search.search"] >= 3 and misses["scaletax.search.min_gpus"] == 1
+    monkeypatch.setattr(cc, "_BEST", {})
+    memo.STATS.clear()
+    assert cm.fit(model, 1024, ["h100_sxm", "b200"], {"h100_sxm": "fp8", "b200": "fp8"}, batch_seqs=4096) == fit1
+    assert cm.min_gpus(model, "b200", "fp8", batch_tokens=16 * 2**20) == mg1
+    assert cc.best_search(model, "h100_sxm", 1024, batch_tokens=16 * 2**20).best == best1.best
+    assert all(v["miss"] == 0 and v["hit"] > 0 for v in memo.STATS.values()), memo.STATS

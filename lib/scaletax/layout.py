@@ -253,6 +253,11 @@ class LayoutArray:
     def __setattr__(self, name, value):
         raise AttributeError("LayoutArray is read-only; build a new one")
 
+    def __reduce__(self):
+        # pickle (scaletax.memo's disk cache) rebuilds through __init__: the default slot
+        # restore would go through the read-only __setattr__
+        return (_layout_array, ({f: getattr(self, f) for f in FIELDS},))
+
     def __repr__(self) -> str:
         return f"LayoutArray(n={len(self)})"
 
@@ -323,6 +328,11 @@ class LayoutArray:
         if gpus is not None:
             ok &= self.gpus == np.asarray(gpus)
         return ok
+
+
+def _layout_array(arrays: dict) -> LayoutArray:
+    """Unpickle a :class:`LayoutArray`."""
+    return LayoutArray(**arrays)
 
 
 def divisors(n: int) -> list[int]:

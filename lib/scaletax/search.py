@@ -50,7 +50,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from scaletax import comm, hardware, memory, perf
+from scaletax import comm, hardware, memo, memory, perf
 from scaletax.models import Model
 from scaletax.layout import RECOMPUTE_CODE, RECOMPUTE_NAME, Layout, LayoutArray, divisors, label
 from scaletax.topology import Topology
@@ -566,6 +566,16 @@ def benchmark(model: Model, precision: str, gpu, gpus: int, *, tokens_per_step: 
             "mfu": res.metrics.get("mfu")}
 
 
-__all__ = ["MAX_GPUS", "OBJECTIVES", "SearchResult", "SearchSpace", "TP_CHOICES", "benchmark", "candidates",
-           "default_counts", "layout_row", "min_gpus", "pareto_mask", "rank_key", "search", "search_loop",
-           "target_sequences"]
+#: Data files the search reads beyond its arguments (calibration, link efficiencies, systems).
+SEARCH_DATA: tuple[str, ...] = ("efficiency.yaml", "collectives.csv", "systems.csv")
+#: :func:`search` and :func:`min_gpus` cached on disk by ``scaletax.memo`` (the content hash of
+#: their arguments, with a GPU or model by its fields, this module's code and :data:`SEARCH_DATA`);
+#: plain calls when no cache folder is set. Chapters call these at their search boundary, so
+#: chapters and builds share every search.
+cached_search = memo.cached(search, data=SEARCH_DATA)
+cached_min_gpus = memo.cached(min_gpus, data=SEARCH_DATA)
+
+
+__all__ = ["MAX_GPUS", "OBJECTIVES", "SEARCH_DATA", "SearchResult", "SearchSpace", "TP_CHOICES", "benchmark",
+           "cached_min_gpus", "cached_search", "candidates", "default_counts", "layout_row", "min_gpus",
+           "pareto_mask", "rank_key", "search", "search_loop", "target_sequences"]

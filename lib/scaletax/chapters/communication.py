@@ -67,7 +67,7 @@ def best_search(model: Model, gpu, gpus: int, *, batch_tokens: int, domain: int 
     GPUs at the global batch of ``batch_tokens``, in the precision the GPU trains in
     (:func:`scaletax.recipes.training_precision` of ``precision`` among ``allowed``). ``domain``
     sets the NVLink domain (``SearchSpace.domain``), ``ep`` the expert-parallel sizes to try.
-    Memoized per process."""
+    Memoized per process and on disk (``search.cached_search``)."""
     g = hardware.get(gpu) if isinstance(gpu, str) else gpu
     dom = int(g.nvlink_domain if domain is None else domain)
     eps = None if ep is None else tuple(int(e) for e in np.atleast_1d(ep))
@@ -76,7 +76,7 @@ def best_search(model: Model, gpu, gpus: int, *, batch_tokens: int, domain: int 
     res = _BEST.get(key)
     if res is None:
         space = search.SearchSpace(domain=dom, ep=eps)
-        res = search.search(model, prec, g, int(gpus), tokens_per_step=batch_tokens, space=space, pareto=False)
+        res = search.cached_search(model, prec, g, int(gpus), tokens_per_step=batch_tokens, space=space, pareto=False)
         _BEST[key] = res
     return res
 

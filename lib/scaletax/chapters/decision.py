@@ -38,7 +38,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from scaletax import cost, hardware, memo, recipes, references, search
+from scaletax import cost, hardware, recipes, references, search
 from scaletax import models as catalog
 from scaletax.layout import label
 
@@ -68,7 +68,7 @@ _SEARCH_CACHE: dict[tuple, search.SearchResult] = {}
 #: ``hardware.csv`` edit re-runs only the searches on the edited GPU), precision, count and
 #: batch, the code of ``search`` and what it imports, and the calibration files it reads;
 #: shared by the decision chapter and the summary, and between builds.
-_search = memo.cached(search.search, data=("efficiency.yaml", "collectives.csv", "systems.csv"))
+_search = search.cached_search
 
 
 # =========================================================================================

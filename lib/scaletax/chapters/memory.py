@@ -234,7 +234,9 @@ def space(batch_seqs: int | None, max_gpus: int = MAX_GPUS) -> search.SearchSpac
 
 def _least_parallel(model: Model, gpus: int, gpu_id: str, precision: str, batch_seqs: int | None,
                     sp: search.SearchSpace) -> search.SearchResult:
-    return search.search(model, precision, gpu_id, gpus, gbs=batch_seqs, space=sp, pareto=False)
+    # cached on disk (search.cached_search), keyed by the GPU's fields: a hardware.csv edit of
+    # another GPU reuses it
+    return search.cached_search(model, precision, hardware.get(gpu_id), gpus, gbs=batch_seqs, space=sp, pareto=False)
 
 
 def fit(model: Model, gpus: int, gpu_ids: Sequence[str], precisions: dict[str, str],
@@ -275,7 +277,7 @@ def min_gpus(model: Model, gpu_id: str, precision: str, batch_tokens: int | None
     cap = float(hardware.get(gpu_id).hbm_gib)
     prec = recipes.training_precision(gpu_id, precision, allowed)
     B = batch_sequences(model, batch_tokens)
-    res = search.min_gpus(model, prec, gpu_id, space=space(B, max_gpus), sequences=B)
+    res = search.cached_min_gpus(model, prec, hardware.get(gpu_id), space=space(B, max_gpus), sequences=B)
     n, lay = (res.gpus[0], res.best) if res.fits else (None, None)
     return {"model": model.id, "model_name": model.name, "model_short": short_name(model), "gpu": gpu_id,
             "label": hardware.get(gpu_id).label, "status": hardware.get(gpu_id).status, "capacity_gib": cap,
