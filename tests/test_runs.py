@@ -243,3 +243,22 @@ def test_write_read_roundtrip_with_extra_columns(tmp_path, predicted):
 
 def test_reserve_default_documented(predicted):
     assert all(r["memory_reserve_gib"] == memory.RESERVE_GIB for r in predicted)
+
+
+def test_blank_vp_is_the_interleaving_of_the_published_recipes():
+    # the constant is the median layers per virtual stage of the table's rows that state vp with pp > 1
+    import statistics
+
+    stated = [int(r["layers"]) / (int(r["pp"]) * int(r["vp"])) for r in runs.read_runs(runs.RUNS_CSV)
+              if r.get("vp") and int(r["pp"]) > 1]
+    assert len(stated) >= 10
+    assert round(statistics.median(stated)) == runs.LAYERS_PER_VIRTUAL_STAGE == 2
+    # Llama 3 405B (126 layers) on PP16 with 16 micro-batches: round(126 / 32) = 4
+    assert runs.default_vp(126, 16, 16) == 4
+    assert runs.default_vp(96, 8, 72) == 6 and runs.default_vp(126, 8, 72) == 8
+    # Megatron's interleaved 1F1B needs the micro-batches to be a multiple of pp; pp = 1 never interleaves
+    assert runs.default_vp(126, 16, 24) == 1 and runs.default_vp(32, 1, 8) == 1
+    assert runs.default_vp(3, 2, 4) == 1  # round(3 / 4) = 1
+    row = {"layers": 126, "tp": 8, "pp": 16, "gpu_count": 16384, "gbs": 2048, "vp": ""}
+    assert runs.row_layout(row).vp == 4
+    assert runs.row_layout({**row, "vp": "1"}).vp == 1  # a stated vp stands

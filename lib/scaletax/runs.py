@@ -58,7 +58,9 @@ COLUMN_DEFAULTS: dict[str, str] = {
     "ep": "1",
     "etp": "1 (expert tensor parallel size; Megatron-Bridge MoE recipes, e.g. DeepSeek-V3 "
            "expert_tensor_parallel_size=1)",
-    "vp": "1 (no interleaving)",
+    "vp": "pp = 1: 1; pp > 1: the interleaving of the published recipes, LAYERS_PER_VIRTUAL_STAGE = 2 layers per "
+          "virtual stage, vp = round(layers / (2 pp)), where Megatron's interleaved schedule allows it (micro-batches a "
+          "multiple of pp, pp*vp <= layers), else 1",
     "mbs": "1",
     "dp": "gpu_count / (tp pp cp)",
     "gbs": "one sequence per GPU: gpu_count rounded to a whole number (>= 1) of mbs*dp micro-batches (the "
@@ -240,6 +242,25 @@ def default_gbs(gpus: int, mbs: int, dp: int) -> int:
     return max(1, round(gpus / q)) * q
 
 
+#: Layers per virtual pipeline stage of the published recipes, the default interleaving of a row whose
+#: ``vp`` is blank: the median over the rows of data/published_runs.csv that state vp with pp > 1
+#: (NVIDIA's MLPerf and Megatron-Bridge configurations: GPT-3 96/(6x8) and 96/(8x6) = 2, Llama 3.1 405B
+#: 126/(8x8) and 126/(16x4) = 1.97, 126/(16x8) = 0.98, Llama 3 70B 80/(8x5) = 2, DeepSeek-V3 61/(8x4) =
+#: 1.9, 61/(8x2) and 61/(4x4) = 3.8). A pipelined run that states no schedule is assumed to be tuned
+#: like them, not to run plain 1F1B with a (pp - 1)/n_micro bubble (tests/test_runs.py holds it to the table).
+LAYERS_PER_VIRTUAL_STAGE = 2
+
+
+def default_vp(layers: int, pp: int, n_micro: int) -> int:
+    """Interleaving assumed for a blank ``vp`` (:data:`COLUMN_DEFAULTS`): round(layers / (2 pp))
+    virtual stages per rank when pp > 1 and Megatron's interleaved 1F1B accepts it (n_micro a
+    multiple of pp, pp * vp <= layers), else 1."""
+    if pp <= 1 or n_micro % pp:
+        return 1
+    vp = max(1, int(layers / (LAYERS_PER_VIRTUAL_STAGE * pp) + 0.5))
+    return vp if pp * vp <= layers else 1
+
+
 def row_layout(row: dict[str, Any], recompute: str | None = None) -> Layout:
     """The layout of a row with :data:`COLUMN_DEFAULTS`; ``recompute`` overrides the row's.
 
@@ -277,6 +298,9 @@ def _layout_values(row: dict[str, Any], recompute: str | None = None) -> tuple:
         gbs = default_gbs(gpus, mbs, dp)
     if gbs % (mbs * dp):
         raise _CellError("gbs", f"gbs={gbs} must be a multiple of mbs*dp={mbs * dp}")
+    if _blank(row.get("vp")):
+        layers = _int(row, "layers")
+        vp = default_vp(layers, pp, gbs // (mbs * dp)) if layers else 1
     if (tp * cp * dp) % (ep * etp):
         raise _CellError("ep", f"ep*etp={ep}*{etp} must divide tp*cp*dp={tp * cp * dp} (MoE parallel folding)")
     zero = _int(row, "zero_stage", 1)
@@ -356,6 +380,8 @@ def plan_row(row: dict[str, Any], layout: Layout | None = None, **memory_opts: A
     if layout is None:
         if _blank(row.get("gbs")):
             notes.append(f"gbs={lay.gbs} (one sequence per GPU)")
+        if _blank(row.get("vp")) and lay.vp > 1:
+            notes.append(f"vp={lay.vp} (assumed: {LAYERS_PER_VIRTUAL_STAGE} layers per virtual stage)")
         if model.is_moe and _blank(row.get("etp")):
             notes.append("etp=1 (default)")
     opts = {**memory_opts, **memory_options(row)}
@@ -551,6 +577,8 @@ def plan_rows(rows: Sequence[dict[str, Any]], row_numbers: Sequence[int] | None 
         note = []
         if _blank(row.get("gbs")):
             note.append(f"gbs={int(vals[i, 8])} (one sequence per GPU)")
+        if _blank(row.get("vp")) and int(vals[i, 6]) > 1:
+            note.append(f"vp={int(vals[i, 6])} (assumed: {LAYERS_PER_VIRTUAL_STAGE} layers per virtual stage)")
         if _blank(row.get("etp")) and _cached_model(row, cache)[1].is_moe:
             note.append("etp=1 (default)")
         if unknown[i]:
