@@ -107,20 +107,29 @@ def _computed(before: dict[str, set[str]], after: dict[str, set[str]]) -> dict[s
     return out
 
 
+def _children_cpu() -> float:
+    """CPU seconds (user + system) of this process's finished children and theirs."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def _timed_build(args: list[str], build_dir: Path, name: str) -> dict:
     before = _memo_files(build_dir)
-    t0 = time.perf_counter()
+    c0, t0 = _children_cpu(), time.perf_counter()
     _cli(["build", "--name", name, "--no-pdf", *args], build_dir)
     wall = time.perf_counter() - t0
+    cpu = _children_cpu() - c0
     m = _manifest(build_dir, name)
-    return {"wall_s": wall, "executed": [n["chapter"] for n in m["notebooks"] if n["status"] == "executed"],
+    return {"wall_s": wall, "cpu_s": cpu, "cpu_s_per_core": cpu / (os.cpu_count() or 1), "executed": [n["chapter"] for n in m["notebooks"] if n["status"] == "executed"],
             "computed": _computed(before, _memo_files(build_dir)),
             "chapter_s": {n["chapter"]: round(n["seconds"], 1) for n in m["notebooks"] if n["status"] == "executed"}}
 
 
 def _jb_force(build_dir: Path) -> float:
     """Jupyter Book executing the same notebooks itself (``execute_notebooks: force``, serial,
-    the environment as inherited: no thread limits, no result cache); wall seconds, HTML.
+    the environment as inherited: no thread limits, no result cache): wall and CPU seconds, HTML.
     The book sources are staged from the default build already in ``build_dir``'s cache."""
     from scaletax.report import book, chapters
     from scaletax.report.execute import execute_chapters
@@ -142,13 +151,13 @@ def _jb_force(build_dir: Path) -> float:
     (src / "conf.py").write_text(conf)
     env = {k: v for k, v in os.environ.items() if k not in ("SCALETAX_MEMO_DIR", "SCALETAX_WORKERS")}
     env["SCALETAX_FIGURES_DIR"] = str(build_dir / "jb" / "figures")
-    t0 = time.perf_counter()
+    c0, t0 = _children_cpu(), time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-q", str(src), str(build_dir / "jb" / "html")],
                           cwd=src, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         raise RuntimeError(f"baseline Jupyter Book build failed: {proc.stderr[-1500:]}")
-    return wall
+    return {"wall_s": wall, "cpu_s": _children_cpu() - c0}
 
 
 def bench_book(rounds: int) -> dict:
@@ -170,7 +179,9 @@ def bench_book(rounds: int) -> dict:
                 r = _timed_build(["--set", setting], build_dir, f"bench-{key}")
                 rebuilds[key].append(r["wall_s"])
                 detail[key] = {**r, "set": setting}
-            jb.append(_jb_force(build_dir))  # stages from the cold build's executed copies
+            j = _jb_force(build_dir)  # stages from the cold build's executed copies
+            jb.append(j["wall_s"])
+            detail["jb_force"] = j
         finally:
             shutil.rmtree(build_dir, ignore_errors=True)
     out = {"rounds": rounds, "cold_html_s": statistics.median(cold), "jb_force_html_s": statistics.median(jb),
@@ -465,8 +476,8 @@ def _table(results: dict) -> str:
     if b:
         d = b["detail"]
         lines += [
-            f"| cold build, HTML (`--jobs 2`) | {b['cold_html_s']:.0f} s | about a minute idle |",
-            f"| same notebooks, Jupyter Book `execute_notebooks: force` | {b['jb_force_html_s']:.0f} s ({b['vs_jupyter_book_execute']:.1f}x ours) | >= 3x |",
+            f"| cold build, HTML (`--jobs 2`) | {b['cold_html_s']:.0f} s wall, {d['cold']['cpu_s']:.0f} CPU s | about a minute idle |",
+            f"| same notebooks, Jupyter Book `execute_notebooks: force` | {b['jb_force_html_s']:.0f} s wall ({b['vs_jupyter_book_execute']:.1f}x ours), {d['jb_force']['cpu_s']:.0f} CPU s | >= 3x |",
             f"| warm rebuild (nothing changed) | {b['warm_s']:.1f} s, executed {', '.join(d['warm']['executed']) or 'nothing'} | |",
         ]
         for key, label in (("price", "a price"), ("cluster_size", "the cluster size"), ("gpu_list", "the GPU list")):
