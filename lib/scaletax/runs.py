@@ -79,6 +79,10 @@ COLUMN_DEFAULTS: dict[str, str] = {
                 "Megatron-Core overlap_moe_expert_parallel_comm; dualpipe: DeepSeek-V3 DualPipe; both hide the "
                 "all-to-all under the other micro-batch's compute; unknown: half of it, comm.SCHEDULE_EP_OVERLAP)",
     "tp, pp": "both blank: scaletax predict searches the best layout on gpu_count GPUs",
+    "tokens": "blank: no time or cost columns; a token budget (e.g. 1.5e13): scaletax predict adds the days, "
+              "GPU-hours and cost of training on it at the predicted throughput (cost.run_costs)",
+    "price_per_gpu_hour": "the default scenario's price of the row's GPU (economics.prices), with the scenario's "
+                          "energy factors, electricity price and goodput",
     "measured_*": "optional: measured_tokens_per_s_per_gpu, else measured_model_tflops_per_gpu, else measured_mfu",
 }
 INT_COLUMNS: tuple[str, ...] = (
@@ -89,7 +93,7 @@ INT_COLUMNS: tuple[str, ...] = (
 )
 FLOAT_COLUMNS: tuple[str, ...] = (
     "total_params_b", "active_params_b", "measured_tokens_per_s_per_gpu",
-    "measured_model_tflops_per_gpu", "measured_mfu", "reserve_gib",
+    "measured_model_tflops_per_gpu", "measured_mfu", "reserve_gib", "tokens", "price_per_gpu_hour",
 )
 RECOMPUTE_VALUES: tuple[str, ...] = ("none", "selective", "full", "unknown")
 #: Layout columns a row may leave empty together: "no layout given" (``scaletax predict`` then
@@ -676,6 +680,8 @@ RANGES: tuple[tuple[str, float, float, bool], ...] = (
     ("measured_tokens_per_s_per_gpu", 0.0, math.inf, False),
     ("measured_model_tflops_per_gpu", 0.0, math.inf, False),
     ("measured_mfu", 0.0, 1.0, False),
+    ("tokens", 0.0, math.inf, False),
+    ("price_per_gpu_hour", 0.0, math.inf, True),
 )
 
 

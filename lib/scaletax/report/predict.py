@@ -16,7 +16,12 @@ Columns added to every row (inputs are never modified):
   ``search.search`` on the row's GPU count, written into the layout columns too; the global
   batch is the row's ``gbs`` or, when empty, :data:`DEFAULT_TOKENS_PER_STEP` tokens. A model
   that fits no layout gets "does not fit on N GPUs of type X; needs at least M" there, no
-  layout and empty throughput columns.
+  layout and empty throughput columns;
+- time and cost (:data:`COST_COLUMNS`, only when the table has a ``tokens`` column), for rows
+  with a token budget: ``predicted_days``, ``predicted_gpu_hours``, ``predicted_cost_usd``
+  (``cost.run_costs`` at the predicted tokens/s per GPU, with the row's ``price_per_gpu_hour`` or
+  the default scenario's price of its GPU, and the scenario's energy factors, electricity price
+  and goodput: ``decision.Plan.economics``) and ``cost_basis`` (the price and where it comes from).
 """
 from __future__ import annotations
 
@@ -26,6 +31,8 @@ import stat
 import tempfile
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from scaletax import hardware, perf, runs, search, validate
 from scaletax.layout import label
@@ -39,6 +46,48 @@ PERF_COLUMNS: tuple[str, ...] = (
     "predicted_model_tflops_per_gpu", "predicted_mfu", "predicted_step_time_s", "compute_s", "exposed_comm_s",
     "bubble_s", "other_s", "recompute_modelled", "layout_assumptions", "error_vs_measured", "layout_searched",
 )
+COST_COLUMNS: tuple[str, ...] = ("predicted_days", "predicted_gpu_hours", "predicted_cost_usd", "cost_basis")
+
+
+def _add_costs(out: list[dict[str, Any]], keep: list[int], tps: list[float]) -> None:
+    """:data:`COST_COLUMNS` into ``out`` (in place): rows ``keep`` have throughput ``tps``."""
+    from scaletax import cost
+    from scaletax.chapters.decision import Plan
+    from scaletax.report.chapters import default_parameters
+
+    plan = Plan.from_params(**default_parameters("decision"))
+    econ = plan.economics(None)
+    for r in out:
+        r.update({c: None for c in COST_COLUMNS})
+    todo, price, tdp = [], [], []
+    for k, p in zip(keep, tps):
+        r = out[k]
+        if _blank(r.get("tokens")):
+            continue
+        hw = str(r["hardware"]).strip()
+        if not _blank(r.get("price_per_gpu_hour")):
+            usd, src = float(r["price_per_gpu_hour"]), "the row"
+        elif plan.price(hw) is not None:
+            usd, src = plan.price(hw), "the default scenario"
+        else:
+            r["cost_basis"] = f"no price for {hw} in the default scenario: give price_per_gpu_hour"
+            usd, src = None, ""
+        todo.append((k, p))
+        price.append(float("nan") if usd is None else usd)
+        tdp.append(float(hardware.get(hw).tdp_w))
+        if usd is not None:
+            r["cost_basis"] = f"{usd:g} USD per GPU-hour from {src}; goodput {econ.goodput:g}"
+    if not todo:
+        return
+    tokens = [float(out[k]["tokens"]) for k, _ in todo]
+    gpus = [float(out[k]["gpu_count"]) for k, _ in todo]
+    c = cost.run_costs(np.array(tokens), np.array([p for _, p in todo]), np.array(gpus), np.array(tdp), econ,
+                       usd_per_gpu_hour=np.array(price))
+    for j, (k, _) in enumerate(todo):
+        r = out[k]
+        r["predicted_days"] = float(c["days"][j])
+        r["predicted_gpu_hours"] = float(c["gpu_hours"][j])
+        r["predicted_cost_usd"] = None if math.isnan(price[j]) else float(c["cost_usd"][j])
 
 
 def _blank(v: Any) -> bool:
@@ -123,6 +172,8 @@ def predict_rows(rows: list[dict[str, Any]], band: perf.EfficiencyBand | None = 
                 "layout_searched": labels[k],
             })
             out[k] = new
+    if any("tokens" in r for r in rows):
+        _add_costs(out, keep, cols["tokens_per_s_per_gpu"] if keep else [])
     return out
 
 
