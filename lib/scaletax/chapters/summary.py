@@ -615,17 +615,19 @@ def nvl72_tax(plan: Plan) -> dict[str, Any]:
     domain, per model: :func:`scaletax.search.search` with ``SearchSpace(domain=...)`` on the
     scenario's first GPU with a domain larger than 8 (the communication chapter's sweep GPU), in
     the precision it trains in. Pairs: model, gpus, layouts, share (exposed communication / step
-    time) and speedup (step time with 8 over step time with 72), for the models that fit both."""
+    time) and speedup (step time with 8 over step time with 72), for the models that fit both.
+    The searches go through the shared disk cache (``search.cached_search``)."""
     from scaletax import models as catalog, search
     from scaletax.chapters.communication import sweep_gpu
     from scaletax.layout import label
 
     gpu = sweep_gpu(plan.gpus)
+    g = hardware.get(gpu)  # the resolved definition: the disk cache keys on its fields
     prec = plan.run_precision(gpu)
     pairs = []
     for mid in plan.models:
         m = catalog.get(mid)
-        small, large = (search.search(m, prec, gpu, plan.top, tokens_per_step=plan.batch_tokens, pareto=False,
+        small, large = (search.cached_search(m, prec, g, plan.top, tokens_per_step=plan.batch_tokens, pareto=False,
                                       space=search.SearchSpace(domain=dom)) for dom in (8, 72))
         if small.fits and large.fits:
             a, b = small.metrics, large.metrics
