@@ -21,6 +21,15 @@ def _read(path):
     return list(csv.DictReader(open(path, encoding="utf-8")))
 
 
+def _predict_one(tmp_path, name, row):
+    """``scaletax predict`` on a table of one row (to stdout): its output row."""
+    path = tmp_path / name
+    path.write_text(HEADER + "\n" + row + "\n")
+    proc = run_cli(["predict", "--runs", str(path)], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    return list(csv.DictReader(proc.stdout.splitlines()))[0]
+
+
 def test_calibration_table_every_run_fits(tmp_path):
     out = tmp_path / "pred.csv"
     proc = run_cli(["predict", "--runs", str(RUNS), "--out", str(out)], tmp_path)
@@ -42,12 +51,7 @@ def test_calibration_table_every_run_fits(tmp_path):
 
 
 def test_row_without_layout_gets_a_searched_one(tmp_path):
-    row = HAND.replace(",h200_sxm,256,4,4,1,,5,16,1,", ",h200_sxm,256,,,,,,,,")
-    path = tmp_path / "nolayout.csv"
-    path.write_text(HEADER + "\n" + row + "\n")
-    proc = run_cli(["predict", "--runs", str(path)], tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    r = list(csv.DictReader(proc.stdout.splitlines()))[0]
+    r = _predict_one(tmp_path, "nolayout.csv", HAND.replace(",h200_sxm,256,4,4,1,,5,16,1,", ",h200_sxm,256,,,,,,,,"))
     assert r["layout_searched"] and int(r["tp"]) * int(r["pp"]) * int(r["dp"]) * int(r["cp"] or 1) == 256
     assert float(r["predicted_tokens_per_s_per_gpu"]) > 0 and r["fits"] == "true"
 
@@ -175,12 +179,9 @@ def test_all_moe_row_without_ffn_and_etp_and_every_bad_row_listed(tmp_path):
            "64,bf16,unknown,,,,internal,hand,test")
     bad_a = HAND.replace(",h200_sxm,256,4,4,", ",h200_sxm,256,4,four,")
     bad_b = HAND.replace("h200_sxm", "h300")
-    path = tmp_path / "mixed.csv"
-    path.write_text(HEADER + "\n" + moe + "\n")
-    proc = run_cli(["predict", "--runs", str(path)], tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    r = list(csv.DictReader(proc.stdout.splitlines()))[0]
+    r = _predict_one(tmp_path, "mixed.csv", moe)
     assert float(r["predicted_tokens_per_s_per_gpu"]) > 0 and float(r["memory_total_gib"]) > 0
+    path = tmp_path / "mixed.csv"
     path.write_text("\n".join([HEADER, moe, bad_a, HAND, bad_b]) + "\n")
     out = tmp_path / "out.csv"
     proc = run_cli(["predict", "--runs", str(path), "--out", str(out)], tmp_path)

@@ -367,6 +367,22 @@ class RowPlan:
         return self.layout.recompute
 
 
+def _default_notes(row: dict[str, Any], gbs: int, vp: int, is_moe: bool) -> list[str]:
+    """The :data:`COLUMN_DEFAULTS` a row's layout took, as text (for :attr:`RowPlan.assumptions`)."""
+    notes = []
+    if _blank(row.get("gbs")):
+        notes.append(f"gbs={gbs} (one sequence per GPU)")
+    if _blank(row.get("vp")) and vp > 1:
+        notes.append(f"vp={vp} (assumed: {LAYERS_PER_VIRTUAL_STAGE} layers per virtual stage)")
+    if is_moe and _blank(row.get("etp")):
+        notes.append("etp=1 (default)")
+    return notes
+
+
+def _recompute_note(assumed: str, frac: float) -> str:
+    return "recompute assumed: " + (f"full on {frac:.0%} of layers" if assumed == "full" else assumed)
+
+
 def plan_row(row: dict[str, Any], layout: Layout | None = None, **memory_opts: Any) -> RowPlan:
     """Model inputs of a runs-table row (``layout`` overrides the row's, e.g. a searched one).
 
@@ -382,12 +398,7 @@ def plan_row(row: dict[str, Any], layout: Layout | None = None, **memory_opts: A
     notes: list[str] = []
     lay = row_layout(row) if layout is None else layout
     if layout is None:
-        if _blank(row.get("gbs")):
-            notes.append(f"gbs={lay.gbs} (one sequence per GPU)")
-        if _blank(row.get("vp")) and lay.vp > 1:
-            notes.append(f"vp={lay.vp} (assumed: {LAYERS_PER_VIRTUAL_STAGE} layers per virtual stage)")
-        if model.is_moe and _blank(row.get("etp")):
-            notes.append("etp=1 (default)")
+        notes += _default_notes(row, lay.gbs, lay.vp, model.is_moe)
     opts = {**memory_opts, **memory_options(row)}
     stated = _stated_recompute(row)
     assumed = ""
@@ -397,7 +408,7 @@ def plan_row(row: dict[str, Any], layout: Layout | None = None, **memory_opts: A
         code, frac, gib = int(code[0]), float(fr[0]), float(gib[0])
         assumed = RECOMPUTE_NAME[code]
         lay = lay.replace(recompute=assumed)
-        notes.append("recompute assumed: " + (f"full on {frac:.0%} of layers" if code == 2 else assumed))
+        notes.append(_recompute_note(assumed, frac))
     else:
         gib = float(memory.breakdown(model, lay, prec, **opts).total[0] / memory.GIB)
     measured, basis = measured_tokens_per_s(row, model)
@@ -578,16 +589,9 @@ def plan_rows(rows: Sequence[dict[str, Any]], row_numbers: Sequence[int] | None 
                                 recompute_fraction=frac, ep_dispatch=dispatch, schedule=schedule))
     notes: list[tuple[str, ...]] = []
     for i, row in enumerate(rows):
-        note = []
-        if _blank(row.get("gbs")):
-            note.append(f"gbs={int(vals[i, 8])} (one sequence per GPU)")
-        if _blank(row.get("vp")) and int(vals[i, 6]) > 1:
-            note.append(f"vp={int(vals[i, 6])} (assumed: {LAYERS_PER_VIRTUAL_STAGE} layers per virtual stage)")
-        if _blank(row.get("etp")) and _cached_model(row, cache)[1].is_moe:
-            note.append("etp=1 (default)")
+        note = _default_notes(row, int(vals[i, 8]), int(vals[i, 6]), _cached_model(row, cache)[1].is_moe)
         if unknown[i]:
-            x = float(frac_all[i])
-            note.append("recompute assumed: " + (f"full on {x:.0%} of layers" if assumed[i] == "full" else assumed[i]))
+            note.append(_recompute_note(assumed[i], float(frac_all[i])))
         notes.append(tuple(note))
     return TablePlan(rows=rows, groups=tuple(groups), recompute_assumed=assumed, assumptions=notes,
                      measured=measured, basis=basis)

@@ -64,11 +64,6 @@ RESOLUTION_BITS = 4
 #: Largest GPU count a "GPUs needed" search tries.
 MAX_COUNT = 4_000_000
 _SEARCH_CACHE: dict[tuple, search.SearchResult] = {}
-#: The layout search, cached on disk (``scaletax.memo``) by the model and GPU (their fields: a
-#: ``hardware.csv`` edit re-runs only the searches on the edited GPU), precision, count and
-#: batch, the code of ``search`` and what it imports, and the calibration files it reads;
-#: shared by the decision chapter and the summary, and between builds.
-_search = search.cached_search
 
 
 # =========================================================================================
@@ -189,13 +184,15 @@ def gpu_label(gpu) -> str:
 # =========================================================================================
 def best(model_id: str, gpu, precision: str, gpus: int, batch_tokens: int) -> search.SearchResult:
     """The fastest layout of ``model_id`` on ``gpus`` GPUs of ``gpu`` (an id or a ``GPU``,
-    possibly a hypothetical one), memoized per process and on disk (:data:`_search`)."""
+    possibly a hypothetical one), memoized per process and on disk (``search.cached_search``:
+    keyed by the model's and GPU's fields, so a ``hardware.csv`` edit re-runs only the searches on
+    the edited GPU; shared by the decision chapter, the summary and later builds)."""
     g = _gpu(gpu)
     key = (model_id, g, precision, int(gpus), int(batch_tokens))
     res = _SEARCH_CACHE.get(key)
     if res is None:
-        res = _search(catalog.get(model_id), precision, g, int(gpus), tokens_per_step=batch_tokens,
-                      pareto=False)
+        res = search.cached_search(catalog.get(model_id), precision, g, int(gpus), tokens_per_step=batch_tokens,
+                                   pareto=False)
         _SEARCH_CACHE[key] = res
     return res
 
