@@ -42,7 +42,8 @@ Model (per GPU of the heaviest pipeline stage, per step; seconds, FLOP, bytes)
   under uniform routing); recomputation adds the forward again
   (selective: attention core and MLA up-projections, Korthikanti et al. 2022, arXiv 2205.05198,
   §5; full: every layer's forward; ``recompute_fraction`` of the layers full, the rest
-  selective). The output layer uses Megatron's padded vocabulary (:func:`padded_vocab`).
+  selective, or with ``recompute_rest`` 0 not recomputed: Megatron-Core's ``recompute_method=block``
+  with ``recompute_num_layers``, Megatron-LM ``TransformerBlock._checkpointed_forward``). The output layer uses Megatron's padded vocabulary (:func:`padded_vocab`).
   Per GPU: tokens per step / (tp cp dp) x FLOPs per token of the heaviest stage (ceil(L/pp)
   layers; balanced routing spreads expert FLOPs evenly); embedding and output layer count 1/pp
   per stage (Megatron ``account_for_embedding/loss_in_pipeline_split``).
@@ -534,6 +535,19 @@ def _full_fraction(la: LayoutArray, recompute_fraction=None) -> np.ndarray:
     return np.where(full, x, 0.0)
 
 
+def _selective_share(la: LayoutArray, xf: np.ndarray, recompute_rest=None) -> np.ndarray:
+    """Fraction of layers under selective recompute: every layer with "selective"; with "full",
+    the layers not fully recomputed (1 - ``xf``) when ``recompute_rest`` is 1 (selective, the
+    default: :func:`least_recompute`'s mix) and none when it is 0 (Megatron-Core
+    ``recompute_method=block``: the layers past ``recompute_num_layers`` of each chunk run without
+    recompute, Megatron-LM ``TransformerBlock._checkpointed_forward``); 0 otherwise."""
+    rest = 1.0 if recompute_rest is None else np.broadcast_to(np.asarray(recompute_rest, dtype=np.float64),
+                                                              la.recompute.shape)
+    if np.any((np.asarray(rest) != 0) & (np.asarray(rest) != 1)):
+        raise ValueError("recompute_rest: must be 0 (none) or 1 (selective)")
+    return np.where(la.recompute == 1, 1.0, np.where(la.recompute == 2, (1.0 - xf) * rest, 0.0))
+
+
 def _stage_layers(model: Model, pp):
     """(layers, dense layers, MoE layers) of the stage with the most FLOPs per token.
 
@@ -616,7 +630,8 @@ def distinct_groups(experts: int, top_k: int, groups):
 
 
 def memory_bound_bytes(model: Model, la: LayoutArray, precision: str,
-                       recompute_fraction=None, ep_dispatch: str = "dedup") -> tuple[np.ndarray, np.ndarray]:
+                       recompute_fraction=None, ep_dispatch: str = "dedup",
+                       recompute_rest=None) -> tuple[np.ndarray, np.ndarray]:
     """(bytes of all micro-batches of a step, bytes once per step) of memory-bound kernels, per GPU.
 
     Per token of a micro-batch on this CP rank, per layer (16-bit elements; "rep" items are
@@ -633,7 +648,8 @@ def memory_bound_bytes(model: Model, la: LayoutArray, precision: str,
     Per step, per parameter on this GPU: Adam on the local optimizer shard (``ADAM_BYTES``),
     gradient-buffer reset (``GRAD_ZERO_BYTES``), casts of the linear weights (``cast_bytes``: once
     per step, every micro-batch with ZeRO-3). Recompute repeats the forward share of the
-    recomputed work (full: a third of the per-layer bytes; selective: 5%).
+    recomputed work (full: a third of the per-layer bytes; selective: 5%; with full on part of the
+    layers, the others selective or none as ``recompute_rest`` says, :func:`_selective_share`).
     Context parallelism (Transformer Engine's P2P ring): each of the cp - 1 steps after the first
     merges its partial result into the running one, :data:`CP_MERGE_BYTES` per element on
     :data:`CP_STEP_SHARE` of the rank's rows: forward the output, a d_v (again when attention is
@@ -673,11 +689,12 @@ def memory_bound_bytes(model: Model, la: LayoutArray, precision: str,
         per_tok_moe = 0.0
     _, dense_stage, moe_stage = _stage_layers(model, pp)
     xf = _full_fraction(la, recompute_fraction)
-    redo = xf / 3.0 + np.where(la.recompute >= 1, 0.05 * (1.0 - xf), 0.0)
+    xs = _selective_share(la, xf, recompute_rest)
+    redo = xf / 3.0 + 0.05 * xs
     layer_bytes = (dense_stage * per_tok_dense + moe_stage * per_tok_moe) * (1.0 + redo)
     # context parallelism: each ring step after the first merges its partial attention result into
     # the running one, forward (out, again when attention is recomputed) and backward (dq, dkv)
-    n_fwd = np.where(la.recompute >= 1, 2.0, 1.0)
+    n_fwd = 1.0 + xf + xs
     merges = (cp - 1.0) * CP_STEP_SHARE * CP_MERGE_BYTES / tp
     layer_bytes = layer_bytes + (dense_stage + moe_stage) * merges * (n_fwd * a * dv + a * dqk + g * (dqk + dv))
     vpad = padded_vocab(model.vocab, la.tp).astype(f64)
@@ -782,7 +799,7 @@ def _step_traffic(model: Model, la: LayoutArray, topo: Topology, wire: WireForma
 
 
 def prepare(model: Model, layouts, precision: str, gpu, topo: Topology | None = None,
-            wire: WireFormat | None = None, *, recompute_fraction=None,
+            wire: WireFormat | None = None, *, recompute_fraction=None, recompute_rest=None,
             ep_dispatch: str = "dedup", fp4_bf16_layers: int = FP4_BF16_LAYERS,
             schedule: str = "unknown") -> StepInputs:
     """Efficiency-independent step inputs for every layout (see the module docstring).
@@ -790,7 +807,9 @@ def prepare(model: Model, layouts, precision: str, gpu, topo: Topology | None = 
     ``gpu``: hardware id or ``hardware.GPU``; ``topo`` default ``Topology.from_gpu(gpu)``;
     ``wire`` default ``WireFormat.for_recipe(precision)``. ``recompute_fraction``: for layouts
     with recompute "full", the fraction of each stage's layers fully recomputed (Megatron
-    ``recompute_method=block``, ``recompute_num_layers``; the other layers selective), default 1.
+    ``recompute_method=block``, ``recompute_num_layers``), default 1; ``recompute_rest``: what
+    the other layers do, 1 selective (default, :func:`least_recompute`'s mix) or 0 none (Megatron's
+    block method as the recipes state it, :func:`_selective_share`).
     ``ep_dispatch``: "dedup" (DeepEP-class MoE dispatch, :func:`ep_dedup_factor`, default) or
     "alltoall" (``comm``'s plain all-to-all). ``fp4_bf16_layers``: transformer layers kept in
     BF16 by 4-bit recipes (:data:`FP4_BF16_LAYERS`). ``schedule``: the training schedule
@@ -814,11 +833,11 @@ def prepare(model: Model, layouts, precision: str, gpu, topo: Topology | None = 
     M = la.mbs.astype(f64) * model.seq_len / cp  # GEMM rows per micro-batch (SP-gathered)
     rc = la.recompute
     xf = _full_fraction(la, recompute_fraction)
+    xs = _selective_share(la, xf, recompute_rest)
     layers_stage, dense_stage, moe_stage = _stage_layers(model, pp)
     # --- FLOPs per token of the stage (forward x 3, plus the recomputed forward) -------------
     lf = _layer_linear_flops(model)
-    sel = rc >= 1
-    redo_attn = np.where(sel, (1.0 - xf) * lf["mla_up"] + xf * lf["attn"], 0.0)
+    redo_attn = xs * lf["mla_up"] + xf * lf["attn"]
     lin_tok = (layers_stage * (3.0 * lf["attn"] + redo_attn)
                + dense_stage * (3.0 + xf) * lf["dense_mlp"] + moe_stage * (3.0 + xf) * lf["moe_shared"])
     exp_tok = moe_stage * (3.0 + xf) * lf["moe_routed"]
@@ -828,7 +847,7 @@ def prepare(model: Model, layouts, precision: str, gpu, topo: Topology | None = 
     # diagonal tiles computed in full: (s + B) / 2 elements per query (:data:`FA_CAUSAL_TILE`)
     dqk_a, dv_a = float(model.qk_head_dim), float(model.v_head_dim_eff)
     elems_tok = layers_stage * model.heads * (model.seq_len + FA_CAUSAL_TILE) / 2.0
-    n_fwd = np.where(sel, 2.0, 1.0)
+    n_fwd = 1.0 + xf + xs  # flash-attention forwards: 2 where a layer recomputes (full or selective)
     attn_fwd_fpe, attn_bwd_fpe = 2.0 * (dqk_a + dv_a), 6.0 * dqk_a + 4.0 * dv_a
     attn_tok = elems_tok * (n_fwd * attn_fwd_fpe + attn_bwd_fpe)
     vpad = padded_vocab(model.vocab, la.tp).astype(f64)
@@ -842,7 +861,8 @@ def prepare(model: Model, layouts, precision: str, gpu, topo: Topology | None = 
     s_head = 1.0 / _hm(M, model.hidden, vpad / tp)
     lowp = 1.0 - min(1.0, fp4_bf16_layers / model.layers) if fmt == "4bit" else 1.0
     # --- memory-bound bytes, bubble (Narayanan 2021 §2.2), communication ---------------------
-    b_micro, b_step = memory_bound_bytes(model, la, precision, recompute_fraction=xf, ep_dispatch=ep_dispatch)
+    b_micro, b_step = memory_bound_bytes(model, la, precision, recompute_fraction=xf, ep_dispatch=ep_dispatch,
+                                         recompute_rest=recompute_rest)
     bubble = (pp - 1.0) / (vp * n_micro)
     step = _step_traffic(model, la, topo, wire)
     partial = (rc == 2) & (xf < 1.0)

@@ -71,6 +71,9 @@ COLUMN_DEFAULTS: dict[str, str] = {
                  "recompute of the fewest layers per virtual pipeline chunk (Megatron recompute_method=block)",
     "recompute_modules": "Megatron-Core module names separated by ';' that 'selective' recomputes (default "
                          "memory.SELECTIVE_MODULES)",
+    "recompute_num_layers": "blank: recompute full recomputes every layer; N (only with recompute full): Megatron-Core "
+                            "recompute_method=block, recompute_num_layers=N, as the Megatron-Bridge recipes state it: "
+                            "the first N layers of each virtual pipeline chunk fully recomputed, the others not at all",
     "reserve_gib": f"{memory.RESERVE_GIB:g} GiB per GPU kept free (CUDA context, NCCL buffers, allocator)",
     "moe_dispatcher": "deepep (DeepEP-class dispatch: one copy per destination GPU, once per node over the NIC, "
                       "as the Megatron-Bridge DeepSeek-V3 recipes run it); alltoall: Megatron-Core's alltoall "
@@ -89,7 +92,7 @@ INT_COLUMNS: tuple[str, ...] = (
     "layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "vocab", "seq_len",
     "moe_experts", "moe_top_k", "moe_ffn_hidden", "moe_shared_experts", "moe_dense_layers",
     "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
-    "gpu_count", "tp", "pp", "cp", "ep", "etp", "vp", "dp", "mbs", "gbs", "zero_stage",
+    "gpu_count", "tp", "pp", "cp", "ep", "etp", "vp", "dp", "mbs", "gbs", "zero_stage", "recompute_num_layers",
 )
 FLOAT_COLUMNS: tuple[str, ...] = (
     "total_params_b", "active_params_b", "measured_tokens_per_s_per_gpu",
@@ -319,6 +322,29 @@ def _layout_values(row: dict[str, Any], recompute: str | None = None) -> tuple:
     return tp, pp, cp, ep, etp, dp, vp, mbs, gbs, sp, zero, rc
 
 
+def _block_layers(row: dict[str, Any]) -> int | None:
+    """``recompute_num_layers`` of a row (None when blank), checked: >= 1 and only with recompute full."""
+    rc = _stated_recompute(row)
+    n = _int(row, "recompute_num_layers")
+    if n is None:
+        return None
+    if n < 1:
+        raise _CellError("recompute_num_layers", f"must be >= 1 (got {n})")
+    if rc != "full":
+        raise _CellError("recompute_num_layers", f"needs recompute full (got {rc!r}): Megatron-Core "
+                                                 "recompute_method=block recomputes whole layers")
+    return n
+
+
+def block_fraction(layers: int, pp, vp, num_layers) -> np.ndarray:
+    """Share of layers fully recomputed by Megatron-Core ``recompute_method=block`` with
+    ``recompute_num_layers`` N: the first N of each virtual pipeline chunk's ceil(L / (pp vp))
+    layers (Megatron-LM ``TransformerBlock._checkpointed_forward``: layer l of a chunk is
+    checkpointed when l < N), i.e. min(N, c) / c (the chunk size :func:`perf.least_recompute` uses)."""
+    c = np.ceil(layers / (np.asarray(pp, dtype=np.float64) * np.asarray(vp, dtype=np.float64)))
+    return np.minimum(np.asarray(num_layers, dtype=np.float64), c) / c
+
+
 def _stated_recompute(row: dict[str, Any]) -> str:
     rc = str(row.get("recompute") or "unknown").strip().lower() or "unknown"
     if rc not in RECOMPUTE_VALUES:
@@ -346,7 +372,9 @@ class RowPlan:
     selective); recompute_assumed: the level chosen for an unknown recompute ("" when stated);
     assumptions: the defaults applied (text); options: ``memory.breakdown`` options of the row;
     memory_gib: predicted bytes per GPU of that layout (GiB); measured / basis: tokens/s per
-    GPU the row measured and how (:func:`measured_tokens_per_s`; None / "" without one).
+    GPU the row measured and how (:func:`measured_tokens_per_s`; None / "" without one);
+    recompute_rest: what the layers not fully recomputed do, "selective" (the least-recompute
+    mix) or "none" (a stated ``recompute_num_layers``: Megatron's block method).
     """
 
     row: dict[str, Any]
@@ -359,12 +387,12 @@ class RowPlan:
     memory_gib: float
     measured: float | None = None
     basis: str = ""
+    recompute_rest: str = "selective"
 
     @property
     def recompute_label(self) -> str:
-        if self.layout.recompute == "full" and self.recompute_fraction < 1.0:
-            return f"full on {self.recompute_fraction:.0%} of layers, selective on the rest"
-        return self.layout.recompute
+        return _recompute_label(RECOMPUTE_CODE[self.layout.recompute], self.recompute_fraction,
+                                RECOMPUTE_CODE[self.recompute_rest])
 
 
 def _default_notes(row: dict[str, Any], gbs: int, vp: int, is_moe: bool) -> list[str]:
@@ -377,6 +405,13 @@ def _default_notes(row: dict[str, Any], gbs: int, vp: int, is_moe: bool) -> list
     if is_moe and _blank(row.get("etp")):
         notes.append("etp=1 (default)")
     return notes
+
+
+def _recompute_label(code: int, frac: float, rest: int) -> str:
+    """The recompute of a plan in words: "full on 16% of layers, none on the rest" etc."""
+    if code == 2 and frac < 1.0:
+        return f"full on {frac:.0%} of layers, {RECOMPUTE_NAME[rest]} on the rest"
+    return RECOMPUTE_NAME[code]
 
 
 def _recompute_note(assumed: str, frac: float) -> str:
@@ -403,6 +438,7 @@ def plan_row(row: dict[str, Any], layout: Layout | None = None, **memory_opts: A
     stated = _stated_recompute(row)
     assumed = ""
     frac = 1.0
+    rest = "selective"
     if stated == "unknown" and layout is None:
         code, fr, gib = perf.least_recompute(model, lay, gpu, prec, **opts)
         code, frac, gib = int(code[0]), float(fr[0]), float(gib[0])
@@ -410,11 +446,20 @@ def plan_row(row: dict[str, Any], layout: Layout | None = None, **memory_opts: A
         lay = lay.replace(recompute=assumed)
         notes.append(_recompute_note(assumed, frac))
     else:
-        gib = float(memory.breakdown(model, lay, prec, **opts).total[0] / memory.GIB)
+        n_block = _block_layers(row) if layout is None else None
+        if n_block is not None:
+            # Megatron block recompute: full on the first N layers of each chunk, none on the others
+            frac = float(block_fraction(model.layers, lay.pp, lay.vp, n_block))
+            rest = "none"
+            two = LayoutArray.from_layouts([lay.replace(recompute="none"), lay])
+            tot = memory.breakdown(model, two, prec, **opts).total
+            gib = float(((1.0 - frac) * tot[0] + frac * tot[1]) / memory.GIB)
+        else:
+            gib = float(memory.breakdown(model, lay, prec, **opts).total[0] / memory.GIB)
     measured, basis = measured_tokens_per_s(row, model)
     return RowPlan(row=row, model=model, layout=lay, recompute_fraction=frac if lay.recompute == "full" else 0.0,
                    recompute_assumed=assumed, assumptions=tuple(notes), options=opts, memory_gib=gib,
-                   measured=measured, basis=basis)
+                   measured=measured, basis=basis, recompute_rest=rest)
 
 
 @dataclass(frozen=True)
@@ -432,15 +477,23 @@ class PlanGroup:
     recompute_fraction: np.ndarray
     ep_dispatch: str = "alltoall"
     schedule: str = "unknown"
+    recompute_rest: np.ndarray | None = None
+
+    @property
+    def rest(self) -> np.ndarray:
+        """Recompute code of the layers not fully recomputed, per row (1 selective unless a stated
+        ``recompute_num_layers`` makes it 0, none)."""
+        return np.ones(len(self.index), np.int64) if self.recompute_rest is None else self.recompute_rest
 
     def memory_gib(self) -> dict[str, np.ndarray]:
         """GiB per GPU by term and total (``memory.breakdown``); rows with full recompute on part
-        of the layers mix the selective and full terms by that share, as :func:`predict_memory` says."""
+        of the layers mix the full terms with those of the other layers' recompute (:attr:`rest`)
+        by that share, as :func:`predict_memory` says."""
         la, x = self.layouts, self.recompute_fraction
         g = {k: v.copy() for k, v in memory.breakdown(self.model, la, self.precision, **self.options).gib().items()}
         partial = (la.recompute == 2) & (x < 1.0)
         if np.any(partial):
-            sel = memory.breakdown(self.model, la[partial].replace(recompute=np.ones(int(partial.sum()))),
+            sel = memory.breakdown(self.model, la[partial].replace(recompute=self.rest[partial]),
                                    self.precision, **self.options).gib()
             xp = x[partial]
             for k in g:
@@ -452,8 +505,8 @@ class PlanGroup:
         from scaletax import perf
 
         return perf.prepare(self.model, self.layouts, self.precision, self.hardware,
-                            recompute_fraction=self.recompute_fraction, ep_dispatch=self.ep_dispatch,
-                            schedule=self.schedule)
+                            recompute_fraction=self.recompute_fraction, recompute_rest=self.rest,
+                            ep_dispatch=self.ep_dispatch, schedule=self.schedule)
 
 
 @dataclass(frozen=True)
@@ -507,10 +560,7 @@ class TablePlan:
         """:attr:`RowPlan.recompute_label` of row ``i``."""
         g, j = self._where[i]
         grp = self.groups[g]
-        x, code = float(grp.recompute_fraction[j]), int(grp.layouts.recompute[j])
-        if code == 2 and x < 1.0:
-            return f"full on {x:.0%} of layers, selective on the rest"
-        return RECOMPUTE_NAME[code]
+        return _recompute_label(int(grp.layouts.recompute[j]), float(grp.recompute_fraction[j]), int(grp.rest[j]))
 
     @property
     def _where(self) -> dict[int, tuple[int, int]]:
@@ -536,6 +586,7 @@ def plan_rows(rows: Sequence[dict[str, Any]], row_numbers: Sequence[int] | None 
     cache: dict = {}
     vals = np.zeros((n, 12), dtype=np.int64)
     unknown = np.zeros(n, dtype=bool)
+    n_block = np.zeros(n, dtype=np.int64)  # stated recompute_num_layers (0: none stated)
     by_key: dict[tuple, list[int]] = {}
     info: dict[tuple, tuple] = {}
     measured: list[float | None] = []
@@ -548,6 +599,7 @@ def plan_rows(rows: Sequence[dict[str, Any]], row_numbers: Sequence[int] | None 
             prec = str(row["precision"]).strip().lower()
             opts = {**memory_opts, **memory_options(row)}
             unknown[i] = _stated_recompute(row) == "unknown"
+            n_block[i] = _block_layers(row) or 0
             m, b = measured_tokens_per_s(row, model)
             dispatch = row_dispatch(row) if model.is_moe else "alltoall"
             schedule = row_schedule(row)
@@ -582,11 +634,16 @@ def plan_rows(rows: Sequence[dict[str, Any]], row_numbers: Sequence[int] | None 
             for i, ci in zip(idx[unk], c):
                 assumed[int(i)] = RECOMPUTE_NAME[int(ci)]
         v[:, 11] = code
+        blk = n_block[idx] > 0
+        if np.any(blk):  # stated block recompute: full on the first N layers of each chunk, none on the rest
+            frac[blk] = block_fraction(model.layers, v[blk, 1], v[blk, 6], n_block[idx][blk])
+        rest = np.where(blk, 0, 1).astype(np.int64)
         frac = np.where(code == 2, frac, 0.0)
         frac_all[idx] = frac
         la = LayoutArray(**{f: v[:, j] for j, f in enumerate(FIELDS)})
         groups.append(PlanGroup(model=model, hardware=gpu, precision=prec, options=opts, index=idx, layouts=la,
-                                recompute_fraction=frac, ep_dispatch=dispatch, schedule=schedule))
+                                recompute_fraction=frac, ep_dispatch=dispatch, schedule=schedule,
+                                recompute_rest=rest if np.any(blk) else None))
     notes: list[tuple[str, ...]] = []
     for i, row in enumerate(rows):
         note = _default_notes(row, int(vals[i, 8]), int(vals[i, 6]), _cached_model(row, cache)[1].is_moe)
@@ -674,6 +731,7 @@ def step_inputs(plans: Sequence[RowPlan]):
         ep_dispatch = row_dispatch(su.row) if su.model.is_moe else "alltoall"
         parts.append(perf.prepare(su.model, su.layout, str(su.row["precision"]).strip().lower(),
                                   str(su.row["hardware"]).strip(), recompute_fraction=su.recompute_fraction,
+                                  recompute_rest=RECOMPUTE_CODE[su.recompute_rest],
                                   ep_dispatch=ep_dispatch, schedule=row_schedule(su.row)))
     return perf.StepInputs.concat(parts)
 
@@ -744,7 +802,7 @@ def _validate_row(row: dict[str, Any], hw_ids: Sequence[str], cache: dict | None
     gpu = hardware.get(hw)
     if not gpu.supports(prec):
         raise _CellError("precision", f"{hw} has no tensor cores for {prec}")
-    _stated_recompute(row)
+    _block_layers(row)
     row_schedule(row)
     row_dispatch(row)
     mods = _modules(row)
