@@ -192,3 +192,129 @@ def test_cache_prune_command(tmp_path):
                          env=dict(env, SCALETAX_CACHE_MAX_MB="lots"))
     assert bad.returncode == 2
     assert bad.stderr.strip() == "scaletax: error: SCALETAX_CACHE_MAX_MB='lots': expected a whole number of MiB"
+
+
+# --- keyed on the GPU rows a chapter read -----------------------------------------------------
+READER = NOTEBOOK.replace('''print(value)
+```''', '''print(value)
+```
+
+```{code-cell} ipython3
+from scaletax import hardware
+hardware.HARDWARE_CSV = pathlib.Path(os.environ["TEST_HARDWARE_CSV"])  # the test's copy of the catalog
+hardware.catalog.cache_clear()
+READS
+(figs / "read.csv").write_text("ok\\n")
+```''')
+
+
+def _reader(tmp_path, slug, reads, data=("hardware.csv",)):
+    src = tmp_path / f"{slug}.md"
+    src.write_text(READER.replace("READS", reads))
+    return TinyChapter(slug, reads=("value",), data=data, path=str(src))
+
+
+def _set_field(csv_path, gpu, column, value):
+    import csv as csvmod
+    import io
+
+    rows = list(csvmod.DictReader(io.StringIO(csv_path.read_text(encoding="utf-8"))))
+    for row in rows:
+        if row["id"] == gpu:
+            row[column] = value
+    out = io.StringIO()
+    w = csvmod.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    csv_path.write_text(out.getvalue(), encoding="utf-8")
+
+
+@pytest.fixture
+def catalog_copy(tmp_path, monkeypatch):
+    """A copy of data/hardware.csv that this process and the chapter kernels read."""
+    from scaletax import hardware
+
+    path = tmp_path / "hardware.csv"
+    path.write_bytes(hardware.HARDWARE_CSV.read_bytes())
+    monkeypatch.setattr(hardware, "HARDWARE_CSV", path)
+    monkeypatch.setenv("TEST_HARDWARE_CSV", str(path))
+    hardware.catalog.cache_clear()
+    yield path
+    hardware.catalog.cache_clear()
+
+
+def _build(chapters, cache, tmp_path, tag):
+    from scaletax import hardware
+
+    hardware.catalog.cache_clear()  # the CSV changed under this process
+    work = tmp_path / f"work-{tag}"
+    work.mkdir()
+    res = execute.execute_chapters(chapters, Scen(), cache, tmp_path / "logs", jobs=2, work_dir=work)
+    return {r.slug: r for r in res}
+
+
+@pytest.mark.kernels
+def test_a_gpu_row_edit_reexecutes_only_the_chapters_that_read_that_gpu(tmp_path, catalog_copy):
+    chapters = [_reader(tmp_path, "h100", "hardware.get('h100_sxm').tdp_w"),
+                _reader(tmp_path, "b300", "[hardware.get(g).hbm_gib for g in ('b300', 'b300')]"),
+                _reader(tmp_path, "everything", "hardware.catalog()"),
+                _reader(tmp_path, "nothing", "None")]
+    cache = tmp_path / "cache"
+    first = _build(chapters, cache, tmp_path, "a")
+    assert not any(r.reused for r in first.values())
+    assert {s: r.hardware_reads for s, r in first.items()} == {
+        "h100": ("h100_sxm",), "b300": ("b300",), "everything": ("*",), "nothing": ()}
+    record = json.loads((cache / first["b300"].key / execute.ENTRY_FILE).read_text())
+    assert record["hardware_reads"] == ["b300"] and execute.READS_FILE not in record["files"]
+    index = json.loads((cache / execute.READS_DIR / f"{record['base_key']}.json").read_text())
+    assert index == {"hardware_reads": ["b300"], "key": first["b300"].key}
+
+    assert all(r.reused for r in _build(chapters, cache, tmp_path, "b").values())
+
+    _set_field(catalog_copy, "b300", "tdp_w", "1234")  # a GPU only one chapter reads
+    third = _build(chapters, cache, tmp_path, "c")
+    assert {s for s, r in third.items() if not r.reused} == {"b300", "everything"}
+
+    _set_field(catalog_copy, "h100_sxm", "nic_gbit_s", "1234")
+    fourth = _build(chapters, cache, tmp_path, "d")
+    assert {s for s, r in fourth.items() if not r.reused} == {"h100", "everything"}
+
+    catalog_copy.write_bytes((ROOT / "data" / "hardware.csv").read_bytes())  # both edits undone
+    fifth = _build(chapters, cache, tmp_path, "e")
+    assert all(r.reused for r in fifth.values())  # the entries of the first build, found again
+    assert {s: r.key for s, r in fifth.items()} == {s: r.key for s, r in first.items()}
+
+
+@pytest.mark.kernels
+def test_an_entry_without_its_record_of_rows_is_not_reused(tmp_path, catalog_copy):
+    ch = _reader(tmp_path, "h100", "hardware.get('h100_sxm')")
+    cache = tmp_path / "cache"
+    first = _build([ch], cache, tmp_path, "a")["h100"]
+    entry = cache / first.key
+    record = json.loads((entry / execute.ENTRY_FILE).read_text())
+    del record["hardware_reads"]  # an entry written before the rows were recorded
+    (entry / execute.ENTRY_FILE).write_text(json.dumps(record))
+    again = _build([ch], cache, tmp_path, "b")["h100"]
+    assert not again.reused and again.key == first.key and again.hardware_reads == ("h100_sxm",)
+    (cache / execute.READS_DIR / f"{record['base_key']}.json").unlink()  # no index: nothing to look up
+    assert not _build([ch], cache, tmp_path, "c")["h100"].reused
+
+
+@pytest.mark.kernels
+def test_a_chapter_that_reads_gpus_without_declaring_hardware_csv_fails(tmp_path, catalog_copy):
+    ch = _reader(tmp_path, "sneaky", "hardware.get('gb300')", data=())
+    with pytest.raises(execute.ChapterFailed, match=r"chapter 'sneaky' failed in setup: it read the GPU catalog "
+                                                    r"\(rows of gb300\) but does not declare hardware.csv"):
+        _build([ch], tmp_path / "cache", tmp_path, "a")
+    assert not [p for p in (tmp_path / "cache").iterdir() if execute._KEY.fullmatch(p.name)]
+
+
+def test_prune_drops_records_of_reads_whose_entry_is_gone(tmp_path):
+    cache = tmp_path / "cache"
+    kept = _fake_entry(cache, "a" * 64, 10, 100)
+    execute._write_reads_index(cache, "1" * 64, kept.name, ("h100_sxm",))
+    execute._write_reads_index(cache, "2" * 64, "b" * 64, ("gb200",))  # its entry was evicted
+    execute.prune(cache, 10**9)
+    assert sorted(p.name for p in (cache / execute.READS_DIR).iterdir()) == ["1" * 64 + ".json"]
+    assert execute.recorded_reads(cache, "1" * 64) == ("h100_sxm",)
+    assert execute.recorded_reads(cache, "2" * 64) is None

@@ -93,7 +93,7 @@ def _random_rows(n: int, seed: int = 0) -> list[dict]:
                    schedule=("", *comm.SCHEDULES)[rng.integers(len(comm.SCHEDULES) + 1)],
                    moe_dispatcher=("", *runs.DISPATCHERS)[rng.integers(len(runs.DISPATCHERS) + 1)])
         try:
-            runs._validate_row(row, hw_ids)
+            runs._validate_row(row)
         except ValueError:
             continue
         out.append(row)

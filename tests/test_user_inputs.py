@@ -6,7 +6,7 @@ import pytest
 
 from scaletax import cost, hardware, models
 from scaletax.report import chapters as toc
-from scaletax.report.execute import cache_key
+from scaletax.report.execute import base_key
 from scaletax.report.provenance import data_hashes, name_conflict, short_commit
 from scaletax.report.scenario import ScenarioError, resolve
 
@@ -192,7 +192,7 @@ def test_gpus_for_a_deadline_round_up_to_whole_systems():
 
 # --- chapter cache keys ---------------------------------------------------------------------
 def _keys(s):
-    return {ch.slug: cache_key(ch, ch.parameters(s), "code", ch.definitions(s)) for ch in toc.CHAPTERS}
+    return {ch.slug: base_key(ch, ch.parameters(s), "code", ch.definitions(s)) for ch in toc.CHAPTERS}
 
 
 def test_a_price_change_reexecutes_only_the_chapters_that_read_prices():
@@ -213,14 +213,6 @@ def test_a_user_gpu_invalidates_only_the_chapters_that_read_gpus():
     assert a["validation"] == b["validation"] == c["validation"]
     for slug in ("hardware", "memory", "communication", "precision", "decision", "summary"):
         assert a[slug] != b[slug] != c[slug], slug  # same id, another definition: another key
-
-
-def test_the_hardware_chapter_is_keyed_on_its_gpus_rows_not_the_whole_file():
-    ch = toc.chapter("hardware")
-    s = resolve()
-    d = ch.definitions(s)
-    assert set(d["catalog_gpus"]) == set(s.gpu_ids) and "hardware.csv" not in ch.data
-    assert d["catalog_gpus"]["gb200"]["nic_gbit_s"] == hardware.get("gb200").nic_gbit_s
 
 
 def test_chapter_parameters_hold_ids_not_definitions():

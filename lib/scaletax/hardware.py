@@ -7,9 +7,17 @@ direction) so that the rest of the model never converts again.
 Conventions (DESIGN.md): FLOP/s are dense (datasheet figures quoted with 2:4 sparsity
 are halved in the data); ``hbm_gib`` is usable memory in GiB (the MLPerf-reported value
 where one exists); bandwidth is decimal bytes per second.
+
+Reads of the catalog are recorded (:func:`reads`): :func:`get` records the id it looks up,
+:func:`catalog` and :func:`ids` (the whole catalog handed out) record :data:`ALL`. With
+``SCALETAX_HARDWARE_READS`` set (the chapter runner sets it to a file in the chapter's work
+folder) each newly recorded id is appended to that file at once, one line each, so a chapter
+kernel and the worker processes it starts write to the same record. The runner keys a chapter's
+cache entry on exactly the rows it read (``report/execute.py``).
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import difflib
 import json
@@ -29,6 +37,11 @@ SYSTEMS_CSV = DATA_DIR / "systems.csv"
 DEFINITIONS_ENV = "SCALETAX_DEFINITIONS"
 #: Marker on the label and verification of a GPU defined or changed in a scenario.
 USER_MARK = "your input"
+#: Environment variable naming the file this process (and its children) appends its catalog
+#: reads to, one id per line (see :func:`reads`).
+READS_ENV = "SCALETAX_HARDWARE_READS"
+#: The recorded read of the whole catalog (not a valid GPU id: ids match ``[a-z0-9_]+``).
+ALL = "*"
 
 
 class HardwareError(ValueError):
@@ -198,7 +211,7 @@ def load_systems(path: Path | str = SYSTEMS_CSV) -> dict[str, tuple[str, int]]:
 @lru_cache(maxsize=1)
 def _data_catalog() -> dict[str, GPU]:
     cat = load_catalog(HARDWARE_CSV)
-    systems = load_systems() if SYSTEMS_CSV.exists() else {}
+    systems = load_systems(SYSTEMS_CSV) if SYSTEMS_CSV.exists() else {}
     for gid, (system, n) in systems.items():
         if gid not in cat:
             raise HardwareError(f"{SYSTEMS_CSV.name}: unknown GPU id {gid!r}")
@@ -217,10 +230,70 @@ def _load_env_definitions() -> None:
         register({k: GPU(**v) for k, v in data.get("gpus", {}).items()})
 
 
+# --- the record of what this process read ------------------------------------------------
+#: Catalog ids (or :data:`ALL`) this process read, in the order first read.
+_READS: dict[str, None] = {}
+#: Open :func:`reads_during` scopes: every read is added to each.
+_SCOPES: list[set[str]] = []
+
+
+def _record(gpu_id: str) -> None:
+    """Record a read of ``gpu_id`` (or :data:`ALL`); append it to the :data:`READS_ENV` file
+    the first time (one ``write`` of one line in append mode: safe across processes)."""
+    for scope in _SCOPES:
+        scope.add(gpu_id)
+    if gpu_id in _READS:
+        return
+    _READS[gpu_id] = None
+    path = os.environ.get(READS_ENV)
+    if path:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, (gpu_id + "\n").encode())
+        finally:
+            os.close(fd)
+
+
+def reads() -> tuple[str, ...]:
+    """The catalog ids this process read through :func:`get` (first-read order), with
+    :data:`ALL` when it was handed the whole catalog. GPUs a scenario defined are not catalog
+    reads (their definitions are inputs of their own)."""
+    return tuple(_READS)
+
+
+def forget_reads() -> None:
+    """Start a new record (tests; the file named by :data:`READS_ENV` is left as it is)."""
+    _READS.clear()
+
+
+@contextlib.contextmanager
+def reads_during():
+    """``with reads_during() as seen:`` collects into ``seen`` every read made in the block
+    (also those already recorded before it): what ``memo`` checks a cached call against."""
+    seen: set[str] = set()
+    _SCOPES.append(seen)
+    try:
+        yield seen
+    finally:
+        _SCOPES.remove(seen)
+
+
+def read_file(path: Path | str) -> tuple[str, ...]:
+    """The reads a :data:`READS_ENV` file holds: sorted unique ids, or ``(ALL,)`` when the
+    whole catalog was read; ``()`` for a missing or empty file."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").split()
+    except FileNotFoundError:
+        return ()
+    return (ALL,) if ALL in lines else tuple(sorted(set(lines)))
+
+
 def catalog() -> dict[str, GPU]:
     """The project catalog (``data/hardware.csv`` + ``data/systems.csv``), then the GPUs a
-    scenario defined (:func:`register`)."""
+    scenario defined (:func:`register`). Records a read of the whole catalog (:data:`ALL`):
+    look single GPUs up with :func:`get`."""
     _load_env_definitions()
+    _record(ALL)
     return {**_data_catalog(), **_USER}
 
 
@@ -244,7 +317,7 @@ def unregister() -> None:
 
 
 def ids() -> list[str]:
-    """All GPU ids in catalog order (scenario-defined ones last)."""
+    """All GPU ids in catalog order (scenario-defined ones last); records :data:`ALL`."""
     return list(catalog())
 
 
@@ -253,11 +326,28 @@ def _unknown(gpu_id: str, valid: list[str], what: str = "GPU id") -> str:
 
 
 def get(gpu_id: str) -> GPU:
-    """Look up a GPU by id; an unknown id lists the valid ones (and the nearest match)."""
-    cat = catalog()
+    """Look up a GPU by id; an unknown id lists the valid ones (and the nearest match).
+
+    Records the read of ``gpu_id`` (a catalog id, or one the catalog lacks: its absence is what
+    was read); a GPU the scenario defined is not a catalog read."""
+    _load_env_definitions()
+    if gpu_id in _USER:
+        return _USER[gpu_id]
+    _record(gpu_id)
+    cat = _data_catalog()
     if gpu_id in cat:
         return cat[gpu_id]
-    raise UnknownHardware(f"{_unknown(gpu_id, list(cat))}; valid ids: {', '.join(cat)}")
+    valid = [*cat, *_USER]
+    raise UnknownHardware(f"{_unknown(gpu_id, valid)}; valid ids: {', '.join(valid)}")
+
+
+def known(gpu_id: str) -> bool:
+    """Whether ``gpu_id`` is a GPU :func:`get` finds, recorded as a read of that id only."""
+    try:
+        get(gpu_id)
+    except UnknownHardware:
+        return False
+    return True
 
 
 #: Fields a scenario may not set on a GPU (bookkeeping, not hardware).
@@ -288,6 +378,7 @@ def define(spec: dict) -> GPU:
     changed = tuple(sorted(spec))
     if base_id is not None:
         cat = _data_catalog()
+        _record(str(base_id))  # the base row is read
         if base_id not in cat:
             raise HardwareError(f"GPU {gid!r}: base: {_unknown(base_id, list(cat), 'GPU id')}")
         base = cat[base_id]

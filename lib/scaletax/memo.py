@@ -17,6 +17,12 @@ use). The build runner sets it to ``_build/.cache/memo``, shared by chapters and
 are atomic (temporary file, then rename); a per-key lock makes a second process that needs the
 same result while the first computes it wait and read it instead of computing it again.
 Arguments of a type with no canonical form raise ``TypeError`` (never a silent wrong hit).
+
+The GPU catalog is read only through the arguments: a cached call that looks a GPU up itself
+(``hardware.get`` / ``catalog``, recorded by :func:`scaletax.hardware.reads_during`) raises
+``TypeError`` naming the ids, since its key would not cover those rows (and a hit would hide the
+read from the chapter runner's record). A function that declares ``hardware.csv`` in ``data`` is
+keyed on the whole file and records a read of the whole catalog on every call, hit or miss.
 """
 from __future__ import annotations
 
@@ -38,7 +44,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from scaletax import DATA_DIR
+from scaletax import DATA_DIR, hardware
 
 #: Environment variable naming the cache folder; unset = no caching.
 ENV = "SCALETAX_MEMO_DIR"
@@ -167,16 +173,32 @@ def _load(path: Path):
         return False, None
 
 
+def _compute(f: Callable, name: str, args: tuple, kwargs: dict, whole_catalog: bool):
+    """``f(*args, **kwargs)``; TypeError when it read GPU rows its key does not cover."""
+    if whole_catalog:
+        hardware.catalog()  # keyed on the whole hardware.csv: the caller read all of it
+        return f(*args, **kwargs)
+    with hardware.reads_during() as seen:
+        value = f(*args, **kwargs)
+    if seen:
+        raise TypeError(f"memo: {name} read GPU row(s) {', '.join(sorted(seen))} from the catalog itself; "
+                        "its key covers only its arguments: pass resolved hardware.GPU objects")
+    return value
+
+
 def cached(fn: Callable | None = None, *, data: tuple[str, ...] = ()):
     """Decorator: cache ``fn``'s result on disk by :func:`key` (``data``: files it reads)."""
     def wrap(f: Callable) -> Callable:
         name = f"{f.__module__}.{f.__qualname__}"
+        whole_catalog = "hardware.csv" in data
 
         @functools.wraps(f)
         def inner(*args, **kwargs):
             root = os.environ.get(ENV)
             if not root:
-                return f(*args, **kwargs)
+                return _compute(f, name, args, kwargs, whole_catalog)
+            if whole_catalog:
+                hardware.catalog()  # a hit reads what the computation read: the whole catalog
             folder = Path(root) / name
             path = folder / f"{key(f, args, kwargs, data)}.pkl"
             ok, value = _load(path)
@@ -190,7 +212,7 @@ def cached(fn: Callable | None = None, *, data: tuple[str, ...] = ()):
                 if ok:
                     _count(name, "hit")
                     return value
-                value = f(*args, **kwargs)
+                value = _compute(f, name, args, kwargs, whole_catalog)
                 fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".pkl")
                 try:
                     with os.fdopen(fd, "wb") as out:

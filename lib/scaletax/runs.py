@@ -175,11 +175,6 @@ def _parse_bool(col: str, v: Any) -> bool:
         raise _CellError(col, f"expected true/false, got {v!r}") from None
 
 
-def _hardware_ids() -> list[str]:
-    from scaletax import hardware
-    return hardware.ids()
-
-
 def _all_moe(row: dict[str, Any]) -> bool:
     """Every layer is MoE: moe_experts > 0 and moe_dense_layers 0 or blank."""
     e, d = _int(row, "moe_experts", 0), _int(row, "moe_dense_layers", 0)
@@ -789,13 +784,13 @@ def row_source(row: dict[str, Any]) -> str:
     return "papers"
 
 
-def _validate_row(row: dict[str, Any], hw_ids: Sequence[str], cache: dict | None = None) -> None:
+def _validate_row(row: dict[str, Any], cache: dict | None = None) -> None:
     from scaletax import hardware
 
     _check_ranges(row)
     hw = str(row.get("hardware") or "").strip()
-    if hw not in hw_ids:
-        raise _CellError("hardware", f"unknown hardware id {hw!r}; valid ids: {', '.join(hw_ids)}")
+    if not hardware.known(hw):  # a read of this row's GPU only; the list of ids only in the error
+        raise _CellError("hardware", f"unknown hardware id {hw!r}; valid ids: {', '.join(hardware.ids())}")
     prec = str(row.get("precision") or "").strip().lower()
     if prec not in memory.PRECISIONS:
         raise _CellError("precision", f"unknown precision {prec!r}; valid: {', '.join(memory.PRECISIONS)}")
@@ -872,7 +867,6 @@ def read_runs(path: str | Path) -> list[dict[str, Any]]:
     missing = [c for c in REQUIRED_COLUMNS if c not in header]
     if missing:
         raise RunsTableError(f"{name}: row 1: missing required column(s) {', '.join(missing)}")
-    hw_ids = _hardware_ids()
     model_cache: dict = {}
     rows: list[dict[str, Any]] = []
     bad: list[str] = []
@@ -887,7 +881,7 @@ def read_runs(path: str | Path) -> list[dict[str, Any]]:
         row, errors = _parse_row(raw, header)
         if not errors:
             try:
-                _validate_row(row, hw_ids, model_cache)
+                _validate_row(row, model_cache)
             except _CellError as exc:
                 errors.append(exc)
         if errors:

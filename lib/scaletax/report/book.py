@@ -35,8 +35,8 @@ from scaletax.report import escape, lifecycle
 from scaletax.report.execute import ChapterFailed, Result, execute_chapters
 from scaletax.report.exports import stamp_exports
 from scaletax.report.numbering import NUMBERS_FILE
-from scaletax.report.provenance import (data_hashes, git_commit, lib_hash, lock_hash, package_versions,
-                                        sha256_bytes, short_commit)
+from scaletax.report.provenance import (data_hashes, git_commit, keyed_rows, keyed_rows_list, lib_hash,
+                                        lock_hash, package_versions, sha256_bytes, short_commit)
 from scaletax.report.scenario import Scenario
 
 #: Where books, the execution cache and logs go (``SCALETAX_BUILD_DIR`` overrides, e.g. in tests).
@@ -139,6 +139,8 @@ def page_tokens(info: dict) -> dict[str, str]:
             "make venv                       # .venv from requirements.lock (pinned versions)\n"
             f".venv/bin/{info['command']}", "bash"),
         "scenario_yaml_block": escape.myst_fence(info["scenario_yaml"], "yaml"),
+        # which GPU rows each executed chapter was keyed on (known once the chapters ran)
+        "keyed_rows_list": keyed_rows_list(info.get("keyed_rows", {})),
         # the title is used inside the BibTeX fence: BibTeX fields are LaTeX, and latex_text
         # keeps it on one line, so it cannot close the fence
         "title": escape.latex_text(info["title"]),
@@ -230,7 +232,7 @@ def stage_sources(src: Path, results: list[Result], info: dict) -> None:
     (src / "_toc.yml").write_text(yaml.safe_dump(toc.toc_yaml(), sort_keys=False), encoding="utf-8")
     for res in results:
         _add_provenance(res.notebook, src / f"{res.slug}.ipynb", info, root=res.slug == toc.ROOT_PAGE)
-    tokens = page_tokens(info)
+    tokens = page_tokens({**info, "keyed_rows": {r.slug: keyed_rows(r.hardware_reads) for r in results}})
     for name in ("reproduce", "cite", "intro"):
         path = src / f"{name}.md"
         path.write_text(_fill(path.read_text(encoding="utf-8"), tokens), encoding="utf-8")
@@ -268,12 +270,12 @@ def _run(cmd: list[str], cwd: Path, log: Path, step: str, timeout: float = 1800)
 
 def _book_key(opts: BuildOptions, info: dict, cache: Path) -> str:
     """Hash of every input of the book: when it matches the published book, nothing is rebuilt."""
-    from scaletax.report.execute import cache_key
+    from scaletax.report.execute import inputs_key
     from scaletax.report.provenance import tree_hash
 
     code = lib_hash()
     parts = {
-        "chapters": [cache_key(ch, ch.parameters(opts.scenario), code, ch.definitions(opts.scenario))
+        "chapters": [inputs_key(ch, ch.parameters(opts.scenario), code, ch.definitions(opts.scenario))
                      for ch in toc.CHAPTERS],
         "pages": tree_hash(toc.BOOK_DIR, ("*",)),
         "config": CONFIG_YML.read_text(encoding="utf-8"),
@@ -558,7 +560,8 @@ def _build_in(stage: Path, logs: Path, opts: BuildOptions, progress) -> dict:
         "pdf": pdf_status,
         "notebooks": [
             {"chapter": r.slug, "content_sha256": r.key, "status": "reused" if r.reused else "executed",
-             "seconds": round(r.seconds, 2), "execution": r.execution, "parameters": r.parameters}
+             "seconds": round(r.seconds, 2), "execution": r.execution, "parameters": r.parameters,
+             "gpu_rows": keyed_rows(r.hardware_reads)}
             for r in results
         ],
         "figures": sorted(p.name for p in figures.iterdir()),

@@ -3,9 +3,10 @@
 A chapter names the scenario keys it reads and the data files it reads; those, its
 source and the library code make its cache key, so changing one parameter re-executes
 only the chapters that read it. GPUs and models defined in the scenario enter the key (as
-resolved definitions) only of the chapters that read ``gpus`` / ``models``; a chapter that
-reads the catalog only for the scenario's GPUs (``scenario_gpus_only``) is keyed on those
-GPUs' resolved rows instead of the whole ``hardware.csv``.
+resolved definitions) only of the chapters that read ``gpus`` / ``models``. Of
+``hardware.csv`` (with ``systems.csv``) a chapter that declares it is keyed on the rows of the
+GPUs its execution read, recorded as it runs (``report/execute.py``): an edit of one GPU's row
+re-executes only the chapters that read that GPU.
 """
 from __future__ import annotations
 
@@ -27,8 +28,8 @@ class Chapter:
 
     slug: str
     reads: tuple[str, ...]
+    #: data files (relative to ``data/``) it reads; ``hardware.csv``: keyed on the rows it reads
     data: tuple[str, ...]
-    scenario_gpus_only: bool = False
 
     @property
     def source(self):
@@ -41,17 +42,10 @@ class Chapter:
         return {key.replace(".", "_"): ids[key] if key in ids else scenario.get(key) for key in self.reads}
 
     def definitions(self, scenario) -> dict:
-        """The resolved scenario-defined GPUs / models this chapter reads (JSON-ready), plus,
-        for a ``scenario_gpus_only`` chapter, the resolved rows of all the scenario's GPUs."""
-        from scaletax import hardware
-
+        """The resolved scenario-defined GPUs / models this chapter reads (JSON-ready)."""
         defs = scenario.definitions()
-        out = {"gpus": defs["gpus"] if "gpus" in self.reads else {},
-               "models": defs["models"] if "models" in self.reads else {}}
-        if self.scenario_gpus_only:
-            cat = hardware._data_catalog()
-            out["catalog_gpus"] = {g: cat[g].model_dump(mode="json") for g in scenario.gpu_ids if g in cat}
-        return out
+        return {"gpus": defs["gpus"] if "gpus" in self.reads else {},
+                "models": defs["models"] if "models" in self.reads else {}}
 
 
 @dataclass(frozen=True)
@@ -78,7 +72,7 @@ _PLAN = ("models", "gpus", "training.tokens", "training.global_batch_tokens", "t
 CHAPTERS = (
     Chapter("summary", reads=("name", *_PLAN, "cluster.goodput_source"),
             data=(*_MODEL_DATA, "references.yaml", "published_runs.csv")),
-    Chapter("hardware", reads=("gpus",), data=(), scenario_gpus_only=True),
+    Chapter("hardware", reads=("gpus",), data=("hardware.csv",)),
     Chapter("memory", reads=("models", "gpus", "cluster.sizes", "cluster.gpus", "training.precision",
                              "training.precisions", "training.global_batch_tokens"),
             data=("hardware.csv", "models.yaml", "published_runs.csv", "references.yaml")),

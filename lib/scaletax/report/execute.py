@@ -5,6 +5,17 @@ library code, the data files it declares and the lock file. A hit reuses the exe
 notebook and its figures from ``_build/.cache/<key>/``; a miss executes into a temporary
 folder that is renamed into the cache only when the notebook ran to the end.
 
+Of the GPU catalog (:data:`ROW_FILES`: ``hardware.csv`` and the ``systems.csv`` merged into
+its rows) a chapter that declares ``hardware.csv`` is keyed on exactly the rows it read: its
+kernel records every catalog read (``scaletax.hardware``, the file named by
+``SCALETAX_HARDWARE_READS`` in its work folder), and the entry's key is its
+:func:`base_key` (every other input) plus :func:`rows_hash` of those ids' resolved rows now (a
+missing id as missing; the whole files when it read the whole catalog). The record is kept in
+the entry (``entry.json``) and in an index by base key (``<cache>/reads/<base key>.json``), so
+a later build finds the ids from the base key, hashes those rows as they are now and reuses the
+entry only when they are unchanged: an edit of one GPU's row re-executes only the chapters that
+read that GPU. A chapter that reads the catalog without declaring ``hardware.csv`` fails.
+
 An entry is trusted only after checking it: ``entry.json`` lists the sha256 of every file
 it holds, and a reused entry is copied into the build's own folder and checked there (so
 neither an edit nor a removal of the cache during the build reaches the book). A bad entry
@@ -30,7 +41,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scaletax import DATA_DIR
+from scaletax import DATA_DIR, hardware
 from scaletax.report import lifecycle
 from scaletax.report.chapters import Chapter
 from scaletax.report.provenance import lib_hash, lock_hash, sha256_bytes
@@ -45,6 +56,12 @@ KERNEL = "python3"
 #: than a 1-thread one; results are byte-identical.
 THREAD_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 ENTRY_FILE = "entry.json"
+#: Data files a chapter that declares ``hardware.csv`` is keyed on through the rows it read.
+ROW_FILES = ("hardware.csv", "systems.csv")
+#: Where a chapter kernel records its catalog reads (in its work folder; not kept in the entry).
+READS_FILE = "hardware_reads.txt"
+#: Folder of the cache holding the record of reads by base key.
+READS_DIR = "reads"
 #: Default size cap of the execution cache (bytes); ``SCALETAX_CACHE_MAX_MB`` overrides.
 CACHE_MAX_BYTES = 2 * 1024**3
 
@@ -70,10 +87,21 @@ class Result:
     parameters: dict = field(default_factory=dict)
     #: the execution that made the notebook: {"executed_at": ..., "seconds": ...}
     execution: dict = field(default_factory=dict)
+    #: the catalog ids it was keyed on (``("*",)``: the whole catalog); None: no hardware.csv
+    hardware_reads: tuple[str, ...] | None = None
 
 
-def cache_key(ch: Chapter, parameters: dict, code_hash: str | None = None,
-              definitions: dict | None = None) -> str:
+def reads_rows(ch: Chapter) -> bool:
+    """Whether ``ch`` is keyed on the catalog rows it read (it declares ``hardware.csv``)."""
+    return "hardware.csv" in ch.data
+
+
+def base_key(ch: Chapter, parameters: dict, code_hash: str | None = None,
+             definitions: dict | None = None) -> str:
+    """sha256 of every input of a chapter but the catalog rows it reads: source, parameters,
+    scenario-defined GPUs/models it reads, library code, lock file and its data files (without
+    :data:`ROW_FILES` for a chapter that :func:`reads_rows`). The key of a chapter that does not
+    read rows."""
     h = hashlib.sha256()
     h.update(b"source\0" + ch.source.read_bytes())
     h.update(b"params\0" + canonical_json(parameters).encode())
@@ -81,9 +109,72 @@ def cache_key(ch: Chapter, parameters: dict, code_hash: str | None = None,
         h.update(b"definitions\0" + canonical_json(definitions).encode())
     h.update(b"lib\0" + (code_hash or lib_hash()).encode())
     h.update(b"lock\0" + lock_hash().encode())
+    rows = reads_rows(ch)
     for name in sorted(ch.data):
+        if rows and name in ROW_FILES:
+            continue
         h.update(b"data\0" + name.encode() + b"\0" + sha256_bytes((DATA_DIR / name).read_bytes()).encode())
     return h.hexdigest()
+
+
+def rows_hash(reads: tuple[str, ...]) -> str:
+    """sha256 of the catalog as ``reads`` saw it: each id with its resolved row now
+    (``data/hardware.csv`` merged with ``data/systems.csv``; a missing id as missing), or the
+    bytes of both files for ``("*",)`` (the whole catalog)."""
+    h = hashlib.sha256()
+    if hardware.ALL in reads:
+        for name, path in zip(ROW_FILES, (hardware.HARDWARE_CSV, hardware.SYSTEMS_CSV)):
+            h.update(b"file\0" + name.encode() + b"\0"
+                     + (sha256_bytes(path.read_bytes()) if path.exists() else "missing").encode())
+        return h.hexdigest()
+    cat = hardware._data_catalog()
+    rows = {gid: cat[gid].model_dump(mode="json") if gid in cat else None for gid in sorted(reads)}
+    h.update(b"rows\0" + canonical_json(rows).encode())
+    return h.hexdigest()
+
+
+def entry_key(base: str, reads: tuple[str, ...]) -> str:
+    """The cache key of a chapter that :func:`reads_rows`: its base key and the rows it read."""
+    return hashlib.sha256(f"{base}\0{rows_hash(reads)}".encode()).hexdigest()
+
+
+def inputs_key(ch: Chapter, parameters: dict, code_hash: str | None = None,
+               definitions: dict | None = None) -> str:
+    """A hash of every input of a chapter with the catalog files whole (what the book key
+    holds: any catalog edit rebuilds the book's pages, which print the data hashes)."""
+    key = base_key(ch, parameters, code_hash, definitions)
+    return entry_key(key, (hardware.ALL,)) if reads_rows(ch) else key
+
+
+def _reads_index(cache_dir: Path, base: str) -> Path:
+    return cache_dir / READS_DIR / f"{base}.json"
+
+
+def recorded_reads(cache_dir: Path, base: str) -> tuple[str, ...] | None:
+    """The catalog reads recorded for ``base`` by the last execution, or None (never executed,
+    or an unreadable record)."""
+    try:
+        rec = json.loads(_reads_index(cache_dir, base).read_text(encoding="utf-8"))
+        reads = rec["hardware_reads"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(reads, list) or not all(isinstance(r, str) for r in reads):
+        return None
+    return tuple(reads)
+
+
+def _write_reads_index(cache_dir: Path, base: str, key: str, reads: tuple[str, ...]) -> None:
+    """Record ``reads`` (and the entry they made) for ``base``, in one rename."""
+    path = _reads_index(cache_dir, base)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=lifecycle.temp_name(".tmp-"))  # pid in the name: remove_stale
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            json.dump({"hardware_reads": list(reads), "key": key}, out)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def _execute_one(source: str, params_file: str, workdir: str) -> int:
@@ -98,6 +189,7 @@ def _execute_one(source: str, params_file: str, workdir: str) -> int:
     figures = work / "figures"
     figures.mkdir(parents=True, exist_ok=True)
     os.environ["SCALETAX_FIGURES_DIR"] = str(figures)
+    os.environ[hardware.READS_ENV] = str(work / READS_FILE)  # the kernel and its workers append here
     os.environ["PYTHONHASHSEED"] = "0"
     defs = work / "definitions.json"
     if defs.exists():  # GPUs / models defined in the scenario: hardware.get / models.get read them
@@ -137,7 +229,7 @@ def _stable_ids(path: Path) -> None:
 class _Job:
     chapter: Chapter
     params: dict
-    key: str
+    key: str  # the base key (:func:`base_key`)
     work: Path
     proc: subprocess.Popen | None = None
     definitions: dict = field(default_factory=dict)
@@ -198,17 +290,22 @@ def execute_chapters(chapters: list[Chapter], scenario, cache_dir: Path, log_dir
     for ch in chapters:
         params = ch.parameters(scenario)
         defs = ch.definitions(scenario)
-        key = cache_key(ch, params, code, defs)
-        entry = cache_dir / key
-        res, problem = _reuse(ch.slug, key, entry, params, work_dir)
+        base = base_key(ch, params, code, defs)
+        reads = recorded_reads(cache_dir, base) if reads_rows(ch) else None
+        res, problem = None, None
+        if not reads_rows(ch) or reads is not None:
+            key = base if reads is None else entry_key(base, reads)
+            res, problem = _reuse(ch.slug, key, cache_dir / key, params, work_dir, reads)
         if res is not None:
             results[ch.slug] = res
             if progress:
-                progress(ch.slug, "reused (inputs unchanged)")
+                progress(ch.slug, "reused (inputs unchanged)" if not reads else
+                         "reused (inputs and the whole GPU catalog unchanged)" if hardware.ALL in reads else
+                         f"reused (inputs and the {len(reads)} GPU row(s) it read unchanged)")
             continue
         if problem and progress:
             progress(ch.slug, f"cache entry discarded ({problem}): executing again")
-        pending.append(_Job(ch, params, key, Path(), definitions=defs))
+        pending.append(_Job(ch, params, base, Path(), definitions=defs))
 
     env = kernel_env(cache_dir, jobs)
     running: list[_Job] = []
@@ -255,13 +352,24 @@ def _files(folder: Path) -> dict[str, str]:
     return out
 
 
-def _seal(work: Path, key: str, slug: str, seconds: float) -> dict:
-    """Write ``entry.json`` (the hash of every output file) into a finished work folder."""
+def _rows_note(reads: tuple[str, ...]) -> str:
+    """"rows of gb200, h100_sxm" / "whole GPU catalog": what a chapter was keyed on."""
+    if hardware.ALL in reads:
+        return "whole GPU catalog"
+    return f"rows of {', '.join(reads)}" if reads else "GPU catalog (none read)"
+
+
+def _seal(work: Path, key: str, slug: str, seconds: float, base: str | None = None,
+          reads: tuple[str, ...] | None = None) -> dict:
+    """Write ``entry.json`` (the hash of every output file, and for a chapter keyed on catalog
+    rows its base key and the ids it read) into a finished work folder."""
     import datetime as dt
 
     record = {"key": key, "chapter": slug, "files": _files(work),
               "execution": {"executed_at": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
                             "seconds": round(seconds, 2)}}
+    if reads is not None:
+        record.update(base_key=base, hardware_reads=list(reads))
     (work / ENTRY_FILE).write_text(json.dumps(record, indent=1, sort_keys=True), encoding="utf-8")
     return record
 
@@ -290,9 +398,11 @@ def check_entry(folder: Path, key: str | None = None) -> tuple[dict | None, str 
     return record, None
 
 
-def _reuse(slug: str, key: str, entry: Path, params: dict, work_dir: Path | None):
-    """(Result, None) for a good cache entry; (None, problem) for a bad one (discarded);
-    (None, None) when there is none."""
+def _reuse(slug: str, key: str, entry: Path, params: dict, work_dir: Path | None,
+           reads: tuple[str, ...] | None = None):
+    """(Result, None) for a good cache entry (for a chapter keyed on catalog rows: one whose
+    record names the same ``reads``); (None, problem) for a bad one (discarded); (None, None)
+    when there is none."""
     if not entry.exists():
         return None, None
     if work_dir is None:
@@ -307,6 +417,8 @@ def _reuse(slug: str, key: str, entry: Path, params: dict, work_dir: Path | None
             shutil.rmtree(where, ignore_errors=True)
             return None, "could not be copied"
         record, problem = check_entry(where, key)  # the copy is what the book uses
+    if record is not None and reads is not None and record.get("hardware_reads") != list(reads):
+        record, problem = None, "its record of GPU rows differs"
     if record is None:
         _discard(entry)
         if work_dir is not None:
@@ -315,7 +427,7 @@ def _reuse(slug: str, key: str, entry: Path, params: dict, work_dir: Path | None
     with contextlib.suppress(OSError):
         os.utime(entry)  # last use, for the size cap
     return Result(slug, key, where / "notebook.ipynb", where / "figures", reused=True, seconds=0.0,
-                  parameters=params, execution=record.get("execution", {})), None
+                  parameters=params, execution=record.get("execution", {}), hardware_reads=reads), None
 
 
 def _discard(entry: Path) -> None:
@@ -359,22 +471,31 @@ def _finish(job: _Job, cache_dir: Path, log_dir: Path, results: dict, progress,
             tail = []
         status = {"seconds": 0.0, "cell": None,
                   "error": (tail[-1] if tail else f"worker exited with status {job.proc.returncode}")[:300]}
+    reads = hardware.read_file(work / READS_FILE)
+    if status["error"] is None and reads and not reads_rows(job.chapter):
+        status = {"seconds": status["seconds"], "cell": None,
+                  "error": f"it read the GPU catalog ({_rows_note(reads)}) but does not declare hardware.csv "
+                           "in its data (report/chapters.py): its cache key would not cover those rows"}
     if status["error"] is None:
-        entry = cache_dir / job.key
-        for name in ("status.json", "parameters.json", "worker.log", "definitions.json"):
+        reads = reads if reads_rows(job.chapter) else None
+        key = job.key if reads is None else entry_key(job.key, reads)
+        entry = cache_dir / key
+        for name in ("status.json", "parameters.json", "worker.log", "definitions.json", READS_FILE):
             (work / name).unlink(missing_ok=True)
-        record = _seal(work, job.key, slug, status["seconds"])
+        record = _seal(work, key, slug, status["seconds"], job.key, reads)
         where = work
         if work_dir is not None:
             where = work_dir / slug
             shutil.rmtree(where, ignore_errors=True)
             shutil.copytree(work, where)
         _install(work, entry)
+        if reads is not None:
+            _write_reads_index(cache_dir, job.key, key, reads)
         if work_dir is None:
             where = entry
-        results[slug] = Result(slug, job.key, where / "notebook.ipynb", where / "figures",
+        results[slug] = Result(slug, key, where / "notebook.ipynb", where / "figures",
                                reused=False, seconds=status["seconds"], parameters=job.params,
-                               execution=record["execution"])
+                               execution=record["execution"], hardware_reads=reads)
         if progress:
             progress(slug, f"executed in {status['seconds']:.1f} s")
         return None
@@ -442,7 +563,25 @@ def prune(cache_dir: Path, max_bytes: int, keep: frozenset[str] = frozenset(), c
         _discard(entry)
         total -= size
         removed["evicted"] += 1
+    _prune_reads_index(cache_dir)
     return {**removed, "entries": len(entries) - removed["evicted"], "bytes": total}
+
+
+def _prune_reads_index(cache_dir: Path) -> None:
+    """Drop the records of reads whose entry is gone (and temporary files of dead builds)."""
+    index = cache_dir / READS_DIR
+    if not index.is_dir():
+        return
+    lifecycle.remove_stale(index, (".tmp-*",))
+    for path in index.glob("*.json"):
+        if path.name.startswith("."):
+            continue
+        try:
+            key = json.loads(path.read_text(encoding="utf-8"))["key"]
+        except (OSError, ValueError, KeyError, TypeError):
+            key = None
+        if not isinstance(key, str) or not _KEY.fullmatch(key) or not (cache_dir / key).is_dir():
+            path.unlink(missing_ok=True)
 
 
 if __name__ == "__main__":

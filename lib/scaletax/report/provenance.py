@@ -8,7 +8,7 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
-from scaletax import DATA_DIR, ROOT, __version__
+from scaletax import DATA_DIR, ROOT, __version__, hardware
 
 #: Packages whose versions go into the manifest (the rest are in requirements.lock).
 KEY_PACKAGES = ("numpy", "ml_dtypes", "altair", "vl-convert-python", "papermill", "jupytext",
@@ -89,3 +89,31 @@ def name_conflict(book: Path, scenario_file: str, overrides: list[str] | tuple[s
     sets = " ".join(f"--set {o}" for o in old.get("overrides", [])) or "no --set"
     return (f"--name {book.name}: {book} holds the book of another scenario ({old.get('scenario_file')}, {sets}); "
             "choose another --name, or add --force to replace it")
+
+
+def keyed_rows(reads: tuple[str, ...] | None) -> list[str] | str | None:
+    """What a chapter's cache key held of the GPU catalog, as the manifest says it: the ids
+    whose rows it read (``data/hardware.csv`` merged with ``data/systems.csv``), ``"all"`` (it
+    read the whole catalog: both files whole), or None (it does not read the catalog)."""
+    if reads is None:
+        return None
+    return "all" if hardware.ALL in reads else list(reads)
+
+
+def keyed_rows_list(rows: dict[str, list[str] | str | None]) -> str:
+    """A MyST bullet list, one line per chapter (slug -> :func:`keyed_rows`), for the
+    Reproduce page."""
+    from scaletax.report import escape
+
+    lines = []
+    for slug, got in rows.items():
+        if got is None:
+            what = "reads no GPU row"
+        elif got == "all":
+            what = "the whole catalog (it reads every GPU: any edit of either file re-executes it)"
+        elif not got:
+            what = "no GPU row"
+        else:
+            what = "the rows of " + ", ".join(escape.myst_code(g) for g in got)
+        lines.append(f"- {escape.myst_text(slug)}: {what}")
+    return "\n".join(lines) if lines else "- (no chapter in this build)"
