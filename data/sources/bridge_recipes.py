@@ -94,6 +94,9 @@ class Interpreter:
             if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
                     and node.targets[0].id == name:
                 return modname, node
+            if isinstance(node, ast.AnnAssign) and node.value is not None and isinstance(node.target, ast.Name) \
+                    and node.target.id == name:
+                return modname, node
         return None
 
     # ---- functions ------------------------------------------------------------------------
@@ -177,7 +180,7 @@ class Interpreter:
             if node.id in ("True", "False", "None"):
                 return {"True": True, "False": False, "None": None}[node.id]
             hit = self.lookup(modname, node.id)
-            if hit and isinstance(hit[1], ast.Assign):
+            if hit and isinstance(hit[1], (ast.Assign, ast.AnnAssign)):
                 return self.eval(hit[1].value, {}, hit[0])
             return Unknown(f"name {node.id}")
         if isinstance(node, ast.Attribute):
@@ -263,9 +266,11 @@ class Interpreter:
                 return list(args[0])
             hit = self.lookup(modname, f.id)
             if hit and isinstance(hit[1], ast.FunctionDef):
-                if hit[0].endswith("training.mixed_precision"):
-                    return Obj(f"precision:{hit[1].name}")
-                return self.call_function(hit[0], hit[1], args, kwargs)
+                res = self.call_function(hit[0], hit[1], args, kwargs)
+                if hit[0].endswith("training.mixed_precision"):  # a precision factory: its name is the recipe
+                    res = res if isinstance(res, Obj) else Obj()
+                    res.kind = f"precision:{hit[1].name}"
+                return res
             if hit and isinstance(hit[1], ast.ClassDef) or (not hit and f.id[:1].isupper()):
                 return Obj(f.id, kwargs)
             return Unknown(f"call {f.id}")
@@ -301,13 +306,13 @@ class _NoReturnType:
 _NoReturn = _NoReturnType()
 
 #: Output columns (data/sources/README.md documents each).
-COLUMNS = ("recipe", "family", "model", "hf_model", "gpu", "gpu_count", "precision", "tp", "pp", "cp", "vp", "ep",
+COLUMNS = ("recipe", "kind", "family", "model", "hf_model", "gpu", "gpu_count", "precision", "tp", "pp", "cp", "vp", "ep",
            "etp", "dp", "sequence_parallel", "mbs", "gbs", "seq_len", "recompute_granularity", "recompute_method",
            "recompute_num_layers", "recompute_modules", "moe_token_dispatcher_type", "moe_flex_dispatcher_backend",
            "overlap_moe_expert_parallel_comm", "delay_wgrad_compute", "tp_comm_overlap", "cuda_graph_impl",
            "cuda_graph_scope", "moe_router_force_load_balancing", "moe_expert_rank_capacity_factor",
-           "use_megatron_fsdp", "data_parallel_sharding_strategy", "cpu_offloading", "cpu_offloading_num_layers",
-           "fine_grained_activation_offloading", "offload_modules", "pipeline_model_parallel_layout", "file", "megatron_bridge_version", "unresolved")
+           "use_megatron_fsdp", "data_parallel_sharding_strategy", "fp8_param_gather", "cpu_offloading",
+           "cpu_offloading_num_layers", "fine_grained_activation_offloading", "offload_modules", "pipeline_model_parallel_layout", "file", "megatron_bridge_version", "unresolved")
 #: ``_perf_precision`` arguments and mixed-precision factories -> the runs-table precision.
 #: Configuration fields the CSV reports (an unevaluated branch that sets one is listed in ``unresolved``).
 FIELDS = frozenset({
@@ -317,7 +322,7 @@ FIELDS = frozenset({
     "recompute_method", "recompute_num_layers", "recompute_modules", "moe_token_dispatcher_type",
     "moe_flex_dispatcher_backend", "overlap_moe_expert_parallel_comm", "delay_wgrad_compute", "tp_comm_overlap",
     "cuda_graph_impl", "cuda_graph_scope", "moe_router_force_load_balancing", "moe_expert_rank_capacity_factor",
-    "use_megatron_fsdp", "data_parallel_sharding_strategy", "cpu_offloading", "cpu_offloading_num_layers",
+    "use_megatron_fsdp", "data_parallel_sharding_strategy", "fp8_param_gather", "cpu_offloading", "cpu_offloading_num_layers",
     "fine_grained_activation_offloading", "offload_modules", "pipeline_model_parallel_layout", "mixed_precision", "comm_overlap"})
 PRECISIONS = {"bf16": "bf16", "fp8_cs": "fp8", "fp8_mx": "mxfp8", "nvfp4": "nvfp4",
               "bf16_mixed": "bf16", "bf16_with_fp8_current_scaling_mixed": "fp8", "bf16_with_mxfp8_mixed": "mxfp8",
@@ -334,8 +339,8 @@ def _cell(v) -> str:
         return ""
     if isinstance(v, bool):
         return "true" if v else "false"
-    if isinstance(v, list):
-        return ";".join(_cell(x) for x in v)
+    if isinstance(v, list):  # "[]": an explicitly empty list (e.g. selective recompute of no module)
+        return ";".join(_cell(x) for x in v) if v else "[]"
     return str(v)
 
 
@@ -350,12 +355,21 @@ def _precision(cfg: Obj, name_prec: str) -> str:
     return PRECISIONS.get(kind, PRECISIONS.get({"fp8cs": "fp8_cs", "fp8mx": "fp8_mx"}.get(name_prec, name_prec), "?"))
 
 
+#: Sequence length above which a (non-benchmark) training recipe of ``recipes/<family>/<gpu>/`` is
+#: kept, kind "training": the benchmark recipes stop at 8,192 tokens, the long-context ones are there.
+LONG_CONTEXT = 8192
+
+
 def extract(root: Path) -> list[dict[str, str]]:
-    """One row per pre-training perf recipe of the unpacked wheel at ``root``."""
-    version = next((p.name.split("-")[1].removesuffix(".dist-info") for p in root.glob("megatron_bridge-*.dist-info")), "")
+    """One row per pre-training benchmark recipe (``perf_recipes/``, kind "benchmark") of the
+    unpacked wheel at ``root``, then the long-context pre-training recipes of ``recipes/``
+    (sequence > :data:`LONG_CONTEXT`, kind "training": recommended layouts, not benchmarks)."""
+    version = next((p.name.removesuffix(".dist-info").split("-")[1] for p in root.glob("megatron_bridge-*.dist-info")), "")
     out = []
-    perf = root / "megatron" / "bridge" / "perf_recipes"
-    for path in sorted(perf.glob("*/*/*.py")):
+    bridge = root / "megatron" / "bridge"
+    paths = [("benchmark", p) for p in sorted((bridge / "perf_recipes").glob("*/*/*.py"))]
+    paths += [("training", p) for p in sorted((bridge / "recipes").glob("*/*/*.py"))]
+    for kind, path in paths:
         if path.name == "__init__.py":
             continue
         family, gpu = path.parent.parent.name, path.parent.name
@@ -382,8 +396,11 @@ def extract(root: Path) -> list[dict[str, str]]:
                           g("context_parallel_size", 1))
             gpus = int(m["gpus"])
             dp = gpus // (tp * pp * cp) if all(isinstance(x, int) for x in (tp, pp, cp)) else Unknown("dp")
+            seq = model.fields.get("seq_length", ds.fields.get("seq_length"))
+            if kind == "training" and not (isinstance(seq, int) and seq > LONG_CONTEXT):
+                continue
             row = {
-                "recipe": fn.name, "family": family, "model": m["model"], "hf_model": g("hf_model"), "gpu": gpu,
+                "recipe": fn.name, "kind": kind, "family": family, "model": m["model"], "hf_model": g("hf_model"), "gpu": gpu,
                 "gpu_count": gpus, "precision": _precision(cfg, m["prec"]), "tp": tp, "pp": pp, "cp": cp,
                 "vp": g("virtual_pipeline_model_parallel_size"), "ep": g("expert_model_parallel_size", 1),
                 "etp": g("expert_tensor_parallel_size"), "dp": dp, "sequence_parallel": g("sequence_parallel"),
@@ -398,6 +415,8 @@ def extract(root: Path) -> list[dict[str, str]]:
                                      "moe_expert_rank_capacity_factor")},
                 "use_megatron_fsdp": ddp.fields.get("use_megatron_fsdp"),
                 "data_parallel_sharding_strategy": ddp.fields.get("data_parallel_sharding_strategy"),
+                "fp8_param_gather": (cfg.fields["mixed_precision"].fields.get("fp8_param_gather")
+                                     if isinstance(cfg.fields.get("mixed_precision"), Obj) else None),
                 "cpu_offloading": g("cpu_offloading"), "cpu_offloading_num_layers": g("cpu_offloading_num_layers"),
                 "fine_grained_activation_offloading": g("fine_grained_activation_offloading"),
                 "offload_modules": g("offload_modules"),

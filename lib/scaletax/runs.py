@@ -37,7 +37,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from scaletax import DATA_DIR, memory, models
+from scaletax import DATA_DIR, memory, models, recipes
 from scaletax.files import InputFileError, read_bounded
 from scaletax.layout import FIELDS, RECOMPUTE_CODE, RECOMPUTE_NAME, Layout, LayoutArray
 
@@ -74,6 +74,10 @@ COLUMN_DEFAULTS: dict[str, str] = {
     "recompute_num_layers": "blank: recompute full recomputes every layer; N (only with recompute full): Megatron-Core "
                             "recompute_method=block, recompute_num_layers=N, as the Megatron-Bridge recipes state it: "
                             "the first N layers of each virtual pipeline chunk fully recomputed, the others not at all",
+    "fp8_param_gather": "false: 16-bit weights beside their low-precision copy; true (8-bit and 4-bit precisions "
+                        "only): Megatron-Core fp8_param_gather as the Megatron-Bridge FP8 and MXFP8 benchmark "
+                        "recipes set it, the linear weights held only as their low-precision copy "
+                        "(memory.breakdown lowp_params)",
     "reserve_gib": f"{memory.RESERVE_GIB:g} GiB per GPU kept free (CUDA context, NCCL buffers, allocator)",
     "moe_dispatcher": "deepep (DeepEP-class dispatch: one copy per destination GPU, once per node over the NIC, "
                       "as the Megatron-Bridge DeepSeek-V3 recipes run it); alltoall: Megatron-Core's alltoall "
@@ -348,14 +352,29 @@ def _stated_recompute(row: dict[str, Any]) -> str:
 
 
 def memory_options(row: dict[str, Any]) -> dict[str, Any]:
-    """Per-row options of ``memory.breakdown``: ``reserve_gib`` and ``recompute_modules`` columns."""
+    """Per-row options of ``memory.breakdown``: ``reserve_gib``, ``recompute_modules`` and
+    ``fp8_param_gather`` (``lowp_params``) columns."""
     opts: dict[str, Any] = {}
     mods = _modules(row)
     if mods is not None:
         opts["selective_modules"] = mods
     if not _blank(row.get("reserve_gib")):
         opts["reserve_gib"] = float(row["reserve_gib"])
+    if _param_gather(row):
+        opts["lowp_params"] = True
     return opts
+
+
+def _param_gather(row: dict[str, Any]) -> bool:
+    """``fp8_param_gather`` of a row (false when blank), checked: only with a low-precision recipe."""
+    v = row.get("fp8_param_gather")
+    if _blank(v) or not _parse_bool("fp8_param_gather", v):
+        return False
+    prec = str(row.get("precision") or "").strip().lower()
+    if prec in memory.PRECISIONS and not recipes.training(prec).lowp_copy_bytes:
+        raise _CellError("fp8_param_gather", f"needs an 8-bit or 4-bit precision (got {prec!r}): a {prec} "
+                                             "recipe has no low-precision weight copy")
+    return True
 
 
 @dataclass(frozen=True)
@@ -798,6 +817,7 @@ def _validate_row(row: dict[str, Any], cache: dict | None = None) -> None:
     if not gpu.supports(prec):
         raise _CellError("precision", f"{hw} has no tensor cores for {prec}")
     _block_layers(row)
+    _param_gather(row)
     row_schedule(row)
     row_dispatch(row)
     mods = _modules(row)

@@ -20,8 +20,9 @@ Public API
   ``claim_rows(b200_vs_h100, gb300_vs_gb200)``.
 - ``pinned_fit(prepared, pins)``.
 - Coverage (issue 12): ``COVERAGE``, ``coverage_rows(rows)`` (how many runs-table rows fall in each
-  category the model was found off on), ``probe_rows(path)`` (predictions for representative layouts
-  of ``data/coverage_probes.csv``).
+  category the model was found off on), ``probe_rows(path)`` (predictions for the layouts of
+  ``data/coverage_probes.csv``: NVIDIA's Megatron-Bridge benchmark recipes, exactly as stated, and a
+  few paper layouts), ``probe_sources(probes)`` and ``probe_fit_text(probes)``.
 - Display text: ``spct(x)`` (signed percent with a true minus), ``md_escape(text)``, ``source_md(url)``.
 """
 from __future__ import annotations
@@ -330,8 +331,11 @@ def cv_rows(runs: Sequence[dict[str, Any]], cv: dict[str, Any]) -> list[dict[str
 # =========================================================================================
 # Coverage: the categories of runs the table has none of (issue 12), and what the model predicts
 # =========================================================================================
-#: Representative layouts of the categories the runs table lacks (runs-table schema, no measurement).
+#: Layouts of the categories the runs table lacks (runs-table schema, no measurement): Megatron-Bridge
+#: benchmark and long-context training recipes as ``data/bridge_recipes.csv`` states them, and paper layouts.
 PROBES_CSV = DATA_DIR / "coverage_probes.csv"
+#: ``layout_source`` values of the probes, in the order the chapter names them.
+PROBE_SOURCES: tuple[str, ...] = ("benchmark recipe", "training recipe", "paper", "representative")
 
 
 def _row_gpu_family(row: dict[str, Any]) -> str:
@@ -366,10 +370,11 @@ def coverage_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def probe_rows(path: Path | str = PROBES_CSV) -> list[dict[str, Any]]:
-    """Predictions for the representative layouts of ``path`` (:data:`PROBES_CSV`): each row planned
-    as a runs-table row (``runs.plan_row``: least recompute that fits), its tokens/s per GPU, model
-    TFLOP/s, MFU, the step-time shares and whether it fits; ``reported_tflops`` where the source of
-    the layout reports a throughput (not converted: its FLOP count may differ). A projection."""
+    """Predictions for the layouts of ``path`` (:data:`PROBES_CSV`): each row planned as a runs-table
+    row (``runs.plan_row``: the recompute a recipe states, else the least that fits), its tokens/s per
+    GPU, model TFLOP/s, MFU, the step-time shares and whether it fits; ``recipe`` and ``source`` (the
+    row's ``layout_source``: :data:`PROBE_SOURCES`); ``reported_tflops`` where the source of the
+    layout reports a throughput (not converted: its FLOP count may differ). A projection."""
     rows = runs.read_runs(path)
     plans = [runs.plan_row(r) for r in rows]
     st = perf.evaluate(runs.step_inputs(plans))
@@ -385,9 +390,43 @@ def probe_rows(path: Path | str = PROBES_CSV) -> list[dict[str, Any]]:
                     "tokens_per_s_per_gpu": float(st.tokens_per_s_per_gpu[i]),
                     "model_tflops_per_gpu": float(st.model_tflops_per_gpu[i]), "mfu": float(st.mfu[i]),
                     "reported_tflops": r.get("measured_model_tflops_per_gpu"), "cp": int(pl.layout.cp),
-                    "vp": int(pl.layout.vp),
+                    "vp": int(pl.layout.vp), "layers": int(r["layers"]),
+                    "recompute_num_layers": r.get("recompute_num_layers"), "recipe": str(r.get("recipe") or ""),
+                    "source": str(r.get("layout_source") or ""), "version": str(r.get("megatron_bridge_version") or ""),
                     **{f"{k}_share": float(getattr(st, k)[i]) / step for k in COMPONENTS}})
     return out
+
+
+#: What the notes of a runs-table row say when it took a Megatron-Bridge recipe's settings.
+RECIPE_NOTE = "recipe as of megatron-bridge 0.6.2, layout identical"
+
+
+def recipe_matched(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """Run ids of the rows whose layout is a 0.6.2 benchmark recipe's and that took its settings
+    (their notes carry :data:`RECIPE_NOTE`)."""
+    return [str(r["run_id"]) for r in rows if RECIPE_NOTE in str(r.get("notes", ""))]
+
+
+def probe_sources(probes: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """How many probes come from each :data:`PROBE_SOURCES` kind, and the Megatron-Bridge version(s)
+    of the recipe ones ("0.6.2"; several joined with ", ")."""
+    out: dict[str, Any] = {k: sum(p["source"] == k for p in probes) for k in PROBE_SOURCES}
+    out["total"] = len(probes)
+    out["version"] = ", ".join(sorted({p["version"] for p in probes if p["recipe"]}))
+    return out
+
+
+def probe_fit_text(probes: Sequence[dict[str, Any]]) -> str:
+    """Whether the memory model fits every probe, as a clause ("every one of them fits ..." or the
+    layouts that do not)."""
+    bad = [p for p in probes if not p["fits"]]
+    if not bad:
+        return ("every one of them fits in the memory model, the recipes with the recompute they state and "
+                "the other layouts with the least that fits")
+    names = "; ".join(f"{p['model']} on {p['gpus']:,} {p['gpu_label']} ({p['memory_gib']:.1f} of "
+                      f"{p['capacity_gib']:.1f} GiB)" for p in bad)
+    return (f"{len(bad)} of them do not fit in the memory model although their source runs them: {names}; "
+            "the memory model is pessimistic there")
 
 
 # =========================================================================================
@@ -626,4 +665,6 @@ __all__ = ["CAVEAT_WORDS", "COMPONENTS", "COMPONENT_COLORS", "GEMM_DTYPES", "SOU
            "cv_rows", "cv_scheme_rows", "gb300_vs_gb200", "gemm_curves", "gemm_points", "gemm_summary",
            "hardware_rows", "md_escape", "mfu_by_precision", "mfu_rows", "stack_label", "stack_rows",
            "model_short", "parameter_rows", "pinned_fit", "recompute_whatif", "representative", "run_rows",
-           "source_kind", "source_md", "spct", "target_rows", "targets_met", "worst_rows"]
+           "source_kind", "source_md", "spct", "target_rows", "targets_met", "worst_rows",
+           "COVERAGE", "PROBE_SOURCES", "RECIPE_NOTE", "coverage_rows", "probe_fit_text", "probe_rows", "probe_sources",
+           "recipe_matched"]
