@@ -115,3 +115,18 @@ def test_a_model_that_does_not_fit_is_an_answer_not_a_crash(built_book):
     decision = (html / "decision.html").read_text(encoding="utf-8")
     assert re.search(r"does not fit on 64 GPUs of type H100 SXM in fp8; needs at least \d+", decision)
     assert re.search(r"does not fit on 64 H100 SXM GPUs; it needs at least \d+", (html / "memory.html").read_text())
+
+
+def test_a_price_only_rebuild_computes_no_search_and_no_training(built_book, tmp_path):
+    """A price change re-executes the chapters that read prices, and every search and training
+    they ask for comes from the build's result cache (scaletax.memo's call log: no miss)."""
+    log = tmp_path / "memo.jsonl"
+    proc = run_cli(["build", *SMALL, "--set", "economics.prices.gb200.usd_per_gpu_hour=0.5", "--name", "small-price",
+                    "--no-pdf"], built_book["build_dir"], env_extra={"SCALETAX_MEMO_LOG": str(log)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    m = json.loads((built_book["build_dir"] / "small-price" / "manifest.json").read_text())
+    executed = {n["chapter"] for n in m["notebooks"] if n["status"] == "executed"}
+    assert {"summary", "decision"} <= executed and "precision" not in executed
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    assert any(c["fn"] == "scaletax.search.search" for c in calls)
+    assert [c for c in calls if c["what"] != "hit"] == []

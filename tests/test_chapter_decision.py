@@ -315,3 +315,28 @@ def test_searches_are_shared_on_disk_by_exactly_their_inputs(tmp_path, monkeypat
     d.best(DENSE, edited, "fp8", 4096, 16 * 2**20)
     assert runs() == n + 1  # a GPU whose catalog fields changed is a new search
     d.clear_cache()
+
+
+def test_a_price_that_changes_the_cheapest_gpu_searches_nothing(tmp_path, monkeypatch):
+    """The tornado re-searches the cluster size of each model's cheapest case, which a price
+    decides: every case a price could make the cheapest is searched at those sizes whatever the
+    prices, so a price-only rebuild reads every search from the cache (memo's counters)."""
+    from scaletax import memo
+
+    monkeypatch.setenv("SCALETAX_MEMO_DIR", str(tmp_path))
+    d.clear_cache()
+    p0 = make()
+    rows0 = d.decision_rows(p0, target=False)
+    d.tornado_rows(p0, rows0)
+    assert {c["gpu"] for c in d.price_candidates(rows0, DENSE)} == {"h100_sxm", "h200_sxm", "b200", "gb200"}
+    cheap = {g: {**p, "usd_per_gpu_hour": 0.5 if g == "h200_sxm" else p["usd_per_gpu_hour"]}
+             for g, p in DEFAULT["economics"]["prices"].items()}
+    p1 = make(economics_prices=cheap)
+    d.clear_cache()  # a new process: only the disk cache is left
+    memo.STATS.clear()
+    rows1 = d.decision_rows(p1, target=False)
+    tor = d.tornado_rows(p1, rows1)
+    assert d.cheapest(rows0, DENSE)["gpu"] != "h200_sxm" and d.cheapest(rows1, DENSE)["gpu"] == "h200_sxm"
+    assert {r["gpu"] for r in tor} == {"h200_sxm"}
+    assert sum(v["miss"] for v in memo.STATS.values()) == 0 and memo.STATS["scaletax.search.search"]["hit"] > 0
+    d.clear_cache()

@@ -194,3 +194,22 @@ def test_min_gpus_is_the_smallest_count_that_fits():
     assert search.min_gpus(m, "bf16", "h200_sxm", space=space).gpus[0] < res.gpus[0]
     none = search.min_gpus(m, "bf16", "h100_sxm", space=space.with_(max_gpus=64))
     assert not none.fits and none.best is None
+
+
+def test_the_same_search_asked_two_ways_is_one_cache_entry(tmp_path, monkeypatch):
+    """cached_search keys on what the search depends on: the GPU by value (an id or the resolved
+    GPU), the NVLink domain filled in (None is the GPU's own), the token budget as the global batch
+    in sequences; the result is search.search's."""
+    from scaletax import hardware, memo
+
+    monkeypatch.setenv(memo.ENV, str(tmp_path))
+    m = models.get("megatron_1t")
+    memo.STATS.clear()
+    a = search.cached_search(m, "fp8", "h100_sxm", 1024, tokens_per_step=2**22, pareto=False)
+    b = search.cached_search(m, "fp8", hardware.get("h100_sxm"), [1024], gbs=2**22 // m.seq_len, pareto=False,
+                             space=SearchSpace(domain=8))
+    assert memo.STATS["scaletax.search.search"] == {"miss": 1, "hit": 1}
+    ref = search.search(m, "fp8", "h100_sxm", 1024, tokens_per_step=2**22, pareto=False)
+    assert a.best == b.best == ref.best and a.metrics == ref.metrics and a.domain == ref.domain == 8
+    search.cached_search(m, "fp8", "h100_sxm", 1024, tokens_per_step=2**22, pareto=False, space=SearchSpace(domain=16))
+    assert memo.STATS["scaletax.search.search"] == {"miss": 2, "hit": 1}  # another domain: another search

@@ -50,6 +50,7 @@ The topology (``Topology``, ``placement``, calibrated constants) is in :mod:`sca
 from __future__ import annotations
 
 import csv
+import functools
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -309,6 +310,18 @@ def moe_alltoall_time(tokens, top_k, hidden, bytes_per_elem, ep, topo: Topology,
                            ep, topo, stride)
 
 
+@functools.lru_cache(maxsize=1)
+def _normal_grid() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The grid of :func:`expected_max_normal` on [0, 12] and log Phi(x), log Phi(-x) there
+    (computed once: 12,001 calls of math.erf; read-only arrays)."""
+    x = np.linspace(0.0, 12.0, 12001)  # the integrand is odd-split at 0: one grid per side
+    erf = np.frompyfunc(math.erf, 1, 1)(x / math.sqrt(2.0)).astype(np.float64)
+    log_hi, log_lo = np.log(0.5 * (1.0 + erf)), np.log(np.maximum(0.5 * (1.0 - erf), 1e-300))
+    for a in (x, log_hi, log_lo):
+        a.flags.writeable = False
+    return x, log_hi, log_lo
+
+
 def expected_max_normal(n) -> np.ndarray:
     """E[max of n independent standard normals] (0 for n = 1; 1/sqrt(pi) for n = 2), vectorized.
 
@@ -317,9 +330,7 @@ def expected_max_normal(n) -> np.ndarray:
     """
     n = np.asarray(n, dtype=np.float64)
     u, inv = np.unique(n, return_inverse=True)
-    x = np.linspace(0.0, 12.0, 12001)  # the integrand is odd-split at 0: one grid per side
-    erf = np.frompyfunc(math.erf, 1, 1)(x / math.sqrt(2.0)).astype(np.float64)
-    log_hi, log_lo = np.log(0.5 * (1.0 + erf)), np.log(np.maximum(0.5 * (1.0 - erf), 1e-300))
+    x, log_hi, log_lo = _normal_grid()
     out = [np.trapezoid(1.0 - np.exp(m * log_hi), x) - np.trapezoid(np.exp(m * log_lo), x) for m in u]
     return np.asarray(out, dtype=np.float64)[inv].reshape(n.shape)
 

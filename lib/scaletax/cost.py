@@ -240,6 +240,13 @@ SENSITIVITY_DEFAULTS: dict[str, Any] = {"tokens_pct": 0.25, "price_pct": 0.30, "
                                         "cluster_factor": 2.0}
 
 
+def sensitivity_gpus(gpus: int, options: Mapping[str, Any] | None = None) -> tuple[int, int]:
+    """The cluster sizes :func:`training_sensitivity` varies ``gpus`` to: (floor(gpus / f), at
+    least 1, and ceil(gpus x f)), f the ``cluster_factor`` of :data:`SENSITIVITY_DEFAULTS` or ``options``."""
+    f = float({**SENSITIVITY_DEFAULTS, **(options or {})}["cluster_factor"])
+    return max(1, int(math.floor(gpus / f))), int(math.ceil(gpus * f))
+
+
 def training_sensitivity(tokens: float, tokens_per_s_per_gpu: float, gpus: int, gpu, economics: Economics,
                          *, low: float, high: float, output: str = "cost_usd",
                          tps_at_gpus: Callable[[int], float] | None = None,
@@ -267,13 +274,12 @@ def training_sensitivity(tokens: float, tokens_per_s_per_gpu: float, gpus: int, 
                        system_overhead=x["system_overhead"])
         return _one(x["tokens"], tps, x["gpus"], g.tdp_w, econ, None)[output]
 
-    f = float(o["cluster_factor"])
     ranges = {
         "tokens_per_s_per_gpu": (low, high),
         "tokens": (tokens * (1 - o["tokens_pct"]), tokens * (1 + o["tokens_pct"])),
         "usd_per_gpu_hour": (economics.usd_per_gpu_hour * (1 - o["price_pct"]), economics.usd_per_gpu_hour * (1 + o["price_pct"])),
         "pue": tuple(o["pue"]), "utilization": tuple(o["utilization"]), "system_overhead": tuple(o["system_overhead"]),
-        "gpus": (max(1, int(math.floor(gpus / f))), int(math.ceil(gpus * f))),
+        "gpus": sensitivity_gpus(gpus, o),
     }
     labels = {"tokens_per_s_per_gpu": "efficiency (throughput band)", "tokens": "token budget",
               "usd_per_gpu_hour": "price per GPU-hour", "pue": "PUE", "utilization": "power utilization",

@@ -23,6 +23,10 @@ The GPU catalog is read only through the arguments: a cached call that looks a G
 ``TypeError`` naming the ids, since its key would not cover those rows (and a hit would hide the
 read from the chapter runner's record). A function that declares ``hardware.csv`` in ``data`` is
 keyed on the whole file and records a read of the whole catalog on every call, hit or miss.
+
+Every call is counted in :data:`STATS` (this process); with ``SCALETAX_MEMO_LOG`` naming a file,
+each cached call also appends one JSON line to it (function, key, "hit" or "miss", seconds,
+process id, and the canonical arguments of a miss): the benchmark reads which calls missed.
 """
 from __future__ import annotations
 
@@ -39,6 +43,7 @@ import os
 import pickle
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -48,6 +53,8 @@ from scaletax import DATA_DIR, hardware
 
 #: Environment variable naming the cache folder; unset = no caching.
 ENV = "SCALETAX_MEMO_DIR"
+#: Environment variable naming a JSON-lines file of every cached call; unset = no log.
+LOG_ENV = "SCALETAX_MEMO_LOG"
 _PKG = "scaletax"
 #: This process's counts per function: {"module.name": {"hit": n, "miss": n}}.
 STATS: dict[str, dict[str, int]] = {}
@@ -149,20 +156,33 @@ def _data_hash(names: tuple[str, ...]) -> str:
     return h.hexdigest()
 
 
-def key(fn: Callable, args: tuple, kwargs: dict, data: tuple[str, ...] = ()) -> str:
-    """The cache key of ``fn(*args, **kwargs)`` (module docstring); arguments bound by name."""
+def _arguments(fn: Callable, args: tuple, kwargs: dict) -> Any:
+    """Canonical form of ``fn``'s arguments bound by name, defaults applied."""
     bound = inspect.signature(fn).bind(*args, **kwargs)
     bound.apply_defaults()
+    return canonical(dict(bound.arguments))
+
+
+def key(fn: Callable, args: tuple, kwargs: dict, data: tuple[str, ...] = (), name: str | None = None) -> str:
+    """The cache key of ``fn(*args, **kwargs)`` (module docstring); arguments bound by name;
+    ``name``: the cached function's name (default its module and qualified name)."""
     h = hashlib.sha256()
-    h.update(f"{fn.__module__}.{fn.__qualname__}\0".encode())
+    h.update(f"{name or f'{fn.__module__}.{fn.__qualname__}'}\0".encode())
     h.update(code_hash(fn.__module__).encode() + b"\0")
-    h.update(json.dumps(canonical(dict(bound.arguments)), sort_keys=True).encode() + b"\0")
+    h.update(json.dumps(_arguments(fn, args, kwargs), sort_keys=True).encode() + b"\0")
     h.update(_data_hash(tuple(data)).encode())
     return h.hexdigest()
 
 
-def _count(name: str, what: str) -> None:
+def _count(name: str, what: str, digest: str = "", seconds: float = 0.0, args: Any = None) -> None:
     STATS.setdefault(name, {"hit": 0, "miss": 0})[what] += 1
+    log = os.environ.get(LOG_ENV)
+    if log:
+        line = {"fn": name, "key": digest, "what": what, "seconds": round(seconds, 4), "pid": os.getpid()}
+        if args is not None:
+            line["args"] = args
+        with open(log, "a", encoding="utf-8") as f:  # one write per line: lines of processes do not interleave
+            f.write(json.dumps(line, sort_keys=True) + "\n")
 
 
 def _load(path: Path):
@@ -186,33 +206,36 @@ def _compute(f: Callable, name: str, args: tuple, kwargs: dict, whole_catalog: b
     return value
 
 
-def cached(fn: Callable | None = None, *, data: tuple[str, ...] = ()):
-    """Decorator: cache ``fn``'s result on disk by :func:`key` (``data``: files it reads)."""
+def cached(fn: Callable | None = None, *, data: tuple[str, ...] = (), name: str | None = None):
+    """Decorator: cache ``fn``'s result on disk by :func:`key` (``data``: files it reads; ``name``:
+    the cache's folder and the key's first part, default ``fn``'s module and qualified name)."""
     def wrap(f: Callable) -> Callable:
-        name = f"{f.__module__}.{f.__qualname__}"
+        label = name or f"{f.__module__}.{f.__qualname__}"
         whole_catalog = "hardware.csv" in data
 
         @functools.wraps(f)
         def inner(*args, **kwargs):
             root = os.environ.get(ENV)
             if not root:
-                return _compute(f, name, args, kwargs, whole_catalog)
+                return _compute(f, label, args, kwargs, whole_catalog)
             if whole_catalog:
                 hardware.catalog()  # a hit reads what the computation read: the whole catalog
-            folder = Path(root) / name
-            path = folder / f"{key(f, args, kwargs, data)}.pkl"
+            t0 = time.perf_counter()
+            folder = Path(root) / label
+            digest = key(f, args, kwargs, data, label)
+            path = folder / f"{digest}.pkl"
             ok, value = _load(path)
             if ok:
-                _count(name, "hit")
+                _count(label, "hit", digest, time.perf_counter() - t0)
                 return value
             folder.mkdir(parents=True, exist_ok=True)
             with open(path.with_suffix(".lock"), "a") as lock:
                 fcntl.flock(lock, fcntl.LOCK_EX)  # another process computing it: wait, then read
                 ok, value = _load(path)
                 if ok:
-                    _count(name, "hit")
+                    _count(label, "hit", digest, time.perf_counter() - t0)
                     return value
-                value = _compute(f, name, args, kwargs, whole_catalog)
+                value = _compute(f, label, args, kwargs, whole_catalog)
                 fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".pkl")
                 try:
                     with os.fdopen(fd, "wb") as out:
@@ -221,10 +244,11 @@ def cached(fn: Callable | None = None, *, data: tuple[str, ...] = ()):
                 except BaseException:
                     Path(tmp).unlink(missing_ok=True)
                     raise
-            _count(name, "miss")
+            _count(label, "miss", digest, time.perf_counter() - t0,
+                   _arguments(f, args, kwargs) if os.environ.get(LOG_ENV) else None)
             return value
 
-        inner.memo_name = name
+        inner.memo_name = label
         return inner
 
     return wrap(fn) if fn is not None else wrap

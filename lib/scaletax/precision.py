@@ -235,8 +235,11 @@ def _rne(v: np.ndarray, e: _Elem, saturate: bool = True) -> np.ndarray:
             return v.astype(e.dtype).astype(_F32)
     table, shift = _RNE_TABLES[e.name, saturate]
     b = np.ascontiguousarray(v, dtype=_F32).view(np.uint32)
-    idx = (b >> np.uint32(shift)) << np.uint32(1)  # sign, exponent, kept bits, round bit
-    idx |= np.minimum(b & np.uint32((1 << shift) - 1), np.uint32(1))  # sticky bit
+    idx = b >> np.uint32(shift)  # sign, exponent, kept bits, round bit
+    idx <<= np.uint32(1)
+    sticky = b & np.uint32((1 << shift) - 1)  # in place from here: no more full-size temporaries
+    np.minimum(sticky, np.uint32(1), out=sticky)  # sticky bit
+    idx |= sticky
     return table[idx]
 
 
@@ -348,14 +351,26 @@ def _from_blocks(b: np.ndarray, shape: tuple[int, ...], bs: tuple[int, ...]) -> 
 def _rowmax(a: np.ndarray) -> np.ndarray:
     """Max over axis 1 of a non-negative (n, k) array, NaN-propagating, as a (n, 1) array.
 
-    Pairwise halving is several times faster than ndarray.max(axis=1) for short rows.
+    Pairwise maxima of neighbours on the flat array (even against odd elements: one long loop
+    per level, each level in place on the first half) are several times faster than
+    ndarray.max(axis=1) for short rows, and about 1.7x faster than halving each row (n short
+    loops per level); a max is exact, so the result is the same bit for bit.
     """
-    if a.shape[1] > 64:  # long rows (2D tiles): the plain reduction is faster
+    n, k = a.shape
+    if k > 64:  # long rows (2D tiles): the plain reduction is faster
         return a.max(axis=1, keepdims=True)
-    while a.shape[1] > 1 and a.shape[1] % 2 == 0:
-        h = a.shape[1] // 2
-        a = np.maximum(a[:, :h], a[:, h:])
-    return a.max(axis=1, keepdims=True) if a.shape[1] > 1 else a
+    if k % 2 or k == 0:
+        return a.max(axis=1, keepdims=True) if k > 1 else a
+    f = np.ascontiguousarray(a).reshape(-1)
+    f = np.maximum(f[0::2], f[1::2])  # a new array: the levels below may overwrite it
+    k //= 2
+    while k % 2 == 0:
+        half = f.size // 2
+        np.maximum(f[0::2], f[1::2], out=f[:half])  # numpy buffers the overlap where it must
+        f = f[:half]
+        k //= 2
+    f = f.reshape(n, k)
+    return f.max(axis=1, keepdims=True) if k > 1 else f
 
 
 def _block_amax(blocks: np.ndarray) -> np.ndarray:
@@ -406,7 +421,8 @@ def _mx(x, e: _Elem, bs, rule, rounding, rng, want_limit):
     inv = np.ldexp(_F32(1), -s).astype(_F32)  # 1/X, exact power of two (2^-127..2^127)
     q = _round(blocks * inv, e, rounding, rng)  # OCP MX: clamped to +-max_elem first
     scale = np.ldexp(_F32(1), s).astype(_F32)
-    out = _from_blocks(q * scale, x.shape, bs)
+    q *= scale  # q is a new array (in place: no full-size temporary)
+    out = _from_blocks(q, x.shape, bs)
     if not want_limit:
         return out, None
     return out, _from_blocks(np.repeat(_F32(e.max) * scale, blocks.shape[1], 1), x.shape, bs)
@@ -434,8 +450,10 @@ def _nvfp4(x, bs, rounding, rng, want_limit):
     # A block whose E4M3 scale rounds to 0 flushes to zero (TE clamps the encode scale to the
     # float32 max, so every element becomes +-6 * 0): encode with 0 instead of inf.
     s_enc_b[s_dec == 0] = 0
-    q = _round(blocks * s_enc_b, _E2M1, rounding, rng)  # clamped to +-6 first
-    out = _from_blocks((q * s_dec) / s_enc, x.shape, bs)  # x_hat = q * s_dec_b / s_enc
+    q = _round(blocks * s_enc_b, _E2M1, rounding, rng)  # clamped to +-6 first; a new array
+    q *= s_dec  # x_hat = q * s_dec_b / s_enc, in this order (in place: no full-size temporaries)
+    q /= s_enc
+    out = _from_blocks(q, x.shape, bs)
     if not want_limit:
         return out, None
     with np.errstate(divide="ignore"):

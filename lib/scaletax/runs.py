@@ -211,7 +211,7 @@ MODEL_COLUMNS: tuple[str, ...] = tuple(dict.fromkeys((*models.ROW_REQUIRED, *mod
 
 def _cached_model(row: dict[str, Any], cache: dict) -> tuple[tuple, models.Model]:
     """(model key, :func:`row_model` of ``row``), reusing ``cache`` for rows of the same architecture."""
-    key = tuple(row.get(c) for c in MODEL_COLUMNS)
+    key = tuple(map(row.get, MODEL_COLUMNS))
     model = cache.get(key)
     if model is None:
         model = cache[key] = row_model(row)
@@ -605,9 +605,11 @@ def plan_rows(rows: Sequence[dict[str, Any]], row_numbers: Sequence[int] | None 
     info: dict[tuple, tuple] = {}
     measured: list[float | None] = []
     basis: list[str] = []
+    moe = np.zeros(n, dtype=bool)
     for i, row in enumerate(rows):
         try:
             mkey, model = _cached_model(row, cache)
+            moe[i] = model.is_moe
             tp, pp, cp, ep, etp, dp, vp, mbs, gbs, sp, zero, rc = _layout_values(row)
             gpu = str(row["hardware"]).strip()
             prec = str(row["precision"]).strip().lower()
@@ -660,7 +662,7 @@ def plan_rows(rows: Sequence[dict[str, Any]], row_numbers: Sequence[int] | None 
                                 recompute_rest=rest if np.any(blk) else None))
     notes: list[tuple[str, ...]] = []
     for i, row in enumerate(rows):
-        note = _default_notes(row, int(vals[i, 8]), int(vals[i, 6]), _cached_model(row, cache)[1].is_moe)
+        note = _default_notes(row, int(vals[i, 8]), int(vals[i, 6]), bool(moe[i]))
         if unknown[i]:
             note.append(_recompute_note(assumed[i], float(frac_all[i])))
         notes.append(tuple(note))

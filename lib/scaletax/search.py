@@ -568,11 +568,39 @@ def benchmark(model: Model, precision: str, gpu, gpus: int, *, tokens_per_step: 
 
 #: Data files the search reads beyond its arguments (calibration, link efficiencies, systems).
 SEARCH_DATA: tuple[str, ...] = ("efficiency.yaml", "collectives.csv", "systems.csv")
-#: :func:`search` and :func:`min_gpus` cached on disk by ``scaletax.memo`` (the content hash of
-#: their arguments, with a GPU or model by its fields, this module's code and :data:`SEARCH_DATA`);
-#: plain calls when no cache folder is set. Chapters call these at their search boundary, so
-#: chapters and builds share every search.
-cached_search = memo.cached(search, data=SEARCH_DATA)
+
+
+def _search_by_value(model: Model, precision: str, gpu: hardware.GPU, counts: tuple[int, ...],
+                     sequences: int | None, space: SearchSpace, topo: Topology | None,
+                     band: perf.EfficiencyBand | None, pareto: bool, memory_options: dict[str, Any]) -> SearchResult:
+    """:func:`search` on arguments in one canonical form (see :func:`cached_search`)."""
+    return _search(model, precision, gpu, list(counts), sequences, space, topo, band, pareto, memory_options)
+
+
+_cached_by_value = memo.cached(_search_by_value, data=SEARCH_DATA, name=f"{__name__}.search")
+
+
+def cached_search(model: Model, precision: str, gpu, gpus: int | Sequence[int], *,
+                  tokens_per_step: float | None = None, gbs: int | None = None, space: SearchSpace | None = None,
+                  topo: Topology | None = None, band: perf.EfficiencyBand | None = None, pareto: bool = True,
+                  **memory_options: Any) -> SearchResult:
+    """:func:`search`, cached on disk by ``scaletax.memo`` (the content hash of its arguments, with
+    a GPU or model by its fields, this module's code and :data:`SEARCH_DATA`); a plain call when
+    no cache folder is set. Chapters call it at their search boundary, so chapters and builds
+    share every search. The key is taken on what the search depends on, so that the same search
+    asked two ways is one entry: the GPU resolved, the counts as a tuple, the token budget as the
+    global batch in sequences it gives (none without a batch rule), and the space with its NVLink
+    domain filled in (``domain=None`` is the GPU's own domain, :func:`_topology`)."""
+    space = SearchSpace() if space is None else space
+    g = _gpu(gpu)
+    if space.domain is None and topo is None:
+        space = space.with_(domain=int(g.nvlink_domain))
+    seqs = None if space.batch_tolerance is None else target_sequences(model, tokens_per_step, gbs)
+    counts = (int(gpus),) if np.ndim(gpus) == 0 else tuple(int(x) for x in gpus)
+    return _cached_by_value(model, precision, g, counts, seqs, space, topo, band, pareto, dict(memory_options))
+
+
+#: :func:`min_gpus` cached on disk like :func:`cached_search`.
 cached_min_gpus = memo.cached(min_gpus, data=SEARCH_DATA)
 
 

@@ -435,6 +435,14 @@ def cheapest(rows: list[dict], model_id: str, gpu_ids: Iterable[str] | None = No
     return min(cands, key=lambda r: (r.get("cost_usd") or math.inf, r["days"]))
 
 
+def price_candidates(rows: list[dict], model_id: str) -> list[dict]:
+    """The rows that ``cheapest(rows, model_id) or cheapest(rows, model_id, shipping=False)``
+    can pick under some prices: the fitting shipping cases of the model, else all its fitting
+    ones (which GPU is cheapest depends on the prices, these rows do not)."""
+    fit = fitting(rows, model=model_id)
+    return [r for r in fit if not r["announced"]] or fit
+
+
 def fastest(rows: list[dict], model_id: str, gpu_ids: Iterable[str] | None = None, shipping: bool = True) -> dict | None:
     ids = set(gpu_ids) if gpu_ids is not None else None
     cands = [r for r in fitting(rows, model=model_id) if (ids is None or r["gpu"] in ids)
@@ -769,6 +777,9 @@ def tornado_rows(plan: Plan, rows: list[dict], outputs: Sequence[str] = ("cost_u
     cluster size re-searched at its low and high value. One row per model, output and input."""
     out = []
     for mid in plan.models:
+        for c in price_candidates(rows, mid):  # searched whatever the prices: a price change searches nothing
+            for n in cost.sensitivity_gpus(c["gpus"], options):
+                best(c["model"], c["gpu"], c["precision"], n, plan.batch_tokens)
         r = cheapest(rows, mid) or cheapest(rows, mid, shipping=False)
         if r is None:
             continue
@@ -856,5 +867,5 @@ __all__ = ["BLACKWELL_FAMILIES", "CLAIM_KEY", "FACTORS",
            "breakeven_chart_rows", "breakeven_rows", "capacity", "cheapest", "clear_cache", "cost_time_chart_rows",
            "decision_rows", "economics", "fastest", "first_moe", "fitting", "gpu_label", "gpus_for_target",
            "heq_rows", "hopper_ids", "hopper_reference", "hybrid", "main_source", "model_name", "nvl72_ids",
-           "outcome", "round_count", "rubin_claim", "top_input", "top_rows", "tornado_chart_rows", "tornado_notes",
+           "outcome", "price_candidates", "round_count", "rubin_claim", "top_input", "top_rows", "tornado_chart_rows", "tornado_notes",
            "tornado_rows", "waterfall", "waterfall_chart_rows", "waterfall_check", "waterfall_targets"]
