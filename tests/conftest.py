@@ -29,6 +29,23 @@ def run_cli(args, build_dir: Path, env_extra=None, timeout=1800, **kw):
                           timeout=timeout, **kw)
 
 
+def edit_gpu_row(csv_path: Path, gpu: str, column: str, value: str) -> None:
+    """Set one cell of a GPU's row in a copy of data/hardware.csv (the other rows kept)."""
+    import csv
+    import io
+
+    rows = list(csv.DictReader(io.StringIO(csv_path.read_text(encoding="utf-8"))))
+    assert any(r["id"] == gpu for r in rows), gpu
+    for row in rows:
+        if row["id"] == gpu:
+            row[column] = value
+    out = io.StringIO()
+    w = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    csv_path.write_text(out.getvalue(), encoding="utf-8")
+
+
 @pytest.fixture(scope="session")
 def built_book(tmp_path_factory):
     """Build the small book once (HTML + PDF); tests read it, none modifies it."""

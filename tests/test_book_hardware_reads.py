@@ -1,7 +1,6 @@
 """The small book's chapters are keyed on the GPU rows they read; a catalog edit re-executes
 only the chapters (and, inside them, the searches) that read the edited GPU."""
 import csv
-import io
 import json
 import os
 import pickle
@@ -12,7 +11,7 @@ import sys
 import pytest
 import yaml
 
-from conftest import ROOT, SCALETAX, SMALL
+from conftest import ROOT, SCALETAX, SMALL, edit_gpu_row
 from scaletax import runs
 from scaletax.chapters import precision
 
@@ -59,19 +58,6 @@ def _project_copy(tmp_path):
     return root
 
 
-def _edit(path, gpu, column, value):
-    rows = list(csv.DictReader(io.StringIO(path.read_text(encoding="utf-8"))))
-    assert any(r["id"] == gpu for r in rows)
-    for r in rows:
-        if r["id"] == gpu:
-            r[column] = value
-    out = io.StringIO()
-    w = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n", quoting=csv.QUOTE_MINIMAL)
-    w.writeheader()
-    w.writerows(rows)
-    path.write_text(out.getvalue(), encoding="utf-8")
-
-
 def _search_pickles(build_dir):
     return set((build_dir / ".cache" / "memo" / "scaletax.search.search").glob("*.pkl"))
 
@@ -82,8 +68,8 @@ def test_a_gpu_row_edit_reexecutes_only_the_chapters_and_searches_that_read_it(b
     project = _project_copy(tmp_path)
     # b300: read by no chapter of the small book but the whole-catalog reader; h800_sxm: one of the
     # default scenario's comparison GPUs (decision, summary) and in collectives.csv (communication)
-    _edit(project / "data" / "hardware.csv", "b300", "tdp_w", "1234")
-    _edit(project / "data" / "hardware.csv", "h800_sxm", "tdp_w", "777")
+    edit_gpu_row(project / "data" / "hardware.csv", "b300", "tdp_w", "1234")
+    edit_gpu_row(project / "data" / "hardware.csv", "h800_sxm", "tdp_w", "777")
     before = _search_pickles(build_dir)
     env = dict(os.environ, SCALETAX_BUILD_DIR=str(build_dir), PYTHONPATH=str(project / "lib"), PYTHONUNBUFFERED="1")
     proc = subprocess.run(SCALETAX + ["build", *SMALL, "--name", "edited", "--no-pdf", "--jobs", "2"], cwd=project,

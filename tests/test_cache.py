@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, SCALETAX
+from conftest import ROOT, SCALETAX, edit_gpu_row
 from scaletax.report import execute
 from scaletax.report.chapters import Chapter
 
@@ -214,21 +214,6 @@ def _reader(tmp_path, slug, reads, data=("hardware.csv",)):
     return TinyChapter(slug, reads=("value",), data=data, path=str(src))
 
 
-def _set_field(csv_path, gpu, column, value):
-    import csv as csvmod
-    import io
-
-    rows = list(csvmod.DictReader(io.StringIO(csv_path.read_text(encoding="utf-8"))))
-    for row in rows:
-        if row["id"] == gpu:
-            row[column] = value
-    out = io.StringIO()
-    w = csvmod.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
-    w.writeheader()
-    w.writerows(rows)
-    csv_path.write_text(out.getvalue(), encoding="utf-8")
-
-
 @pytest.fixture
 def catalog_copy(tmp_path, monkeypatch):
     """A copy of data/hardware.csv that this process and the chapter kernels read."""
@@ -271,11 +256,11 @@ def test_a_gpu_row_edit_reexecutes_only_the_chapters_that_read_that_gpu(tmp_path
 
     assert all(r.reused for r in _build(chapters, cache, tmp_path, "b").values())
 
-    _set_field(catalog_copy, "b300", "tdp_w", "1234")  # a GPU only one chapter reads
+    edit_gpu_row(catalog_copy, "b300", "tdp_w", "1234")  # a GPU only one chapter reads
     third = _build(chapters, cache, tmp_path, "c")
     assert {s for s, r in third.items() if not r.reused} == {"b300", "everything"}
 
-    _set_field(catalog_copy, "h100_sxm", "nic_gbit_s", "1234")
+    edit_gpu_row(catalog_copy, "h100_sxm", "nic_gbit_s", "1234")
     fourth = _build(chapters, cache, tmp_path, "d")
     assert {s for s, r in fourth.items() if not r.reused} == {"h100", "everything"}
 
@@ -318,3 +303,32 @@ def test_prune_drops_records_of_reads_whose_entry_is_gone(tmp_path):
     assert sorted(p.name for p in (cache / execute.READS_DIR).iterdir()) == ["1" * 64 + ".json"]
     assert execute.recorded_reads(cache, "1" * 64) == ("h100_sxm",)
     assert execute.recorded_reads(cache, "2" * 64) is None
+
+
+@pytest.mark.kernels
+def test_two_builds_executing_the_same_row_keyed_chapter_both_succeed(tmp_path, monkeypatch):
+    monkeypatch.setenv("TEST_HARDWARE_CSV", str(ROOT / "data" / "hardware.csv"))
+    ch = _reader(tmp_path, "gb300", "hardware.get('gb300')")
+    cache = tmp_path / "cache"
+    script = textwrap.dedent(f"""
+        import sys
+        from pathlib import Path
+        sys.path.insert(0, {str(ROOT / 'tests')!r})
+        from test_cache import TinyChapter, Scen
+        from scaletax.report import execute
+        ch = TinyChapter("gb300", reads=("value",), data=("hardware.csv",), path={str(ch.source)!r})
+        work = Path(sys.argv[1]); work.mkdir()
+        (res,) = execute.execute_chapters([ch], Scen(), Path({str(cache)!r}), work / "logs", work_dir=work)
+        print(res.reused, ",".join(res.hardware_reads))
+    """)
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path / f"w{i}")], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for i in range(2)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-2000:]
+        assert out.split()[-1] == "gb300"
+    (entry,) = [p for p in cache.iterdir() if execute._KEY.fullmatch(p.name)]
+    record, problem = execute.check_entry(entry, entry.name)
+    assert problem is None and record["hardware_reads"] == ["gb300"]
+    assert execute.recorded_reads(cache, record["base_key"]) == ("gb300",)
+    assert not list(cache.glob(".tmp-*")) and not list((cache / execute.READS_DIR).glob(".tmp-*"))

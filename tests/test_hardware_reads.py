@@ -6,7 +6,8 @@ import textwrap
 
 import pytest
 
-from scaletax import hardware, memo, runs
+from conftest import edit_gpu_row
+from scaletax import hardware, memo, models, runs, search
 
 
 @pytest.fixture
@@ -137,3 +138,22 @@ def test_a_cached_call_keyed_on_the_whole_file_records_all_on_a_hit(fresh, tmp_p
     hardware.forget_reads()
     assert fn(g) == first and memo.STATS["test_hardware_reads._whole"]["hit"] >= 1
     assert hardware.reads() == (hardware.ALL,)
+
+
+def test_a_search_is_keyed_on_its_gpus_row_only(fresh, tmp_path, monkeypatch):
+    """A chapter that re-executes after a catalog edit recomputes only the edited GPU's searches."""
+    path = tmp_path / "hardware.csv"
+    path.write_bytes(hardware.HARDWARE_CSV.read_bytes())
+    monkeypatch.setattr(hardware, "HARDWARE_CSV", path)
+    m = models.get("megatron_1t")
+
+    def keys():
+        hardware.catalog.cache_clear()
+        return {g: memo.key(search.search, (m, "fp8", hardware.get(g), 4096), {"tokens_per_step": 2**22},
+                            search.SEARCH_DATA) for g in ("h100_sxm", "b300")}
+
+    before = keys()
+    edit_gpu_row(path, "b300", "tdp_w", "1234")
+    after = keys()
+    hardware.catalog.cache_clear()
+    assert after["h100_sxm"] == before["h100_sxm"] and after["b300"] != before["b300"]
