@@ -128,26 +128,34 @@ def test_a_reused_entry_is_a_private_copy(tiny, tmp_path):
     assert res.notebook.is_file() and (res.figures / "tiny2.csv").is_file()
 
 
-@pytest.mark.kernels
-def test_two_builds_executing_the_same_chapter_both_succeed(tiny, tmp_path):
-    cache = tmp_path / "cache"
+def _two_builds_at_once(tmp_path, cache, chapter: str, shown: str) -> list[str]:
+    """``execute_chapters`` of one chapter (``chapter``: the Python expression of a TinyChapter)
+    in two processes at once; the last word each printed of ``shown`` (an expression of ``res``)."""
     script = textwrap.dedent(f"""
         import sys
         from pathlib import Path
         sys.path.insert(0, {str(ROOT / 'tests')!r})
         from test_cache import TinyChapter, Scen
         from scaletax.report import execute
-        ch = TinyChapter("tiny", reads=("value",), data=(), path={str(tiny.source)!r})
+        ch = {chapter}
         work = Path(sys.argv[1]); work.mkdir()
         (res,) = execute.execute_chapters([ch], Scen(), Path({str(cache)!r}), work / "logs", work_dir=work)
-        print(res.reused, (res.figures / "tiny.csv").read_text().split()[1])
+        print(res.reused, {shown})
     """)
     procs = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path / f"w{i}")], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for i in range(2)]
-    outs = [p.communicate(timeout=600) for p in procs]
-    for p, (out, err) in zip(procs, outs):
+    words = []
+    for p, (out, err) in zip(procs, [p.communicate(timeout=600) for p in procs]):
         assert p.returncode == 0, err[-2000:]
-        assert out.split()[-1] == "7"
+        words.append(out.split()[-1])
+    return words
+
+
+@pytest.mark.kernels
+def test_two_builds_executing_the_same_chapter_both_succeed(tiny, tmp_path):
+    cache = tmp_path / "cache"
+    chapter = f'TinyChapter("tiny", reads=("value",), data=(), path={str(tiny.source)!r})'
+    assert _two_builds_at_once(tmp_path, cache, chapter, '(res.figures / "tiny.csv").read_text().split()[1]') == ["7", "7"]
     assert execute.check_entry(_entry(cache))[1] is None
     assert not list(cache.glob(".tmp-*"))
 
@@ -310,23 +318,8 @@ def test_two_builds_executing_the_same_row_keyed_chapter_both_succeed(tmp_path, 
     monkeypatch.setenv("TEST_HARDWARE_CSV", str(ROOT / "data" / "hardware.csv"))
     ch = _reader(tmp_path, "gb300", "hardware.get('gb300')")
     cache = tmp_path / "cache"
-    script = textwrap.dedent(f"""
-        import sys
-        from pathlib import Path
-        sys.path.insert(0, {str(ROOT / 'tests')!r})
-        from test_cache import TinyChapter, Scen
-        from scaletax.report import execute
-        ch = TinyChapter("gb300", reads=("value",), data=("hardware.csv",), path={str(ch.source)!r})
-        work = Path(sys.argv[1]); work.mkdir()
-        (res,) = execute.execute_chapters([ch], Scen(), Path({str(cache)!r}), work / "logs", work_dir=work)
-        print(res.reused, ",".join(res.hardware_reads))
-    """)
-    procs = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path / f"w{i}")], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for i in range(2)]
-    outs = [p.communicate(timeout=600) for p in procs]
-    for p, (out, err) in zip(procs, outs):
-        assert p.returncode == 0, err[-2000:]
-        assert out.split()[-1] == "gb300"
+    chapter = f'TinyChapter("gb300", reads=("value",), data=("hardware.csv",), path={str(ch.source)!r})'
+    assert _two_builds_at_once(tmp_path, cache, chapter, '",".join(res.hardware_reads)') == ["gb300", "gb300"]
     (entry,) = [p for p in cache.iterdir() if execute._KEY.fullmatch(p.name)]
     record, problem = execute.check_entry(entry, entry.name)
     assert problem is None and record["hardware_reads"] == ["gb300"]
