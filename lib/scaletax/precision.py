@@ -258,24 +258,20 @@ def _stochastic(v: np.ndarray, e: _Elem, rng: np.random.Generator) -> np.ndarray
     qexp -= np.int32(e.man_bits)
     if e.emin - e.man_bits > -127:  # spacing and its inverse are normal float32: from bits
         ulp = (qexp << np.int32(23)).view(_F32)  # 2^(qexp - 127)
-        qexp -= np.int32(254)
-        np.negative(qexp, out=qexp)
-        inv = (qexp << np.int32(23)).view(_F32)  # 1 / ulp, exact (a power of two)
+        np.subtract(np.int32(254), qexp, out=qexp)
+        qexp <<= np.int32(23)
+        with np.errstate(invalid="ignore"):
+            a *= qexp.view(_F32)  # a / ulp (times 1 / ulp, a power of two: exact)
     else:  # BF16: the spacing of its subnormals is a float32 subnormal
         ulp = np.ldexp(_F32(1), qexp - np.int32(127)).astype(_F32, copy=False)
-        inv = None
+        with np.errstate(invalid="ignore"):
+            a /= ulp  # exact: a power of two
     with np.errstate(invalid="ignore"):
-        lo = a * inv if inv is not None else a / ulp  # exact: powers of two
-        np.floor(lo, out=lo)
-        lo *= ulp
-        a -= lo
-        if inv is not None:  # probability of rounding up, exact
-            a *= inv
-        else:
-            a /= ulp
+        lo = np.floor(a)  # grid points below, in ulps
+        a -= lo  # probability of rounding up, exact
         up = rng.random(a.shape, dtype=_F32) < a
-    ulp *= up
-    lo += ulp
+    lo += up  # (floor + up) x ulp: the same exact product as floor x ulp + up x ulp
+    lo *= ulp
     return np.copysign(lo, v, out=lo)
 
 

@@ -931,7 +931,7 @@ def predict_memory(rows: Iterable[dict[str, Any]], **memory_options: Any) -> lis
     from scaletax import hardware
 
     plan = rows if isinstance(rows, TablePlan) else plan_rows(list(rows), **memory_options)
-    g = plan.memory_gib()
+    g = {k: v.tolist() for k, v in plan.memory_gib().items()}  # Python floats once, not per element
     caps: dict[str, float] = {}
     out = []
     for i, row in enumerate(plan.rows):
@@ -939,14 +939,14 @@ def predict_memory(rows: Iterable[dict[str, Any]], **memory_options: Any) -> lis
         cap = caps.get(hw)
         if cap is None:
             cap = caps[hw] = float(hardware.get(hw).hbm_gib)
-        total = float(g["total"][i])
+        total = g["total"][i]
         new = dict(row)
         new.update({
-            "memory_weights_gib": round(float(g["weights"][i]), 3),
-            "memory_gradients_gib": round(float(g["gradients"][i]), 3),
-            "memory_optimizer_gib": round(float(g["optimizer"][i]), 3),
-            "memory_activations_gib": round(float(g["activations"][i]), 3),
-            "memory_reserve_gib": round(float(g["reserve"][i]), 3),
+            "memory_weights_gib": round(g["weights"][i], 3),
+            "memory_gradients_gib": round(g["gradients"][i], 3),
+            "memory_optimizer_gib": round(g["optimizer"][i], 3),
+            "memory_activations_gib": round(g["activations"][i], 3),
+            "memory_reserve_gib": round(g["reserve"][i], 3),
             "memory_total_gib": round(total, 3),
             "memory_capacity_gib": cap,
             "fits": bool(total <= cap),
