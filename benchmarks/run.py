@@ -118,7 +118,7 @@ def _scratch_repo(edit: tuple[str, str, str] = HARDWARE_EDIT) -> Path:
     else:
         raise RuntimeError(f"data/hardware.csv has no GPU {gpu!r}")
     path.write_text("".join(lines), encoding="utf-8")
-    (dest / "EDIT").write_text(f"{gpu}.{column}: {old} -> {value}\n", encoding="utf-8")
+    (dest.parent / "EDIT").write_text(f"{gpu}.{column}: {old} -> {value}\n", encoding="utf-8")
     return dest
 
 
@@ -221,7 +221,7 @@ def bench_book(rounds: int) -> dict:
             try:
                 r = _timed_build([], build_dir, "bench-hardware", root=scratch)
                 rebuilds["hardware_edit"].append(r["wall_s"])
-                detail["hardware_edit"] = {**r, "edit": (scratch / "EDIT").read_text(encoding="utf-8").strip()}
+                detail["hardware_edit"] = {**r, "edit": (scratch.parent / "EDIT").read_text(encoding="utf-8").strip()}
             finally:
                 shutil.rmtree(scratch.parent, ignore_errors=True)
             j = _jb_force(build_dir)  # stages from the cold build's executed copies
@@ -534,7 +534,8 @@ def _table(results: dict) -> str:
                 continue
             comp = ", ".join(f"{v} {k}" for k, v in r["computed"].items()) or "none"
             what = f"`{r['set']}`" if "set" in r else f"`data/hardware.csv` {r['edit']}, in a copy of the repository"
-            target = {"price": "no search, no training"}.get(key, "")
+            target = {"price": "no search, no training", "cluster_size": "only the new size's searches",
+                      "hardware_edit": "only what reads that GPU"}.get(key, "")
             lines.append(f"| rebuild after {label} ({what}) | {b['rebuild_s'][key]:.0f} s; executed "
                          f"{', '.join(r['executed']) or 'nothing'}; computed: {comp} | {target} |")
     s = results.get("search")
