@@ -23,6 +23,9 @@ Public API
   category the model was found off on), ``probe_rows(path)`` (predictions for the layouts of
   ``data/coverage_probes.csv``: NVIDIA's Megatron-Bridge benchmark recipes, exactly as stated, and a
   few paper layouts), ``probe_sources(probes)`` and ``probe_fit_text(probes)``.
+- The search against NVIDIA's layouts: ``recipe_search_rows(path)`` (Kimi K2 and DeepSeek-V3 benchmark
+  recipes of ``data/production_moe_recipes.csv``: the recipe's layout predicted, the search's best for
+  the same model, GPUs, batch and precision, and their ratio), ``in_search_space(layout, ...)``.
 - Display text: ``spct(x)`` (signed percent with a true minus), ``md_escape(text)``, ``source_md(url)``.
 """
 from __future__ import annotations
@@ -35,7 +38,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from scaletax import DATA_DIR, calibrate, hardware, memory, models, perf, runs, validate
+from scaletax import DATA_DIR, calibrate, hardware, memory, models, perf, runs, search, validate
 from scaletax.layout import Layout, label
 
 #: Source kind of a run (by its id prefix) and how the chapter names it.
@@ -357,6 +360,11 @@ COVERAGE: dict[str, tuple[str, str, Any]] = {
 }
 
 
+#: Probe category -> label: the :data:`COVERAGE` categories and ``production_moe`` (NVIDIA's benchmark
+#: recipes for the headline MoE models, :data:`PRODUCTION_MOE_CSV`).
+PROBE_LABELS: dict[str, str] = {**{k: v[0] for k, v in COVERAGE.items()}, "production_moe": "Production MoE recipe"}
+
+
 def coverage_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per :data:`COVERAGE` category: how many rows of the runs table ``rows`` fall in it, and the
     sources of those rows (MLPerf Training, Megatron-Bridge, Megatron papers)."""
@@ -382,7 +390,7 @@ def probe_rows(path: Path | str = PROBES_CSV) -> list[dict[str, Any]]:
     for i, (r, pl) in enumerate(zip(rows, plans)):
         step = float(st.step_s[i])
         cap = memory.capacity_gib(pl.row["hardware"])
-        out.append({"run_id": r["run_id"], "category": r["category"], "label": COVERAGE[r["category"]][0],
+        out.append({"run_id": r["run_id"], "category": r["category"], "label": PROBE_LABELS[r["category"]],
                     "model": r["model"], "gpu_label": hardware.get(r["hardware"]).label, "gpus": int(pl.layout.gpus),
                     "layout": label(pl.layout, recompute=False), "precision": str(r["precision"]).upper(),
                     "seq_len": int(r["seq_len"]), "recompute": pl.recompute_label,
@@ -427,6 +435,64 @@ def probe_fit_text(probes: Sequence[dict[str, Any]]) -> str:
                       f"{p['capacity_gib']:.1f} GiB)" for p in bad)
     return (f"{len(bad)} of them do not fit in the memory model although their source runs them: {names}; "
             "the memory model is pessimistic there")
+
+
+# =========================================================================================
+# The search against NVIDIA's own layouts (issue 12): Kimi K2 and DeepSeek-V3 benchmark recipes
+# =========================================================================================
+#: Megatron-Bridge 0.6.2 benchmark recipes of Kimi K2 and DeepSeek-V3 (BF16, one per GPU), as runs-table
+#: rows (category ``production_moe``), read by :func:`probe_rows`.
+PRODUCTION_MOE_CSV = DATA_DIR / "production_moe_recipes.csv"
+
+
+def _recipe_space(lay: Layout) -> search.SearchSpace:
+    """The search space holding only layout ``lay`` (its recompute as the search's, the NVLink domain the GPU's)."""
+    return search.SearchSpace(tp=(int(lay.tp),), pp=(int(lay.pp),), cp=(int(lay.cp),), ep=(int(lay.ep),),
+                              etp_tp=(int(lay.etp) == int(lay.tp),), vp=(int(lay.vp),), mbs=(int(lay.mbs),),
+                              zero_stage=(int(lay.zero_stage),), recompute=(str(lay.recompute),))
+
+
+def in_search_space(lay: Layout, model: models.Model, space: search.SearchSpace, domain: int) -> bool:
+    """Whether the default search (``space``, NVLink ``domain``) enumerates layout ``lay``'s values: each
+    of tp (domain-aligned), pp, cp, ep, etp, vp, mbs, ZeRO stage and recompute is one of its choices."""
+    ch = search._choices(model, int(lay.gpus), space, domain)
+    etp_tp = int(lay.etp) == int(lay.tp)  # at tp = 1 the search keeps etp = tp (= 1) only
+    return (int(lay.tp) in ch["tp"] and int(lay.pp) in ch["pp"] and int(lay.cp) in ch["cp"]
+            and int(lay.ep) in ch["ep"] and etp_tp in ch["etp_tp"]
+            and int(lay.vp) in ch["vp"] and int(lay.mbs) in ch["mbs"] and int(lay.zero_stage) in ch["zero"]
+            and search.RECOMPUTE_CODE[str(lay.recompute)] in ch["rc"])
+
+
+def recipe_search_rows(path: Path | str = PRODUCTION_MOE_CSV) -> list[dict[str, Any]]:
+    """Per benchmark recipe of ``path``: (a) the prediction for the recipe's own layout with its stated
+    recompute modules, dispatcher and schedule (:func:`probe_rows`, ``recipe_tps``); (a') the same
+    layout as the search models it (``search.cached_search`` on a space holding only that layout:
+    the search's selective recompute, MoE dispatch and schedule; ``recipe_search_tps``, None if it
+    does not fit there); (b) the search's fastest layout for the same model, GPU, GPU count, global
+    batch and precision (``search_tps``, its label and MFU), and ``ratio`` = (b)/(a) and
+    ``layout_ratio`` = (b)/(a'). ``in_space``: the recipe's layout is one the default search
+    enumerates, so (b) >= (a') by construction. Tokens/s per GPU. A projection."""
+    rows = runs.read_runs(path)
+    out = []
+    for r, p in zip(rows, probe_rows(path)):
+        model = runs.row_model(r)
+        lay = runs.plan_row(r).layout
+        prec, gpu, gpus, gbs = str(r["precision"]).lower(), str(r["hardware"]).strip(), int(lay.gpus), int(lay.gbs)
+        best = search.cached_search(model, prec, gpu, gpus, gbs=gbs, pareto=False)
+        own = search.cached_search(model, prec, gpu, gpus, gbs=gbs, space=_recipe_space(lay), pareto=False)
+        b = float(best.metrics["tokens_per_s_per_gpu"]) if best.fits else None
+        a_s = float(own.metrics["tokens_per_s_per_gpu"]) if own.fits else None
+        a = p["tokens_per_s_per_gpu"]
+        out.append({**{k: p[k] for k in ("run_id", "recipe", "model", "gpu_label", "gpus", "layout", "precision",
+                                         "recompute", "fits", "mfu")},
+                    "gbs": gbs, "recipe_tps": a, "recipe_search_tps": a_s,
+                    "in_space": in_search_space(lay, model, search.SearchSpace(), int(best.domain or own.domain)),
+                    "search_layout": label(best.best, model, recompute=False) if best.fits else "–",
+                    "search_recompute": str(best.best.recompute) if best.fits else "–",
+                    "search_tps": b, "search_mfu": float(best.metrics["mfu"]) if best.fits else None,
+                    "ratio": b / a if b is not None and a > 0 else None,
+                    "layout_ratio": b / a_s if b is not None and a_s else None})
+    return out
 
 
 # =========================================================================================
@@ -667,4 +733,4 @@ __all__ = ["CAVEAT_WORDS", "COMPONENTS", "COMPONENT_COLORS", "GEMM_DTYPES", "SOU
            "model_short", "parameter_rows", "pinned_fit", "recompute_whatif", "representative", "run_rows",
            "source_kind", "source_md", "spct", "target_rows", "targets_met", "worst_rows",
            "COVERAGE", "PROBE_SOURCES", "RECIPE_NOTE", "coverage_rows", "probe_fit_text", "probe_rows", "probe_sources",
-           "recipe_matched"]
+           "recipe_matched", "PROBE_LABELS", "PRODUCTION_MOE_CSV", "in_search_space", "recipe_search_rows"]

@@ -84,7 +84,7 @@ CHAPTERS = (
             data=("hardware.csv", "published_runs.csv", "precision_vectors.json", "references.yaml")),
     Chapter("validation", reads=(),
             data=("hardware.csv", "models.yaml", "published_runs.csv", "efficiency.yaml", "collectives.csv",
-                  "measured/gemm_h200.csv", "coverage_probes.csv")),
+                  "measured/gemm_h200.csv", "coverage_probes.csv", "production_moe_recipes.csv")),
     Chapter("decision", reads=("name", *_PLAN, "training.tokens_source", "economics.usd_per_mwh_source",
                                "cluster.goodput_source"),
             data=(*_MODEL_DATA, "references.yaml")),

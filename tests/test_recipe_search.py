@@ -1,0 +1,80 @@
+"""The search against NVIDIA's own layouts: the Kimi K2 and DeepSeek-V3 benchmark recipes of
+data/production_moe_recipes.csv are the recipes as extracted, and the comparison rows hold together."""
+import csv
+
+import pytest
+
+from scaletax import DATA_DIR, models, runs, search
+from scaletax.chapters import validation as vs
+
+from test_bridge_recipes import _recompute_of  # the recipe -> runs-table recompute mapping of the coverage probes
+
+GPU = {"h100": "h100_sxm", "b200": "b200", "gb200": "gb200", "gb300": "gb300"}
+
+
+def _csv(path):
+    with path.open(encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return vs.recipe_search_rows()
+
+
+def test_recipe_rows_equal_their_bridge_recipes():
+    recs = {r["recipe"]: r for r in _csv(DATA_DIR / "bridge_recipes.csv")}
+    probes = _csv(vs.PRODUCTION_MOE_CSV)
+    assert {(p["recipe"].split("_pretrain")[0], p["hardware"]) for p in probes} == {
+        (m, g) for m in ("kimi_k2", "deepseek_v3") for g in GPU.values()}
+    cols = list(_csv(DATA_DIR / "coverage_probes.csv")[0])
+    for p in probes:
+        assert list(p) == cols  # the coverage probes' schema, read by the same code
+        rec = recs[p["recipe"]]
+        assert (p["category"], p["layout_source"], p["megatron_bridge_version"]) == (
+            "production_moe", "benchmark recipe", rec["megatron_bridge_version"])
+        assert rec["kind"] == "benchmark" and p["hardware"] == GPU[rec["gpu"]], p["run_id"]
+        assert p["precision"] == rec["precision"] == "bf16"
+        for col in ("gpu_count", "tp", "pp", "cp", "ep", "dp", "mbs", "gbs", "seq_len"):
+            assert p[col] == rec[col], (p["run_id"], col)
+        assert p["vp"] == (rec["vp"] or "1") and p["etp"] == (rec["etp"] or "1"), p["run_id"]
+        assert (p["recompute"], p["recompute_modules"], p["recompute_num_layers"]) == _recompute_of(rec)
+        assert p["moe_dispatcher"] == ("deepep" if rec["moe_token_dispatcher_type"] == "flex" else "alltoall")
+        assert p["schedule"] == ("ep_overlap" if rec["overlap_moe_expert_parallel_comm"] == "true" else "1f1b")
+        # the architecture is the catalog's model
+        m, cat = runs.row_model(p), models.get(rec["model"])
+        for f in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "moe_experts", "moe_top_k",
+                  "moe_ffn_hidden", "moe_shared_experts", "moe_dense_layers", "kv_lora_rank", "q_lora_rank"):
+            assert getattr(m, f) == getattr(cat, f), (p["run_id"], f)
+    # the Kimi K2 H100 recipe as the brief quotes it
+    k = next(p for p in probes if p["run_id"] == "recipe-kimi-k2-1024xh100-bf16")
+    assert (k["tp"], k["pp"], k["vp"], k["ep"], k["gbs"], k["recompute_modules"]) == (
+        "8", "16", "2", "64", "8192", "mla_up_proj;mlp")
+
+
+def test_table_columns_and_ratios(rows):
+    assert len(rows) == 8
+    for r in rows:
+        assert {"model", "gpu_label", "gpus", "layout", "recompute", "recipe_tps", "recipe_search_tps",
+                "search_layout", "search_recompute", "search_tps", "ratio", "layout_ratio", "in_space"} <= set(r)
+        assert r["fits"] and r["recipe_tps"] > 0 and r["search_tps"] > 0
+        assert r["ratio"] == pytest.approx(r["search_tps"] / r["recipe_tps"])
+        assert r["layout_ratio"] == pytest.approx(r["search_tps"] / r["recipe_search_tps"])
+        assert r["layout"].startswith("TP") and "GBS" in r["layout"]
+
+
+def test_search_beats_the_recipe_layout_it_enumerates(rows):
+    """(b) >= (a') by construction: the recipe's layout, evaluated as the search evaluates every
+    candidate, is one of the candidates when ``in_space``."""
+    assert all(r["in_space"] for r in rows)  # every recipe layout here is in the default space
+    for r in rows:
+        assert r["search_tps"] >= r["recipe_search_tps"] * (1 - 1e-9), r["run_id"]
+
+
+def test_in_search_space_rejects_a_layout_outside_it():
+    p = next(r for r in runs.read_runs(vs.PRODUCTION_MOE_CSV) if r["hardware"] == "h100_sxm")
+    lay = runs.plan_row(p).layout
+    model = runs.row_model(p)
+    assert vs.in_search_space(lay, model, search.SearchSpace(), 8)
+    assert not vs.in_search_space(lay, model, search.SearchSpace(vp=(1, 4)), 8)
+    assert not vs.in_search_space(lay, model, search.SearchSpace(recompute=("none", "full")), 8)
