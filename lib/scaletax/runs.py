@@ -465,15 +465,29 @@ def plan_row(row: dict[str, Any], layout: Layout | None = None, **memory_opts: A
             # Megatron block recompute: full on the first N layers of each chunk, none on the others
             frac = float(block_fraction(model.layers, lay.pp, lay.vp, n_block))
             rest = "none"
-            two = LayoutArray.from_layouts([lay.replace(recompute="none"), lay])
-            tot = memory.breakdown(model, two, prec, **opts).total
-            gib = float(((1.0 - frac) * tot[0] + frac * tot[1]) / memory.GIB)
+            gib = float(mixed_recompute_gib(model, LayoutArray.from_layouts([lay]), prec, [frac],
+                                            [RECOMPUTE_CODE[rest]], **opts)["total"][0])
         else:
             gib = float(memory.breakdown(model, lay, prec, **opts).total[0] / memory.GIB)
     measured, basis = measured_tokens_per_s(row, model)
     return RowPlan(row=row, model=model, layout=lay, recompute_fraction=frac if lay.recompute == "full" else 0.0,
                    recompute_assumed=assumed, assumptions=tuple(notes), options=opts, memory_gib=gib,
                    measured=measured, basis=basis, recompute_rest=rest)
+
+
+def mixed_recompute_gib(model, la: LayoutArray, precision: str, fraction, rest, **options: Any) -> dict[str, np.ndarray]:
+    """GiB per GPU by term and total (``memory.breakdown``) of layouts ``la``; where recompute is
+    full on only a ``fraction`` of the layers (< 1), each term is the per-layer mix of the full
+    terms and those of the other layers' recompute code ``rest`` (1 selective, 0 none), by that share."""
+    x, rest = np.asarray(fraction, dtype=np.float64), np.asarray(rest, dtype=np.int64)
+    g = {k: v.copy() for k, v in memory.breakdown(model, la, precision, **options).gib().items()}
+    partial = (la.recompute == 2) & (x < 1.0)
+    if np.any(partial):
+        other = memory.breakdown(model, la[partial].replace(recompute=rest[partial]), precision, **options).gib()
+        xp = x[partial]
+        for k in g:
+            g[k][partial] = (1.0 - xp) * other[k] + xp * g[k][partial]
+    return g
 
 
 @dataclass(frozen=True)
@@ -503,16 +517,8 @@ class PlanGroup:
         """GiB per GPU by term and total (``memory.breakdown``); rows with full recompute on part
         of the layers mix the full terms with those of the other layers' recompute (:attr:`rest`)
         by that share, as :func:`predict_memory` says."""
-        la, x = self.layouts, self.recompute_fraction
-        g = {k: v.copy() for k, v in memory.breakdown(self.model, la, self.precision, **self.options).gib().items()}
-        partial = (la.recompute == 2) & (x < 1.0)
-        if np.any(partial):
-            sel = memory.breakdown(self.model, la[partial].replace(recompute=self.rest[partial]),
-                                   self.precision, **self.options).gib()
-            xp = x[partial]
-            for k in g:
-                g[k][partial] = (1.0 - xp) * sel[k] + xp * g[k][partial]
-        return g
+        return mixed_recompute_gib(self.model, self.layouts, self.precision, self.recompute_fraction,
+                                   self.rest, **self.options)
 
     def step_inputs(self):
         """``perf.prepare`` of the group (:func:`step_inputs`' conventions)."""
