@@ -105,6 +105,22 @@ def test_gpus_for_target_does_not_depend_on_the_start(plan):
     assert shorter["gpus"] > a["gpus"]
 
 
+def test_gpus_for_target_searches_the_same_counts_whatever_the_cluster_size(monkeypatch):
+    """A cluster-size rebuild must search only the new size: the "GPUs needed" answer and the
+    counts searched on the way there do not depend on ``cluster.gpus``."""
+    searched: list[list[int]] = []
+    for n in (4096, 32768):
+        counts: list[int] = []
+        real = d.best
+        monkeypatch.setattr(d, "best", lambda m, g, p, gpus, b, real=real, counts=counts: (counts.append(gpus), real(m, g, p, gpus, b))[1])
+        r = d.gpus_for_target(make(cluster_gpus=n), DENSE, "gb200")
+        monkeypatch.setattr(d, "best", real)
+        searched.append(sorted(set(counts)))
+        assert r["gpus"] is not None
+    assert searched[0] == searched[1]
+    assert d.TARGET_START_GPUS in searched[0]
+
+
 def test_nofit_rows_say_how_many_gpus_are_needed():
     p = make(cluster_gpus=16, cluster_sizes=[16])
     rows = d.decision_rows(p, target=False)

@@ -63,6 +63,11 @@ FACTORS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 RESOLUTION_BITS = 4
 #: Largest GPU count a "GPUs needed" search tries.
 MAX_COUNT = 4_000_000
+#: Where a "GPUs needed" search starts (:func:`gpus_for_target`): a fixed count in the middle of
+#: the 1k-100k range the report covers, not the scenario's cluster size, so that the answer and
+#: the searches behind it do not depend on ``cluster.gpus`` (a cluster-size rebuild searches only
+#: the new size).
+TARGET_START_GPUS = 16_384
 _SEARCH_CACHE: dict[tuple, search.SearchResult] = {}
 
 
@@ -227,7 +232,7 @@ def gpus_for_target(plan: Plan, model_id: str, gpu, precision: str | None = None
 
     Throughput per GPU falls as the cluster grows at a fixed global batch, so the count is
     first iterated as n -> GPUs needed at the throughput of the best layout on n GPUs (from
-    ``start``, default the scenario cluster; a count where nothing fits moves up to the memory
+    ``start``, default :data:`TARGET_START_GPUS`; a count where nothing fits moves up to the memory
     minimum the search reports), then bisected between the largest count seen that misses the
     target and the smallest that meets it. Band: GPUs needed at the band's throughputs on the
     found count (held fixed). Returns gpus, low, high, days, the search result, searches and
@@ -253,7 +258,7 @@ def gpus_for_target(plan: Plan, model_id: str, gpu, precision: str | None = None
         return r.fits and cost.days_to_train(plan.tokens, r.metrics["tokens_per_s_per_gpu"], n,
                                              plan.goodput) <= days * (1 + 1e-9)
 
-    n = round_count(start or plan.cluster_gpus)
+    n = round_count(start or TARGET_START_GPUS)
     for _ in range(max_iter):  # fixed-point iteration
         r = run(n)
         if r.fits:
