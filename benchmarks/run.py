@@ -140,6 +140,26 @@ def _computed(before: dict[str, set[str]], after: dict[str, set[str]]) -> dict[s
     return out
 
 
+def _searched(log: Path) -> dict[str, dict[str, int]]:
+    """Searches computed (memo misses of ``search.search`` and ``search.min_gpus``) in a build,
+    from its ``SCALETAX_MEMO_LOG``: counted by GPU count searched and by GPU id."""
+    out: dict[str, dict[str, int]] = {"by_count": {}, "by_gpu": {}}
+    if not log.exists():
+        return out
+    for line in log.read_text(encoding="utf-8").splitlines():
+        rec = json.loads(line)
+        if rec["what"] != "miss" or not rec["fn"].startswith("scaletax.search.") or not rec.get("args"):
+            continue
+        args = dict(rec["args"]["dict"])
+        gpu = args["gpu"]["fields"]["id"]
+        c = args.get("counts")
+        counts = [int(x["int"]) for x in c["tuple"]] if isinstance(c, dict) and "tuple" in c else ["min"]
+        for c in counts:
+            out["by_count"][str(c)] = out["by_count"].get(str(c), 0) + 1
+        out["by_gpu"][gpu] = out["by_gpu"].get(gpu, 0) + 1
+    return out
+
+
 def _children_cpu() -> float:
     """CPU seconds (user + system) of this process's finished children and theirs."""
     import resource
@@ -152,16 +172,20 @@ def _timed_build(args: list[str], build_dir: Path, name: str, root: Path = ROOT)
     before = _memo_files(build_dir)
     mf = build_dir / name / "manifest.json"
     stamp = mf.stat().st_mtime_ns if mf.exists() else None
+    log = build_dir / f"memo-{name}.jsonl"
+    log.unlink(missing_ok=True)
     c0, t0 = _children_cpu(), time.perf_counter()
-    _cli(["build", "--name", name, "--no-pdf", *args], build_dir, root=root)
+    _cli(["build", "--name", name, "--no-pdf", *args], build_dir, root=root, env_extra={"SCALETAX_MEMO_LOG": str(log)})
     wall = time.perf_counter() - t0
     cpu = _children_cpu() - c0
+    searched = _searched(log)
     if stamp is not None and mf.stat().st_mtime_ns == stamp:  # a no-op build keeps the old manifest
         return {"wall_s": wall, "cpu_s": cpu, "cpu_s_per_core": cpu / (os.cpu_count() or 1), "executed": [],
-                "computed": _computed(before, _memo_files(build_dir)), "chapter_s": {}, "no_op": True}
+                "computed": _computed(before, _memo_files(build_dir)), "searched": searched, "chapter_s": {},
+                "no_op": True}
     m = _manifest(build_dir, name)
     return {"wall_s": wall, "cpu_s": cpu, "cpu_s_per_core": cpu / (os.cpu_count() or 1), "executed": [n["chapter"] for n in m["notebooks"] if n["status"] == "executed"],
-            "computed": _computed(before, _memo_files(build_dir)),
+            "computed": _computed(before, _memo_files(build_dir)), "searched": searched,
             "chapter_s": {n["chapter"]: round(n["seconds"], 1) for n in m["notebooks"] if n["status"] == "executed"}}
 
 
@@ -533,6 +557,10 @@ def _table(results: dict) -> str:
             if r is None:
                 continue
             comp = ", ".join(f"{v} {k}" for k, v in r["computed"].items()) or "none"
+            where = r.get("searched", {}).get({"cluster_size": "by_count", "hardware_edit": "by_gpu"}.get(key, ""), {})
+            if where:
+                comp += " (" + ", ".join(f"{v} at {int(k):,} GPUs" if k.isdigit() else f"{v} on {k}"
+                                         for k, v in sorted(where.items(), key=lambda kv: -kv[1])) + ")"
             what = f"`{r['set']}`" if "set" in r else f"`data/hardware.csv` {r['edit']}, in a copy of the repository"
             target = {"price": "no search, no training", "cluster_size": "only the new size's searches",
                       "hardware_edit": "only what reads that GPU"}.get(key, "")
