@@ -140,3 +140,58 @@ def test_bad_row_named():
     rows[2] = {**rows[2], "gbs": 7}
     with pytest.raises(runs.RunsTableError, match=r"^row 4: gbs=7 must be a multiple of mbs\*dp="):
         predict_rows(rows)
+
+
+def _row_by_row(rows):
+    """What runs._layout_table computes, one row at a time (the reference it must equal)."""
+    vals, unknown, n_block = [], [], []
+    for row in rows:
+        tp, pp, cp, ep, etp, dp, vp, mbs, gbs, sp, zero, rc = runs._layout_values(row)
+        vals.append((tp, pp, cp, ep, etp, dp, vp, mbs, gbs, int((True if sp is None else sp) and tp > 1), zero,
+                     runs.RECOMPUTE_CODE[rc]))
+        unknown.append(runs._stated_recompute(row) == "unknown")
+        n_block.append(runs._block_layers(row) or 0)
+    return np.array(vals, dtype=np.int64), np.array(unknown), np.array(n_block, dtype=np.int64)
+
+
+def test_layout_table_same_as_row_by_row():
+    """The whole-table layout columns (blank dp, gbs and vp defaulted, stated and unknown recompute,
+    sequence parallelism stated or not) equal the per-row ones, element by element."""
+    rows = _random_rows(200, seed=11) + runs.read_runs(runs.RUNS_CSV) + runs.read_runs(runs.DATA_DIR / "coverage_probes.csv")
+    rows[0] = {**rows[0], "vp": None}
+    rows[1] = {**rows[1], "sequence_parallel": "false"}
+    table = runs._layout_table(rows)
+    assert table is not None
+    for got, want in zip(table, _row_by_row(rows)):
+        assert got.dtype == want.dtype and np.array_equal(got, want)
+    assert table[0][:, 6].max() > 1 and table[1].any() and (table[0][:, 9] == 0).any()
+
+
+def test_text_cells_take_the_row_by_row_path():
+    """Cells that are text (a table not from read_runs) go row by row, with the same plan."""
+    rows = runs.read_runs(runs.RUNS_CSV)
+    text = [{k: ("" if v is None else str(v)) for k, v in r.items()} for r in rows]
+    assert runs._layout_table(text) is None
+    a, b = runs.plan_rows(rows), runs.plan_rows(text)
+    assert a.layouts().layout(0) == b.layouts().layout(0)
+    for f in ("tp", "pp", "cp", "ep", "etp", "dp", "vp", "mbs", "gbs", "sp", "zero_stage", "recompute"):
+        assert np.array_equal(getattr(a.layouts(), f), getattr(b.layouts(), f))
+    assert a.assumptions == b.assumptions and a.recompute_assumed == b.recompute_assumed
+
+
+@pytest.mark.parametrize("change", [
+    {"gbs": 7}, {"dp": 3}, {"tp": 0}, {"pp": None}, {"cp": -1}, {"ep": 5}, {"zero_stage": 4},
+    {"recompute": "none", "recompute_num_layers": 2}, {"recompute": "full", "recompute_num_layers": 0},
+    {"sequence_parallel": "maybe"}, {"recompute": "sometimes"}, {"mbs": 0}, {"gpu_count": 7},
+])
+def test_bad_layout_cell_same_error_as_row_by_row(change):
+    """A row breaking a layout rule makes the whole-table path step aside: the error is the
+    row-by-row one, with the row's number."""
+    rows = runs.read_runs(runs.RUNS_CSV)[:4]
+    rows[2] = {**rows[2], **change}
+    with pytest.raises(ValueError) as want:
+        runs.plan_row(rows[2])
+    assert runs._layout_table(rows) is None
+    with pytest.raises(runs.RunsTableError) as got:
+        runs.plan_rows(rows)
+    assert str(got.value) == f"row 4: {want.value}"

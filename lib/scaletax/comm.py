@@ -330,9 +330,15 @@ def expected_max_normal(n) -> np.ndarray:
     """
     n = np.asarray(n, dtype=np.float64)
     u, inv = np.unique(n, return_inverse=True)
-    x, log_hi, log_lo = _normal_grid()
-    out = [np.trapezoid(1.0 - np.exp(m * log_hi), x) - np.trapezoid(np.exp(m * log_lo), x) for m in u]
+    out = [_expected_max_normal(m) for m in u.tolist()]
     return np.asarray(out, dtype=np.float64)[inv].reshape(n.shape)
+
+
+@functools.lru_cache(maxsize=4096)
+def _expected_max_normal(m: float) -> float:
+    """:func:`expected_max_normal` of one n (each n integrated once per process)."""
+    x, log_hi, log_lo = _normal_grid()
+    return float(np.trapezoid(1.0 - np.exp(m * log_hi), x) - np.trapezoid(np.exp(m * log_lo), x))
 
 
 def moe_rank_imbalance(experts, top_k, ep, tokens) -> np.ndarray:
@@ -547,9 +553,10 @@ class GroupTraffic:
         return replace(self, **{f: fn(getattr(self, f), *(getattr(o, f) for o in others)) for f in self.AMOUNTS})
 
     @staticmethod
-    def concat(parts: Sequence["GroupTraffic"]) -> "GroupTraffic":
-        """One ``GroupTraffic`` holding every entry of ``parts`` in order."""
-        lengths = [len(p) for p in parts]
+    def concat(parts: Sequence["GroupTraffic"], lengths: Sequence[int] | None = None) -> "GroupTraffic":
+        """One ``GroupTraffic`` holding every entry of ``parts`` in order (``lengths``: their
+        lengths when the caller knows them)."""
+        lengths = [len(p) for p in parts] if lengths is None else lengths
         return GroupTraffic(**{f: _cat([getattr(p, f) for p in parts], lengths) for f in GroupTraffic._FIELDS})
 
 
@@ -560,7 +567,7 @@ def _pick(a, n: int, idx) -> np.ndarray:
         idx = np.asarray(idx)
         m = int(np.count_nonzero(idx)) if idx.dtype == bool else idx.size
         return np.broadcast_to(a.reshape(-1)[0] if a.ndim == 0 else a[0], (m,))
-    return np.broadcast_to(a, (n,))[idx]
+    return (a if a.shape == (n,) else np.broadcast_to(a, (n,)))[idx]
 
 
 def _cat(arrays, lengths) -> np.ndarray:
@@ -569,7 +576,7 @@ def _cat(arrays, lengths) -> np.ndarray:
     n = sum(lengths)
     if all(a.ndim == 0 or a.strides == (0,) for a in arrays) and len({a.ravel()[0].item() for a in arrays}) == 1:
         return np.broadcast_to(arrays[0].ravel()[0], (n,))  # constant (e.g. no MoE traffic)
-    return np.concatenate([np.broadcast_to(a, (k,)) for a, k in zip(arrays, lengths)])
+    return np.concatenate([a if a.shape == (k,) else np.broadcast_to(a, (k,)) for a, k in zip(arrays, lengths)])
 
 
 @dataclass(frozen=True)
@@ -646,7 +653,7 @@ class StepComm:
     def concat(parts: Sequence["StepComm"]) -> "StepComm":
         """One ``StepComm`` holding every entry of ``parts`` in order."""
         lengths = [len(p) for p in parts]
-        return StepComm(groups={k: GroupTraffic.concat([p.groups[k] for p in parts]) for k in parts[0].groups},
+        return StepComm(groups={k: GroupTraffic.concat([p.groups[k] for p in parts], lengths) for k in parts[0].groups},
                         layouts=type(parts[0].layouts).concat([p.layouts for p in parts]),
                         **{f: _cat([getattr(p, f) for p in parts], lengths) for f in StepComm._PATH})
 
@@ -703,8 +710,12 @@ def _model_terms(model, pp):
 
 def _traffic(count, nv, nic, secs, size, stride, domain) -> GroupTraffic:
     arrays = [_f(a) for a in (count, nv, nic, secs)]
-    shape = np.broadcast_shapes(*(a.shape for a in arrays), np.shape(size))
-    return GroupTraffic(*(np.broadcast_to(a, shape) for a in arrays), size, stride, domain)
+    shapes = {a.shape for a in arrays}
+    shapes.add(np.shape(size))
+    if len(shapes) == 1:  # all of one shape already (the common case): nothing to broadcast
+        return GroupTraffic(*arrays, size, stride, domain)
+    shape = np.broadcast_shapes(*shapes)
+    return GroupTraffic(*(a if a.shape == shape else np.broadcast_to(a, shape) for a in arrays), size, stride, domain)
 
 
 #: Layouts per block in :func:`step_traffic`: numpy temporaries of this size stay in cache,

@@ -91,6 +91,9 @@ from scaletax.layout import Layout, LayoutArray
 from scaletax.topology import Topology
 
 EFFICIENCY_YAML = DATA_DIR / "efficiency.yaml"
+#: PyYAML's safe loader, in C (libyaml) where PyYAML was built with it: the same documents, ~10x
+#: faster than the pure-Python ``yaml.safe_load`` (the first prediction of a process reads the file).
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 #: The precisions the step-time model trains in (the recipe registry's).
 PRECISIONS: tuple[str, ...] = recipes.TRAINING
@@ -285,7 +288,7 @@ def load_efficiency(path: Path | str = EFFICIENCY_YAML) -> EfficiencyBand:
     """Read ``data/efficiency.yaml``: every parameter needs value, low, high and a source."""
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=SAFE_LOADER)
     except OSError as exc:
         raise ValueError(f"{path}: cannot read efficiency file ({exc.strerror})") from None
     params = (raw or {}).get("parameters") if isinstance(raw, dict) else None
@@ -378,6 +381,12 @@ def _gpu(gpu) -> hardware.GPU:
     return hardware.get(gpu) if isinstance(gpu, str) else gpu
 
 
+@lru_cache(maxsize=256)
+def _topology(gpu: hardware.GPU) -> Topology:
+    """``Topology.from_gpu(gpu)``, built once per GPU (a frozen, hashable record)."""
+    return Topology.from_gpu(gpu)
+
+
 def _as_array(layouts) -> LayoutArray:
     if isinstance(layouts, LayoutArray):
         return layouts
@@ -456,16 +465,24 @@ class StepInputs:
     @staticmethod
     def concat(parts: list["StepInputs"]) -> "StepInputs":
         """One ``StepInputs`` holding every entry of ``parts`` in order."""
-        arrays = {f.name: np.concatenate([np.broadcast_to(getattr(p, f.name), (len(p),)) for p in parts])
-                  for f in fields(StepInputs) if f.name != "comm"}
+        lengths = [len(p) for p in parts]
+        arrays = {f: np.concatenate([_full(getattr(p, f), k) for p, k in zip(parts, lengths)]) for f in _ARRAY_FIELDS}
         return StepInputs(comm=comm.StepComm.concat([p.comm for p in parts]), **arrays)
 
     def take(self, idx) -> "StepInputs":
         """The entries at ``idx`` (index array or boolean mask)."""
         n = len(self)
-        arrays = {f.name: np.broadcast_to(getattr(self, f.name), (n,))[idx] for f in fields(StepInputs)
-                  if f.name != "comm"}
+        arrays = {f: _full(getattr(self, f), n)[idx] for f in _ARRAY_FIELDS}
         return StepInputs(comm=self.comm.take(idx), **arrays)
+
+
+#: The array fields of :class:`StepInputs` (all but ``comm``).
+_ARRAY_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(StepInputs) if f.name != "comm")
+
+
+def _full(a, n: int) -> np.ndarray:
+    """``a`` as an array of ``n`` entries (broadcast only when it is not one already)."""
+    return a if type(a) is np.ndarray and a.shape == (n,) else np.broadcast_to(a, (n,))
 
 
 def _layer_linear_flops(model: Model) -> dict[str, float]:
@@ -822,7 +839,7 @@ def prepare(model: Model, layouts, precision: str, gpu, topo: Topology | None = 
     la = _as_array(layouts)
     peak_fmt = g.peak_flops(precision)
     peak_16 = g.peak_flops(compute_precision(g, precision))
-    topo = Topology.from_gpu(g) if topo is None else topo
+    topo = _topology(g) if topo is None else topo
     wire = WireFormat.for_recipe(precision) if wire is None else wire
     f64 = np.float64
     n = len(la)
@@ -1080,7 +1097,11 @@ def least_recompute(model: Model, layouts, gpu, precision: str, **memory_options
 
     la = _as_array(layouts)
     cap = memory.capacity_gib(gpu) * memory.GIB
-    tot = [memory.breakdown(model, la.replace(recompute=c), precision, **memory_options).total for c in (0, 1, 2)]
+    n = len(la)
+    # one breakdown of the three recompute levels side by side (elementwise the same as three)
+    three = LayoutArray.concat([la.replace(recompute=c) for c in (0, 1, 2)])
+    total = memory.breakdown(model, three, precision, **memory_options).total
+    tot = [total[:n], total[n:2 * n], total[2 * n:]]
     per_chunk = np.ceil(model.layers / (la.pp * la.vp).astype(np.float64))
     need = np.where(tot[1] > tot[2], (tot[1] - cap) / np.maximum(tot[1] - tot[2], 1.0), 1.0)
     r = np.clip(np.ceil(np.round(need * per_chunk, 9)), 1.0, per_chunk)

@@ -236,6 +236,8 @@ def _unused_ffn(row: dict[str, Any]) -> int:
 
 def _int(row: dict[str, Any], col: str, default: int | None = None) -> int | None:
     v = row.get(col)
+    if type(v) is int:  # the common case first (read_runs parses integer columns)
+        return v
     if _blank(v):
         return default
     return v if isinstance(v, int) and not isinstance(v, bool) else _parse_int(col, str(v))
@@ -319,6 +321,92 @@ def _layout_values(row: dict[str, Any], recompute: str | None = None) -> tuple:
         rc = _stated_recompute(row)
         rc = "none" if rc == "unknown" else rc
     return tp, pp, cp, ep, etp, dp, vp, mbs, gbs, sp, zero, rc
+
+
+def _int_column(rows: Sequence[dict[str, Any]], col: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """(values, given) of an integer column whose every cell is an int or None (what
+    :func:`read_runs` makes of it), int64 with 0 where blank; None when a cell is anything else
+    (text, a float, a bool: :func:`_int` then parses it row by row) or too large for int64."""
+    cells = [r.get(col) for r in rows]
+    if not set(map(type, cells)) <= {int, type(None)}:
+        return None
+    try:
+        vals = np.array([0 if v is None else v for v in cells], dtype=np.int64)
+    except OverflowError:
+        return None
+    return vals, np.array([v is not None for v in cells], dtype=bool)
+
+
+def _by_cell(rows: Sequence[dict[str, Any]], col: str, fn) -> list:
+    """``fn(row)`` of every row, where ``fn`` reads only the cell ``col``: called once per distinct cell value."""
+    seen: dict = {}
+    out = []
+    for r in rows:
+        v = r.get(col)
+        key = (type(v), v)  # True and 1 are equal keys, not equal cells
+        try:
+            y = seen[key]
+        except KeyError:
+            y = seen[key] = fn(r)
+        except TypeError:  # an unhashable cell
+            y = fn(r)
+        out.append(y)
+    return out
+
+
+def _layout_table(rows: Sequence[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """:func:`_layout_values`, :func:`_stated_recompute` and :func:`_block_layers` of every row at
+    once: (n x 12 int64 in ``plan_rows``' column order, recompute unknown, recompute_num_layers or 0).
+    None when a row breaks a rule or has a cell :func:`_int_column` leaves to the row-by-row path
+    (which then raises the row's error, worded as always)."""
+    cols = {c: _int_column(rows, c) for c in ("tp", "pp", "gpu_count", "cp", "dp", "ep", "etp", "vp", "mbs", "gbs",
+                                               "zero_stage", "recompute_num_layers", "layers")}
+    if any(v is None for v in cols.values()):
+        return None
+    (tp, tp_g), (pp, pp_g), (gpus, gpus_g) = cols["tp"], cols["pp"], cols["gpu_count"]
+    if not (tp_g.all() and pp_g.all() and gpus_g.all()) or (tp <= 0).any() or (pp <= 0).any() or (gpus <= 0).any():
+        return None
+    given = {c: cols[c][1] for c in ("cp", "dp", "ep", "etp", "vp", "mbs", "gbs")}
+    if any(((cols[c][0] <= 0) & g).any() for c, g in given.items()):
+        return None
+    big = MAX_GPU_COUNT  # products below stay far inside int64
+    if any((cols[c][0] > big).any() for c in ("tp", "pp", "gpu_count", "cp", "dp", "ep", "etp", "mbs")):
+        return None
+    cp, ep, etp, mbs = (np.where(given[c], cols[c][0], 1) for c in ("cp", "ep", "etp", "mbs"))
+    tpc = tp * pp * cp
+    if (tpc > gpus).any() or (~given["dp"] & (gpus % tpc != 0)).any():
+        return None
+    dp = np.where(given["dp"], cols["dp"][0], gpus // np.maximum(tpc, 1))
+    if (tpc * dp != gpus).any():
+        return None
+    q = mbs * dp
+    gbs = np.where(given["gbs"], cols["gbs"][0], np.maximum(1, np.rint(gpus / q)).astype(np.int64) * q)
+    if (gbs % q != 0).any():
+        return None
+    # default_vp, vectorized: round(layers / (2 pp)) where pp > 1 and the micro-batches are a multiple of pp
+    layers = cols["layers"][0]
+    n_micro = gbs // q
+    auto = np.maximum(1, np.floor(layers / (LAYERS_PER_VIRTUAL_STAGE * pp) + 0.5)).astype(np.int64)
+    auto = np.where((pp <= 1) | (n_micro % pp != 0) | (pp * auto > layers) | (layers == 0), 1, auto)
+    vp = np.where(given["vp"], cols["vp"][0], auto)
+    if ((tp * cp * dp) % (ep * etp) != 0).any():
+        return None
+    zero = np.where(cols["zero_stage"][1], cols["zero_stage"][0], 1)
+    if ((zero < 0) | (zero > 3)).any():
+        return None
+    try:
+        sp = _by_cell(rows, "sequence_parallel", lambda r: None if _blank(r.get("sequence_parallel"))
+                      else _parse_bool("sequence_parallel", r.get("sequence_parallel")))
+        stated = _by_cell(rows, "recompute", _stated_recompute)
+    except ValueError:
+        return None
+    sp_on = np.array([v is None or v for v in sp], dtype=bool) & (tp > 1)
+    rc = np.array([RECOMPUTE_CODE["none" if v == "unknown" else v] for v in stated], dtype=np.int64)
+    n_blk, blk_g = cols["recompute_num_layers"]
+    if ((n_blk < 1) & blk_g).any() or (blk_g & (rc != RECOMPUTE_CODE["full"])).any():
+        return None
+    vals = np.stack([tp, pp, cp, ep, etp, dp, vp, mbs, gbs, sp_on.astype(np.int64), zero, rc], axis=1)
+    return vals, np.array([v == "unknown" for v in stated], dtype=bool), np.where(blk_g, n_blk, 0)
 
 
 def _block_layers(row: dict[str, Any]) -> int | None:
@@ -480,13 +568,17 @@ def mixed_recompute_gib(model, la: LayoutArray, precision: str, fraction, rest, 
     full on only a ``fraction`` of the layers (< 1), each term is the per-layer mix of the full
     terms and those of the other layers' recompute code ``rest`` (1 selective, 0 none), by that share."""
     x, rest = np.asarray(fraction, dtype=np.float64), np.asarray(rest, dtype=np.int64)
-    g = {k: v.copy() for k, v in memory.breakdown(model, la, precision, **options).gib().items()}
     partial = (la.recompute == 2) & (x < 1.0)
-    if np.any(partial):
-        other = memory.breakdown(model, la[partial].replace(recompute=rest[partial]), precision, **options).gib()
-        xp = x[partial]
-        for k in g:
-            g[k][partial] = (1.0 - xp) * other[k] + xp * g[k][partial]
+    n = len(la)
+    if not partial.any():
+        return memory.breakdown(model, la, precision, **options).gib()
+    # the layouts and, after them, the partial ones with the other layers' recompute: one breakdown
+    both = LayoutArray.concat([la, la[partial].replace(recompute=rest[partial])])
+    gib = memory.breakdown(model, both, precision, **options).gib()
+    g = {k: v[:n].copy() for k, v in gib.items()}
+    xp = x[partial]
+    for k in g:
+        g[k][partial] = (1.0 - xp) * gib[k][n:] + xp * g[k][partial]
     return g
 
 
@@ -511,7 +603,14 @@ class PlanGroup:
     def rest(self) -> np.ndarray:
         """Recompute code of the layers not fully recomputed, per row (1 selective unless a stated
         ``recompute_num_layers`` makes it 0, none)."""
-        return np.ones(len(self.index), np.int64) if self.recompute_rest is None else self.recompute_rest
+        if self.recompute_rest is not None:
+            return self.recompute_rest
+        ones = self.__dict__.get("_rest_ones")
+        if ones is None:
+            ones = np.ones(len(self.index), np.int64)
+            ones.flags.writeable = False
+            object.__setattr__(self, "_rest_ones", ones)
+        return ones
 
     def memory_gib(self) -> dict[str, np.ndarray]:
         """GiB per GPU by term and total (``memory.breakdown``); rows with full recompute on part
@@ -582,6 +681,19 @@ class TablePlan:
         grp = self.groups[g]
         return _recompute_label(int(grp.layouts.recompute[j]), float(grp.recompute_fraction[j]), int(grp.rest[j]))
 
+    def recompute_labels(self) -> list[str]:
+        """:meth:`recompute_label` of every row, table order (each distinct recompute worded once)."""
+        out = [""] * len(self.rows)
+        for grp in self.groups:
+            words: dict[tuple, str] = {}
+            for i, key in zip(grp.index.tolist(), zip(grp.layouts.recompute.tolist(), grp.recompute_fraction.tolist(),
+                                                      grp.rest.tolist())):
+                w = words.get(key)
+                if w is None:
+                    w = words[key] = _recompute_label(*key)
+                out[i] = w
+        return out
+
     @property
     def _where(self) -> dict[int, tuple[int, int]]:
         w = self.__dict__.get("_where_cache")
@@ -589,6 +701,25 @@ class TablePlan:
             w = {int(i): (g, j) for g, grp in enumerate(self.groups) for j, i in enumerate(grp.index)}
             object.__setattr__(self, "_where_cache", w)
         return w
+
+
+#: The cells :func:`memory_options` reads (besides the precision), and those :func:`row_dispatch` and
+#: :func:`row_schedule` read.
+_OPTION_COLUMNS: tuple[str, ...] = ("recompute_modules", "reserve_gib", "fp8_param_gather")
+_RUN_COLUMNS: tuple[str, ...] = ("moe_dispatcher", "schedule")
+
+
+def _cached_cells(cache: dict, key: tuple, fn):
+    """``cache[key]``, computed by ``fn()`` the first time (``key``: the cells ``fn`` reads, with
+    their types: True and 1 are different cells); unhashable cells are not cached."""
+    key = (*key, *map(type, key))
+    try:
+        return cache[key]
+    except KeyError:
+        out = cache[key] = fn()
+        return out
+    except TypeError:
+        return fn()
 
 
 def plan_rows(rows: Sequence[dict[str, Any]], row_numbers: Sequence[int] | None = None,
@@ -604,34 +735,44 @@ def plan_rows(rows: Sequence[dict[str, Any]], row_numbers: Sequence[int] | None 
     n = len(rows)
     nums = list(row_numbers) if row_numbers is not None else [i + 2 for i in range(n)]
     cache: dict = {}
-    vals = np.zeros((n, 12), dtype=np.int64)
-    unknown = np.zeros(n, dtype=bool)
-    n_block = np.zeros(n, dtype=np.int64)  # stated recompute_num_layers (0: none stated)
+    table = _layout_table(rows)  # every row's layout at once; None: row by row (and its error)
+    if table is None:
+        vals = np.zeros((n, 12), dtype=np.int64)
+        unknown = np.zeros(n, dtype=bool)
+        n_block = np.zeros(n, dtype=np.int64)  # stated recompute_num_layers (0: none stated)
+    else:
+        vals, unknown, n_block = table
     by_key: dict[tuple, list[int]] = {}
     info: dict[tuple, tuple] = {}
     measured: list[float | None] = []
     basis: list[str] = []
     moe = np.zeros(n, dtype=bool)
+    # memory options, dispatcher and schedule of a row read only these cells: worked out once per distinct value
+    opt_cache: dict = {}
     for i, row in enumerate(rows):
         try:
             mkey, model = _cached_model(row, cache)
             moe[i] = model.is_moe
-            tp, pp, cp, ep, etp, dp, vp, mbs, gbs, sp, zero, rc = _layout_values(row)
+            if table is None:
+                tp, pp, cp, ep, etp, dp, vp, mbs, gbs, sp, zero, rc = _layout_values(row)
             gpu = str(row["hardware"]).strip()
             prec = str(row["precision"]).strip().lower()
-            opts = {**memory_opts, **memory_options(row)}
-            unknown[i] = _stated_recompute(row) == "unknown"
-            n_block[i] = _block_layers(row) or 0
+            opts, opt_key = _cached_cells(opt_cache, ("opts", prec, *map(row.get, _OPTION_COLUMNS)), lambda: (
+                opts := {**memory_opts, **memory_options(row)}, tuple(sorted(opts.items()))))
+            if table is None:
+                unknown[i] = _stated_recompute(row) == "unknown"
+                n_block[i] = _block_layers(row) or 0
             m, b = measured_tokens_per_s(row, model)
-            dispatch = row_dispatch(row) if model.is_moe else "alltoall"
-            schedule = row_schedule(row)
+            dispatch, schedule = _cached_cells(opt_cache, ("run", model.is_moe, *map(row.get, _RUN_COLUMNS)), lambda: (
+                row_dispatch(row) if model.is_moe else "alltoall", row_schedule(row)))
         except (ValueError, hardware.HardwareError) as exc:
             raise RunsTableError(f"row {nums[i]}: {exc}") from None
-        vals[i] = (tp, pp, cp, ep, etp, dp, vp, mbs, gbs, int((True if sp is None else sp) and tp > 1), zero,
-                   RECOMPUTE_CODE[rc])
+        if table is None:
+            vals[i] = (tp, pp, cp, ep, etp, dp, vp, mbs, gbs, int((True if sp is None else sp) and tp > 1), zero,
+                       RECOMPUTE_CODE[rc])
         measured.append(m)
         basis.append(b)
-        key = (mkey, gpu, prec, tuple(sorted(opts.items())), dispatch, schedule)
+        key = (mkey, gpu, prec, opt_key, dispatch, schedule)
         if key not in by_key:
             by_key[key] = []
             info[key] = (model, gpu, prec, opts, dispatch, schedule)

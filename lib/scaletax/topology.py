@@ -167,7 +167,7 @@ def placement(n, stride, domain):
     n = np.asarray(n, dtype=np.int64)
     stride = np.asarray(stride, dtype=np.int64)
     domain = np.asarray(domain, dtype=np.int64)
-    if np.any(n < 1) or np.any(stride < 1) or np.any(domain < 1):
+    if (n < 1).any() or (stride < 1).any() or (domain < 1).any():
         raise ValueError("placement: n, stride and domain must be >= 1")
     n_in = np.maximum(members_per_domain(n, stride, domain), 1).astype(np.int64)
     n_out = -(-n // n_in)

@@ -153,6 +153,7 @@ def predict_rows(rows: list[dict[str, Any]], band: perf.EfficiencyBand | None = 
         cols = {k: getattr(v, k).tolist() for k in ("tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu", "step_s",
                                                     "compute_s", "exposed_comm_s", "bubble_s", "other_s")}
         lo, hi = lo.tolist(), hi.tolist()
+        words = plan.recompute_labels()
         for j, k in enumerate(keep):
             p = cols["tokens_per_s_per_gpu"][j]
             measured = plan.measured[j]
@@ -166,7 +167,7 @@ def predict_rows(rows: list[dict[str, Any]], band: perf.EfficiencyBand | None = 
                 "predicted_step_time_s": cols["step_s"][j],
                 "compute_s": cols["compute_s"][j], "exposed_comm_s": cols["exposed_comm_s"][j],
                 "bubble_s": cols["bubble_s"][j], "other_s": cols["other_s"][j],
-                "recompute_modelled": plan.recompute_label(j),
+                "recompute_modelled": words[j],
                 "layout_assumptions": "; ".join(plan.assumptions[j]),
                 "error_vs_measured": round(p / measured - 1.0, 4) if measured else None,
                 "layout_searched": labels[k],
