@@ -257,9 +257,9 @@ def _stochastic(v: np.ndarray, e: _Elem, rng: np.random.Generator) -> np.ndarray
     np.maximum(qexp, np.int32(e.emin + 127), out=qexp)
     qexp -= np.int32(e.man_bits)
     if e.emin - e.man_bits > -127:  # spacing and its inverse are normal float32: from bits
-        ulp = (qexp << np.int32(23)).view(_F32)  # 2^(qexp - 127)
-        np.subtract(np.int32(254), qexp, out=qexp)
-        qexp <<= np.int32(23)
+        bits = qexp << np.int32(23)
+        ulp = bits.view(_F32)  # 2^(qexp - 127)
+        np.subtract(np.int32(254 << 23), bits, out=qexp)  # (254 - qexp) << 23: 2^(127 - qexp)
         with np.errstate(invalid="ignore"):
             a *= qexp.view(_F32)  # a / ulp (times 1 / ulp, a power of two: exact)
     else:  # BF16: the spacing of its subnormals is a float32 subnormal
@@ -272,7 +272,11 @@ def _stochastic(v: np.ndarray, e: _Elem, rng: np.random.Generator) -> np.ndarray
         up = rng.random(a.shape, dtype=_F32) < a
     lo += up  # (floor + up) x ulp: the same exact product as floor x ulp + up x ulp
     lo *= ulp
-    return np.copysign(lo, v, out=lo)
+    # copysign(lo, v) on the bits (lo's magnitude, v's sign; NaN too): ~2x np.copysign's speed
+    out = lo.view(np.uint32)
+    out &= np.uint32(0x7FFFFFFF)
+    out |= v.view(np.uint32) & np.uint32(0x80000000)
+    return lo
 
 
 def _clamped(v: np.ndarray, e: _Elem) -> np.ndarray:
@@ -372,6 +376,8 @@ def _rowmax(a: np.ndarray) -> np.ndarray:
 def _block_amax(blocks: np.ndarray) -> np.ndarray:
     """Per-block max |x| (n, 1) float32, NaN ignored; raises on inf."""
     amax = _rowmax(np.abs(blocks))
+    if not amax.size or np.isfinite(amax.max()):  # max propagates NaN: one pass says "all finite"
+        return amax
     nan = np.isnan(amax[:, 0])
     if nan.any():
         sub = np.abs(blocks[nan])

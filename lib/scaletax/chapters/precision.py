@@ -46,7 +46,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from scaletax import DATA_DIR, hardware, memo, recipes, references
+from scaletax import DATA_DIR, hardware, jobserver, memo, recipes, references
 from scaletax import lowp_training as L
 from scaletax import precision as P
 from scaletax import runs as runs_table
@@ -309,8 +309,23 @@ def task_config(steps: int, **overrides) -> L.TaskConfig:
 train = memo.cached(L.train)
 
 
+#: What a training worker takes from the caller's environment now (the forkserver, started once
+#: per process, holds the environment of its start): the result cache and the job slots.
+_WORKER_ENV = (memo.ENV, jobserver.ENV)
+
+
+def _worker_init(env: dict[str, str | None]) -> None:
+    for name, value in env.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
 def _train_job(job: tuple[str, int, L.TaskConfig]) -> L.RunResult:
-    return train(*job)
+    """One training in a worker process, holding one of the build's job slots while it runs."""
+    with jobserver.slot():
+        return train(*job)
 
 
 def workers() -> int:
@@ -327,17 +342,21 @@ def run(base_seed: int, n_seeds: int, steps: int,
 
     The recipe x seed trainings are independent: they run in ``n_workers`` processes (default
     :func:`workers`) and each is cached (:data:`train`); the results do not depend on the
-    number of workers (every training is seeded by its own seed).
+    number of workers (every training is seeded by its own seed). In a build the chapter lends
+    its job slot while it waits, and each training holds one (``scaletax.jobserver``): the
+    workers use exactly the cores the other chapters leave free.
     """
     cfg = task_config(steps, **overrides)
     seeds = experiment_seeds(base_seed, n_seeds)
     jobs = [(r, s, cfg) for r in recipes for s in seeds]
     n = min(len(jobs), workers() if n_workers is None else max(1, int(n_workers)))
     if n <= 1:
-        runs = [_train_job(j) for j in jobs]
+        runs = [train(*j) for j in jobs]  # in this process, in the chapter's own slot
     else:
         # forkserver: the kernel has threads, which a plain fork would copy mid-flight
-        with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("forkserver")) as pool:
+        with jobserver.lend(), \
+                ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("forkserver"), initializer=_worker_init,
+                                    initargs=({k: os.environ.get(k) for k in _WORKER_ENV},)) as pool:
             runs = list(pool.map(_train_job, jobs))
     return L.collect(recipes, seeds, runs), cfg
 

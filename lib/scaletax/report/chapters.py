@@ -30,6 +30,13 @@ class Chapter:
     reads: tuple[str, ...]
     #: data files (relative to ``data/``) it reads; ``hardware.csv``: keyed on the rows it reads
     data: tuple[str, ...]
+    #: seconds of a cold execution: the schedule's estimate (longest first) while the cache has
+    #: no record of an execution of this chapter (``report/execute.py: schedule``)
+    cold_seconds: float = 10.0
+    #: chapters that compute what this one reuses from the result cache (``scaletax.memo``): in
+    #: a build that executes both it starts only once they have finished (so it reads their
+    #: results instead of waiting on them with a job slot); its output does not depend on it
+    after: tuple[str, ...] = ()
 
     @property
     def source(self):
@@ -68,26 +75,31 @@ _PLAN = ("models", "gpus", "training.tokens", "training.global_batch_tokens", "t
          "economics.prices", "economics.energy", "economics.usd_per_mwh", "economics.price_includes_power",
          "comparisons")
 
-#: Executed chapters, in book order (the summary is the book's first page).
+#: Executed chapters, in book order (the summary is the book's first page). ``cold_seconds``:
+#: each chapter's execution in the reference cold build (main at 977c27e, 2026-12-01, idle
+#: machine, ``--jobs 2``), rounded. The summary asks the decision chapter's searches (all 61 of
+#: its ``search()`` calls), so it runs after it.
 CHAPTERS = (
     Chapter("summary", reads=("name", *_PLAN, "cluster.goodput_source"),
-            data=(*_MODEL_DATA, "references.yaml", "published_runs.csv")),
-    Chapter("hardware", reads=("gpus",), data=("hardware.csv",)),
+            data=(*_MODEL_DATA, "references.yaml", "published_runs.csv"), cold_seconds=22, after=("decision",)),
+    Chapter("hardware", reads=("gpus",), data=("hardware.csv",), cold_seconds=4),
     Chapter("memory", reads=("models", "gpus", "cluster.sizes", "cluster.gpus", "training.precision",
                              "training.precisions", "training.global_batch_tokens"),
-            data=("hardware.csv", "models.yaml", "published_runs.csv", "references.yaml")),
+            data=("hardware.csv", "models.yaml", "published_runs.csv", "references.yaml"), cold_seconds=11),
     Chapter("communication", reads=("models", "gpus", "cluster.sizes", "cluster.gpus", "training.precision",
                                     "training.precisions", "training.global_batch_tokens"),
-            data=("hardware.csv", "models.yaml", "collectives.csv", "efficiency.yaml")),
+            data=("hardware.csv", "models.yaml", "collectives.csv", "efficiency.yaml"), cold_seconds=32),
     Chapter("precision", reads=("gpus", "training.precisions", "precision.seed", "precision.experiment_seeds",
                                 "precision.experiment_steps"),
-            data=("hardware.csv", "published_runs.csv", "precision_vectors.json", "references.yaml")),
+            data=("hardware.csv", "published_runs.csv", "precision_vectors.json", "references.yaml"),
+            cold_seconds=63),
     Chapter("validation", reads=(),
             data=("hardware.csv", "models.yaml", "published_runs.csv", "efficiency.yaml", "collectives.csv",
-                  "measured/gemm_h200.csv", "coverage_probes.csv", "production_moe_recipes.csv")),
+                  "measured/gemm_h200.csv", "coverage_probes.csv", "production_moe_recipes.csv"),
+            cold_seconds=27),
     Chapter("decision", reads=("name", *_PLAN, "training.tokens_source", "economics.usd_per_mwh_source",
                                "cluster.goodput_source"),
-            data=(*_MODEL_DATA, "references.yaml")),
+            data=(*_MODEL_DATA, "references.yaml"), cold_seconds=22),
 )
 _BY_SLUG = {c.slug: c for c in CHAPTERS}
 

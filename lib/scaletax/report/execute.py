@@ -23,6 +23,14 @@ is discarded and the chapter executed again, with a one-line note. Entries appea
 rename, so concurrent builds of the same chapter both succeed. The cache is held under a
 size cap (``SCALETAX_CACHE_MAX_MB``, default :data:`CACHE_MAX_BYTES`) by evicting the least
 recently used entries; ``scaletax cache prune`` does the same on demand.
+
+Schedule: the chapters to execute start longest first (:func:`schedule`: each chapter's last
+executed seconds, recorded in ``<cache>/seconds.json``, else its ``cold_seconds``; a chapter
+waits for those it runs ``after``), so the longest chapter does not start last. Every process
+of the build shares ``jobs`` slots (``scaletax.jobserver``): the runner takes one per chapter,
+and a chapter that splits its work over processes (the precision experiment) lends its own
+and holds one per piece of work, so the cores are neither oversubscribed nor idle while work
+is left. The order changes when chapters run, never what they compute.
 """
 from __future__ import annotations
 
@@ -41,7 +49,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scaletax import DATA_DIR, hardware
+from scaletax import DATA_DIR, hardware, jobserver
 from scaletax.report import lifecycle
 from scaletax.report.chapters import Chapter
 from scaletax.report.provenance import lib_hash, lock_hash, sha256_bytes
@@ -64,6 +72,8 @@ READS_FILE = "hardware_reads.txt"
 READS_DIR = "reads"
 #: Default size cap of the execution cache (bytes); ``SCALETAX_CACHE_MAX_MB`` overrides.
 CACHE_MAX_BYTES = 2 * 1024**3
+#: File of the cache recording each chapter's last executed seconds (the schedule's estimate).
+SECONDS_FILE = "seconds.json"
 
 
 class ChapterFailed(RuntimeError):
@@ -275,13 +285,64 @@ def _kill(job: _Job) -> None:
             continue
 
 
+def recorded_seconds(cache_dir: Path) -> dict[str, float]:
+    """{slug: seconds of its last execution} from the cache ({} when none is readable)."""
+    try:
+        rec = json.loads((cache_dir / SECONDS_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(rec, dict):
+        return {}
+    return {k: float(v) for k, v in rec.items()
+            if isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0}
+
+
+def _record_seconds(cache_dir: Path, slug: str, seconds: float) -> None:
+    """Record ``slug``'s executed seconds in :data:`SECONDS_FILE` (one rename; a concurrent
+    build may win the race: the record is only an estimate)."""
+    rec = recorded_seconds(cache_dir)
+    rec[slug] = round(float(seconds), 2)
+    fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=lifecycle.temp_name(".tmp-seconds-"))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            json.dump(rec, out, indent=1, sort_keys=True)
+        os.replace(tmp, cache_dir / SECONDS_FILE)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def schedule(chapters: list[Chapter], seconds: dict[str, float] | None = None) -> list[Chapter]:
+    """The order to start ``chapters`` in: longest estimated execution first (``seconds``, the
+    recorded seconds, else each chapter's ``cold_seconds``), ties in book order, and a chapter
+    after those of the list it runs ``after`` (the runner also waits for them to finish:
+    :func:`_ready`)."""
+    seconds = seconds or {}
+    book = {ch.slug: i for i, ch in enumerate(chapters)}
+    left = sorted(chapters, key=lambda ch: (-seconds.get(ch.slug, ch.cold_seconds), book[ch.slug]))
+    order: list[Chapter] = []
+    while left:
+        todo = {ch.slug for ch in left}
+        ch = next((c for c in left if not set(c.after) & todo), left[0])  # left[0]: a cycle
+        left.remove(ch)
+        order.append(ch)
+    return order
+
+
+def _ready(job: "_Job", waiting: list["_Job"]) -> bool:
+    """Whether ``job`` may start: none of the chapters it runs ``after`` is still to finish."""
+    return not set(job.chapter.after) & {j.chapter.slug for j in waiting}
+
+
 def execute_chapters(chapters: list[Chapter], scenario, cache_dir: Path, log_dir: Path,
                      jobs: int = 1, progress=None, work_dir: Path | None = None) -> list[Result]:
     """Execute (or reuse) every chapter, ``jobs`` at a time. Raises ChapterFailed.
 
     Each notebook runs in its own process session, so an interrupted build can stop the
     worker and its kernel together; unfinished work folders are removed. With ``work_dir``
-    every result is a checked private copy there (what the book is built from).
+    every result is a checked private copy there (what the book is built from). Chapters to
+    execute start in the order of :func:`schedule`, each holding one of ``jobs`` slots
+    (module docstring); the results come back in the order of ``chapters``.
     """
     cache_dir.mkdir(parents=True, exist_ok=True)
     code = lib_hash()
@@ -307,13 +368,26 @@ def execute_chapters(chapters: list[Chapter], scenario, cache_dir: Path, log_dir
             progress(ch.slug, f"cache entry discarded ({problem}): executing again")
         pending.append(_Job(ch, params, base, Path(), definitions=defs))
 
-    env = kernel_env(cache_dir, jobs)
+    order = {ch.slug: i for i, ch in enumerate(schedule([j.chapter for j in pending], recorded_seconds(cache_dir)))}
+    pending.sort(key=lambda j: order[j.chapter.slug])
     running: list[_Job] = []
     failures: list[ChapterFailed] = []
+    slots = None
     try:
+        if pending:
+            slots = jobserver.Server(Path(tempfile.mkdtemp(prefix=lifecycle.temp_name(".tmp-jobs-"), dir=cache_dir))
+                                     / "slots", max(1, jobs))
+        env = {**kernel_env(cache_dir, jobs), **({jobserver.ENV: str(slots.path)} if slots else {})}
         while pending or running:
-            while pending and len(running) < max(1, jobs) and not failures:
-                job = pending.pop(0)
+            while not failures:
+                job = next((j for j in pending if _ready(j, pending + running)), None)
+                if job is None and pending and not running:  # a cycle of ``after``: start anyway
+                    job = pending[0]
+                if job is None or not slots.take():
+                    slots.want(job is not None)  # a ready chapter goes before the next worker's piece
+                    break
+                slots.want(False)
+                pending.remove(job)
                 job.work = Path(tempfile.mkdtemp(prefix=lifecycle.temp_name(f".tmp-{job.chapter.slug}-"),
                                                  dir=cache_dir))
                 running.append(job)
@@ -325,14 +399,19 @@ def execute_chapters(chapters: list[Chapter], scenario, cache_dir: Path, log_dir
             time.sleep(0.1)
             for job in [j for j in running if j.proc.poll() is not None]:
                 running.remove(job)
+                slots.give()
                 failure = _finish(job, cache_dir, log_dir, results, progress, work_dir)
                 if failure:
                     failures.append(failure)
                     pending.clear()
+                    slots.want(False)
     finally:
         for job in running:
             _kill(job)
             shutil.rmtree(job.work, ignore_errors=True)
+        if slots is not None:
+            slots.close()
+            shutil.rmtree(slots.path.parent, ignore_errors=True)
     if failures:
         raise failures[0]
     return [results[ch.slug] for ch in chapters]
@@ -496,6 +575,7 @@ def _finish(job: _Job, cache_dir: Path, log_dir: Path, results: dict, progress,
         results[slug] = Result(slug, key, where / "notebook.ipynb", where / "figures",
                                reused=False, seconds=status["seconds"], parameters=job.params,
                                execution=record["execution"], hardware_reads=reads)
+        _record_seconds(cache_dir, slug, status["seconds"])
         if progress:
             progress(slug, f"executed in {status['seconds']:.1f} s")
         return None

@@ -1,0 +1,119 @@
+"""Job slots shared by every process of a build: a GNU make style jobserver on a named pipe.
+
+The build runner (``report/execute.py``) makes a FIFO holding one byte per slot (``--jobs``)
+and names it in ``SCALETAX_JOBSERVER``. It takes a slot before it starts a chapter and puts it
+back when the chapter's process ends. A chapter that splits its work over processes (the
+precision experiment's trainings) lends its own slot back while it waits on them (:func:`lend`)
+and every worker holds a slot for each piece of work (:func:`slot`), so the chapters and the
+workers together never run more CPU-bound processes than there are slots, and a freed slot
+goes to the next piece of work. The runner's chapters come first: while one is ready to start
+and no slot is free the runner marks the pipe wanted (``<pipe>.want``, :meth:`Server.want`), and
+a worker does not take a new slot while the mark is there, so the short pieces of work (trainings
+of a second or two) fill the cores around the chapters and the build does not end on one long
+chapter started last. Without ``SCALETAX_JOBSERVER`` (a notebook run by hand, the tests) both
+are no-ops.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from pathlib import Path
+
+ENV = "SCALETAX_JOBSERVER"
+_TOKEN = b"+"
+
+
+class Server:
+    """The runner's end: a FIFO at ``path`` holding ``slots`` tokens; ``take`` never blocks."""
+
+    def __init__(self, path: Path, slots: int):
+        if slots < 1:
+            raise ValueError(f"a jobserver needs at least one slot, got {slots}")
+        self.path = Path(path)
+        os.mkfifo(self.path, 0o600)
+        # O_RDWR: opening does not wait for a peer, and the pipe never sees end-of-file
+        self._fd = os.open(self.path, os.O_RDWR | os.O_NONBLOCK)
+        os.write(self._fd, _TOKEN * slots)
+        self._wanted = False
+
+    def take(self) -> bool:
+        """Take one slot if one is free (True), else False at once."""
+        try:
+            return len(os.read(self._fd, 1)) == 1
+        except BlockingIOError:
+            return False
+
+    def give(self) -> None:
+        """Put one slot back."""
+        os.write(self._fd, _TOKEN)
+
+    def want(self, wanted: bool) -> None:
+        """Mark (or unmark) that the runner waits for a slot: workers let it go first."""
+        if wanted != self._wanted:
+            if wanted:
+                _want(self.path).touch()
+            else:
+                _want(self.path).unlink(missing_ok=True)
+            self._wanted = wanted
+
+    def close(self) -> None:
+        os.close(self._fd)
+        self.path.unlink(missing_ok=True)
+        _want(self.path).unlink(missing_ok=True)
+
+
+def _want(path: Path) -> Path:
+    return path.with_name(path.name + ".want")
+
+
+#: How often a worker looks again whether the runner still waits for a slot (seconds).
+_WANT_POLL_S = 0.05
+
+
+def _fd() -> int | None:
+    path = os.environ.get(ENV)
+    if not path:
+        return None
+    return os.open(path, os.O_RDWR)  # blocking reads: wait for a slot
+
+
+@contextlib.contextmanager
+def slot():
+    """Hold one of the build's slots for the block (wait until one is free and the runner does
+    not wait for one)."""
+    fd = _fd()
+    if fd is None:
+        yield
+        return
+    try:
+        want = _want(Path(os.environ[ENV]))
+        while want.exists():
+            time.sleep(_WANT_POLL_S)
+        while not os.read(fd, 1):  # pragma: no cover - O_RDWR: never end-of-file
+            pass
+        try:
+            yield
+        finally:
+            os.write(fd, _TOKEN)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def lend():
+    """Give the caller's own slot back for the block (while it waits on its workers), then
+    wait to take one again."""
+    fd = _fd()
+    if fd is None:
+        yield
+        return
+    try:
+        os.write(fd, _TOKEN)
+        try:
+            yield
+        finally:
+            while not os.read(fd, 1):  # pragma: no cover
+                pass
+    finally:
+        os.close(fd)

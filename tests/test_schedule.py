@@ -1,0 +1,175 @@
+"""The build's schedule: longest chapters first, ``after`` respected, and one pool of job slots
+(scaletax.jobserver) shared by the chapters and the precision experiment's workers."""
+import json
+import multiprocessing
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from scaletax import jobserver
+from scaletax.report import chapters as toc
+from scaletax.report import execute
+from scaletax.report.chapters import Chapter
+from test_cache import Scen, TinyChapter
+
+
+def _ch(slug, cold, after=()):
+    return Chapter(slug, reads=(), data=(), cold_seconds=cold, after=after)
+
+
+def test_schedule_starts_the_longest_first_recorded_seconds_before_the_static_estimate():
+    chs = [_ch("a", 5), _ch("b", 30), _ch("c", 5), _ch("d", 12)]
+    assert [c.slug for c in execute.schedule(chs)] == ["b", "d", "a", "c"]  # ties in book order
+    assert [c.slug for c in execute.schedule(chs, {"a": 40.0, "b": 1.0})] == ["a", "d", "c", "b"]
+
+
+def test_the_default_book_starts_the_precision_chapter_first_and_the_summary_after_the_decision():
+    order = [c.slug for c in execute.schedule(list(toc.CHAPTERS))]
+    assert order[0] == "precision"
+    assert order.index("decision") < order.index("summary")
+    assert all(a in {c.slug for c in toc.CHAPTERS} for c in toc.CHAPTERS for a in c.after)
+
+
+def test_recorded_seconds_round_trip_and_ignore_a_bad_record(tmp_path):
+    assert execute.recorded_seconds(tmp_path) == {}
+    execute._record_seconds(tmp_path, "memory", 10.714)
+    execute._record_seconds(tmp_path, "precision", 63.0)
+    assert execute.recorded_seconds(tmp_path) == {"memory": 10.71, "precision": 63.0}
+    (tmp_path / execute.SECONDS_FILE).write_text(json.dumps({"memory": "slow", "x": -1, "y": 2}))
+    assert execute.recorded_seconds(tmp_path) == {"y": 2.0}
+    (tmp_path / execute.SECONDS_FILE).write_text("{not json")
+    assert execute.recorded_seconds(tmp_path) == {}
+
+
+def _busy(path, counter, peak, lock):
+    import os
+
+    os.environ[jobserver.ENV] = path
+    with jobserver.slot():
+        with lock:
+            counter.value += 1
+            peak.value = max(peak.value, counter.value)
+        time.sleep(0.15)
+        with lock:
+            counter.value -= 1
+
+
+def test_processes_never_hold_more_slots_than_the_server_has(tmp_path):
+    server = jobserver.Server(tmp_path / "slots", 2)
+    ctx = multiprocessing.get_context("spawn")
+    counter, peak, lock = ctx.Value("i", 0), ctx.Value("i", 0), ctx.Lock()
+    procs = [ctx.Process(target=_busy, args=(str(server.path), counter, peak, lock)) for _ in range(5)]
+    try:
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(30)
+        assert [p.exitcode for p in procs] == [0] * 5
+        assert peak.value == 2
+        assert server.take() and server.take() and not server.take()  # every slot came back
+    finally:
+        server.close()
+    assert not server.path.exists()
+
+
+def test_a_slot_waits_for_a_free_one_and_lend_gives_the_callers_back(tmp_path, monkeypatch):
+    server = jobserver.Server(tmp_path / "slots", 1)
+    monkeypatch.setenv(jobserver.ENV, str(server.path))
+    assert server.take()  # the runner's: this "chapter" holds the only slot
+    got = threading.Event()
+
+    def worker():
+        with jobserver.slot():
+            got.set()
+
+    t = threading.Thread(target=worker)
+    t.start()
+    assert not got.wait(0.3)  # no slot free: it waits
+    with jobserver.lend():  # the chapter waits on its worker: its slot goes to it
+        assert got.wait(5)
+        t.join(5)
+    assert not server.take()  # lend took the chapter's slot back
+    server.give()
+    server.close()
+
+
+def test_a_worker_lets_the_runner_take_a_free_slot_first(tmp_path, monkeypatch):
+    server = jobserver.Server(tmp_path / "slots", 1)
+    monkeypatch.setenv(jobserver.ENV, str(server.path))
+    server.want(True)  # a chapter is ready to start: the runner goes first
+    got = threading.Event()
+
+    def worker():
+        with jobserver.slot():
+            got.set()
+
+    t = threading.Thread(target=worker)
+    t.start()
+    assert not got.wait(0.3)  # a slot is free, yet the worker waits
+    assert server.take()  # the runner's chapter
+    server.want(False)
+    assert not got.wait(0.3)  # no slot free now
+    server.give()  # the chapter ended
+    assert got.wait(5)
+    t.join(5)
+    server.close()
+    assert not list(tmp_path.iterdir())
+
+
+def test_without_a_jobserver_slot_and_lend_do_nothing(monkeypatch):
+    monkeypatch.delenv(jobserver.ENV, raising=False)
+    with jobserver.slot(), jobserver.lend():
+        pass
+    with pytest.raises(ValueError, match="at least one slot"):
+        jobserver.Server(Path("/nonexistent/slots"), 0)
+
+
+NOTEBOOK = """---
+jupytext:
+  text_representation:
+    extension: .md
+    format_name: myst
+kernelspec:
+  display_name: Python 3
+  language: python
+  name: python3
+---
+
+```{{code-cell}} ipython3
+:tags: [parameters]
+value = 1
+```
+
+```{{code-cell}} ipython3
+import os, time
+with open(os.environ["TEST_ORDER_LOG"], "a") as f:
+    f.write("start {name}\\n")
+time.sleep(0.5)
+with open(os.environ["TEST_ORDER_LOG"], "a") as f:
+    f.write("end {name}\\n")
+```
+"""
+
+
+@pytest.mark.kernels
+def test_chapters_start_longest_first_and_after_the_chapters_they_reuse(tmp_path, monkeypatch):
+    log = tmp_path / "order.log"
+    monkeypatch.setenv("TEST_ORDER_LOG", str(log))
+
+    def chapter(name, cold, after=()):
+        src = tmp_path / f"{name}.md"
+        src.write_text(NOTEBOOK.format(name=name))
+        return TinyChapter(name, reads=("value",), data=(), path=str(src), cold_seconds=cold, after=after)
+
+    # book order short, long, reuser; "reuser" is estimated longest but waits for "long"
+    chs = [chapter("short", 1), chapter("long", 5), chapter("reuser", 9, after=("long",))]
+    cache = tmp_path / "cache"
+    res = execute.execute_chapters(chs, Scen(), cache, tmp_path / "logs", jobs=2)
+    assert [r.slug for r in res] == ["short", "long", "reuser"]  # book order, whatever ran first
+    lines = log.read_text().splitlines()
+    assert lines[:2] == ["start long", "start short"]
+    assert lines.index("start reuser") > lines.index("end long")
+    assert set(execute.recorded_seconds(cache)) == {"short", "long", "reuser"}
+    assert not list(cache.glob(".tmp-jobs-*"))  # the slots' pipe is gone with the build
