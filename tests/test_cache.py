@@ -80,7 +80,7 @@ def _run(ch, cache, tmp_path, tag="w", notes=None):
 
 
 def _entry(cache):
-    (entry,) = [p for p in cache.iterdir() if not p.name.startswith(".")]
+    (entry,) = [p for p in cache.iterdir() if execute._KEY.fullmatch(p.name)]  # not seconds.json, reads/
     return entry
 
 

@@ -12,7 +12,7 @@ from scaletax import jobserver
 from scaletax.report import chapters as toc
 from scaletax.report import execute
 from scaletax.report.chapters import Chapter
-from test_cache import Scen, TinyChapter
+from test_cache import NOTEBOOK as TINY_NOTEBOOK, Scen, TinyChapter
 
 
 def _ch(slug, cold, after=()):
@@ -74,18 +74,24 @@ def test_processes_never_hold_more_slots_than_the_server_has(tmp_path):
     assert not server.path.exists()
 
 
+def _worker():
+    """A thread that takes a slot (from ``SCALETAX_JOBSERVER``) and sets its event once it has one."""
+    got = threading.Event()
+
+    def run():
+        with jobserver.slot():
+            got.set()
+
+    t = threading.Thread(target=run)
+    t.start()
+    return t, got
+
+
 def test_a_slot_waits_for_a_free_one_and_lend_gives_the_callers_back(tmp_path, monkeypatch):
     server = jobserver.Server(tmp_path / "slots", 1)
     monkeypatch.setenv(jobserver.ENV, str(server.path))
     assert server.take()  # the runner's: this "chapter" holds the only slot
-    got = threading.Event()
-
-    def worker():
-        with jobserver.slot():
-            got.set()
-
-    t = threading.Thread(target=worker)
-    t.start()
+    t, got = _worker()
     assert not got.wait(0.3)  # no slot free: it waits
     with jobserver.lend():  # the chapter waits on its worker: its slot goes to it
         assert got.wait(5)
@@ -99,14 +105,7 @@ def test_a_worker_lets_the_runner_take_a_free_slot_first(tmp_path, monkeypatch):
     server = jobserver.Server(tmp_path / "slots", 1)
     monkeypatch.setenv(jobserver.ENV, str(server.path))
     server.want(True)  # a chapter is ready to start: the runner goes first
-    got = threading.Event()
-
-    def worker():
-        with jobserver.slot():
-            got.set()
-
-    t = threading.Thread(target=worker)
-    t.start()
+    t, got = _worker()
     assert not got.wait(0.3)  # a slot is free, yet the worker waits
     assert server.take()  # the runner's chapter
     server.want(False)
@@ -126,18 +125,7 @@ def test_without_a_jobserver_slot_and_lend_do_nothing(monkeypatch):
         jobserver.Server(Path("/nonexistent/slots"), 0)
 
 
-NOTEBOOK = """---
-jupytext:
-  text_representation:
-    extension: .md
-    format_name: myst
-kernelspec:
-  display_name: Python 3
-  language: python
-  name: python3
----
-
-```{{code-cell}} ipython3
+NOTEBOOK = TINY_NOTEBOOK.split("# Tiny")[0].replace("{", "{{").replace("}", "}}") + """```{{code-cell}} ipython3
 :tags: [parameters]
 value = 1
 ```
