@@ -195,3 +195,56 @@ def test_bad_layout_cell_same_error_as_row_by_row(change):
     with pytest.raises(runs.RunsTableError) as got:
         runs.plan_rows(rows)
     assert str(got.value) == f"row 4: {want.value}"
+
+
+def _fields_equal(a, b) -> None:
+    """Every array of two StepInputs (and of their per-group traffic) equal, bit for bit."""
+    from dataclasses import fields
+
+    for f in fields(a):
+        if f.name == "comm":
+            continue
+        assert np.array_equal(getattr(a, f.name), getattr(b, f.name)), f.name
+    for k, g in a.comm.groups.items():
+        for f in g._FIELDS:
+            assert np.array_equal(getattr(g, f), getattr(b.comm.groups[k], f)), (k, f)
+    for f in a.comm._PATH:
+        assert np.array_equal(getattr(a.comm, f), getattr(b.comm, f)), f
+
+
+@pytest.mark.parametrize("table", ["published", "probes", "random"])
+def test_table_step_inputs_same_as_per_group(table):
+    """One ``perf.prepare`` over the groups of several GPUs (one GPU per layout) gives exactly
+    the inputs of one call per group, in table order."""
+    rows = {"published": lambda: runs.read_runs(runs.RUNS_CSV),
+            "probes": lambda: runs.read_runs(runs.DATA_DIR / "coverage_probes.csv"),
+            "random": lambda: _random_rows(120, seed=17)}[table]()
+    plan = runs.plan_rows(rows)
+    got = plan.step_inputs()
+    want = perf.StepInputs.concat([g.step_inputs() for g in plan.groups]).take(plan._order())
+    _fields_equal(got, want)
+    batches = {(id(g.model), g.precision, g.ep_dispatch, g.schedule) for g in plan.groups}
+    assert len(batches) < len(plan.groups)  # groups of different GPUs did share a call
+
+
+def test_prepare_one_gpu_per_layout():
+    """``perf.prepare`` with one GPU per layout equals one call per GPU; a wrong count is refused."""
+    model = runs.row_model(runs.read_runs(runs.RUNS_CSV)[0])
+    la = LayoutArray.from_layouts([runs.row_layout(r) for r in runs.read_runs(runs.RUNS_CSV)[:2]])
+    gpus = ["h100_sxm", "gb200"]
+    both = perf.prepare(model, LayoutArray.concat([la, la]), "fp8", [gpus[0]] * 2 + [gpus[1]] * 2)
+    one = perf.StepInputs.concat([perf.prepare(model, la, "fp8", g) for g in gpus])
+    _fields_equal(both, one)
+    with pytest.raises(ValueError, match=r"^gpu: 3 GPUs for 4 layouts"):
+        perf.prepare(model, LayoutArray.concat([la, la]), "fp8", gpus + gpus[:1])
+
+
+@pytest.mark.parametrize("table", ["published", "random"])
+def test_table_memory_same_as_per_group(table):
+    """One memory breakdown over the groups of several GPUs equals one per group, bit for bit."""
+    rows = runs.read_runs(runs.RUNS_CSV) if table == "published" else _random_rows(120, seed=19)
+    plan = runs.plan_rows(rows)
+    got = plan.memory_gib()
+    parts = [g.memory_gib() for g in plan.groups]
+    for k in got:
+        assert np.array_equal(got[k], plan._scatter([p[k] for p in parts])), k

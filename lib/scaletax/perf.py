@@ -387,6 +387,61 @@ def _topology(gpu: hardware.GPU) -> Topology:
     return Topology.from_gpu(gpu)
 
 
+@dataclass(frozen=True)
+class _GPUTerms:
+    """What :func:`prepare` reads of the GPU: dense peaks of the recipe format and of 16 bits
+    (FLOP/s), the topology, :data:`SFU_RATIO`, the family's index in :data:`FAMILIES`, the GEMM
+    reference sizes (:func:`gemm_reference_size`) and HBM B/s; scalars for one GPU, per-layout
+    arrays (and a topology of arrays) for one GPU per layout."""
+
+    peak_fmt: Any
+    peak_16: Any
+    topo: Topology
+    sfu_ratio: Any
+    fam_idx: Any
+    n_ref_fmt: Any
+    n_ref_16: Any
+    hbm_bw: Any
+
+    @classmethod
+    def one(cls, gpu, precision: str) -> "_GPUTerms":
+        g = _gpu(gpu)
+        half = compute_precision(g, precision)
+        return cls(peak_fmt=g.peak_flops(precision), peak_16=g.peak_flops(half), topo=_topology(g),
+                   sfu_ratio=SFU_RATIO[g.family], fam_idx=FAMILIES.index(g.family),
+                   n_ref_fmt=gemm_reference_size(g, precision), n_ref_16=gemm_reference_size(g, half), hbm_bw=g.hbm_bw)
+
+
+#: Topology fields :func:`_gpu_terms` gathers per layout.
+_TOPO_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Topology) if f.name != "name")
+
+
+def _gpu_terms(gpu, precision: str, n: int) -> _GPUTerms:
+    """:class:`_GPUTerms` of ``gpu``: one GPU (hardware id or ``hardware.GPU``), or a sequence of
+    ``n``, one per layout (each distinct GPU looked up once; the values gathered per layout, so
+    every formula of :func:`prepare` runs elementwise as it does for one GPU)."""
+    if isinstance(gpu, (str, hardware.GPU)):
+        return _GPUTerms.one(gpu, precision)
+    gpu = list(gpu)
+    if len(gpu) != n:
+        raise ValueError(f"gpu: {len(gpu)} GPUs for {n} layouts (give one GPU, or one per layout)")
+    codes: dict = {}
+    inv = np.array([codes.setdefault(x if isinstance(x, str) else id(x), len(codes)) for x in gpu], dtype=np.int64)
+    first: dict = {}
+    for x in gpu:
+        first.setdefault(x if isinstance(x, str) else id(x), x)
+    terms = [_GPUTerms.one(x, precision) for x in first.values()]
+    if len(terms) == 1:
+        return terms[0]
+
+    def per_layout(values) -> np.ndarray:
+        return np.asarray(values)[inv]
+
+    topo = Topology(**{f: per_layout([getattr(t.topo, f) for t in terms]) for f in _TOPO_FIELDS})
+    return _GPUTerms(topo=topo, **{f.name: per_layout([getattr(t, f.name) for t in terms])
+                                   for f in fields(_GPUTerms) if f.name != "topo"})
+
+
 def _as_array(layouts) -> LayoutArray:
     if isinstance(layouts, LayoutArray):
         return layouts
@@ -821,7 +876,9 @@ def prepare(model: Model, layouts, precision: str, gpu, topo: Topology | None = 
             schedule: str = "unknown") -> StepInputs:
     """Efficiency-independent step inputs for every layout (see the module docstring).
 
-    ``gpu``: hardware id or ``hardware.GPU``; ``topo`` default ``Topology.from_gpu(gpu)``;
+    ``gpu``: hardware id or ``hardware.GPU``, or a sequence of them with one per layout (the
+    GPU's peaks, family and topology then become per-layout arrays: ``runs.TablePlan`` puts the
+    groups of different GPUs in one call); ``topo`` default ``Topology.from_gpu(gpu)``;
     ``wire`` default ``WireFormat.for_recipe(precision)``. ``recompute_fraction``: for layouts
     with recompute "full", the fraction of each stage's layers fully recomputed (Megatron
     ``recompute_method=block``, ``recompute_num_layers``), default 1; ``recompute_rest``: what
@@ -835,14 +892,13 @@ def prepare(model: Model, layouts, precision: str, gpu, topo: Topology | None = 
     Raises ``hardware.UnsupportedPrecision`` when the GPU has no native tensor cores for it.
     """
     fmt = format_class(precision)
-    g = _gpu(gpu)
     la = _as_array(layouts)
-    peak_fmt = g.peak_flops(precision)
-    peak_16 = g.peak_flops(compute_precision(g, precision))
-    topo = _topology(g) if topo is None else topo
+    n = len(la)
+    g = _gpu_terms(gpu, precision, n)
+    peak_fmt, peak_16 = g.peak_fmt, g.peak_16
+    topo = g.topo if topo is None else topo
     wire = WireFormat.for_recipe(precision) if wire is None else wire
     f64 = np.float64
-    n = len(la)
     tp, pp, cp, ep, etp, dp, vp = (getattr(la, k).astype(f64) for k in ("tp", "pp", "cp", "ep", "etp", "dp", "vp"))
     n_micro = np.maximum(la.n_micro, 1).astype(f64)
     tokens_step = la.gbs.astype(f64) * model.seq_len
@@ -898,16 +954,15 @@ def prepare(model: Model, layouts, precision: str, gpu, topo: Topology | None = 
     return StepInputs(flops_lin=flops["lin"], flops_exp=flops["exp"] * full, flops_attn=flops["attn"],
                       attn_elems_fwd=tok_gpu * elems_tok * n_fwd, attn_elems_bwd=tok_gpu * elems_tok * full,
                       attn_fwd_fpe=attn_fwd_fpe * full, attn_bwd_fpe=attn_bwd_fpe * full,
-                      sfu_ratio=SFU_RATIO[g.family] * full,
+                      sfu_ratio=g.sfu_ratio * full,
                       flops_head=flops["head"], s_lin=s_lin * full, s_exp=s_exp, s_head=s_head * full,
-                      n_ref_fmt=gemm_reference_size(g, precision) * full,
-                      n_ref_16=gemm_reference_size(g, compute_precision(g, precision)) * full,
+                      n_ref_fmt=g.n_ref_fmt * full, n_ref_16=g.n_ref_16 * full,
                       lowp_share=lowp * full, bytes_micro=b_micro, bytes_step=b_step * full, bubble=bubble,
                       tokens_per_step=tokens_step, gpus=la.gpus.astype(f64),
                       model_flops_per_token=float(model.model_flops_per_token(causal=True)) * full,
                       hw_flops_per_gpu=sum(flops.values()) * full, peak_fmt=peak_fmt * full,
                       peak_16=peak_16 * full, hbm_bw=g.hbm_bw * full,
-                      fmt_idx=np.full(n, FORMAT_CLASSES.index(fmt)), fam_idx=np.full(n, FAMILIES.index(g.family)),
+                      fmt_idx=np.full(n, FORMAT_CLASSES.index(fmt)), fam_idx=g.fam_idx + np.zeros(n, np.int64),
                       ep_overlap=comm.schedule_ep_overlap(schedule) * full, comm=step)
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import math
 import re
 from dataclasses import dataclass
@@ -323,18 +324,20 @@ def _layout_values(row: dict[str, Any], recompute: str | None = None) -> tuple:
     return tp, pp, cp, ep, etp, dp, vp, mbs, gbs, sp, zero, rc
 
 
-def _int_column(rows: Sequence[dict[str, Any]], col: str) -> tuple[np.ndarray, np.ndarray] | None:
-    """(values, given) of an integer column whose every cell is an int or None (what
-    :func:`read_runs` makes of it), int64 with 0 where blank; None when a cell is anything else
+def _int_columns(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> dict[str, tuple[np.ndarray, np.ndarray]] | None:
+    """{column: (values, given)} of integer columns whose every cell is an int or None (what
+    :func:`read_runs` makes of them), int64 with 0 where blank; None when a cell is anything else
     (text, a float, a bool: :func:`_int` then parses it row by row) or too large for int64."""
-    cells = [r.get(col) for r in rows]
-    if not set(map(type, cells)) <= {int, type(None)}:
+    cells = [tuple(map(r.get, columns)) for r in rows]
+    if not set(map(type, itertools.chain.from_iterable(cells))) <= {int, type(None)}:
         return None
+    obj = np.array(cells, dtype=object).reshape(len(rows), len(columns))
+    given = obj != None  # noqa: E711 - elementwise test of the object array
     try:
-        vals = np.array([0 if v is None else v for v in cells], dtype=np.int64)
+        vals = np.where(given, obj, 0).astype(np.int64)
     except OverflowError:
         return None
-    return vals, np.array([v is not None for v in cells], dtype=bool)
+    return {c: (vals[:, j], given[:, j]) for j, c in enumerate(columns)}
 
 
 def _by_cell(rows: Sequence[dict[str, Any]], col: str, fn) -> list:
@@ -359,9 +362,9 @@ def _layout_table(rows: Sequence[dict[str, Any]]) -> tuple[np.ndarray, np.ndarra
     once: (n x 12 int64 in ``plan_rows``' column order, recompute unknown, recompute_num_layers or 0).
     None when a row breaks a rule or has a cell :func:`_int_column` leaves to the row-by-row path
     (which then raises the row's error, worded as always)."""
-    cols = {c: _int_column(rows, c) for c in ("tp", "pp", "gpu_count", "cp", "dp", "ep", "etp", "vp", "mbs", "gbs",
-                                               "zero_stage", "recompute_num_layers", "layers")}
-    if any(v is None for v in cols.values()):
+    cols = _int_columns(rows, ("tp", "pp", "gpu_count", "cp", "dp", "ep", "etp", "vp", "mbs", "gbs", "zero_stage",
+                               "recompute_num_layers", "layers"))
+    if cols is None:
         return None
     (tp, tp_g), (pp, pp_g), (gpus, gpus_g) = cols["tp"], cols["pp"], cols["gpu_count"]
     if not (tp_g.all() and pp_g.all() and gpus_g.all()) or (tp <= 0).any() or (pp <= 0).any() or (gpus <= 0).any():
@@ -651,10 +654,22 @@ class TablePlan:
         return out
 
     def memory_gib(self) -> dict[str, np.ndarray]:
-        """GiB per GPU by term and total of every row (:meth:`PlanGroup.memory_gib`), table order."""
-        parts = [g.memory_gib() for g in self.groups]
-        keys = parts[0].keys() if parts else ()
-        return {k: self._scatter([p[k] for p in parts]) for k in keys}
+        """GiB per GPU by term and total of every row (:meth:`PlanGroup.memory_gib`), table order:
+        one ``memory.breakdown`` per architecture, precision and memory options (the memory model
+        does not read the GPU), the groups of different GPUs side by side."""
+        batches: dict[tuple, list[PlanGroup]] = {}
+        for g in self.groups:
+            batches.setdefault((id(g.model), g.precision, tuple(sorted(g.options.items()))), []).append(g)
+        out: dict[str, np.ndarray] = {}
+        for gs in batches.values():
+            g0 = gs[0]
+            gib = g0.memory_gib() if len(gs) == 1 else mixed_recompute_gib(
+                g0.model, LayoutArray.concat([g.layouts for g in gs]), g0.precision,
+                np.concatenate([g.recompute_fraction for g in gs]), np.concatenate([g.rest for g in gs]), **g0.options)
+            idx = np.concatenate([g.index for g in gs])
+            for k, v in gib.items():
+                out.setdefault(k, np.empty(len(self.rows)))[idx] = v
+        return out
 
     def layouts(self) -> LayoutArray:
         """The resolved layouts, table order."""
@@ -670,10 +685,34 @@ class TablePlan:
         return inv
 
     def step_inputs(self):
-        """``perf.StepInputs`` of every row, table order (one ``perf.prepare`` per group)."""
-        from scaletax import perf
+        """``perf.StepInputs`` of every row, table order: one ``perf.prepare`` per architecture,
+        precision, dispatcher and schedule, the groups of different GPUs side by side (one GPU per
+        layout; elementwise the same as one call per group)."""
+        from scaletax import hardware, perf
 
-        return perf.StepInputs.concat([g.step_inputs() for g in self.groups]).take(self._order())
+        batches: dict[tuple, list[PlanGroup]] = {}
+        for g in self.groups:
+            gpu = hardware.get(g.hardware)  # the first unsupported precision in table order raises, as per group
+            gpu.peak_flops(g.precision), gpu.peak_flops(perf.compute_precision(gpu, g.precision))
+            batches.setdefault((id(g.model), g.precision, g.ep_dispatch, g.schedule), []).append(g)
+        parts, index = [], []
+        for gs in batches.values():
+            index += [g.index for g in gs]
+            if len(gs) == 1:
+                parts.append(gs[0].step_inputs())
+                continue
+            gpus: list[str] = []
+            for g in gs:
+                gpus += [g.hardware] * len(g.index)
+            g0 = gs[0]
+            parts.append(perf.prepare(g0.model, LayoutArray.concat([g.layouts for g in gs]), g0.precision, gpus,
+                                      recompute_fraction=np.concatenate([g.recompute_fraction for g in gs]),
+                                      recompute_rest=np.concatenate([g.rest for g in gs]),
+                                      ep_dispatch=g0.ep_dispatch, schedule=g0.schedule))
+        pos = np.concatenate(index) if index else np.zeros(0, np.int64)
+        inv = np.empty_like(pos)
+        inv[pos] = np.arange(len(pos))
+        return perf.StepInputs.concat(parts).take(inv)
 
     def recompute_label(self, i: int) -> str:
         """:attr:`RowPlan.recompute_label` of row ``i``."""
@@ -746,13 +785,17 @@ def plan_rows(rows: Sequence[dict[str, Any]], row_numbers: Sequence[int] | None 
     info: dict[tuple, tuple] = {}
     measured: list[float | None] = []
     basis: list[str] = []
-    moe = np.zeros(n, dtype=bool)
+    moe: list[bool] = []
+    moe_of: dict[tuple, bool] = {}
     # memory options, dispatcher and schedule of a row read only these cells: worked out once per distinct value
     opt_cache: dict = {}
     for i, row in enumerate(rows):
         try:
             mkey, model = _cached_model(row, cache)
-            moe[i] = model.is_moe
+            is_moe = moe_of.get(mkey)
+            if is_moe is None:
+                is_moe = moe_of[mkey] = model.is_moe
+            moe.append(is_moe)
             if table is None:
                 tp, pp, cp, ep, etp, dp, vp, mbs, gbs, sp, zero, rc = _layout_values(row)
             gpu = str(row["hardware"]).strip()
@@ -763,8 +806,8 @@ def plan_rows(rows: Sequence[dict[str, Any]], row_numbers: Sequence[int] | None 
                 unknown[i] = _stated_recompute(row) == "unknown"
                 n_block[i] = _block_layers(row) or 0
             m, b = measured_tokens_per_s(row, model)
-            dispatch, schedule = _cached_cells(opt_cache, ("run", model.is_moe, *map(row.get, _RUN_COLUMNS)), lambda: (
-                row_dispatch(row) if model.is_moe else "alltoall", row_schedule(row)))
+            dispatch, schedule = _cached_cells(opt_cache, ("run", is_moe, *map(row.get, _RUN_COLUMNS)), lambda: (
+                row_dispatch(row) if is_moe else "alltoall", row_schedule(row)))
         except (ValueError, hardware.HardwareError) as exc:
             raise RunsTableError(f"row {nums[i]}: {exc}") from None
         if table is None:
@@ -808,10 +851,11 @@ def plan_rows(rows: Sequence[dict[str, Any]], row_numbers: Sequence[int] | None 
                                 recompute_fraction=frac, ep_dispatch=dispatch, schedule=schedule,
                                 recompute_rest=rest if np.any(blk) else None))
     notes: list[tuple[str, ...]] = []
-    for i, row in enumerate(rows):
-        note = _default_notes(row, int(vals[i, 8]), int(vals[i, 6]), bool(moe[i]))
-        if unknown[i]:
-            note.append(_recompute_note(assumed[i], float(frac_all[i])))
+    for row, gbs, vp, is_moe, unk, a, f in zip(rows, vals[:, 8].tolist(), vals[:, 6].tolist(), moe, unknown.tolist(),
+                                               assumed, frac_all.tolist()):
+        note = _default_notes(row, gbs, vp, is_moe)
+        if unk:
+            note.append(_recompute_note(a, f))
         notes.append(tuple(note))
     return TablePlan(rows=rows, groups=tuple(groups), recompute_assumed=assumed, assumptions=notes,
                      measured=measured, basis=basis)

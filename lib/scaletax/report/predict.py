@@ -124,7 +124,7 @@ def predict_rows(rows: list[dict[str, Any]], band: perf.EfficiencyBand | None = 
             labels.append(label)
             ok.append(found)
         else:
-            filled.append(dict(row))
+            filled.append(row)  # read, never written: runs.predict_memory copies it
             labels.append("")
             ok.append(True)
     keep = [i for i, f in enumerate(ok) if f]
