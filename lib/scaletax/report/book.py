@@ -29,6 +29,7 @@ import yaml
 from filelock import FileLock, Timeout
 
 from scaletax import ROOT, __version__
+from scaletax.render import charts
 from scaletax.render.charts import VEGA_BUNDLE, vega_bundle
 from scaletax.report import chapters as toc
 from scaletax.report import escape, lifecycle
@@ -47,6 +48,8 @@ CONFIG_YML = ROOT / "_config.yml"
 DROP_EXTENSIONS = {"sphinx_thebe", "sphinx_comments", "sphinx_jupyterbook_latex"}
 #: Sphinx extension giving the HTML the PDF's figure and table numbers (report/numbering.py).
 NUMBERING_EXTENSION = "scaletax.report.numbering"
+#: Sphinx extension doing each repeated lookup of the build once (report/sphinx_once.py).
+ONCE_EXTENSION = "scaletax.report.sphinx_once"
 CHART_CSS = "scaletax.css"
 #: The bibliography page already opens a chapter ("Bibliography"); Sphinx's bibliography
 #: environment would start a second, unnumbered one on a fresh page, leaving the first empty.
@@ -185,8 +188,7 @@ def _add_provenance(nb_path: Path, dest: Path, info: dict, root: bool = False) -
         tags = c.metadata.setdefault("tags", [])
         if "injected-parameters" in tags and "remove-cell" not in tags:
             tags.append("remove-cell")
-    nbformat.validator.normalize(nb)
-    nbformat.write(nb, dest)
+    nbformat.write(nb, dest)  # validates as it writes
 
 
 def _sphinx_conf(src: Path, info: dict) -> str:
@@ -195,7 +197,8 @@ def _sphinx_conf(src: Path, info: dict) -> str:
     cfg, _ = get_final_config(user_yaml=CONFIG_YML, sourcedir=src, validate=True,
                               cli_config={"latex_individualpages": False},
                               raise_on_invalid=True)
-    cfg["extensions"] = [e for e in cfg["extensions"] if e not in DROP_EXTENSIONS] + [NUMBERING_EXTENSION]
+    cfg["extensions"] = ([e for e in cfg["extensions"] if e not in DROP_EXTENSIONS]
+                         + [ONCE_EXTENSION, NUMBERING_EXTENSION])
     # a classic (deferred) script: a module script is refused from file://, drawing no chart
     cfg["html_js_files"] = [(VEGA_BUNDLE, {"defer": "defer"})]
     cfg["html_css_files"] = [CHART_CSS]
@@ -224,11 +227,36 @@ def _sphinx_conf(src: Path, info: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def stage_sources(src: Path, results: list[Result], info: dict) -> None:
-    """Copy pages and executed notebooks into ``src`` and write toc, conf and generated pages."""
+def _vega_js(cache: Path | None) -> str:
+    """:func:`scaletax.render.charts.vega_bundle`, kept in ``<cache>/vega/`` under the hash of
+    what makes it (the vl-convert version and the source of render/charts.py): bundling costs
+    about 5 CPU seconds and gives the same bytes every time. No cache: bundled afresh."""
+    import vl_convert
+
+    if cache is None:
+        return vega_bundle()
+    made_by = [vl_convert.__version__, Path(charts.__file__).read_text(encoding="utf-8")]
+    key = sha256_bytes(json.dumps(made_by).encode())
+    folder = cache / "vega"
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        return (folder / f"{key}.js").read_text(encoding="utf-8")
+    js = vega_bundle()
+    with contextlib.suppress(OSError):  # a cache that cannot be written only costs the time
+        folder.mkdir(parents=True, exist_ok=True)
+        lifecycle.remove_stale(folder, (".tmp-*",))  # left by a build killed while writing
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=lifecycle.temp_name(".tmp-"), suffix=".js")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(js)
+        os.replace(tmp, folder / f"{key}.js")
+    return js
+
+
+def stage_sources(src: Path, results: list[Result], info: dict, cache: Path | None = None) -> None:
+    """Copy pages and executed notebooks into ``src`` and write toc, conf and generated pages
+    (``cache``: the build cache, which keeps the chart bundle between builds)."""
     shutil.copytree(toc.BOOK_DIR, src)
     (src / "_static").mkdir(exist_ok=True)
-    (src / "_static" / VEGA_BUNDLE).write_text(vega_bundle(), encoding="utf-8")
+    (src / "_static" / VEGA_BUNDLE).write_text(_vega_js(cache), encoding="utf-8")
     (src / "_toc.yml").write_text(yaml.safe_dump(toc.toc_yaml(), sort_keys=False), encoding="utf-8")
     for res in results:
         _add_provenance(res.notebook, src / f"{res.slug}.ipynb", info, root=res.slug == toc.ROOT_PAGE)
@@ -311,15 +339,24 @@ def _up_to_date(final: Path, book_key: str, date: str) -> dict | None:
     return manifest
 
 
+def doctree_dir(src: Path) -> Path:
+    """The doctrees (and Sphinx's environment) of the sources in ``src``, shared by the HTML
+    and the LaTeX builds: nothing read depends on the builder (myst-nb picks a notebook
+    output's HTML or PNG rendering when writing), so the LaTeX build reads no page again."""
+    return src.parent / "doctrees"
+
+
 def build_html(src: Path, out: Path, logs: Path) -> None:
     _run([sys.executable, "-m", "sphinx", "-b", "html", "-n", "-W", "--keep-going", "-q",
-          "-d", str(src.parent / "doctrees-html"), str(src), str(out)], src, logs / "html.log", "HTML build")
+          "-d", str(doctree_dir(src)), str(src), str(out)], src, logs / "html.log", "HTML build")
 
 
 def build_pdf(src: Path, pdf: Path, logs: Path) -> None:
+    """The PDF of the sources in ``src``: after :func:`build_html` of the same sources (whose
+    doctrees it reuses), or alone."""
     latex = src.parent / "latex"
     _run([sys.executable, "-m", "sphinx", "-b", "latex", "-n", "-W", "--keep-going", "-q",
-          "-d", str(src.parent / "doctrees-latex"), str(src), str(latex)], src, logs / "latex.log",
+          "-d", str(doctree_dir(src)), str(src), str(latex)], src, logs / "latex.log",
          "LaTeX build")
     _run(["latexmk", "-pdfxe", "-interaction=nonstopmode", "-halt-on-error", "-file-line-error",
           "book.tex"], latex, logs / "xelatex.log", "PDF (xelatex)", timeout=1800)
@@ -514,7 +551,7 @@ def _build_in(stage: Path, logs: Path, opts: BuildOptions, progress) -> dict:
     t_exec = time.perf_counter() - t0
 
     src = stage / "src"
-    stage_sources(src, results, info)
+    stage_sources(src, results, info, cache)
     out = stage / "out"
     out.mkdir()
     if progress:

@@ -19,12 +19,14 @@ from pathlib import Path
 
 from docutils import nodes
 
+from scaletax.report.sphinx_once import ReadOnlyDoctrees, read_only
+
 NUMBERS_FILE = "numbers-{builder}.json"
 
 
 def _root_sections(env) -> list[str]:
     """Anchor names of the root page's top-level sections (the PDF's chapters)."""
-    doctree = env.get_doctree(env.config.root_doc)
+    doctree = read_only(env, env.config.root_doc)
     top = next(iter(doctree.findall(nodes.section)), None)
     if top is None:
         return []
@@ -58,7 +60,8 @@ def _renumber(app, env) -> list[str]:
             title["secnumber"] = _shift(title["secnumber"], k)
     from sphinx.environment.collectors.toctree import TocTreeCollector
 
-    TocTreeCollector.assign_figure_numbers(None, env)  # it reads only env
+    # it reads only env, and the doctrees without changing them
+    TocTreeCollector.assign_figure_numbers(None, ReadOnlyDoctrees(env))
     return list(env.found_docs)
 
 
@@ -73,7 +76,7 @@ def collect(env) -> list[dict]:
     """Every numbered figure and table: label, kind, number ("3.2"), caption, page."""
     out = []
     for doc in sorted(env.toc_fignumbers):
-        doctree = env.get_doctree(doc)
+        doctree = read_only(env, doc)
         by_id = {}
         for node in doctree.findall(lambda n: isinstance(n, (nodes.figure, nodes.table))):
             for i in node["ids"]:
@@ -97,6 +100,7 @@ def _write_numbers(app, exc) -> None:
 
 
 def setup(app):
+    app.setup_extension("scaletax.report.sphinx_once")  # the read-only doctrees it uses
     app.connect("env-get-updated", _renumber, priority=900)
     app.connect("build-finished", _write_numbers)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
