@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pickle
+import time
 
 import numpy as np
 import pytest
@@ -127,3 +128,36 @@ def test_memory_and_communication_chapters_search_through_the_cache(memo_dir, mo
     assert cm.min_gpus(model, "b200", "fp8", batch_tokens=16 * 2**20) == mg1
     assert cc.best_search(model, "h100_sxm", 1024, batch_tokens=16 * 2**20).best == best1.best
     assert all(v["miss"] == 0 and v["hit"] > 0 for v in memo.STATS.values()), memo.STATS
+
+
+def test_a_call_waiting_for_another_process_to_compute_lends_its_job_slot(memo_dir, tmp_path, monkeypatch):
+    """While another process holds a result's lock (computing it), a build's caller waits with
+    its job slot given back (scaletax.jobserver), then reads the result and holds a slot again."""
+    import fcntl
+    import threading
+
+    from scaletax import jobserver
+
+    server = jobserver.Server(tmp_path / "slots", 1)
+    monkeypatch.setenv(jobserver.ENV, str(server.path))
+    assert server.take()  # the calling chapter's slot
+    digest = memo.key(_square.__wrapped__, (6,), {}, (), f"{__name__}._square")
+    folder = memo_dir / f"{__name__}._square"
+    folder.mkdir(parents=True)
+    lock = open(folder / f"{digest}.lock", "a")
+    fcntl.flock(lock, fcntl.LOCK_EX)  # "another process" computes _square(6)
+    out = []
+    t = threading.Thread(target=lambda: out.append(_square(6)))
+    t.start()
+    deadline = time.monotonic() + 5
+    while not server.take():  # the waiting caller's slot becomes free
+        assert time.monotonic() < deadline, "the waiting caller kept its slot"
+        time.sleep(0.02)
+    (folder / f"{digest}.pkl").write_bytes(pickle.dumps(np.float64(36.0)))
+    server.give()
+    fcntl.flock(lock, fcntl.LOCK_UN)
+    lock.close()
+    t.join(5)
+    assert out == [36.0] and CALLS == []  # read, not computed again
+    assert not server.take()  # the caller holds its slot again
+    server.close()

@@ -15,7 +15,9 @@
 Without ``SCALETAX_MEMO_DIR`` in the environment the function is simply called (tests, library
 use). The build runner sets it to ``_build/.cache/memo``, shared by chapters and builds. Writes
 are atomic (temporary file, then rename); a per-key lock makes a second process that needs the
-same result while the first computes it wait and read it instead of computing it again.
+same result while the first computes it wait and read it instead of computing it again (in a
+build it lends its job slot while it waits, ``scaletax.jobserver``: two chapters that need the
+same search leave no core idle).
 Arguments of a type with no canonical form raise ``TypeError`` (never a silent wrong hit).
 
 The GPU catalog is read only through the arguments: a cached call that looks a GPU up itself
@@ -49,7 +51,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from scaletax import DATA_DIR, hardware
+from scaletax import DATA_DIR, hardware, jobserver
 
 #: Environment variable naming the cache folder; unset = no caching.
 ENV = "SCALETAX_MEMO_DIR"
@@ -230,7 +232,11 @@ def cached(fn: Callable | None = None, *, data: tuple[str, ...] = (), name: str 
                 return value
             folder.mkdir(parents=True, exist_ok=True)
             with open(path.with_suffix(".lock"), "a") as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX)  # another process computing it: wait, then read
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:  # another process computing it: wait (slot lent), then read
+                    with jobserver.lend():
+                        fcntl.flock(lock, fcntl.LOCK_EX)
                 ok, value = _load(path)
                 if ok:
                     _count(label, "hit", digest, time.perf_counter() - t0)
