@@ -117,6 +117,27 @@ def test_a_worker_lets_the_runner_take_a_free_slot_first(tmp_path, monkeypatch):
     assert not list(tmp_path.iterdir())
 
 
+def test_a_worker_waiting_for_a_slot_stops_once_the_build_is_gone(tmp_path, monkeypatch):
+    server = jobserver.Server(tmp_path / "slots", 1)
+    monkeypatch.setenv(jobserver.ENV, str(server.path))
+    assert server.take()
+    errors = []
+
+    def run():
+        try:
+            with jobserver.slot():
+                pass
+        except RuntimeError as exc:
+            errors.append(str(exc))
+
+    t = threading.Thread(target=run)
+    t.start()
+    time.sleep(0.2)
+    server.close()  # the runner ended (or was interrupted): the pipe is removed
+    t.join(5)
+    assert not t.is_alive() and errors and "job slots" in errors[0] and "are gone" in errors[0]
+
+
 def test_without_a_jobserver_slot_and_lend_do_nothing(monkeypatch):
     monkeypatch.delenv(jobserver.ENV, raising=False)
     with jobserver.slot(), jobserver.lend():

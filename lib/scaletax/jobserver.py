@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import time
 from pathlib import Path
 
@@ -75,7 +76,26 @@ def _fd() -> int | None:
     path = os.environ.get(ENV)
     if not path:
         return None
-    return os.open(path, os.O_RDWR)  # blocking reads: wait for a slot
+    return os.open(path, os.O_RDWR | os.O_NONBLOCK)
+
+
+#: How long a waiting process sleeps on the pipe before it looks whether the build still runs.
+_WAIT_S = 0.5
+
+
+def _take(fd: int) -> None:
+    """Take one slot, waiting for one; RuntimeError once the runner removed the pipe (the build
+    ended or was interrupted), so that no worker waits forever on a pipe nobody fills."""
+    path = Path(os.environ[ENV])
+    while True:
+        try:
+            if os.read(fd, 1):
+                return
+        except BlockingIOError:  # none free (or another process took it first)
+            pass
+        if not path.exists():
+            raise RuntimeError(f"the build's job slots ({path}) are gone: the build ended")
+        select.select([fd], [], [], _WAIT_S)
 
 
 @contextlib.contextmanager
@@ -90,8 +110,7 @@ def slot():
         want = _want(Path(os.environ[ENV]))
         while want.exists():
             time.sleep(_WANT_POLL_S)
-        while not os.read(fd, 1):  # pragma: no cover - O_RDWR: never end-of-file
-            pass
+        _take(fd)
         try:
             yield
         finally:
@@ -113,7 +132,6 @@ def lend():
         try:
             yield
         finally:
-            while not os.read(fd, 1):  # pragma: no cover
-                pass
+            _take(fd)
     finally:
         os.close(fd)
