@@ -1,13 +1,19 @@
-"""Reading input files safely: regular files only, of bounded size, refused at once otherwise.
+"""Reading and writing files safely.
 
+Reading (:func:`read_bounded`): regular files only, of bounded size, refused at once otherwise.
 Used for every file a user names (scenario YAML, runs tables): a FIFO would block forever,
 ``/dev/zero`` never ends, a 9 GB file would fill memory; each is refused before reading with
 a one-line :class:`InputFileError` that states the limit.
+
+Writing (:func:`replace_atomically`): a file other processes may read while it is written
+(cache records, the vega bundle, ``predict``'s output) goes through a temporary file beside it
+that is renamed over it, so a reader sees the old file or the new one, never a part.
 """
 from __future__ import annotations
 
 import os
 import stat
+import tempfile
 from pathlib import Path
 
 
@@ -46,3 +52,20 @@ def read_bounded(path: Path | str, limit: int, what: str) -> bytes:
     if len(data) > limit:
         raise InputFileError(f"{what} {path} grew past the limit of {limit} bytes while being read")
     return data
+
+
+def replace_atomically(path: Path | str, data: bytes | str, *, prefix: str = ".tmp-", suffix: str = ".tmp") -> None:
+    """Write ``data`` (text as UTF-8) to ``path``: into a new temporary file in the same folder
+    (``<prefix>...<suffix>``; callers put their pid in ``prefix`` where stale temporaries are
+    cleaned by it), then ``os.replace`` over ``path``. On any failure, the temporary file is
+    removed and ``path`` is left as it was."""
+    path = Path(path)
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=suffix)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(raw)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

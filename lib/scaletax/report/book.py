@@ -28,7 +28,7 @@ import nbformat
 import yaml
 from filelock import FileLock, Timeout
 
-from scaletax import ROOT, __version__
+from scaletax import ROOT, __version__, files
 from scaletax.render import charts
 from scaletax.render.charts import VEGA_BUNDLE, vega_bundle
 from scaletax.report import chapters as toc
@@ -244,10 +244,7 @@ def _vega_js(cache: Path | None) -> str:
     with contextlib.suppress(OSError):  # a cache that cannot be written only costs the time
         folder.mkdir(parents=True, exist_ok=True)
         lifecycle.remove_stale(folder, (".tmp-*",))  # left by a build killed while writing
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=lifecycle.temp_name(".tmp-"), suffix=".js")
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(js)
-        os.replace(tmp, folder / f"{key}.js")
+        files.replace_atomically(folder / f"{key}.js", js, prefix=lifecycle.temp_name(".tmp-"), suffix=".js")
     return js
 
 
@@ -276,16 +273,18 @@ def stage_sources(src: Path, results: list[Result], info: dict, cache: Path | No
 def _run(cmd: list[str], cwd: Path, log: Path, step: str, timeout: float = 1800) -> None:
     """Run one build tool in its own process group, killed with the build (whatever kills it)."""
     env = dict(os.environ, PYTHONHASHSEED="0")
+    proc = None
     with log.open("w", encoding="utf-8") as fh:
-        proc = subprocess.Popen(cmd, cwd=cwd, stdout=fh, stderr=subprocess.STDOUT, env=env,
-                                stdin=subprocess.DEVNULL, start_new_session=True,
-                                preexec_fn=lifecycle.die_with_parent())
         try:
+            with lifecycle.Interrupts.deferred():  # an interrupt during the fork: once proc is set
+                proc = subprocess.Popen(cmd, cwd=cwd, stdout=fh, stderr=subprocess.STDOUT, env=env,
+                                        stdin=subprocess.DEVNULL, start_new_session=True,
+                                        preexec_fn=lifecycle.die_with_parent())
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             raise BuildError(f"{step} timed out after {timeout:.0f} s; log: {log}") from None
         finally:
-            if proc.poll() is None:  # interrupted or timed out: the tool and its children go
+            if proc is not None and proc.poll() is None:  # interrupted or timed out: the tool and its children go
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()

@@ -49,7 +49,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scaletax import DATA_DIR, hardware, jobserver
+from scaletax import DATA_DIR, files, hardware, jobserver
 from scaletax.report import lifecycle
 from scaletax.report.chapters import Chapter
 from scaletax.report.provenance import lib_hash, lock_hash, sha256_bytes
@@ -177,14 +177,8 @@ def _write_reads_index(cache_dir: Path, base: str, key: str, reads: tuple[str, .
     """Record ``reads`` (and the entry they made) for ``base``, in one rename."""
     path = _reads_index(cache_dir, base)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=lifecycle.temp_name(".tmp-"))  # pid in the name: remove_stale
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            json.dump({"hardware_reads": list(reads), "key": key}, out)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    files.replace_atomically(path, json.dumps({"hardware_reads": list(reads), "key": key}),
+                             prefix=lifecycle.temp_name(".tmp-"), suffix="")  # pid in the name: remove_stale
 
 
 def _execute_one(source: str, params_file: str, workdir: str) -> int:
@@ -261,12 +255,17 @@ def _start(job: _Job, env: dict[str, str]) -> None:
     if job.definitions.get("gpus") or job.definitions.get("models"):
         (job.work / "definitions.json").write_text(canonical_json(job.definitions), encoding="utf-8")
     log = (job.work / "worker.log").open("w", encoding="utf-8")
-    job.proc = subprocess.Popen(
-        [sys.executable, "-m", "scaletax.report.execute", str(job.chapter.source), str(params_file),
-         str(job.work)],
-        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=env,
-        preexec_fn=lifecycle.die_with_parent())
-    log.close()
+    try:
+        # An interrupt during the fork waits until the worker exists and job.proc names it (the
+        # build then stops it): raised inside the fork's own hooks it would be lost.
+        with lifecycle.Interrupts.deferred():
+            job.proc = subprocess.Popen(
+                [sys.executable, "-m", "scaletax.report.execute", str(job.chapter.source), str(params_file),
+                 str(job.work)],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=env,
+                preexec_fn=lifecycle.die_with_parent())
+    finally:
+        log.close()
 
 
 def _kill(job: _Job) -> None:
@@ -302,14 +301,8 @@ def _record_seconds(cache_dir: Path, slug: str, seconds: float) -> None:
     build may win the race: the record is only an estimate)."""
     rec = recorded_seconds(cache_dir)
     rec[slug] = round(float(seconds), 2)
-    fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=lifecycle.temp_name(".tmp-seconds-"))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            json.dump(rec, out, indent=1, sort_keys=True)
-        os.replace(tmp, cache_dir / SECONDS_FILE)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    files.replace_atomically(cache_dir / SECONDS_FILE, json.dumps(rec, indent=1, sort_keys=True),
+                             prefix=lifecycle.temp_name(".tmp-seconds-"), suffix="")
 
 
 def schedule(chapters: list[Chapter], seconds: dict[str, float] | None = None) -> list[Chapter]:

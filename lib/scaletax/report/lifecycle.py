@@ -34,11 +34,14 @@ def _prctl():
 
 
 def die_with_parent():
-    """A ``preexec_fn`` for build children: SIGKILL when this process dies (no-op off Linux)."""
+    """A ``preexec_fn`` for build children: SIGKILL when this process dies (no-op off Linux).
+    The child also unblocks the interrupt signals, which a parent forking inside
+    :meth:`Interrupts.deferred` holds blocked (a signal mask survives ``exec``)."""
     parent = os.getpid()
     prctl = _prctl()
 
     def setup() -> None:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
         try:
             prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
         except (AttributeError, OSError):

@@ -28,13 +28,12 @@ from __future__ import annotations
 import math
 import os
 import stat
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from scaletax import hardware, perf, runs, search, validate
+from scaletax import files, hardware, perf, runs, search, validate
 from scaletax.layout import label
 
 #: Tokens per step for a row with neither a layout nor a global batch: 16M, the Llama 3.1
@@ -199,11 +198,4 @@ def write_out(rows: list[dict[str, Any]], path: Path) -> None:
     """Write the predicted rows to ``path`` (checked by :func:`check_out`): into a new
     temporary file beside it, then renamed over it, so the path is the old file or the new."""
     check_out(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(runs.runs_csv(rows))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    files.replace_atomically(path, runs.runs_csv(rows), prefix=f".{path.name}.", suffix=".tmp")
