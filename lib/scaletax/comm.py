@@ -629,19 +629,27 @@ class StepComm:
         result when the caller has them (same parallel sizes as this one's at ``idx``); the group
         placement is then computed from them instead of gathered."""
         n = len(self)
-        path = {f: _pick(getattr(self, f), n, idx) for f in self._PATH}
         if layouts is None:
+            path = {f: _pick(getattr(self, f), n, idx) for f in self._PATH}
             return StepComm(groups={k: g.take(idx) for k, g in self.groups.items()}, layouts=self.layouts.take(idx),
                             **path)
+        return self.gather(lambda a: _pick(a, n, idx), layouts)
+
+    def gather(self, pick, layouts) -> "StepComm":
+        """The entries ``pick`` selects (a function: one array of this -> the entries wanted, in
+        the order of ``layouts``) of every amount, critical-path time and NVLink domain, for the
+        ``layouts`` (same parallel sizes as the entries picked); the group placement is computed
+        from them. ``take(idx, layouts)`` is ``gather`` of ``idx``; ``perf`` gathers the rows
+        of a ``LayoutGrid``'s traffic."""
         from scaletax.layout import group_strides
 
         strides = group_strides(layouts)
         groups = {}
         for k, g in self.groups.items():
             size, stride = strides[_PLACEMENT.get(k, k)]
-            amounts = {f: _pick(getattr(g, f), n, idx) for f in GroupTraffic.AMOUNTS}
-            groups[k] = GroupTraffic(size=size, stride=stride, domain=_pick(g.domain, n, idx), **amounts)
-        return StepComm(groups=groups, layouts=layouts, **path)
+            amounts = {f: pick(getattr(g, f)) for f in GroupTraffic.AMOUNTS}
+            groups[k] = GroupTraffic(size=size, stride=stride, domain=pick(g.domain), **amounts)
+        return StepComm(groups=groups, layouts=layouts, **{f: pick(getattr(self, f)) for f in self._PATH})
 
     def map(self, fn, *others: "StepComm") -> "StepComm":
         """``fn`` applied to every amount (group traffic and critical-path seconds) of this and
@@ -762,14 +770,21 @@ def step_traffic(model, layouts, topo: Topology, wire: WireFormat | None = None,
     all-reduce, MoE router auxiliary statistics (all small).
 
     Runs in blocks of :data:`CHUNK` layouts when the topology's fields are scalars or arrays of
-    the same length as the layouts (other broadcast shapes run in one pass).
+    the same length as the layouts (other broadcast shapes run in one pass). ``layouts`` may be a
+    :class:`scaletax.layout.LayoutGrid` (scalar topology): every array of the result then has a
+    shape that broadcasts to the grid's, each term computed once per base layout and the ZeRO
+    stage or recompute mode it depends on (``perf`` gathers the rows it needs).
     """
-    from scaletax.layout import Layout, LayoutArray
+    from scaletax.layout import Layout, LayoutArray, LayoutGrid
 
     if isinstance(layouts, Layout):
         layouts = LayoutArray.from_layouts([layouts])
     n = len(layouts)
     shapes = [np.shape(getattr(topo, f)) for f in _TOPO_ARRAY_FIELDS]
+    if isinstance(layouts, LayoutGrid):  # broadcast arrays: each term once per value it depends on
+        if not all(sh == () for sh in shapes):
+            raise ValueError("step_traffic: a LayoutGrid needs a topology of scalars")
+        return _step_traffic(model, layouts, topo, wire, algorithm)
     if n <= CHUNK or not all(sh in ((), (n,)) for sh in shapes):
         return _step_traffic(model, layouts, topo, wire, algorithm)
     parts = []

@@ -14,6 +14,8 @@ Public API (stable; `memory`, `comm`, `perf`, `search` build on it):
   ``reasons(model, gpus=None)`` and derived arrays ``gpus``, ``n_micro``, ``edp``.
 - ``LayoutArray.concat(parts)``, ``la.take(idx)``: join arrays in order / the entries at an
   index array or mask (what every struct of arrays in the library offers).
+- ``LayoutGrid(base, zero_stage, recompute)``: base layouts x ZeRO stages x recompute codes as
+  broadcastable arrays (elementwise terms computed once per base row), ``expand()`` -> LayoutArray.
 - ``label(layout, model=None, schedule=True, recompute=True)``: the one text form of a layout,
   ``TP8 PP16 DP128 VP8 MBS2 GBS8192 ZeRO-2, selective recompute``.
 - ``RANK_ORDER``, ``EXPERT_RANK_ORDER``: placement of groups on consecutive ranks, innermost
@@ -328,6 +330,63 @@ class LayoutArray:
         if gpus is not None:
             ok &= self.gpus == np.asarray(gpus)
         return ok
+
+
+#: Fields of a :class:`LayoutGrid` row (all but ZeRO stage and recompute).
+BASE_FIELDS: tuple[str, ...] = FIELDS[:-2]
+
+
+class LayoutGrid:
+    """Every combination of base layouts x ZeRO stages x recompute codes, as broadcastable arrays.
+
+    ``base``: a ``LayoutArray`` whose ZeRO stage and recompute are ignored; ``zero_stage``,
+    ``recompute``: the choices (int codes). The base fields (``BASE_FIELDS``) have shape
+    (n, 1, 1), ``zero_stage`` (1, z, 1) and ``recompute`` (1, 1, r), so elementwise model code
+    written for a ``LayoutArray`` (``memory``'s terms) computes a term that depends on neither
+    once per base row and broadcasts it, with the same value in every bit. Row order of
+    :meth:`expand` (and of a C-order ravel): base slowest, then ZeRO stage, recompute fastest.
+    """
+
+    __slots__ = BASE_FIELDS + ("zero_stage", "recompute", "base")
+
+    def __init__(self, base: LayoutArray, zero_stage, recompute):
+        set_ = object.__setattr__
+        set_(self, "base", base)
+        for f in BASE_FIELDS:
+            set_(self, f, getattr(base, f).reshape(-1, 1, 1))
+        set_(self, "zero_stage", np.asarray(zero_stage, dtype=np.int64).reshape(1, -1, 1))
+        set_(self, "recompute", np.asarray(recompute, dtype=np.int64).reshape(1, 1, -1))
+
+    def __setattr__(self, name, value):
+        raise AttributeError("LayoutGrid is read-only; build a new one")
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return (len(self.base), self.zero_stage.shape[1], self.recompute.shape[2])
+
+    def __len__(self) -> int:
+        nb, nz, nr = self.shape
+        return nb * nz * nr
+
+    @property
+    def n_micro(self) -> np.ndarray:
+        """``LayoutArray.n_micro`` of the base rows, shape (n, 1, 1)."""
+        return self.base.n_micro.reshape(-1, 1, 1)
+
+    def take(self, idx) -> LayoutArray:
+        """The rows at flat positions ``idx`` (an index array into :meth:`expand`) as a ``LayoutArray``."""
+        nb, nz, nr = self.shape
+        idx = np.asarray(idx, dtype=np.int64)
+        b = idx // (nz * nr)
+        return LayoutArray(**{f: getattr(self.base, f)[b] for f in BASE_FIELDS},
+                           zero_stage=self.zero_stage.ravel()[(idx // nr) % nz], recompute=self.recompute.ravel()[idx % nr])
+
+    def expand(self) -> LayoutArray:
+        """The grid as a ``LayoutArray``, one row per combination (order in the class doc)."""
+        nb, nz, nr = self.shape
+        arrays = {f: np.repeat(getattr(self.base, f), nz * nr) for f in BASE_FIELDS}
+        return LayoutArray(**arrays, zero_stage=np.tile(np.repeat(self.zero_stage.ravel(), nr), nb),
+                           recompute=np.tile(self.recompute.ravel(), nb * nz))
 
 
 def _layout_array(arrays: dict) -> LayoutArray:

@@ -7,6 +7,9 @@ Public API:
   gradients, optimizer, activations, reserve``) and ``total``, float64 arrays over a
   ``LayoutArray`` (a single ``Layout`` gives length 1). Pure numpy broadcasting, no Python
   loop over layouts (1e6 layouts in ~0.3 s on one core).
+- ``grid_total(model, grid, precision="bf16", *, reserve_gib=RESERVE_GIB, **options)``: the
+  ``total`` of ``breakdown`` (same bits, same order) for a ``layout.LayoutGrid``, each term that
+  depends on neither ZeRO stage nor recompute computed once per base layout (the search's grid).
 - ``fits(model, layouts, gpu, precision="bf16", **options) -> bool array``; ``gpu`` is a
   capacity in GiB, a ``hardware`` GPU object (``hbm_gib``) or a hardware id.
 - ``least_recompute(model, layouts, gpu, precision, **options) -> int array``: the smallest
@@ -77,7 +80,7 @@ import numpy as np
 
 from scaletax import recipes
 from scaletax.models import Model
-from scaletax.layout import Layout, LayoutArray
+from scaletax.layout import Layout, LayoutArray, LayoutGrid
 
 GIB = 2**30
 
@@ -96,6 +99,7 @@ ACT_BYTES = 2
 PRECISIONS: tuple[str, ...] = recipes.TRAINING
 
 TERMS: tuple[str, ...] = ("weights", "gradients", "optimizer", "activations", "reserve")
+_STAGE_TERMS = TERMS[:4]  # what a pipeline stage holds (the reserve is per GPU)
 
 
 @dataclass(frozen=True)
@@ -436,25 +440,47 @@ def breakdown(model: Model, layouts: Layout | LayoutArray | Iterable[Layout], pr
     o = resolve_options(precision, **options)
     n = len(la)
     reserve = np.broadcast_to(np.asarray(reserve_gib, dtype=np.float64) * GIB, (n,)).astype(np.float64)
-    keys = ("weights", "gradients", "optimizer", "activations")
     if stage not in ("max", "first", "last"):
         raise ValueError(f"stage: must be 'max', 'first' or 'last' (got {stage!r})")
+    chosen, use_last = _terms(model, la, o, stage)
+    if stage == "first":
+        which = np.zeros(n, dtype=np.int8)
+    elif stage == "last":
+        which = np.ones(n, dtype=np.int8)
+    else:
+        which = use_last.astype(np.int8)
+    terms = {k: np.broadcast_to(np.asarray(chosen[k], dtype=np.float64), (n,)).copy() for k in _STAGE_TERMS}
+    total = terms["weights"] + terms["gradients"] + terms["optimizer"] + terms["activations"] + reserve
+    return Memory(reserve=reserve, total=total, stage=which, **terms)
+
+
+def _terms(model: Model, la, o: dict[str, Any], stage: str):
+    """(terms of the chosen stage, mask of layouts whose last stage is the heavier; None unless
+    ``stage`` is "max") for a ``LayoutArray`` or a ``LayoutGrid`` (then broadcast arrays)."""
     c = _common(model, la, o)
     first = _stage(model, la, False, o, c) if stage in ("max", "first") else None
     lastd = _stage(model, la, True, o, c) if stage in ("max", "last") else None
     if stage == "first":
-        chosen, which = first, np.zeros(n, dtype=np.int8)
-    elif stage == "last":
-        chosen, which = lastd, np.ones(n, dtype=np.int8)
-    else:
-        tf = sum(first[k] for k in keys)
-        tl = sum(lastd[k] for k in keys)
-        use_last = tl > tf
-        chosen = {k: np.where(use_last, lastd[k], first[k]) for k in keys}
-        which = use_last.astype(np.int8)
-    terms = {k: np.broadcast_to(np.asarray(chosen[k], dtype=np.float64), (n,)).copy() for k in keys}
-    total = terms["weights"] + terms["gradients"] + terms["optimizer"] + terms["activations"] + reserve
-    return Memory(reserve=reserve, total=total, stage=which, **terms)
+        return first, None
+    if stage == "last":
+        return lastd, None
+    tf = sum(first[k] for k in _STAGE_TERMS)
+    tl = sum(lastd[k] for k in _STAGE_TERMS)
+    use_last = tl > tf
+    return {k: np.where(use_last, lastd[k], first[k]) for k in _STAGE_TERMS}, use_last
+
+
+def grid_total(model: Model, grid: LayoutGrid, precision: str = "bf16", *, reserve_gib: float = RESERVE_GIB,
+               **options: Any) -> np.ndarray:
+    """``breakdown(model, grid.expand(), precision, ...).total`` (bytes, same value in every
+    bit, same order), computed on the grid: the terms that depend on neither the ZeRO stage nor
+    recompute once per base layout (what the search asks for every candidate)."""
+    o = resolve_options(precision, **options)
+    chosen, _ = _terms(model, grid, o, "max")
+    reserve = np.float64(reserve_gib) * GIB
+    shape = grid.shape
+    w, g, opt, a = (np.broadcast_to(np.asarray(chosen[k], dtype=np.float64), shape) for k in _STAGE_TERMS)
+    return (w + g + opt + a + reserve).reshape(-1)
 
 
 def fits(model: Model, layouts: Layout | LayoutArray | Iterable[Layout], gpu: Any,
@@ -510,6 +536,6 @@ def max_micro_batch(model: Model, layouts: Layout | LayoutArray | Iterable[Layou
 
 __all__ = ["ACT_BYTES", "FSDP_PREFETCH_LAYERS", "GIB", "PRECISIONS",
            "RECOMPUTE_MODULES", "RESERVE_GIB", "SELECTIVE_MODULES", "SELECTIVE_MODULES_PAPER",
-           "TERMS", "Memory", "activation_items", "breakdown", "capacity_gib",
+           "TERMS", "Memory", "activation_items", "breakdown", "capacity_gib", "grid_total",
            "fits", "least_recompute", "max_micro_batch",
            "resolve_options"]

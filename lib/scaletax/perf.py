@@ -87,7 +87,7 @@ import yaml
 from scaletax import DATA_DIR, comm, hardware, recipes
 from scaletax.comm import Overlap, WireFormat
 from scaletax.models import Model
-from scaletax.layout import Layout, LayoutArray
+from scaletax.layout import Layout, LayoutArray, LayoutGrid
 from scaletax.topology import Topology
 
 EFFICIENCY_YAML = DATA_DIR / "efficiency.yaml"
@@ -843,6 +843,21 @@ def _expand_step(step: comm.StepComm, inv: np.ndarray, la: LayoutArray) -> comm.
     return step.take(inv, layouts=la)
 
 
+def _dense_codes(c: np.ndarray) -> tuple[np.ndarray, int]:
+    """(``np.unique(c, return_inverse=True)``'s inverse as int64, number of distinct values) of
+    an int array: by a table over the value range (no sort) when the range is short."""
+    lo, hi = int(c.min()), int(c.max())
+    span = hi - lo + 1
+    if span > 4 * c.size + 1024:
+        u, inv = np.unique(c, return_inverse=True)
+        return inv.astype(np.int64).reshape(-1), len(u)
+    off = c - lo
+    present = np.zeros(span, dtype=bool)
+    present[off] = True
+    rank = np.cumsum(present, dtype=np.int64) - 1
+    return rank[off], int(rank[-1]) + 1
+
+
 def _step_traffic(model: Model, la: LayoutArray, topo: Topology, wire: WireFormat) -> comm.StepComm:
     """``comm.step_traffic`` evaluated once per distinct communication pattern (a search grid
     repeats each one for every ZeRO 1/2 choice and non-full recompute mode)."""
@@ -854,9 +869,9 @@ def _step_traffic(model: Model, la: LayoutArray, topo: Topology, wire: WireForma
     cols += [np.where(la.zero_stage == 0, 0, np.where(la.zero_stage == 3, 2, 1)), (la.recompute == 2).astype(np.int64)]
     codes, dims = [], []
     for c in cols:
-        u, inv = np.unique(c, return_inverse=True)
-        codes.append(inv.astype(np.int64))
-        dims.append(len(u))
+        code, dim = _dense_codes(c)
+        codes.append(code)
+        dims.append(dim)
     if float(np.prod(np.asarray(dims, dtype=np.float64))) >= 2.0**62:
         return comm.step_traffic(model, la, topo, wire)
     key = np.ravel_multi_index(codes, dims)
@@ -870,10 +885,34 @@ def _step_traffic(model: Model, la: LayoutArray, topo: Topology, wire: WireForma
     return _expand_step(comm.step_traffic(model, sub, topo, wire), inv.ravel(), la)
 
 
+class _GridPick:
+    """Entries of arrays broadcasting to a grid's shape at flat grid positions ``idx`` (base,
+    ZeRO stage and recompute fastest); a constant stays one broadcast value."""
+
+    def __init__(self, shape: tuple[int, int, int], idx: np.ndarray):
+        nb, nz, nr = self.shape = shape
+        self.rows = (idx // (nz * nr), (idx // nr) % nz, idx % nr)
+        self.flat: dict[tuple[bool, ...], np.ndarray] = {}  # per broadcast pattern
+
+    def __call__(self, a) -> np.ndarray:
+        a = np.asarray(a)
+        a = a.reshape((1,) * (3 - a.ndim) + a.shape)
+        if a.shape == (1, 1, 1):
+            return np.broadcast_to(a.reshape(()), (self.rows[0].size,))
+        key = tuple(k > 1 for k in a.shape)
+        flat = self.flat.get(key)
+        if flat is None:
+            flat = np.zeros_like(self.rows[0])
+            for r, k, big in zip(self.rows, a.shape, key):
+                flat = flat * k + (r if big else 0)
+            self.flat[key] = flat
+        return a.reshape(-1)[flat]
+
+
 def prepare(model: Model, layouts, precision: str, gpu, topo: Topology | None = None,
             wire: WireFormat | None = None, *, recompute_fraction=None, recompute_rest=None,
             ep_dispatch: str = "dedup", fp4_bf16_layers: int = FP4_BF16_LAYERS,
-            schedule: str = "unknown") -> StepInputs:
+            schedule: str = "unknown", grid: tuple[LayoutGrid, np.ndarray] | None = None) -> StepInputs:
     """Efficiency-independent step inputs for every layout (see the module docstring).
 
     ``gpu``: hardware id or ``hardware.GPU``, or a sequence of them with one per layout (the
@@ -888,7 +927,9 @@ def prepare(model: Model, layouts, precision: str, gpu, topo: Topology | None = 
     "alltoall" (``comm``'s plain all-to-all). ``fp4_bf16_layers``: transformer layers kept in
     BF16 by 4-bit recipes (:data:`FP4_BF16_LAYERS`). ``schedule``: the training schedule
     (``comm.SCHEDULES``), which sets how much of the MoE all-to-all can hide
-    (``comm.SCHEDULE_EP_OVERLAP``; "unknown": ``comm.Overlap``'s default).
+    (``comm.SCHEDULE_EP_OVERLAP``; "unknown": ``comm.Overlap``'s default). ``grid``: the
+    ``layout.LayoutGrid`` and the flat indices into it that ``layouts`` are (the search's fitting
+    candidates): the traffic is then computed on the grid (same values).
     Raises ``hardware.UnsupportedPrecision`` when the GPU has no native tensor cores for it.
     """
     fmt = format_class(precision)
@@ -898,15 +939,21 @@ def prepare(model: Model, layouts, precision: str, gpu, topo: Topology | None = 
     peak_fmt, peak_16 = g.peak_fmt, g.peak_16
     topo = g.topo if topo is None else topo
     wire = WireFormat.for_recipe(precision) if wire is None else wire
+    on_grid = (grid is not None and recompute_fraction is None and recompute_rest is None
+               and all(np.ndim(getattr(topo, f)) == 0 for f in _TOPO_FIELDS) and np.ndim(peak_fmt) == 0)
+    if on_grid:  # every term on the grid (once per value it depends on), then taken at the rows
+        src, take = grid[0], _GridPick(grid[0].shape, np.asarray(grid[1]))
+    else:
+        src, take = la, _same
     f64 = np.float64
-    tp, pp, cp, ep, etp, dp, vp = (getattr(la, k).astype(f64) for k in ("tp", "pp", "cp", "ep", "etp", "dp", "vp"))
-    n_micro = np.maximum(la.n_micro, 1).astype(f64)
-    tokens_step = la.gbs.astype(f64) * model.seq_len
+    tp, pp, cp, ep, etp, dp, vp = (getattr(src, k).astype(f64) for k in ("tp", "pp", "cp", "ep", "etp", "dp", "vp"))
+    n_micro = np.maximum(src.n_micro, 1).astype(f64)
+    tokens_step = src.gbs.astype(f64) * model.seq_len
     tok_gpu = tokens_step / (tp * cp * dp)  # tokens per step through one GPU of a stage
-    M = la.mbs.astype(f64) * model.seq_len / cp  # GEMM rows per micro-batch (SP-gathered)
-    rc = la.recompute
-    xf = _full_fraction(la, recompute_fraction)
-    xs = _selective_share(la, xf, recompute_rest)
+    M = src.mbs.astype(f64) * model.seq_len / cp  # GEMM rows per micro-batch (SP-gathered)
+    rc = src.recompute
+    xf = _full_fraction(src, recompute_fraction)
+    xs = _selective_share(src, xf, recompute_rest)
     layers_stage, dense_stage, moe_stage = _stage_layers(model, pp)
     # --- FLOPs per token of the stage (forward x 3, plus the recomputed forward) -------------
     lf = _layer_linear_flops(model)
@@ -923,25 +970,28 @@ def prepare(model: Model, layouts, precision: str, gpu, topo: Topology | None = 
     n_fwd = 1.0 + xf + xs  # flash-attention forwards: 2 where a layer recomputes (full or selective)
     attn_fwd_fpe, attn_bwd_fpe = 2.0 * (dqk_a + dv_a), 6.0 * dqk_a + 4.0 * dv_a
     attn_tok = elems_tok * (n_fwd * attn_fwd_fpe + attn_bwd_fpe)
-    vpad = padded_vocab(model.vocab, la.tp).astype(f64)
+    vpad = padded_vocab(model.vocab, src.tp).astype(f64)
     head_tok = 6.0 * (model.hidden * vpad + model._norm_size(model.hidden)) / pp
     # --- GEMM shapes: FLOP-weighted mean of 1/n ------------------------------------------------
     g_attn, g_dense, g_shared, g_routed = _gemms(model, M, tp, ep, etp)
     (wa, na), (wd, nd), (ws, ns), (wr, nr) = (_wsum(x) for x in (g_attn, g_dense, g_shared, g_routed))
     w_lin = layers_stage * wa + dense_stage * wd + moe_stage * ws
     s_lin = (layers_stage * na + dense_stage * nd + moe_stage * ns) / np.maximum(w_lin, 1.0)
-    s_exp = np.broadcast_to(nr / wr if wr else 0.0, (n,)).astype(f64)
+    s_exp = np.broadcast_to(take(nr / wr if wr else 0.0), (n,)).astype(f64)
     s_head = 1.0 / _hm(M, model.hidden, vpad / tp)
     lowp = 1.0 - min(1.0, fp4_bf16_layers / model.layers) if fmt == "4bit" else 1.0
     # --- memory-bound bytes, bubble (Narayanan 2021 §2.2), communication ---------------------
-    b_micro, b_step = memory_bound_bytes(model, la, precision, recompute_fraction=xf, ep_dispatch=ep_dispatch,
+    b_micro, b_step = memory_bound_bytes(model, src, precision, recompute_fraction=xf, ep_dispatch=ep_dispatch,
                                          recompute_rest=recompute_rest)
     bubble = (pp - 1.0) / (vp * n_micro)
-    step = _step_traffic(model, la, topo, wire)
-    partial = (rc == 2) & (xf < 1.0)
-    if np.any(partial):
-        step = _mix_steps(_step_traffic(model, la.replace(recompute=np.where(partial, 1, rc)), topo, wire),
-                          step, np.where(partial, xf, 1.0))
+    if on_grid:
+        step = comm.step_traffic(model, src, topo, wire).gather(take, la)
+    else:
+        step = _step_traffic(model, la, topo, wire)
+        partial = (rc == 2) & (xf < 1.0)
+        if np.any(partial):
+            step = _mix_steps(_step_traffic(model, la.replace(recompute=np.where(partial, 1, rc)), topo, wire),
+                              step, np.where(partial, xf, 1.0))
     step = _dedup_ep(step, model, topo, ep_dispatch)
     # grouped expert GEMMs run on whole row tiles: tokens per local expert m padded by half a tile;
     # the EP rank with the most routed copies sets the layer's time (comm.moe_rank_imbalance)
@@ -951,19 +1001,24 @@ def prepare(model: Model, layouts, precision: str, gpu, topo: Topology | None = 
         exp_tok = exp_tok * (1.0 + 0.5 * GROUPED_TILE_M / np.maximum(m_exp, 1.0)) * imb
     flops = {k: tok_gpu * v for k, v in (("lin", lin_tok), ("exp", exp_tok), ("attn", attn_tok), ("head", head_tok))}
     full = np.ones(n)
-    return StepInputs(flops_lin=flops["lin"], flops_exp=flops["exp"] * full, flops_attn=flops["attn"],
-                      attn_elems_fwd=tok_gpu * elems_tok * n_fwd, attn_elems_bwd=tok_gpu * elems_tok * full,
+    return StepInputs(flops_lin=take(flops["lin"]), flops_exp=take(flops["exp"]) * full, flops_attn=take(flops["attn"]),
+                      attn_elems_fwd=take(tok_gpu * elems_tok * n_fwd), attn_elems_bwd=take(tok_gpu * elems_tok) * full,
                       attn_fwd_fpe=attn_fwd_fpe * full, attn_bwd_fpe=attn_bwd_fpe * full,
                       sfu_ratio=g.sfu_ratio * full,
-                      flops_head=flops["head"], s_lin=s_lin * full, s_exp=s_exp, s_head=s_head * full,
+                      flops_head=take(flops["head"]), s_lin=take(s_lin) * full, s_exp=s_exp, s_head=take(s_head) * full,
                       n_ref_fmt=g.n_ref_fmt * full, n_ref_16=g.n_ref_16 * full,
-                      lowp_share=lowp * full, bytes_micro=b_micro, bytes_step=b_step * full, bubble=bubble,
-                      tokens_per_step=tokens_step, gpus=la.gpus.astype(f64),
+                      lowp_share=lowp * full, bytes_micro=take(b_micro), bytes_step=take(b_step) * full,
+                      bubble=take(bubble), tokens_per_step=take(tokens_step), gpus=la.gpus.astype(f64),
                       model_flops_per_token=float(model.model_flops_per_token(causal=True)) * full,
-                      hw_flops_per_gpu=sum(flops.values()) * full, peak_fmt=peak_fmt * full,
+                      hw_flops_per_gpu=take(sum(flops.values())) * full, peak_fmt=peak_fmt * full,
                       peak_16=peak_16 * full, hbm_bw=g.hbm_bw * full,
                       fmt_idx=np.full(n, FORMAT_CLASSES.index(fmt)), fam_idx=g.fam_idx + np.zeros(n, np.int64),
                       ep_overlap=comm.schedule_ep_overlap(schedule) * full, comm=step)
+
+
+def _same(a):
+    """The identity (what :func:`prepare` takes of its terms when they are per layout already)."""
+    return a
 
 
 # =========================================================================================

@@ -52,7 +52,7 @@ import numpy as np
 
 from scaletax import comm, hardware, memo, memory, perf
 from scaletax.models import Model
-from scaletax.layout import RECOMPUTE_CODE, RECOMPUTE_NAME, Layout, LayoutArray, divisors, label
+from scaletax.layout import RECOMPUTE_CODE, RECOMPUTE_NAME, Layout, LayoutArray, LayoutGrid, divisors, label
 from scaletax.topology import Topology
 
 #: Tensor-parallel sizes the search tries (powers of two up to 64).
@@ -154,14 +154,23 @@ def candidates(model: Model, gpus: int, space: SearchSpace | None = None, sequen
     ``domain``: NVLink domain for the tp alignment rule (default ``space.domain``; None: no rule).
     Built in three stages so that rules prune early: the parallel sizes (tp, pp, cp, ep, etp)
     with ``layout``'s validity rules, then the schedule (vp, mbs) with the batch and
-    interleaving rules, then ZeRO stage x recompute (no rules). Order: ``itertools.product``
-    over (tp, pp, cp, ep, etp, vp, mbs, zero, recompute), as :func:`search_loop`.
+    interleaving rules, then ZeRO stage x recompute (no rules: :func:`candidate_grid`).
+    Order: ``itertools.product`` over (tp, pp, cp, ep, etp, vp, mbs, zero, recompute), as
+    :func:`search_loop`.
     """
+    return candidate_grid(model, gpus, space, sequences, domain).expand()
+
+
+def candidate_grid(model: Model, gpus: int, space: SearchSpace | None = None, sequences: int | None = 1,
+                   domain: int | None = None) -> LayoutGrid:
+    """:func:`candidates` before its last stage: the valid (tp, pp, cp, ep, etp, vp, mbs) rows x
+    the space's ZeRO stages x its recompute modes, as a ``layout.LayoutGrid`` (its ``expand()``
+    is :func:`candidates`, same order)."""
     space = SearchSpace() if space is None else space
     ch = _choices(model, gpus, space, domain)
-    if any(not ch[k] for k in ("tp", "pp", "cp", "ep", "etp_tp", "vp", "mbs", "zero", "rc")):
-        return LayoutArray.from_layouts([])
     i64 = np.int64
+    if any(not ch[k] for k in ("tp", "pp", "cp", "ep", "etp_tp", "vp", "mbs", "zero", "rc")):
+        return LayoutGrid(LayoutArray.from_layouts([]), np.zeros(0, i64), np.zeros(0, i64))
     t, p, c, e, et = _product(*(np.asarray(ch[k], dtype=i64) for k in ("tp", "pp", "cp", "ep", "etp_tp")))
     ok = (gpus % (t * p * c)) == 0
     ok &= ~((t == 1) & (et == 0) & model.is_moe)  # etp = 1 and etp = tp coincide at tp = 1
@@ -184,11 +193,12 @@ def candidates(model: Model, gpus: int, space: SearchSpace | None = None, sequen
     gbs = n_micro * m * dk
     ok &= (v == 1) | ((pk > 1) & (n_micro % pk == 0) & (pk * v <= model.layers))
     k1, v, m, gbs = (a[ok] for a in (k1, v, m, gbs))
-    # stage 3: ZeRO stage x recompute
-    k2, z, r = _product(np.arange(k1.size), np.asarray(ch["zero"], dtype=i64), np.asarray(ch["rc"], dtype=i64))
-    src = k1[k2]
-    return LayoutArray(tp=t[src], pp=p[src], cp=c[src], ep=e[src], etp=etp[src], dp=d[src], vp=v[k2], mbs=m[k2],
-                       gbs=gbs[k2], sp=(t[src] > 1).astype(i64), zero_stage=z, recompute=r)
+    # stage 3 (the grid): ZeRO stage x recompute, no rules
+    tk = t[k1]
+    zeros = np.zeros_like(tk)
+    rows = LayoutArray(tp=tk, pp=p[k1], cp=c[k1], ep=e[k1], etp=etp[k1], dp=d[k1], vp=v, mbs=m, gbs=gbs,
+                       sp=(tk > 1).astype(i64), zero_stage=zeros, recompute=zeros)
+    return LayoutGrid(rows, np.asarray(ch["zero"], dtype=i64), np.asarray(ch["rc"], dtype=i64))
 
 
 def rank_key(objective: str, *, tp, pp, cp, ep, vp, zero_stage, recompute, tps=None, mem=None) -> tuple:
@@ -354,6 +364,14 @@ def search(model: Model, precision: str, gpu, gpus: int | Sequence[int], *, toke
                    seqs, space, topo, band, pareto, memory_options)
 
 
+def _grid_memory(model, grid: LayoutGrid, precision: str, memory_options: dict) -> np.ndarray:
+    """``memory.breakdown(model, grid.expand(), precision, **memory_options).total``, on the grid
+    (:func:`memory.grid_total`) unless the reserve varies per layout."""
+    if np.ndim(memory_options.get("reserve_gib", 0.0)) == 0:
+        return memory.grid_total(model, grid, precision, **memory_options)
+    return memory.breakdown(model, grid.expand(), precision, **memory_options).total
+
+
 def _search(model, precision, g, counts, seqs, space, topo, band, pareto, memory_options, fail=True):
     band = perf.default_band() if band is None else band
     topo, domain = _topology(g, space, topo)
@@ -362,17 +380,19 @@ def _search(model, precision, g, counts, seqs, space, topo, band, pareto, memory
     t0 = time.perf_counter()
     parts, n_total = [], 0
     for count in counts:
-        la = candidates(model, count, space, seqs, domain)
-        n_total += len(la)
-        if not len(la):
+        grid = candidate_grid(model, count, space, seqs, domain)
+        n_total += len(grid)
+        if not len(grid):
             continue
-        mem = memory.breakdown(model, la, precision, **memory_options).total
+        mem = _grid_memory(model, grid, precision, memory_options)
         ok = mem <= cap
         if not ok.any():
             continue
-        sub = la[ok]
-        inp = perf.prepare(model, sub, precision, g, topo, ep_dispatch=_dispatch(model)) if fastest else None
-        parts.append((sub, mem[ok], perf.evaluate(inp, band.value) if fastest else None, inp))
+        rows = np.flatnonzero(ok)
+        sub = grid.take(rows)
+        inp = (perf.prepare(model, sub, precision, g, topo, ep_dispatch=_dispatch(model), grid=(grid, rows))
+               if fastest else None)
+        parts.append((sub, mem[rows], perf.evaluate(inp, band.value) if fastest else None, inp))
     if not parts:
         if not fail:
             return None
@@ -398,11 +418,12 @@ def _search(model, precision, g, counts, seqs, space, topo, band, pareto, memory
     metrics = _metrics(pb, mem[i], cap)
     rows = []
     if pareto and fastest:
-        cluster = st.tokens_per_s_per_gpu * la.gpus
+        gpus_of = la.gpus
+        cluster = st.tokens_per_s_per_gpu * gpus_of
         head = (cap - mem) / memory.GIB
-        pm = np.flatnonzero(pareto_mask(cluster, head, la.gpus))
+        pm = np.flatnonzero(pareto_mask(cluster, head, gpus_of))
         pm = pm[np.argsort(-cluster[pm], kind="stable")]
-        rows = [{**layout_row(la, q), "gpus": int(la.gpus[q]), "tokens_per_s": float(cluster[q]),
+        rows = [{**layout_row(la, q), "gpus": int(gpus_of[q]), "tokens_per_s": float(cluster[q]),
                  "tokens_per_s_per_gpu": float(st.tokens_per_s_per_gpu[q]), "mfu": float(st.mfu[q]),
                  "memory_gib": float(mem[q] / memory.GIB), "headroom_gib": float(head[q])} for q in pm]
     seconds = time.perf_counter() - t0
@@ -605,5 +626,5 @@ cached_min_gpus = memo.cached(min_gpus, data=SEARCH_DATA)
 
 
 __all__ = ["MAX_GPUS", "OBJECTIVES", "SEARCH_DATA", "SearchResult", "SearchSpace", "TP_CHOICES", "benchmark",
-           "cached_min_gpus", "cached_search", "candidates", "default_counts", "layout_row", "min_gpus",
+           "cached_min_gpus", "cached_search", "candidate_grid", "candidates", "default_counts", "layout_row", "min_gpus",
            "pareto_mask", "rank_key", "search", "search_loop", "target_sequences"]
