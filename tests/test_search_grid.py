@@ -118,3 +118,21 @@ def test_grid_is_read_only():
         grid.tp = np.ones(2)
     assert grid.expand().zero_stage.tolist() == [0, 0, 1, 1, 0, 0, 1, 1]
     assert grid.expand().recompute.tolist() == [0, 2, 0, 2, 0, 2, 0, 2]
+
+
+def test_a_grid_kept_for_one_gpu_gives_another_gpu_its_own_answer():
+    """The candidates and their memory are kept per process by their GPU-independent inputs:
+    a search of a second GPU of the same domain reuses them and still applies its own capacity."""
+    model, tokens = models.get("llama31_70b"), 2**22
+    space = SearchSpace(domain=8)
+    search._GRIDS.clear()
+    search.search(model, "fp8", "h100_sxm", 256, tokens_per_step=tokens, space=space)
+    assert len(search._GRIDS) == 1
+    kept = search.search(model, "fp8", "h200_sxm", 256, tokens_per_step=tokens, space=space)
+    assert len(search._GRIDS) == 1  # the same entry
+    search._GRIDS.clear()
+    fresh = search.search(model, "fp8", "h200_sxm", 256, tokens_per_step=tokens, space=space)
+    assert kept.best == fresh.best and kept.metrics == fresh.metrics and kept.pareto == fresh.pareto
+    assert kept.n_fit == fresh.n_fit
+    h100 = search.search(model, "fp8", "h100_sxm", 256, tokens_per_step=tokens, space=space)
+    assert h100.n_fit < kept.n_fit  # 80 GB against 141 GB: fewer layouts fit

@@ -46,6 +46,8 @@ Conventions (Megatron-LM / Megatron-Core):
 """
 from __future__ import annotations
 
+import functools
+import math
 from typing import Any, Iterable, Literal, Sequence
 
 import numpy as np
@@ -396,7 +398,13 @@ def _layout_array(arrays: dict) -> LayoutArray:
 
 def divisors(n: int) -> list[int]:
     """The divisors of ``n`` in increasing order."""
-    return [d for d in range(1, n + 1) if n % d == 0]
+    return list(_divisors(int(n)))
+
+
+@functools.lru_cache(maxsize=1024)
+def _divisors(n: int) -> tuple[int, ...]:
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0] if n >= 1 else []
+    return tuple(small + [n // d for d in reversed(small) if d * d != n])
 
 
 def label(lay: Layout, model: Model | None = None, *, schedule: bool = True, recompute: bool = True) -> str:

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
@@ -364,12 +365,40 @@ def search(model: Model, precision: str, gpu, gpus: int | Sequence[int], *, toke
                    seqs, space, topo, band, pareto, memory_options)
 
 
-def _grid_memory(model, grid: LayoutGrid, precision: str, memory_options: dict) -> np.ndarray:
-    """``memory.breakdown(model, grid.expand(), precision, **memory_options).total``, on the grid
-    (:func:`memory.grid_total`) unless the reserve varies per layout."""
-    if np.ndim(memory_options.get("reserve_gib", 0.0)) == 0:
-        return memory.grid_total(model, grid, precision, **memory_options)
-    return memory.breakdown(model, grid.expand(), precision, **memory_options).total
+#: (grid, memory) of this process's last searches by their GPU-independent inputs (model, count,
+#: space, batch, NVLink domain, precision, memory options): the chapters ask for the same model,
+#: count and batch on several GPUs of one domain in turn, and the candidates and their memory
+#: do not depend on the GPU (its capacity is applied after). ~5 MB an entry.
+_GRIDS: OrderedDict = OrderedDict()
+_GRIDS_MAX = 32
+
+
+def _grid_memory(model, count: int, space: SearchSpace, seqs, domain, precision: str, memory_options: dict,
+                 keep: bool = True) -> tuple[LayoutGrid, np.ndarray]:
+    """(:func:`candidate_grid`, the candidates' memory total in bytes, ``memory.breakdown``'s on
+    ``grid.expand()``, computed on the grid by :func:`memory.grid_total` unless the reserve varies
+    per layout); with ``keep``, remembered in :data:`_GRIDS` (the arrays are never written to)."""
+    try:
+        key = (model, int(count), space, seqs, domain, precision, tuple(sorted(memory_options.items())))
+        hash(key)
+    except TypeError:  # an unhashable memory option: computed every time
+        key, keep = None, False
+    hit = _GRIDS.get(key) if keep else None
+    if hit is not None:
+        _GRIDS.move_to_end(key)
+        return hit
+    grid = candidate_grid(model, count, space, seqs, domain)
+    if not len(grid):
+        mem = np.zeros(0)
+    elif np.ndim(memory_options.get("reserve_gib", 0.0)) == 0:
+        mem = memory.grid_total(model, grid, precision, **memory_options)
+    else:
+        mem = memory.breakdown(model, grid.expand(), precision, **memory_options).total
+    if keep:
+        _GRIDS[key] = (grid, mem)
+        while len(_GRIDS) > _GRIDS_MAX:
+            _GRIDS.popitem(last=False)
+    return grid, mem
 
 
 def _search(model, precision, g, counts, seqs, space, topo, band, pareto, memory_options, fail=True):
@@ -380,11 +409,10 @@ def _search(model, precision, g, counts, seqs, space, topo, band, pareto, memory
     t0 = time.perf_counter()
     parts, n_total = [], 0
     for count in counts:
-        grid = candidate_grid(model, count, space, seqs, domain)
+        grid, mem = _grid_memory(model, count, space, seqs, domain, precision, memory_options, keep=fastest)
         n_total += len(grid)
         if not len(grid):
             continue
-        mem = _grid_memory(model, grid, precision, memory_options)
         ok = mem <= cap
         if not ok.any():
             continue
