@@ -22,8 +22,10 @@ Public API
 from __future__ import annotations
 
 import csv
+import io
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -61,20 +63,28 @@ def fit_gemm_measurements(path: Path | str = GEMM_CSV, min_m: int = 1024, gpu: s
     [0, 3] the ceilings are the geometric means of the implied per-shape ceilings; k minimizes
     the squared log error. Returns ``gemm_roofline`` (k), ``ceiling_bf16``, ``ceiling_fp8``,
     ``rms_log_error`` and the number of points.
+
+    The fit is a pure function of the file's text, ``min_m`` and the GPU's record, kept once per
+    process for each (the cross-validation folds ask for it about 80 times per validation).
     """
-    g = hardware.get(gpu)
+    text = Path(path).read_bytes().decode("utf-8")
+    return dict(_fit_gemm(text, str(path), min_m, hardware.get(gpu)))
+
+
+@lru_cache(maxsize=16)
+def _fit_gemm(text: str, path: str, min_m: int, g: hardware.GPU) -> dict[str, float]:
+    """:func:`fit_gemm_measurements` on the CSV ``text`` (read from ``path``) for GPU ``g``."""
     pts = []
-    with Path(path).open(encoding="utf-8", newline="") as fh:
-        for r in csv.DictReader(fh):
-            d = _GEMM_DTYPE.get(r["dtype"])
-            if d is None:
-                continue
-            m, n, k = float(r["m"]), float(r["n"]), float(r["k"])
-            if m < min_m or (r["label"] == "square" and m < 2048):
-                continue
-            eff = float(r["tflops"]) * 1e12 / g.peak_flops(d)
-            n_hm = 3.0 / (1 / m + 1 / n + 1 / k)
-            pts.append((d, eff, perf.gemm_reference_size(g, d) / n_hm))
+    for r in csv.DictReader(io.StringIO(text, newline="")):
+        d = _GEMM_DTYPE.get(r["dtype"])
+        if d is None:
+            continue
+        m, n, k = float(r["m"]), float(r["n"]), float(r["k"])
+        if m < min_m or (r["label"] == "square" and m < 2048):
+            continue
+        eff = float(r["tflops"]) * 1e12 / g.peak_flops(d)
+        n_hm = 3.0 / (1 / m + 1 / n + 1 / k)
+        pts.append((d, eff, perf.gemm_reference_size(g, d) / n_hm))
     if not pts:
         raise ValueError(f"{path}: no GEMM rows with m >= {min_m}")
     dt = np.array([p[0] for p in pts])
@@ -148,15 +158,22 @@ def measured_base() -> dict[str, float]:
     return base
 
 
-def _tie(p: dict[str, float]) -> dict[str, float]:
-    """Tied and derived family factors from Blackwell's (:data:`TIED_FAMILIES`)."""
+def _tie(p: dict[str, float], ratios: dict[str, float] | None = None) -> dict[str, float]:
+    """Tied and derived family factors from Blackwell's (:data:`TIED_FAMILIES`); ``ratios``:
+    :func:`tie_ratios`, computed once per fit (it reads the catalog) and passed in."""
+    ratios = tie_ratios() if ratios is None else ratios
     q = dict(p)
     cap = (1.0 - 1e-9) / max(q["gemm_ceiling_16bit"], q["gemm_ceiling_8bit"])  # no ceiling x factor above 1
     for f in perf.FAMILIES:
         q[f"family_factor_{f}"] = min(q[f"family_factor_{f}"], cap)
     for f in TIED_FAMILIES:
-        q[f"family_factor_{f}"] = min(q["family_factor_blackwell"] * power_ratio(f), cap)
+        q[f"family_factor_{f}"] = min(q["family_factor_blackwell"] * ratios[f], cap)
     return q
+
+
+def tie_ratios() -> dict[str, float]:
+    """:func:`power_ratio` of every tied family (:data:`TIED_FAMILIES`)."""
+    return {f: power_ratio(f) for f in TIED_FAMILIES}
 
 
 def power_ratio(family: str) -> float:
@@ -168,8 +185,9 @@ def power_ratio(family: str) -> float:
     return perf.power_per_flop(family) / perf.power_per_flop(ref)
 
 
-def _residuals(inp: perf.StepInputs, measured: np.ndarray, p: dict[str, float]) -> np.ndarray:
-    st = perf.evaluate(inp, perf.Efficiency.from_params(_tie(p)))
+def _residuals(inp: perf.StepInputs, measured: np.ndarray, p: dict[str, float],
+               ratios: dict[str, float] | None = None) -> np.ndarray:
+    st = perf.evaluate(inp, perf.Efficiency.from_params(_tie(p, ratios)))
     return np.log(st.tokens_per_s_per_gpu / measured)
 
 
@@ -188,8 +206,9 @@ class Calibration:
         return perf.Efficiency.from_params(self.params)
 
 
-def _lm(inp, meas, names, base, idx, iters=80):
+def _lm(inp, meas, names, base, idx, iters=80, ratios=None):
     """Levenberg-Marquardt on log(parameter), bounds by clipping; returns (params, cost)."""
+    ratios = tie_ratios() if ratios is None else ratios
     lo = np.array([max(FIT_BOUNDS[n][0], 1e-6) for n in names])
     hi = np.array([FIT_BOUNDS[n][1] for n in names])
 
@@ -197,7 +216,7 @@ def _lm(inp, meas, names, base, idx, iters=80):
         return {**base, **dict(zip(names, np.clip(np.exp(x), lo, hi)))}
 
     def res(x):
-        return _residuals(inp, meas, unpack(x))[idx]
+        return _residuals(inp, meas, unpack(x), ratios)[idx]
 
     x = np.log(np.clip([base[n] for n in names], lo, hi))
     f = res(x)
@@ -246,13 +265,14 @@ def calibrate(rows: Sequence[dict[str, Any]] | None = None, fit: Sequence[str] =
     idx = np.array([i for i in (range(len(setups)) if subset is None else subset) if np.isfinite(meas[i])])
     base = {**measured_base(), **(fixed or {})}
     names = [n for n in fit if n not in (fixed or {})]
+    ratios = tie_ratios()
     best = None
     for mult in _STARTS:
         start = {k: (v * mult.get(k, 1.0) if k in names else v) for k, v in base.items()}  # fixed stay fixed
-        p, c = _lm(inp, np.where(np.isfinite(meas), meas, 1.0), names, start, idx)
+        p, c = _lm(inp, np.where(np.isfinite(meas), meas, 1.0), names, start, idx, ratios=ratios)
         if best is None or c < best[1] - 1e-10:
             best = (p, c)
-    return Calibration(params=_tie(best[0]), cost=best[1], rows=tuple(int(i) for i in idx), fitted=tuple(names))
+    return Calibration(params=_tie(best[0], ratios), cost=best[1], rows=tuple(int(i) for i in idx), fitted=tuple(names))
 
 
 @dataclass(frozen=True)
@@ -282,11 +302,17 @@ def calibrate_fold(inp: perf.StepInputs, plans: Sequence[RowPlan], train: Sequen
     return FoldFit(calibrate(prepared=(inp, list(plans)), subset=train, fixed=fixed), tuple(priors))
 
 
-def fold_predictions(inp: perf.StepInputs, plans: Sequence[RowPlan], key_of=None) -> tuple[np.ndarray, list[str]]:
+def fold_predictions(inp: perf.StepInputs, plans: Sequence[RowPlan], key_of=None,
+                     fits: dict[tuple[int, ...], FoldFit] | None = None) -> tuple[np.ndarray, list[str]]:
     """Out-of-fold tokens/s per GPU of every row: each fold (rows with one value of
     ``key_of(row)``; ``None``: each row alone) predicted by :func:`calibrate_fold` on the rest.
     Returns (predictions, per row the comma-joined parameters that took their prior); rows
-    without a measurement get NaN."""
+    without a measurement get NaN.
+
+    ``fits``: fold fits by training rows, shared between calls on the same ``inp`` and ``plans``
+    (two schemes often hold out the same rows: a family with one run is also a leave-one-row-out
+    fold); a training set already in it is not fitted again."""
+    fits = {} if fits is None else fits
     keys = [i if key_of is None else key_of(p.row) for i, p in enumerate(plans)]
     ok = [p.measured is not None for p in plans]
     pred = np.full(len(plans), np.nan)
@@ -295,7 +321,10 @@ def fold_predictions(inp: perf.StepInputs, plans: Sequence[RowPlan], key_of=None
         test = [i for i, k in enumerate(keys) if k == key and ok[i]]
         if not test:
             continue
-        fit = calibrate_fold(inp, plans, [i for i, k in enumerate(keys) if k != key and ok[i]])
+        train = tuple(i for i, k in enumerate(keys) if k != key and ok[i])
+        if train not in fits:
+            fits[train] = calibrate_fold(inp, plans, list(train))
+        fit = fits[train]
         st = perf.evaluate(inp, fit.efficiency)
         for i in test:
             pred[i] = float(st.tokens_per_s_per_gpu[i])
@@ -345,6 +374,7 @@ def efficiency_ranges(prepared=None) -> dict[str, Any]:
     idx = np.array(full.rows)
     s2 = full.cost / max(len(idx) - len(full.fitted), 1)
     limit = full.cost + RANGE_CHI2 * s2
+    ratios = tie_ratios()
     out: dict[str, Any] = {}
     for n in full.fitted:
         v = full.params[n]
@@ -356,7 +386,7 @@ def efficiency_ranges(prepared=None) -> dict[str, Any]:
                 if not FIT_BOUNDS[n][0] <= t <= FIT_BOUNDS[n][1]:
                     break
                 try:
-                    r = _residuals(inp, meas, {**full.params, n: t})[idx]
+                    r = _residuals(inp, meas, {**full.params, n: t}, ratios)[idx]
                 except ValueError:  # a ceiling x factor above 1
                     break
                 if float(r @ r) > limit:
@@ -519,7 +549,7 @@ __all__ = ["COLLECTIVE_PARAMS", "Calibration", "DERIVED_FAMILIES", "FIT_BOUNDS",
            "IDENTIFIED_BY", "PRIORS", "RANGE_CHI2", "TIED_FAMILIES", "band_from_ranges", "calibrate", "calibrate_fold",
            "efficiency_ranges", "efficiency_yaml_text", "fit_gemm_measurements", "fold_predictions", "load_rows",
            "measured_base", "out_of_sample_spread", "BAND_QUANTILE",
-           "power_ratio", "prepare_rows", "write_efficiency_yaml"]
+           "power_ratio", "prepare_rows", "tie_ratios", "write_efficiency_yaml"]
 
 
 if __name__ == "__main__":

@@ -120,21 +120,23 @@ HOLDOUT_TARGETS = {"row": 0.10, "group": 0.15, "family": 0.15, "source": 0.15, "
 # Cross-validation
 # =========================================================================================
 def holdout(rows: Sequence[dict[str, Any]] | None = None, scheme: str = "row",
-            prepared: tuple[perf.StepInputs, list[RowSetup]] | None = None) -> list[dict[str, Any]]:
+            prepared: tuple[perf.StepInputs, list[RowSetup]] | None = None,
+            fits: dict | None = None) -> list[dict[str, Any]]:
     """Each row predicted by a calibration that did not see it (:data:`SCHEMES`).
 
     A parameter with no identifying row left in the fold (``calibrate.IDENTIFIED_BY``: a GPU
     family's factor when its generation is left out, the 4-bit ceiling when the only NVFP4 row
     is) takes its prior (``calibrate.PRIORS``: what a planner would assume for a new generation
     or format before any measurement), never its full-table value; the row says which in
-    ``prior``. Every row with a measurement is tested.
+    ``prior``. Every row with a measurement is tested. ``fits``: fold fits shared between
+    schemes on the same ``prepared`` rows (``calibrate.fold_predictions``).
     """
     if scheme not in SCHEMES:
         raise ValueError(f"scheme: must be one of {', '.join(SCHEMES)} (got {scheme!r})")
     rows = load_rows() if rows is None and prepared is None else rows
     inp, setups = prepared if prepared is not None else prepare_rows(rows)
     key_of = SCHEMES[scheme]
-    pred, prior = cal.fold_predictions(inp, setups, key_of)
+    pred, prior = cal.fold_predictions(inp, setups, key_of, fits)
     out = []
     for i, su in enumerate(setups):
         if su.measured is None:
@@ -176,8 +178,9 @@ def cross_validation(prepared: tuple[perf.StepInputs, list[RowSetup]] | None = N
     ins = validation_table(prepared=prepared)
     ins_rows = [{**r, "prior": ""} for r in ins if r["error"] is not None]
     out: dict[str, Any] = {"in_sample": holdout_summary(ins_rows), "tables": {"in_sample": ins_rows}}
+    fits: dict = {}  # a training set two schemes share is fitted once
     for sch in schemes:
-        t = holdout(prepared=prepared, scheme=sch)
+        t = holdout(prepared=prepared, scheme=sch, fits=fits)
         out[sch] = holdout_summary(t)
         out["tables"][sch] = t
     spread = float(perf.default_band().spread)

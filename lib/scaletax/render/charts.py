@@ -7,6 +7,12 @@ myst-nb picks the right mime type per builder.
 
 Each figure also lands in ``$SCALETAX_FIGURES_DIR`` (default ``./figures``) as
 ``<label>.png`` and ``<label>.csv`` (the plotted rows), so readers can reuse the data.
+
+A figure's spec is serialized once without altair's schema validation (``to_dict(validate=False)``,
+20-130 ms per figure); :func:`validate_spec` checks a spec against the Vega-Lite schema, and
+``tests/test_render_specs.py`` runs it on every figure of a built book, so a bad spec still fails
+the test suite. altair itself is imported on first use (a chapter with tables only, the
+summary, never loads it).
 """
 from __future__ import annotations
 
@@ -15,10 +21,12 @@ import html
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
-import altair as alt
 import vl_convert as vlc
+
+if TYPE_CHECKING:
+    import altair as alt
 
 FIGURES_ENV = "SCALETAX_FIGURES_DIR"
 #: File name of the vendored Vega/Vega-Lite/vega-embed bundle in the book's _static.
@@ -79,10 +87,14 @@ def _theme() -> dict:
 
 def setup() -> None:
     """Register and enable the book theme (call once per notebook)."""
+    import altair as alt
+
     alt.theme.register("scaletax", enable=True)(_theme)
 
 
 def gpu_color_scale(ids: Iterable[str]) -> alt.Scale:
+    import altair as alt
+
     ids = list(dict.fromkeys(ids))
     return alt.Scale(domain=ids, range=[GPU_COLORS.get(i, "#555555") for i in ids])
 
@@ -97,8 +109,12 @@ def gpu_label(gpu_id: str) -> str:
         return gpu_id
 
 
-#: Where a channel draws its values as text: legend labels, axis labels or facet headers.
-_GUIDE = {"x": "axis", "y": "axis", "row": "header", "column": "header", "facet": "header"}
+#: Where a channel draws its values as text: axis labels, facet headers or legend labels.
+#: Channels with no guide of their own (xOffset, yOffset, detail, tooltip, order, text, x2, ...)
+#: are left alone: Vega-Lite's schema allows no guide property on them.
+_GUIDE = {"x": "axis", "y": "axis", "row": "header", "column": "header", "facet": "header",
+          **{c: "legend" for c in ("color", "fill", "stroke", "opacity", "fillOpacity", "strokeOpacity",
+                                   "strokeWidth", "strokeDash", "shape", "size", "angle")}}
 GPU_FIELD = "gpu"
 
 
@@ -123,8 +139,8 @@ def name_gpus(spec: Any, ids: Sequence[str] | None = None) -> Any:
             enc = node.get("encoding")
             if isinstance(enc, dict):
                 for channel, e in enc.items():
-                    if isinstance(e, dict) and e.get("field") == GPU_FIELD:
-                        guide = _GUIDE.get(channel, "legend")
+                    if isinstance(e, dict) and e.get("field") == GPU_FIELD and channel in _GUIDE:
+                        guide = _GUIDE[channel]
                         if e.get(guide, {}) is None:  # guide switched off
                             continue
                         e[guide] = {**e.get(guide, {}), "labelExpr": _label_expr(ids)}
@@ -236,13 +252,14 @@ def figure(label: str, chart: alt.TopLevelMixin, rows: Sequence[dict], *,
     In the page, place it with a ``{glue:figure}`` directive naming ``label``; the
     directive's ``:name:`` makes it a numbered, referencable figure.
     """
+    import altair as alt
     from myst_nb import glue
 
     if not rows:  # a scenario where nothing applies: say so in place of the chart
         rows = [{"note": empty}]
         chart = alt.Chart(data(rows)).mark_text(fontSize=14).encode(text="note:N").properties(
             width=520, height=60)
-    spec = name_gpus(chart.to_dict())
+    spec = name_gpus(chart.to_dict(validate=False))  # validated by tests (validate_spec)
     png = vlc.vegalite_to_png(spec, scale=PNG_SCALE)  # fixed width: the PDF page and the export
     out = _figures_dir()
     (out / f"{label}.png").write_bytes(png)
@@ -254,6 +271,8 @@ def figure(label: str, chart: alt.TopLevelMixin, rows: Sequence[dict], *,
 
 def data(rows: Sequence[dict]) -> alt.Data:
     """Inline chart data from plain rows (numpy scalars converted)."""
+    import altair as alt
+
     return alt.Data(values=[{k: _plain_json(v) for k, v in r.items()} for r in rows])
 
 
@@ -261,3 +280,11 @@ def _plain_json(v: Any) -> Any:
     if hasattr(v, "item"):
         return v.item()
     return v
+
+
+def validate_spec(spec: dict) -> None:
+    """Check a chart's Vega-Lite spec (``to_dict`` output) against the Vega-Lite schema altair
+    ships; raises ``jsonschema.ValidationError`` (via altair) naming the first bad property."""
+    import altair as alt
+
+    alt.TopLevelSpec.validate(spec)

@@ -1,0 +1,84 @@
+"""Every figure spec the book makes is valid Vega-Lite.
+
+``charts.figure`` serializes a chart without altair's schema validation (it cost 20-130 ms per
+figure in every build); these tests run the same schema check (``charts.validate_spec``) on the
+specs of every figure of a built book, so a bad spec still fails the suite.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import altair as alt
+import pytest
+
+from scaletax.render import charts
+
+#: The chart a page draws: ``.push(["#scaletax-<label>", <spec>]);`` (ChartBundle.html).
+CHART = re.compile(r'\.push\(\["#scaletax-([^"]+)", (\{.*?\})\]\);</script>', re.S)
+
+
+def page_specs(html_dir: Path) -> dict[str, dict]:
+    """Label -> Vega-Lite spec of every chart in the HTML pages under ``html_dir``."""
+    found: dict[str, dict] = {}
+    for page in sorted(html_dir.rglob("*.html")):
+        for label, spec in CHART.findall(page.read_text(encoding="utf-8")):
+            found[label] = json.loads(spec)
+    return found
+
+
+def test_book_figure_specs_are_valid_vega_lite(built_book):
+    book = built_book["dir"]
+    specs = page_specs(book / "html")
+    figures = {p.stem for p in (book / "figures").glob("fig-*.png")}
+    assert len(figures) >= 20, sorted(figures)
+    assert set(specs) == figures  # every exported figure is drawn in a page, and nothing else
+    for label, spec in specs.items():
+        try:
+            charts.validate_spec(spec)
+        except Exception as err:  # noqa: BLE001 - name the figure
+            pytest.fail(f"{label}: invalid Vega-Lite spec: {err}")
+
+
+def _chart(rows):
+    return alt.Chart(charts.data(rows)).mark_bar().encode(x="gpus:Q", y="gpu:N", color="gpu:N")
+
+
+def test_validate_spec_rejects_a_bad_encoding_and_a_bad_mark_property():
+    good = _chart([{"gpu": "h100_sxm", "gpus": 8}]).to_dict(validate=False)
+    charts.validate_spec(good)
+    bad_type = {**good, "encoding": {**good["encoding"], "x": {"field": "gpus", "type": "quantitatve"}}}
+    with pytest.raises(Exception, match="quantitatve"):
+        charts.validate_spec(bad_type)
+    with pytest.raises(Exception):
+        charts.validate_spec({**good, "mark": {"type": "bar", "opacityy": 0.5}})
+
+
+def test_figure_specs_validate_with_rows_and_as_the_empty_note(tmp_path, monkeypatch):
+    monkeypatch.setenv(charts.FIGURES_ENV, str(tmp_path))
+    full = charts.figure("fig-test-specs", _chart([{"gpu": "h100_sxm", "gpus": 8}]), [{"gpu": "h100_sxm", "gpus": 8}])
+    empty = charts.figure("fig-test-empty", _chart([{"gpu": "h100_sxm", "gpus": 8}]), [])
+    for bundle in (full, empty):
+        charts.validate_spec(bundle.spec)
+        assert page_specs_from(bundle.html()) == {bundle.label: json.loads(json.dumps(
+            {k: v for k, v in bundle.spec.items() if k != "$schema"}))}
+
+
+def page_specs_from(html: str) -> dict[str, dict]:
+    return {label: json.loads(spec) for label, spec in CHART.findall(html)}
+
+
+def test_gpu_names_go_only_on_channels_with_a_guide():
+    """An xOffset (or tooltip, detail) on the gpu field has no legend: naming GPUs adds none there,
+    so the spec stays valid; the colour legend and the x axis get the names."""
+    rows = [{"gpu": "h100_sxm", "gpus": 8, "what": "a"}, {"gpu": "gb200", "gpus": 4, "what": "a"}]
+    chart = alt.Chart(charts.data(rows)).mark_bar().encode(
+        x="what:N", y="gpus:Q", xOffset="gpu:N", color="gpu:N", tooltip=["gpu:N", "gpus:Q"])
+    spec = charts.name_gpus(chart.to_dict(validate=False))
+    charts.validate_spec(spec)
+    enc = spec["encoding"]
+    assert "legend" not in enc["xOffset"] and all("legend" not in t for t in enc["tooltip"])
+    assert '"GB200 NVL72"' in enc["color"]["legend"]["labelExpr"]
+    axis = charts.name_gpus(alt.Chart(charts.data(rows)).mark_bar().encode(x="gpu:N", y="gpus:Q").to_dict())
+    assert '"H100 SXM"' in axis["encoding"]["x"]["axis"]["labelExpr"]
