@@ -669,3 +669,89 @@ def test_scaling_makes_error_independent_of_magnitude(table):
         assert max(errs) - min(errs) < 0.01 * max(errs)
     raw = [_row(table, "fp8_e4m3", "none", "gaussian", m) for m in (1e-3, 1e3)]
     assert raw[0]["zero_share"] > 0.5 and raw[1]["sat_share"] > 0.5
+
+
+# --------------------------------------------------------------------------------------------
+# The fused loops (precision_kernels) against numpy transcriptions, bit for bit
+# --------------------------------------------------------------------------------------------
+
+def _random_bits(n: int, seed: int) -> np.ndarray:
+    """float32 from random bit patterns: every exponent, subnormals, +-inf and NaN payloads."""
+    bits = np.random.default_rng(seed).integers(0, 2**32, n, dtype=np.uint32)
+    bits[:6] = [0x7F800000, 0xFF800000, 0x7FC00000, 0xFFA00001, 0x00000001, 0x80000000]
+    return bits.view(F32)
+
+
+@pytest.mark.parametrize("saturate", [True, False])
+def test_bf16_rounding_is_ml_dtypes_cast_bit_for_bit(saturate):
+    """BF16 RNE on the float32 bits gives ml_dtypes' astype bits, NaN payloads and -0 included."""
+    x = _random_bits(200_000, 21)
+    e = P._ELEMS["bf16"]
+    with np.errstate(invalid="ignore", over="ignore"):
+        v = np.clip(x, -e.max, e.max) if saturate else x
+        ref = v.astype(ml_dtypes.bfloat16).astype(F32)
+    got = P.quantize(x, "bf16", saturate=saturate)
+    assert np.array_equal(got.view(np.uint32), ref.view(np.uint32))
+
+
+def _e4m3_rne(v) -> np.ndarray:
+    return np.minimum(v, F32(448)).astype(ml_dtypes.float8_e4m3fn).astype(F32)
+
+
+def test_nvfp4_stochastic_is_the_numpy_transcription_bit_for_bit():
+    """NVFP4 with stochastic rounding: the TE-order scales in numpy, then the stochastic
+    reference on the scaled, clipped blocks, with the same draws (one per element, C order)."""
+    x = P.make_tensor("outlier_channels", (64, 256), seed=5)
+    x[3, 32:48] *= F32(1e-9)  # a block whose scale flushes to zero
+    blocks = x.reshape(-1, 16)
+    amax_b = np.abs(blocks).max(axis=1, keepdims=True)
+    s_enc = F32(2688) / F32(amax_b.max())
+    s_dec = _e4m3_rne((amax_b / F32(6)) * s_enc)
+    with np.errstate(divide="ignore"):
+        s_enc_b = F32(1) / (s_dec * (F32(1) / s_enc))
+    s_enc_b[s_dec == 0] = 0
+    v = np.clip(blocks * s_enc_b, -6, 6)
+    q = _stochastic_reference(v, P._ELEMS["fp4_e2m1"], np.random.default_rng(9))
+    ref = ((q * s_dec) / s_enc).reshape(x.shape)
+    got = P.quantize(x, "nvfp4", rounding="stochastic", rng=np.random.default_rng(9))
+    assert np.array_equal(got.view(np.uint32), ref.view(np.uint32))
+    assert (got[3, 32:48] == 0).all()
+
+
+@pytest.mark.parametrize("fmt,rule", [("mxfp4", "ocp"), ("mxfp8_e4m3", "ceil"),
+                                      ("mxfp6_e2m3", "ocp")])
+def test_mx_stochastic_is_the_numpy_transcription_bit_for_bit(fmt, rule):
+    e = P._ELEMS[P._BLOCK[fmt][0]]
+    x = P.make_tensor("student_t", (32, 256), seed=4)
+    x[1, :32] = 0  # an all-zero block
+    blocks = x.reshape(-1, 32)
+    s = P.mx_shared_exponent(x, fmt, scale_rule=rule)[:, None]
+    v = np.clip(blocks * np.ldexp(F32(1), -s).astype(F32), -e.max, e.max)
+    q = _stochastic_reference(v, e, np.random.default_rng(2))
+    ref = (q * np.ldexp(F32(1), s).astype(F32)).reshape(x.shape)
+    got = P.quantize(x, fmt, scale_rule=rule, rounding="stochastic", rng=np.random.default_rng(2))
+    assert np.array_equal(got.view(np.uint32), ref.view(np.uint32))
+
+
+@pytest.mark.parametrize("rounding", ["rne", "stochastic"])
+def test_per_tensor_and_tile_scaling_are_the_numpy_transcription_bit_for_bit(rounding):
+    """x * scale, clipped to +-448, rounded, divided by the same scale (tensor and 1x128 tiles)."""
+    e = P._ELEMS["fp8_e4m3"]
+    x = P.make_tensor("outlier_channels", (16, 512), seed=8)
+
+    def ref(v, scale):
+        v = np.clip(v * scale, -e.max, e.max)
+        if rounding == "rne":
+            q = v.astype(e.dtype).astype(F32)
+        else:
+            q = _stochastic_reference(v, e, np.random.default_rng(6))
+        return q / scale
+
+    kw = {"rounding": rounding, "rng": np.random.default_rng(6)}
+    scale = F32(F32(e.max) / F32(np.abs(x).max()))
+    got = P.quantize_per_tensor(x, **kw)
+    assert np.array_equal(got.view(np.uint32), ref(x, scale).view(np.uint32))
+    tiles = x.reshape(-1, 128)
+    kw["rng"] = np.random.default_rng(6)
+    want = ref(tiles, F32(e.max) / np.abs(tiles).max(axis=1, keepdims=True)).reshape(x.shape)
+    assert np.array_equal(P.quantize_1x128(x, **kw).view(np.uint32), want.view(np.uint32))

@@ -22,7 +22,7 @@ Non-finite inputs (one rule for every function here):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Sequence
 
 import ml_dtypes
@@ -56,12 +56,12 @@ class _Elem:
     min_normal: float
     min_subnormal: float
 
-    @property
+    @cached_property
     def emax(self) -> int:
         """Exponent of the largest binade, floor(log2(max)) (OCP MX 'emax_elem')."""
         return int(np.frexp(self.max)[1]) - 1
 
-    @property
+    @cached_property
     def emin(self) -> int:
         """Exponent of the smallest normal binade, log2(min_normal)."""
         return int(np.frexp(self.min_normal)[1]) - 1
@@ -221,76 +221,85 @@ def e8m0_decode(code) -> np.ndarray:
 # Element rounding
 # --------------------------------------------------------------------------------------------
 
-def _rne(v: np.ndarray, e: _Elem, saturate: bool = True) -> np.ndarray:
-    """RNE of float32 v to element type e, back as float32; ``saturate``: clip to +-max first
-    (fused into the table for 8-bit-or-narrower types; NaN stays NaN).
+def _kernels():
+    """The fused numba loops (`scaletax.precision_kernels`), imported on the first quantize."""
+    global _K
+    if _K is None:
+        from . import precision_kernels
+        _K = precision_kernels
+    return _K
 
-    The table lookup (~3 ns per element) is faster here than rounding arithmetically on the
-    float32 bits (normal and subnormal paths, sign and NaN fix-ups: ~13 ns; measured).
+
+_K = None
+
+
+def _per_row(s, n: int) -> np.ndarray:
+    """A scalar or (n, 1) float32 operand as a contiguous float32 (n,) array."""
+    a = np.asarray(s, dtype=_F32)
+    if a.size == 1:
+        return np.full(n, a.reshape(-1)[0], _F32)
+    return np.ascontiguousarray(a).reshape(n)
+
+
+def _kind(e: _Elem, rounding: str, saturate: bool = True):
+    """(kernel rounding kind, table, shift, clip bound) for element type e."""
+    K = _kernels()
+    if rounding == "stochastic":
+        return K.KIND_STOCHASTIC, _NO_TABLE, 0, _F32(e.max)
+    if e.bits <= 8:
+        return (K.KIND_TABLE, *_RNE_TABLES[e.name, saturate], _F32(e.max))
+    return K.KIND_BF16, _NO_TABLE, 0, _F32(e.max)
+
+
+_NO_TABLE = np.zeros(1, _F32)
+_NO_DRAW = np.zeros((1, 1), _F32)
+
+
+def _draws(rounding: str, rng, shape) -> np.ndarray:
+    """The float32 uniform draws of stochastic rounding (one per element, C order)."""
+    return rng.random(shape, dtype=_F32) if rounding == "stochastic" else _NO_DRAW
+
+
+def _round_rows(x: np.ndarray, e: _Elem, rounding: str = "rne", rng=None, *, pre=None,
+                mul=None, div=None, saturate: bool = True) -> np.ndarray:
+    """round(clip(x * pre, +-e.max)) * mul / div for each row of float32 (n, k) x, in one pass.
+
+    pre, mul, div: scalars or (n, 1) float32, None where not applied. The clip is part of every
+    recipe here (OCP MX, NVFP4 and FP8 scaling saturate first); ``saturate=False`` (RNE only)
+    gives IEEE overflow instead. rounding="rne": round-to-nearest-even as ml_dtypes' cast;
+    "stochastic": unbiased, the upper neighbour with probability (|v| - lo) / ulp from one
+    float32 uniform draw per element (``rng.random(x.shape)``), so E[result] = v up to the
+    draw's 2^-24 resolution. Returns a new float32 array.
     """
-    if e.bits > 8:
+    x = np.ascontiguousarray(x, dtype=_F32)
+    n = x.shape[0]
+    if rounding == "rne" and e.name == "fp16":  # numpy passes (no recipe here uses FP16 RNE)
+        v = x * _per_row(pre, n)[:, None] if pre is not None else x
         if saturate:
-            v = _clamped(v, e)
+            v = np.maximum(np.minimum(v, _F32(e.max)), -_F32(e.max))
         with np.errstate(invalid="ignore", over="ignore"):
-            return v.astype(e.dtype).astype(_F32)
-    table, shift = _RNE_TABLES[e.name, saturate]
-    b = np.ascontiguousarray(v, dtype=_F32).view(np.uint32)
-    idx = b >> np.uint32(shift)  # sign, exponent, kept bits, round bit
-    idx <<= np.uint32(1)
-    sticky = b & np.uint32((1 << shift) - 1)  # in place from here: no more full-size temporaries
-    np.minimum(sticky, np.uint32(1), out=sticky)  # sticky bit
-    idx |= sticky
-    return table[idx]
+            q = v.astype(e.dtype).astype(_F32)
+        if mul is not None:
+            q *= _per_row(mul, n)[:, None]
+        if div is not None:
+            q /= _per_row(div, n)[:, None]
+        return q
+    ones = np.ones(n, _F32)
+    ops = [ones if o is None else _per_row(o, n) for o in (pre, mul, div)]
+    mode = (pre is not None) | (mul is not None) << 1 | (div is not None) << 2
+    kind, table, shift, hi = _kind(e, rounding, saturate)
+    out = np.empty_like(x)
+    _kernels().round_rows(x, *ops, mode, kind, hi, table, shift, saturate, e.emin, e.man_bits,
+                          _draws(rounding, rng, x.shape), out)
+    return out
 
 
-def _stochastic(v: np.ndarray, e: _Elem, rng: np.random.Generator) -> np.ndarray:
-    """Unbiased stochastic rounding of float32 v (|v| <= max) to the grid of element type e.
-
-    Picks the upper neighbour with probability (|v| - lo) / ulp, so E[result] = v exactly
-    (up to the 2^-24 resolution of the float32 uniform draw). In-place steps keep it fast.
-    """
+def _round(v: np.ndarray, e: _Elem, rounding: str = "rne", rng=None, *, saturate: bool = True,
+           pre=None, div=None) -> np.ndarray:
+    """`_round_rows` of float32 v of any shape (one row; a scalar pre / div), v's shape."""
     v = np.asarray(v, dtype=_F32)
-    a = np.abs(v)
-    # biased float32 exponent of the grid spacing around a: floor(log2 a) from the exponent
-    # field (float32 subnormals and 0 read as the field 0), at least e's emin, minus m bits
-    qexp = (a.view(np.uint32) >> np.uint32(23)).view(np.int32)
-    np.maximum(qexp, np.int32(e.emin + 127), out=qexp)
-    qexp -= np.int32(e.man_bits)
-    if e.emin - e.man_bits > -127:  # spacing and its inverse are normal float32: from bits
-        bits = qexp << np.int32(23)
-        ulp = bits.view(_F32)  # 2^(qexp - 127)
-        np.subtract(np.int32(254 << 23), bits, out=qexp)  # (254 - qexp) << 23: 2^(127 - qexp)
-        with np.errstate(invalid="ignore"):
-            a *= qexp.view(_F32)  # a / ulp (times 1 / ulp, a power of two: exact)
-    else:  # BF16: the spacing of its subnormals is a float32 subnormal
-        ulp = np.ldexp(_F32(1), qexp - np.int32(127)).astype(_F32, copy=False)
-        with np.errstate(invalid="ignore"):
-            a /= ulp  # exact: a power of two
-    with np.errstate(invalid="ignore"):
-        lo = np.floor(a)  # grid points below, in ulps
-        a -= lo  # probability of rounding up, exact
-        up = rng.random(a.shape, dtype=_F32) < a
-    lo += up  # (floor + up) x ulp: the same exact product as floor x ulp + up x ulp
-    lo *= ulp
-    # copysign(lo, v) on the bits (lo's magnitude, v's sign; NaN too): ~2x np.copysign's speed
-    out = lo.view(np.uint32)
-    out &= np.uint32(0x7FFFFFFF)
-    out |= v.view(np.uint32) & np.uint32(0x80000000)
-    return lo
-
-
-def _clamped(v: np.ndarray, e: _Elem) -> np.ndarray:
-    """float32 v clipped to +-e.max (NaN stays NaN), a new array, without np.clip's wrapper."""
-    hi = _F32(e.max)
-    out = np.minimum(v, hi)
-    return np.maximum(out, -hi, out=out)
-
-
-def _round(v: np.ndarray, e: _Elem, rounding: str, rng) -> np.ndarray:
-    """v rounded to e after saturating at +-e.max (OCP MX, NVFP4 and FP8 recipes clamp first)."""
-    if rounding == "rne":
-        return _rne(v, e)
-    return _stochastic(_clamped(v, e), e, rng)
+    return _round_rows(v.reshape(1, -1), e, rounding, rng, pre=pre, div=div,
+                       saturate=saturate).reshape(v.shape)
 
 
 def _check_rounding(rounding: str, rng) -> None:
@@ -348,118 +357,93 @@ def _from_blocks(b: np.ndarray, shape: tuple[int, ...], bs: tuple[int, ...]) -> 
     return b.reshape(*lead, rows // r, cols // c, r, c).swapaxes(-3, -2).reshape(shape)
 
 
-def _rowmax(a: np.ndarray) -> np.ndarray:
-    """Max over axis 1 of a non-negative (n, k) array, NaN-propagating, as a (n, 1) array.
-
-    Pairwise maxima of neighbours on the flat array (even against odd elements: one long loop
-    per level, each level in place on the first half) are several times faster than
-    ndarray.max(axis=1) for short rows, and about 1.7x faster than halving each row (n short
-    loops per level); a max is exact, so the result is the same bit for bit.
-    """
-    n, k = a.shape
-    if k > 64:  # long rows (2D tiles): the plain reduction is faster
-        return a.max(axis=1, keepdims=True)
-    if k % 2 or k == 0:
-        return a.max(axis=1, keepdims=True) if k > 1 else a
-    f = np.ascontiguousarray(a).reshape(-1)
-    f = np.maximum(f[0::2], f[1::2])  # a new array: the levels below may overwrite it
-    k //= 2
-    while k % 2 == 0:
-        half = f.size // 2
-        np.maximum(f[0::2], f[1::2], out=f[:half])  # numpy buffers the overlap where it must
-        f = f[:half]
-        k //= 2
-    f = f.reshape(n, k)
-    return f.max(axis=1, keepdims=True) if k > 1 else f
-
-
 def _block_amax(blocks: np.ndarray) -> np.ndarray:
     """Per-block max |x| (n, 1) float32, NaN ignored; raises on inf."""
-    amax = _rowmax(np.abs(blocks))
-    if not amax.size or np.isfinite(amax.max()):  # max propagates NaN: one pass says "all finite"
-        return amax
-    nan = np.isnan(amax[:, 0])
-    if nan.any():
-        sub = np.abs(blocks[nan])
-        amax[nan, 0] = np.where(np.isnan(sub), 0, sub).max(axis=1)
-    if np.isinf(amax).any():
+    amax, inf = _kernels().block_amax(np.ascontiguousarray(blocks, dtype=_F32))
+    if inf:
         raise ValueError("infinite input: a block-scaled format has no finite scale for inf")
-    return amax
+    return amax[:, None]
 
 
 def _tensor_amax(x: np.ndarray) -> _F32:
-    amax = np.max(np.abs(x)) if x.size else _F32(0)
-    if np.isnan(amax):
-        amax = np.nanmax(np.abs(x))
-        amax = _F32(0) if np.isnan(amax) else amax
-    if np.isinf(amax):
+    """max |x| over the whole tensor (float32), NaN ignored (0 if all NaN); raises on inf."""
+    if not x.size:
+        return _F32(0)
+    amax, inf = _kernels().block_amax(np.ascontiguousarray(x, dtype=_F32).reshape(1, -1))
+    if inf:
         raise ValueError("infinite input: a scaled format has no finite scale for inf")
-    return _F32(amax)
+    return amax[0]
 
 
 # --------------------------------------------------------------------------------------------
 # MX and NVFP4
 # --------------------------------------------------------------------------------------------
 
-def _shared_exp(amax: np.ndarray, e: _Elem, rule: str) -> np.ndarray:
-    """E8M0 shared exponent per block (int32, clamped to [-127, 127]) from float32 amax (n, 1)."""
-    if rule == "ocp":
-        # OCP MX v1.0 / arXiv 2310.10537 Alg. 1: floor(log2(amax)) - emax_elem
-        _, ex = np.frexp(amax)
-        s = ex.astype(np.int32) - 1 - e.emax
-    else:
-        # round-up rule, arXiv 2506.08027: ceil(log2(amax / max_elem)); exact in float64
-        m, ex = np.frexp(amax.astype(np.float64) / e.max)
-        s = ex.astype(np.int32) - (m == 0.5)
-    s = np.where(amax > 0, s, np.int32(-127))  # all-zero block: any scale gives zeros; the smallest
-    np.minimum(s, np.int32(127), out=s)
-    return np.maximum(s, np.int32(-127), out=s)  # E8M0 range
+def _mx_blocks(blocks, e: _Elem, rule, rounding, rng):
+    """(dequantized (n, k) float32, shared exponents (n,) int32) of MX blocks (n, k).
+
+    Shared exponent per block, OCP MX v1.0 / arXiv 2310.10537 Alg. 1 ("ocp"): floor(log2(amax))
+    - emax_elem; round-up rule of arXiv 2506.08027 ("ceil"): ceil(log2(amax / max_elem)). An
+    all-zero block gets -127 (any scale gives zeros: the smallest); clamped to the E8M0 range
+    [-127, 127]. Elements: RNE(x / X) (or stochastic) clamped to +-max_elem first, times X.
+    """
+    blocks = np.ascontiguousarray(blocks, dtype=_F32)
+    amax = _block_amax(blocks)[:, 0]
+    kind, table, shift, hi = _kind(e, rounding)
+    out = np.empty_like(blocks)
+    exps = np.empty(blocks.shape[0], np.int32)
+    _kernels().mx_rows(blocks, amax, rule == "ceil", e.emax, e.max, kind, hi, table, shift,
+                       e.emin, e.man_bits, _draws(rounding, rng, blocks.shape), out, exps)
+    return out, exps
 
 
 def _mx(x, e: _Elem, bs, rule, rounding, rng, want_limit):
     blocks = _to_blocks(x, bs)
-    amax = _block_amax(blocks)
-    s = _shared_exp(amax, e, rule)
-    inv = np.ldexp(_F32(1), -s).astype(_F32)  # 1/X, exact power of two (2^-127..2^127)
-    q = _round(blocks * inv, e, rounding, rng)  # OCP MX: clamped to +-max_elem first
-    scale = np.ldexp(_F32(1), s).astype(_F32)
-    q *= scale  # q is a new array (in place: no full-size temporary)
+    q, s = _mx_blocks(blocks, e, rule, rounding, rng)
     out = _from_blocks(q, x.shape, bs)
     if not want_limit:
         return out, None
+    scale = np.ldexp(_F32(1), s).astype(_F32)[:, None]  # X, exact power of two
     return out, _from_blocks(np.repeat(_F32(e.max) * scale, blocks.shape[1], 1), x.shape, bs)
 
 
-def _nvfp4_scales(amax_b: np.ndarray, amax_t: _F32):
-    """(s_dec_b as E4M3 value, s_enc) in float32, TE reference order (arXiv 2509.25149 App. B)."""
+def _nvfp4_blocks(blocks, rounding, rng):
+    """(dequantized (n, k), s_dec_b (n,), s_enc_b (n,), s_enc) of NVFP4 blocks (n, k), float32.
+
+    arXiv 2509.25149 App. B, in Transformer Engine's reference order: s_enc = 6*448 /
+    amax_tensor (capped at the float32 max; 1 for an all-zero tensor), s_dec_b =
+    e4m3_rne(amax_b / 6 * s_enc), s_enc_b = 1 / (s_dec_b * (1 / s_enc)), x_hat =
+    round(clamp(x * s_enc_b, +-6)) * s_dec_b / s_enc. A block whose E4M3 scale rounds to 0
+    flushes to zero (TE clamps the encode scale to the float32 max, so every element becomes
+    +-6 * 0): it is encoded with s_enc_b = 0 instead of inf.
+    """
+    blocks = np.ascontiguousarray(blocks, dtype=_F32)
+    amax_b = _block_amax(blocks)[:, 0]
+    amax_t = _F32(amax_b.max()) if amax_b.size else _F32(0)
     if amax_t == 0:
-        return np.zeros_like(amax_b), _F32(1)
-    with np.errstate(over="ignore", divide="ignore"):
-        s_enc = _NVFP4_S_ENC_NUM / amax_t  # 6*448 / amax_tensor
-    s_enc = _F32(min(s_enc, np.finfo(_F32).max))
-    s_dec = (amax_b / _F32(_E2M1.max)) * s_enc  # amax_b/6 * s_enc
-    s_dec = _rne(s_dec, _E4M3)  # e4m3 RNE, saturating (s_dec >= 0)
-    return s_dec, s_enc
+        s_enc = _F32(1)
+    else:
+        with np.errstate(over="ignore", divide="ignore"):
+            s_enc = _NVFP4_S_ENC_NUM / amax_t  # 6*448 / amax_tensor
+        s_enc = _F32(min(s_enc, np.finfo(_F32).max))
+    kind, table, shift, hi = _kind(_E2M1, rounding)
+    e4m3_table, e4m3_shift = _RNE_TABLES[_E4M3.name, True]
+    n = blocks.shape[0]
+    out, s_dec, s_enc_b = np.empty_like(blocks), np.empty(n, _F32), np.empty(n, _F32)
+    _kernels().nvfp4_rows(blocks, amax_b, s_enc, e4m3_table, e4m3_shift, kind, hi, table, shift,
+                          _E2M1.emin, _E2M1.man_bits, _draws(rounding, rng, blocks.shape), out,
+                          s_dec, s_enc_b)
+    return out, s_dec, s_enc_b, s_enc
 
 
 def _nvfp4(x, bs, rounding, rng, want_limit):
     blocks = _to_blocks(x, bs)
-    amax_b = _block_amax(blocks)
-    amax_t = _F32(amax_b.max()) if amax_b.size else _F32(0)
-    s_dec, s_enc = _nvfp4_scales(amax_b, amax_t)
-    with np.errstate(divide="ignore"):
-        s_enc_b = _F32(1) / (s_dec * (_F32(1) / s_enc))  # 1/(s_dec_b * (1/s_enc))
-    # A block whose E4M3 scale rounds to 0 flushes to zero (TE clamps the encode scale to the
-    # float32 max, so every element becomes +-6 * 0): encode with 0 instead of inf.
-    s_enc_b[s_dec == 0] = 0
-    q = _round(blocks * s_enc_b, _E2M1, rounding, rng)  # clamped to +-6 first; a new array
-    q *= s_dec  # x_hat = q * s_dec_b / s_enc, in this order (in place: no full-size temporaries)
-    q /= s_enc
+    q, _, s_enc_b, _ = _nvfp4_blocks(blocks, rounding, rng)
     out = _from_blocks(q, x.shape, bs)
     if not want_limit:
         return out, None
     with np.errstate(divide="ignore"):
-        lim = _F32(_E2M1.max) / s_enc_b  # a flushed block (s_enc_b = 0) clips nothing: inf
+        lim = _F32(_E2M1.max) / s_enc_b[:, None]  # a flushed block (s_enc_b = 0) clips nothing
     return out, _from_blocks(np.repeat(lim, blocks.shape[1], 1), x.shape, bs)
 
 
@@ -467,9 +451,8 @@ def nvfp4_scales(x, *, block_size=16) -> tuple[np.ndarray, float]:
     """NVFP4 per-block decode scales (E4M3 values, float32, shape (n_blocks,)) and s_enc."""
     x = np.asarray(x, dtype=_F32)
     bs = _check_block(x.shape, block_size)
-    amax_b = _block_amax(_to_blocks(x, bs))
-    s_dec, s_enc = _nvfp4_scales(amax_b, _F32(amax_b.max()) if amax_b.size else _F32(0))
-    return s_dec[:, 0], float(s_enc)
+    _, s_dec, _, s_enc = _nvfp4_blocks(_to_blocks(x, bs), "rne", None)
+    return s_dec, float(s_enc)
 
 
 def mx_shared_exponent(x, fmt: str, *, block_size=32, scale_rule: str = "ocp") -> np.ndarray:
@@ -481,7 +464,7 @@ def mx_shared_exponent(x, fmt: str, *, block_size=32, scale_rule: str = "ocp") -
         raise ValueError(f"scale_rule must be one of {SCALE_RULES}, got {scale_rule!r}")
     x = np.asarray(x, dtype=_F32)
     bs = _check_block(x.shape, block_size)
-    return _shared_exp(_block_amax(_to_blocks(x, bs)), _ELEMS[_BLOCK[fmt][0]], scale_rule)[:, 0]
+    return _mx_blocks(_to_blocks(x, bs), _ELEMS[_BLOCK[fmt][0]], scale_rule, "rne", None)[1]
 
 
 # --------------------------------------------------------------------------------------------
@@ -496,14 +479,9 @@ def _quantize(x, fmt, block_size, scale_rule, rounding, rng, saturate, want_limi
         if block_size is not None:
             raise ValueError(f"block_size applies to block-scaled formats, not {fmt!r}")
         e = _ELEMS[fmt]
-        flat = x.reshape(-1)
-        if saturate:
-            q = _round(flat, e, rounding, rng)
-        elif rounding == "stochastic":
+        if not saturate and rounding == "stochastic":
             raise ValueError("stochastic rounding always saturates: use saturate=True")
-        else:
-            q = _rne(flat, e, saturate=False)
-        return q.reshape(x.shape), _F32(e.max)
+        return _round(x, e, rounding, rng, saturate=saturate), _F32(e.max)
     if not saturate:
         raise ValueError(f"block-scaled {fmt!r} always clamps to the element max (saturate=True)")
     en, default_bs, _ = _BLOCK[fmt]
@@ -557,10 +535,8 @@ def _fp8_elem(fmt: str) -> _Elem:
 
 
 def _scaled(x, e: _Elem, scale, rounding, rng):
-    """Quantize x * scale to e (clipping to +-max) and divide back; scale float32 broadcastable."""
-    v = np.asarray(x * scale, dtype=_F32)
-    shape = v.shape
-    return (_round(v.reshape(-1) if v.ndim == 0 else v, e, rounding, rng) / scale).reshape(shape)
+    """Quantize x * scale to e (clipping to +-max) and divide back; scale a float32 scalar."""
+    return _round(x, e, rounding, rng, pre=scale, div=scale)
 
 
 def quantize_per_tensor(x, fmt: str = "fp8_e4m3", *, margin: int = 0, amax=None,
@@ -630,7 +606,7 @@ def quantize_tiles(x, fmt: str = "fp8_e4m3", *, tile=(1, 128), rounding: str = "
     amax = _block_amax(blocks)
     with np.errstate(divide="ignore"):
         scale = np.where(amax > 0, _F32(e.max) / amax, _F32(1)).astype(_F32)
-    out = _from_blocks(_scaled(blocks, e, scale, rounding, rng), x.shape, bs)
+    out = _from_blocks(_round_rows(blocks, e, rounding, rng, pre=scale, div=scale), x.shape, bs)
     if not return_limit:
         return out
     lim = np.maximum(_F32(e.max) / scale, amax)  # as in quantize_per_tensor
