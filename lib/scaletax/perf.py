@@ -893,8 +893,17 @@ class _GridPick:
         nb, nz, nr = self.shape = shape
         self.rows = (idx // (nz * nr), (idx // nr) % nz, idx % nr)
         self.flat: dict[tuple[bool, ...], np.ndarray] = {}  # per broadcast pattern
+        self.done: dict[int, tuple[Any, np.ndarray]] = {}  # per array object (the traffic shares some)
 
     def __call__(self, a) -> np.ndarray:
+        hit = self.done.get(id(a))
+        if hit is not None and hit[0] is a:
+            return hit[1]
+        out = self._pick(a)
+        self.done[id(a)] = (a, out)  # holds ``a``: its id stays its own
+        return out
+
+    def _pick(self, a) -> np.ndarray:
         a = np.asarray(a)
         a = a.reshape((1,) * (3 - a.ndim) + a.shape)
         if a.shape == (1, 1, 1):
