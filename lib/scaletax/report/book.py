@@ -272,7 +272,9 @@ def stage_sources(src: Path, results: list[Result], info: dict, cache: Path | No
 # --------------------------------------------------------------------------------------
 def _run(cmd: list[str], cwd: Path, log: Path, step: str, timeout: float = 1800) -> None:
     """Run one build tool in its own process group, killed with the build (whatever kills it)."""
-    env = dict(os.environ, PYTHONHASHSEED="0")
+    from scaletax.report.execute import process_env
+
+    env = process_env(PYTHONHASHSEED="0")
     proc = None
     with log.open("w", encoding="utf-8") as fh:
         try:
