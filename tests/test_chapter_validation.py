@@ -292,3 +292,52 @@ def test_probes_are_outside_the_table_and_interleaving_cuts_the_bubble():
     assert plain["bubble_s_share"] / (1 - plain["bubble_s_share"]) > 0.5
     assert vp8["bubble_s_share"] < plain["bubble_s_share"] / 4
     assert vp8["tokens_per_s_per_gpu"] > plain["tokens_per_s_per_gpu"]
+
+
+def test_heldout_runs_are_outside_the_table_and_predicted_as_scaletax_predict_does():
+    from scaletax import runs as runs_mod
+    from scaletax.report.predict import predict_rows
+
+    held = vs.heldout_rows()
+    table_ids = {r["run_id"] for r in validate.load_rows()}
+    probe_ids = {p["run_id"] for p in vs.probe_rows()}
+    assert len(held) >= 4 and not {h["run_id"] for h in held} & (table_ids | probe_ids)
+    # one answer: the chapter's prediction and error are scaletax predict's for the same file
+    cli = {r["run_id"]: r for r in predict_rows(runs_mod.read_runs(vs.HELDOUT_CSV))}
+    for h in held:
+        c = cli[h["run_id"]]
+        assert round(h["predicted"], 3) == c["predicted_tokens_per_s_per_gpu"]
+        assert round(h["error"], 4) == c["error_vs_measured"]
+        assert (round(h["low"], 3), round(h["high"], 3)) == (c["predicted_tokens_per_s_per_gpu_low"],
+                                                             c["predicted_tokens_per_s_per_gpu_high"])
+        assert h["fits"] and c["fits"] is True, h["run_id"]
+
+
+def test_heldout_measurements_are_what_the_papers_report():
+    from scaletax import runs as runs_mod
+
+    held = {h["run_id"]: h for h in vs.heldout_rows()}
+    # DeepSeek-V3 (arXiv 2412.19437 §1): 180K H800 GPU-hours per trillion tokens
+    ds = held["deepseek-v3-paper-2048-h800-fp8"]
+    assert ds["measured"] == pytest.approx(1e12 / (180e3 * 3600), abs=0.05)
+    assert ds["basis"] == "tokens/s per GPU (reported)" and ds["gpus"] == 2048
+    # Llama 3 (arXiv 2407.21783 Table 4): 430 / 400 / 380 TFLOP/s per GPU over the model's causal FLOPs per token
+    rows = {r["run_id"]: r for r in runs_mod.read_runs(vs.HELDOUT_CSV)}
+    for rid, tf in (("llama3-paper-405b-8k-h100-bf16", 430), ("llama3-paper-405b-16k-h100-bf16", 400),
+                    ("llama3-paper-405b-16k-131k-h100-bf16", 380)):
+        model = runs_mod.row_model(rows[rid])
+        assert held[rid]["measured"] == pytest.approx(tf * 1e12 / model.model_flops_per_token(), rel=1e-12)
+        assert held[rid]["basis"].startswith("model TFLOP/s")
+
+
+def test_heldout_runs_lie_in_the_band_and_the_summary_counts_them():
+    held = vs.heldout_rows()
+    # the model's stated out-of-sample band (data/efficiency.yaml) must hold runs it never saw
+    for h in held:
+        assert h["low"] <= h["measured"] <= h["high"], (h["run_id"], h["error"])
+        assert abs(h["error"]) <= 0.25, h["run_id"]
+    s = vs.heldout_summary(held)
+    err = sorted(abs(h["error"]) for h in held)
+    assert s["n"] == len(held) and s["max_abs_error"] == err[-1]
+    assert s["median_abs_error"] == pytest.approx(float(np.median(err)))
+    assert s["in_band"] == 1.0 and s["within_25"] == 1.0

@@ -23,6 +23,9 @@ Public API
   category the model was found off on), ``probe_rows(path)`` (predictions for the layouts of
   ``data/coverage_probes.csv``: NVIDIA's Megatron-Bridge benchmark recipes, exactly as stated, and a
   few paper layouts), ``probe_sources(probes)`` and ``probe_fit_text(probes)``.
+- Held-out runs (issue 12): ``heldout_rows(path)`` (published production pre-training runs of
+  ``data/heldout_runs.csv``, never calibrated on, predicted against their measurement) and
+  ``heldout_summary(held)``.
 - The search against NVIDIA's layouts: ``recipe_search_rows(path)`` (Kimi K2 and DeepSeek-V3 benchmark
   recipes of ``data/production_moe_recipes.csv``: the recipe's layout predicted, the search's best for
   the same model, GPUs, batch and precision, and their ratio), ``in_search_space(layout, ...)``.
@@ -438,6 +441,53 @@ def probe_fit_text(probes: Sequence[dict[str, Any]]) -> str:
 
 
 # =========================================================================================
+# Held-out runs (issue 12): published production runs the calibration never sees
+# =========================================================================================
+#: Published pre-training runs outside the calibration table (runs-table schema, with their
+#: measurement): other training stacks (Meta's, DeepSeek's HAI-LLM), 2,048 to 16,384 GPUs, 131k
+#: tokens. Read by :func:`heldout_rows`; ``scaletax predict --runs data/heldout_runs.csv`` gives
+#: the same predictions and errors.
+HELDOUT_CSV = DATA_DIR / "heldout_runs.csv"
+
+
+def heldout_rows(path: Path | str = HELDOUT_CSV, band: perf.EfficiencyBand | None = None) -> list[dict[str, Any]]:
+    """Each row of ``path`` (:data:`HELDOUT_CSV`) planned as a runs-table row (``runs.plan_rows``:
+    blank columns take their documented defaults) and predicted with the calibrated band
+    (``perf.evaluate_band``, all calibration rows): measured and predicted tokens/s per GPU (the
+    measurement converted as ``runs.measured_tokens_per_s`` says, ``basis``), the band, the error
+    (predicted / measured - 1), whether the band holds the measurement, memory per GPU and the
+    layout with what was assumed for it. Out of sample by construction: no row is in the table."""
+    rows = runs.read_runs(path)
+    plan = runs.plan_rows(rows)
+    pred = perf.evaluate_band(plan.step_inputs(), band)
+    gib = plan.memory_gib()["total"]
+    words = plan.recompute_labels()
+    lays = plan.layouts()
+    out = []
+    for i, r in enumerate(rows):
+        measured = plan.measured[i]
+        p = float(pred.value.tokens_per_s_per_gpu[i])
+        lo, hi = float(pred.low.tokens_per_s_per_gpu[i]), float(pred.high.tokens_per_s_per_gpu[i])
+        out.append({"run_id": r["run_id"], "model": r["model"], "gpu_label": hardware.get(r["hardware"]).label,
+                    "gpus": int(r["gpu_count"]), "layout": label(lays.layout(i), recompute=False), "recompute": words[i],
+                    "assumptions": "; ".join(plan.assumptions[i]), "precision": str(r["precision"]).upper(),
+                    "seq_len": int(r["seq_len"]), "source": source_md(r["source_url"]),
+                    "measured": measured, "basis": plan.basis[i], "predicted": p, "low": lo, "high": hi,
+                    "error": p / measured - 1.0, "in_band": lo <= measured <= hi,
+                    "memory_gib": float(gib[i]), "capacity_gib": memory.capacity_gib(r["hardware"]),
+                    "fits": float(gib[i]) <= memory.capacity_gib(r["hardware"])})
+    return out
+
+
+def heldout_summary(held: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Median absolute error, the largest, the share within 25% and the share the band holds,
+    over :func:`heldout_rows`."""
+    err = np.abs([h["error"] for h in held])
+    return {"n": len(held), "median_abs_error": float(np.median(err)), "max_abs_error": float(err.max()),
+            "within_25": float(np.mean(err <= 0.25)), "in_band": float(np.mean([h["in_band"] for h in held]))}
+
+
+# =========================================================================================
 # The search against NVIDIA's own layouts (issue 12): Kimi K2 and DeepSeek-V3 benchmark recipes
 # =========================================================================================
 #: Megatron-Bridge 0.6.2 benchmark recipes of Kimi K2 and DeepSeek-V3 (BF16, one per GPU), as runs-table
@@ -732,5 +782,5 @@ __all__ = ["CAVEAT_WORDS", "COMPONENTS", "COMPONENT_COLORS", "GEMM_DTYPES", "SOU
            "hardware_rows", "md_escape", "mfu_by_precision", "mfu_rows", "stack_label", "stack_rows",
            "model_short", "parameter_rows", "pinned_fit", "recompute_whatif", "representative", "run_rows",
            "source_kind", "source_md", "spct", "target_rows", "targets_met", "worst_rows",
-           "COVERAGE", "PROBE_SOURCES", "RECIPE_NOTE", "coverage_rows", "probe_fit_text", "probe_rows", "probe_sources",
+           "COVERAGE", "HELDOUT_CSV", "PROBE_SOURCES", "RECIPE_NOTE", "coverage_rows", "heldout_rows", "heldout_summary", "probe_fit_text", "probe_rows", "probe_sources",
            "recipe_matched", "PROBE_LABELS", "PRODUCTION_MOE_CSV", "in_search_space", "recipe_search_rows"]

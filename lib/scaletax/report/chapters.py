@@ -95,7 +95,7 @@ CHAPTERS = (
             cold_seconds=63),
     Chapter("validation", reads=(),
             data=("hardware.csv", "models.yaml", "published_runs.csv", "efficiency.yaml", "collectives.csv",
-                  "measured/gemm_h200.csv", "coverage_probes.csv", "production_moe_recipes.csv"),
+                  "measured/gemm_h200.csv", "coverage_probes.csv", "production_moe_recipes.csv", "heldout_runs.csv"),
             cold_seconds=27),
     Chapter("decision", reads=("name", *_PLAN, "training.tokens_source", "economics.usd_per_mwh_source",
                                "cluster.goodput_source"),
