@@ -44,14 +44,13 @@ import math
 import os
 import pickle
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
-from scaletax import DATA_DIR, hardware, jobserver
+from scaletax import DATA_DIR, files, hardware, jobserver
 
 #: Environment variable naming the cache folder; unset = no caching.
 ENV = "SCALETAX_MEMO_DIR"
@@ -242,14 +241,8 @@ def cached(fn: Callable | None = None, *, data: tuple[str, ...] = (), name: str 
                     _count(label, "hit", digest, time.perf_counter() - t0)
                     return value
                 value = _compute(f, label, args, kwargs, whole_catalog)
-                fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".pkl")
-                try:
-                    with os.fdopen(fd, "wb") as out:
-                        pickle.dump(value, out, protocol=pickle.HIGHEST_PROTOCOL)
-                    os.replace(tmp, path)
-                except BaseException:
-                    Path(tmp).unlink(missing_ok=True)
-                    raise
+                files.replace_atomically(path, pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL),
+                                         prefix=".tmp-", suffix=".pkl")
             _count(label, "miss", digest, time.perf_counter() - t0,
                    _arguments(f, args, kwargs) if os.environ.get(LOG_ENV) else None)
             return value
