@@ -301,7 +301,8 @@ def test_heldout_runs_are_outside_the_table_and_predicted_as_scaletax_predict_do
     held = vs.heldout_rows()
     table_ids = {r["run_id"] for r in validate.load_rows()}
     probe_ids = {p["run_id"] for p in vs.probe_rows()}
-    assert len(held) >= 4 and not {h["run_id"] for h in held} & (table_ids | probe_ids)
+    assert len(held) >= 13 and not {h["run_id"] for h in held} & (table_ids | probe_ids)
+    assert {vs.heldout_group(h["run_id"]) for h in held} == {"production", "scaling series"}
     # one answer: the chapter's prediction and error are scaletax predict's for the same file
     cli = {r["run_id"]: r for r in predict_rows(runs_mod.read_runs(vs.HELDOUT_CSV))}
     for h in held:
@@ -341,3 +342,18 @@ def test_heldout_runs_lie_in_the_band_and_the_summary_counts_them():
     assert s["n"] == len(held) and s["max_abs_error"] == err[-1]
     assert s["median_abs_error"] == pytest.approx(float(np.median(err)))
     assert s["in_band"] == 1.0 and s["within_25"] == 1.0
+    prod, series = vs.heldout_summary(held, "production"), vs.heldout_summary(held, "scaling series")
+    assert prod["n"] + series["n"] == len(held) and prod["n"] >= 4
+
+
+def test_heldout_scaling_series_reads_the_papers_formula_and_unhidden_dp_only_slows():
+    held = {h["run_id"]: h for h in vs.heldout_rows()}
+    s17 = held["narayanan2021-1.7B"]
+    # Narayanan 2021 eq. 3 with full recompute: tokens/s = TFLOP/s / (96 l h^2 (1 + s/6h + V/16lh))
+    l, h, s, V = 24, 2304, 2048, 51200
+    assert s17["measured"] == pytest.approx(137e12 / (96 * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))), rel=1e-12)
+    assert s17["basis"].startswith("TFLOP/s incl. recompute / Narayanan 2021 eq. 3")
+    unhidden = vs.heldout_errors_dp_unhidden()
+    assert set(unhidden) == set(held)
+    for rid, h in held.items():  # hiding less communication can only slow a step down
+        assert unhidden[rid] <= h["error"] + 1e-12, rid

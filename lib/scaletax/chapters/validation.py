@@ -24,8 +24,9 @@ Public API
   ``data/coverage_probes.csv``: NVIDIA's Megatron-Bridge benchmark recipes, exactly as stated, and a
   few paper layouts), ``probe_sources(probes)`` and ``probe_fit_text(probes)``.
 - Held-out runs (issue 12): ``heldout_rows(path)`` (published production pre-training runs of
-  ``data/heldout_runs.csv``, never calibrated on, predicted against their measurement) and
-  ``heldout_summary(held)``.
+  ``data/heldout_runs.csv``, never calibrated on, predicted against their measurement),
+  ``heldout_group(run_id)``, ``heldout_summary(held, group)`` and the what-if
+  ``heldout_errors_dp_unhidden(path)``.
 - The search against NVIDIA's layouts: ``recipe_search_rows(path)`` (Kimi K2 and DeepSeek-V3 benchmark
   recipes of ``data/production_moe_recipes.csv``: the recipe's layout predicted, the search's best for
   the same model, GPUs, batch and precision, and their ratio), ``in_search_space(layout, ...)``.
@@ -41,7 +42,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from scaletax import DATA_DIR, calibrate, hardware, memory, models, perf, runs, search, validate
+from scaletax import DATA_DIR, calibrate, comm, hardware, memory, models, perf, runs, search, validate
 from scaletax.layout import Layout, label
 
 #: Source kind of a run (by its id prefix) and how the chapter names it.
@@ -443,10 +444,11 @@ def probe_fit_text(probes: Sequence[dict[str, Any]]) -> str:
 # =========================================================================================
 # Held-out runs (issue 12): published production runs the calibration never sees
 # =========================================================================================
-#: Published pre-training runs outside the calibration table (runs-table schema, with their
-#: measurement): other training stacks (Meta's, DeepSeek's HAI-LLM), 2,048 to 16,384 GPUs, 131k
-#: tokens. Read by :func:`heldout_rows`; ``scaletax predict --runs data/heldout_runs.csv`` gives
-#: the same predictions and errors.
+#: Published training runs outside the calibration table (runs-table schema, with their
+#: measurement): production pre-training with other stacks (Meta's, DeepSeek's HAI-LLM) on 2,048
+#: to 16,384 GPUs, up to 131k tokens, and the rest of Megatron's 2021 weak-scaling series (1.7B to
+#: 530B on A100). Read by :func:`heldout_rows`; ``scaletax predict --runs data/heldout_runs.csv``
+#: gives the same predictions and errors.
 HELDOUT_CSV = DATA_DIR / "heldout_runs.csv"
 
 
@@ -479,9 +481,33 @@ def heldout_rows(path: Path | str = HELDOUT_CSV, band: perf.EfficiencyBand | Non
     return out
 
 
-def heldout_summary(held: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def heldout_errors_dp_unhidden(path: Path | str = HELDOUT_CSV) -> dict[str, float]:
+    """Run id -> error of :func:`heldout_rows`' prediction with no data-parallel communication
+    hidden under compute (``comm.Overlap`` dp = 0, the other fractions as calibrated): gradients
+    reduced after the backward pass, as Megatron-LM did before ``overlap_grad_reduce``. A what-if
+    on the rows, not a model the book uses."""
+    rows = runs.read_runs(path)
+    plan = runs.plan_rows(rows)
+    eff = perf.default_efficiency()
+    st = perf.evaluate(plan.step_inputs(), eff, overlap=eff.overlap(comm.Overlap(dp=0.0)))
+    return {r["run_id"]: float(st.tokens_per_s_per_gpu[i]) / plan.measured[i] - 1.0 for i, r in enumerate(rows)}
+
+
+#: Run-id prefix of the held-out rows of Megatron's 2021 weak-scaling series (Narayanan et al.
+#: 2021, Table 1; its 1T row is the calibration row ``narayanan2021-1T``); the others are
+#: production pre-training runs of other stacks.
+SCALING_SERIES_PREFIX = "narayanan2021-"
+
+
+def heldout_group(run_id: str) -> str:
+    """"scaling series" (Megatron 2021 weak scaling, :data:`SCALING_SERIES_PREFIX`) or "production"."""
+    return "scaling series" if str(run_id).startswith(SCALING_SERIES_PREFIX) else "production"
+
+
+def heldout_summary(held: Sequence[dict[str, Any]], group: str | None = None) -> dict[str, Any]:
     """Median absolute error, the largest, the share within 25% and the share the band holds,
-    over :func:`heldout_rows`."""
+    over :func:`heldout_rows` (only those of :func:`heldout_group` ``group`` when given)."""
+    held = [h for h in held if group is None or heldout_group(h["run_id"]) == group]
     err = np.abs([h["error"] for h in held])
     return {"n": len(held), "median_abs_error": float(np.median(err)), "max_abs_error": float(err.max()),
             "within_25": float(np.mean(err <= 0.25)), "in_band": float(np.mean([h["in_band"] for h in held]))}
@@ -782,5 +808,5 @@ __all__ = ["CAVEAT_WORDS", "COMPONENTS", "COMPONENT_COLORS", "GEMM_DTYPES", "SOU
            "hardware_rows", "md_escape", "mfu_by_precision", "mfu_rows", "stack_label", "stack_rows",
            "model_short", "parameter_rows", "pinned_fit", "recompute_whatif", "representative", "run_rows",
            "source_kind", "source_md", "spct", "target_rows", "targets_met", "worst_rows",
-           "COVERAGE", "HELDOUT_CSV", "PROBE_SOURCES", "RECIPE_NOTE", "coverage_rows", "heldout_rows", "heldout_summary", "probe_fit_text", "probe_rows", "probe_sources",
+           "COVERAGE", "HELDOUT_CSV", "PROBE_SOURCES", "RECIPE_NOTE", "coverage_rows", "heldout_errors_dp_unhidden", "heldout_group", "heldout_rows", "heldout_summary", "probe_fit_text", "probe_rows", "probe_sources",
            "recipe_matched", "PROBE_LABELS", "PRODUCTION_MOE_CSV", "in_search_space", "recipe_search_rows"]
