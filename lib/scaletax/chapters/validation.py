@@ -442,7 +442,7 @@ def probe_fit_text(probes: Sequence[dict[str, Any]]) -> str:
 
 
 # =========================================================================================
-# Held-out runs (issue 12): published production runs the calibration never sees
+# Held-out runs (issue 12): published runs the calibration never sees
 # =========================================================================================
 #: Published training runs outside the calibration table (runs-table schema, with their
 #: measurement): production pre-training with other stacks (Meta's, DeepSeek's HAI-LLM) on 2,048
