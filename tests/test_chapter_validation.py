@@ -353,7 +353,6 @@ def test_heldout_scaling_series_reads_the_papers_formula_and_unhidden_dp_only_sl
     l, h, s, V = 24, 2304, 2048, 51200
     assert s17["measured"] == pytest.approx(137e12 / (96 * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))), rel=1e-12)
     assert s17["basis"].startswith("TFLOP/s incl. recompute / Narayanan 2021 eq. 3")
-    unhidden = vs.heldout_errors_dp_unhidden()
-    assert set(unhidden) == set(held)
     for rid, h in held.items():  # hiding less communication can only slow a step down
-        assert unhidden[rid] <= h["error"] + 1e-12, rid
+        assert h["error_dp_unhidden"] <= h["error"] + 1e-12, rid
+    assert any(h["error_dp_unhidden"] < h["error"] - 0.01 for h in held.values())

@@ -25,8 +25,7 @@ Public API
   few paper layouts), ``probe_sources(probes)`` and ``probe_fit_text(probes)``.
 - Held-out runs (issue 12): ``heldout_rows(path)`` (published production pre-training runs of
   ``data/heldout_runs.csv``, never calibrated on, predicted against their measurement),
-  ``heldout_group(run_id)``, ``heldout_summary(held, group)`` and the what-if
-  ``heldout_errors_dp_unhidden(path)``.
+  ``heldout_group(run_id)`` and ``heldout_summary(held, group)``.
 - The search against NVIDIA's layouts: ``recipe_search_rows(path)`` (Kimi K2 and DeepSeek-V3 benchmark
   recipes of ``data/production_moe_recipes.csv``: the recipe's layout predicted, the search's best for
   the same model, GPUs, batch and precision, and their ratio), ``in_search_space(layout, ...)``.
@@ -458,10 +457,17 @@ def heldout_rows(path: Path | str = HELDOUT_CSV, band: perf.EfficiencyBand | Non
     (``perf.evaluate_band``, all calibration rows): measured and predicted tokens/s per GPU (the
     measurement converted as ``runs.measured_tokens_per_s`` says, ``basis``), the band, the error
     (predicted / measured - 1), whether the band holds the measurement, memory per GPU and the
-    layout with what was assumed for it. Out of sample by construction: no row is in the table."""
+    layout with what was assumed for it. Out of sample by construction: no row is in the table.
+    ``error_dp_unhidden``: a what-if, not a model the book uses: the error with no data-parallel
+    communication hidden under compute (``comm.Overlap`` dp = 0, the other fractions as
+    calibrated), gradients reduced after the backward pass as Megatron-LM did before
+    ``overlap_grad_reduce``."""
     rows = runs.read_runs(path)
     plan = runs.plan_rows(rows)
-    pred = perf.evaluate_band(plan.step_inputs(), band)
+    inp = plan.step_inputs()
+    pred = perf.evaluate_band(inp, band)
+    eff = (band or perf.default_band()).value
+    unhidden = perf.evaluate(inp, eff, overlap=eff.overlap(comm.Overlap(dp=0.0))).tokens_per_s_per_gpu
     gib = plan.memory_gib()["total"]
     words = plan.recompute_labels()
     lays = plan.layouts()
@@ -476,21 +482,10 @@ def heldout_rows(path: Path | str = HELDOUT_CSV, band: perf.EfficiencyBand | Non
                     "seq_len": int(r["seq_len"]), "source": source_md(r["source_url"]),
                     "measured": measured, "basis": plan.basis[i], "predicted": p, "low": lo, "high": hi,
                     "error": p / measured - 1.0, "in_band": lo <= measured <= hi,
+                    "error_dp_unhidden": float(unhidden[i]) / measured - 1.0,
                     "memory_gib": float(gib[i]), "capacity_gib": memory.capacity_gib(r["hardware"]),
                     "fits": float(gib[i]) <= memory.capacity_gib(r["hardware"])})
     return out
-
-
-def heldout_errors_dp_unhidden(path: Path | str = HELDOUT_CSV) -> dict[str, float]:
-    """Run id -> error of :func:`heldout_rows`' prediction with no data-parallel communication
-    hidden under compute (``comm.Overlap`` dp = 0, the other fractions as calibrated): gradients
-    reduced after the backward pass, as Megatron-LM did before ``overlap_grad_reduce``. A what-if
-    on the rows, not a model the book uses."""
-    rows = runs.read_runs(path)
-    plan = runs.plan_rows(rows)
-    eff = perf.default_efficiency()
-    st = perf.evaluate(plan.step_inputs(), eff, overlap=eff.overlap(comm.Overlap(dp=0.0)))
-    return {r["run_id"]: float(st.tokens_per_s_per_gpu[i]) / plan.measured[i] - 1.0 for i, r in enumerate(rows)}
 
 
 #: Run-id prefix of the held-out rows of Megatron's 2021 weak-scaling series (Narayanan et al.
@@ -808,5 +803,5 @@ __all__ = ["CAVEAT_WORDS", "COMPONENTS", "COMPONENT_COLORS", "GEMM_DTYPES", "SOU
            "hardware_rows", "md_escape", "mfu_by_precision", "mfu_rows", "stack_label", "stack_rows",
            "model_short", "parameter_rows", "pinned_fit", "recompute_whatif", "representative", "run_rows",
            "source_kind", "source_md", "spct", "target_rows", "targets_met", "worst_rows",
-           "COVERAGE", "HELDOUT_CSV", "PROBE_SOURCES", "RECIPE_NOTE", "coverage_rows", "heldout_errors_dp_unhidden", "heldout_group", "heldout_rows", "heldout_summary", "probe_fit_text", "probe_rows", "probe_sources",
+           "COVERAGE", "HELDOUT_CSV", "PROBE_SOURCES", "RECIPE_NOTE", "coverage_rows", "heldout_group", "heldout_rows", "heldout_summary", "probe_fit_text", "probe_rows", "probe_sources",
            "recipe_matched", "PROBE_LABELS", "PRODUCTION_MOE_CSV", "in_search_space", "recipe_search_rows"]
