@@ -68,19 +68,29 @@ def test_same_name_refused_other_name_runs_and_sigterm_leaves_book_intact(built_
     assert again.returncode == 0, again.stderr[-2000:]
 
 
-def _procs_with(text):
-    ps = subprocess.run(["ps", "-eww", "-o", "pid,stat,args"], capture_output=True, text=True).stdout
-    return [ln for ln in ps.splitlines() if text in ln and " Z" not in ln and "ps -eww" not in ln]
-
-
-def _children(pids):
-    if pids and isinstance(pids[0], str):
-        pids = [int(ln.split()[0]) for ln in pids]
-    out = []
-    for pid in pids:
-        ps = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True).stdout
-        out += [int(x) for x in ps.split()]
+def _descendants(pid):
+    """Every process below ``pid`` (children, theirs, ...), from /proc."""
+    parent = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                parent[int(entry)] = int(open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    out, todo = [], [pid]
+    while todo:
+        me = todo.pop()
+        kids = [c for c, p in parent.items() if p == me]
+        out += kids
+        todo += kids
     return out
+
+
+def _cwd(pid):
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return ""
 
 
 def _alive(pid):
@@ -142,9 +152,11 @@ def _signal_builds(built_book, tmp_path, sigkill: bool):
     second = start()
     try:
         assert _wait_for(lambda: list((build_dir / ".cache").glob(".tmp-hardware-*"))), "slow build never started"
-        assert _wait_for(lambda: _procs_with(str(slow)) and _children(_procs_with(str(slow))), 60)
-        family = [int(ln.split()[0]) for ln in _procs_with(str(slow))]
-        family += _children(family)  # the kernels of the workers
+        # the slow chapter's kernel (working in its .tmp-hardware-* folder) is up: every process
+        # the build started (prefork server, workers, kernels, training workers) is a descendant
+        assert _wait_for(lambda: any(".tmp-hardware-" in _cwd(p) for p in _descendants(second.pid)), 60)
+        family = _descendants(second.pid)
+        assert len(family) >= 3, family  # at least a worker and its kernel besides the server
         second.kill()
         second.communicate(timeout=60)
     finally:

@@ -15,7 +15,8 @@ Error on realistic tensors
 - ``error_facts(rows)``: the named numbers the prose quotes.
 
 The training experiment (``lowp_training``)
-- ``experiment_seeds(base, n)``, ``task_config(steps, **overrides)``, ``run(...)``.
+- ``experiment_seeds(base, n)``, ``task_config(steps, **overrides)``, ``start(...)`` (the
+  trainings begin in worker processes; ``.result()`` waits for them), ``run(...)``.
 - ``describe(recipe)``: what a recipe quantizes, generated from its fields.
 - ``curve_rows(results)``: smoothed mean and one-standard-deviation band per recipe and step.
 - ``gap_rows(results, cfg)``: final loss gap vs BF16 (mean and std over seeds), the paired
@@ -336,29 +337,62 @@ def workers() -> int:
         return 1
 
 
-def run(base_seed: int, n_seeds: int, steps: int,
-        recipes: Sequence[str] = L.DEFAULT_RECIPES, *, n_workers: int | None = None, **overrides):
-    """Run the experiment: (results as ``lowp_training.run_experiment`` returns, TaskConfig).
+class Experiment:
+    """The experiment's trainings, started (:func:`start`); :meth:`result` waits for them.
 
     The recipe x seed trainings are independent: they run in ``n_workers`` processes (default
     :func:`workers`) and each is cached (:data:`train`); the results do not depend on the
-    number of workers (every training is seeded by its own seed). In a build the chapter lends
-    its job slot while it waits, and each training holds one (``scaletax.jobserver``): the
-    workers use exactly the cores the other chapters leave free.
+    number of workers (every training is seeded by its own seed). With more than one worker
+    they run while the caller goes on (the chapter draws its other figures meanwhile); in a
+    build each training holds one of the build's job slots, and the caller lends its own while
+    it waits in :meth:`result` (``scaletax.jobserver``), so the workers use exactly the cores
+    the other chapters leave free.
     """
+
+    def __init__(self, recipes: Sequence[str], seeds: list[int], cfg: L.TaskConfig, n_workers: int):
+        self.recipes, self.seeds, self.cfg = tuple(recipes), seeds, cfg
+        jobs = [(r, s, cfg) for r in recipes for s in seeds]
+        self._runs: list[L.RunResult] | None = None
+        self._pool = self._futures = None
+        if min(len(jobs), n_workers) <= 1:
+            self._runs = [train(*j) for j in jobs]  # in this process, in the caller's own slot
+            return
+        # forkserver: the kernel has threads, which a plain fork would copy mid-flight; the server
+        # imports this module (and so the model) once, for every worker it forks
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload([__name__])
+        self._pool = ProcessPoolExecutor(min(len(jobs), n_workers), mp_context=ctx, initializer=_worker_init,
+                                         initargs=({k: os.environ.get(k) for k in _WORKER_ENV},))
+        try:
+            self._futures = [self._pool.submit(_train_job, j) for j in jobs]
+        except BaseException:
+            self._pool.shutdown(cancel_futures=True)
+            raise
+
+    def result(self):
+        """(results as ``lowp_training.run_experiment`` returns, TaskConfig), once every
+        training is done (the caller's job slot is lent while it waits)."""
+        if self._runs is None:
+            try:
+                with jobserver.lend():
+                    self._runs = [f.result() for f in self._futures]
+            finally:
+                self._pool.shutdown(cancel_futures=True)
+        return L.collect(self.recipes, self.seeds, self._runs), self.cfg
+
+
+def start(base_seed: int, n_seeds: int, steps: int,
+          recipes: Sequence[str] = L.DEFAULT_RECIPES, *, n_workers: int | None = None, **overrides) -> Experiment:
+    """Start the experiment (:class:`Experiment`): every recipe trained from every seed."""
     cfg = task_config(steps, **overrides)
-    seeds = experiment_seeds(base_seed, n_seeds)
-    jobs = [(r, s, cfg) for r in recipes for s in seeds]
-    n = min(len(jobs), workers() if n_workers is None else max(1, int(n_workers)))
-    if n <= 1:
-        runs = [train(*j) for j in jobs]  # in this process, in the chapter's own slot
-    else:
-        # forkserver: the kernel has threads, which a plain fork would copy mid-flight
-        with jobserver.lend(), \
-                ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("forkserver"), initializer=_worker_init,
-                                    initargs=({k: os.environ.get(k) for k in _WORKER_ENV},)) as pool:
-            runs = list(pool.map(_train_job, jobs))
-    return L.collect(recipes, seeds, runs), cfg
+    n = workers() if n_workers is None else max(1, int(n_workers))
+    return Experiment(recipes, experiment_seeds(base_seed, n_seeds), cfg, n)
+
+
+def run(base_seed: int, n_seeds: int, steps: int,
+        recipes: Sequence[str] = L.DEFAULT_RECIPES, *, n_workers: int | None = None, **overrides):
+    """Run the experiment and wait for it: ``start(...).result()``."""
+    return start(base_seed, n_seeds, steps, recipes, n_workers=n_workers, **overrides).result()
 
 
 def toy_parameters(cfg: L.TaskConfig) -> int:

@@ -227,25 +227,47 @@ def _sphinx_conf(src: Path, info: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _vega_js(cache: Path | None) -> str:
-    """:func:`scaletax.render.charts.vega_bundle`, kept in ``<cache>/vega/`` under the hash of
-    what makes it (the vl-convert version and the source of render/charts.py): bundling costs
-    about 5 CPU seconds and gives the same bytes every time. No cache: bundled afresh."""
+def _vega_path(cache: Path) -> Path:
+    """Where ``cache`` keeps the chart bundle: under the hash of what makes it (the vl-convert
+    version and the source of render/charts.py)."""
     import vl_convert
 
+    made_by = [vl_convert.__version__, Path(charts.__file__).read_text(encoding="utf-8")]
+    return cache / "vega" / f"{sha256_bytes(json.dumps(made_by).encode())}.js"
+
+
+def _vega_js(cache: Path | None) -> str:
+    """:func:`scaletax.render.charts.vega_bundle`, kept in ``<cache>/vega/`` (:func:`_vega_path`):
+    bundling costs about 2-5 CPU seconds and gives the same bytes every time. No cache: bundled
+    afresh."""
     if cache is None:
         return vega_bundle()
-    made_by = [vl_convert.__version__, Path(charts.__file__).read_text(encoding="utf-8")]
-    key = sha256_bytes(json.dumps(made_by).encode())
-    folder = cache / "vega"
+    path = _vega_path(cache)
+    folder, key = path.parent, path.stem
     with contextlib.suppress(OSError, UnicodeDecodeError):
-        return (folder / f"{key}.js").read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     js = vega_bundle()
     with contextlib.suppress(OSError):  # a cache that cannot be written only costs the time
         folder.mkdir(parents=True, exist_ok=True)
         lifecycle.remove_stale(folder, (".tmp-*",))  # left by a build killed while writing
         files.replace_atomically(folder / f"{key}.js", js, prefix=lifecycle.temp_name(".tmp-"), suffix=".js")
     return js
+
+
+def _start_vega_bundle(cache: Path) -> subprocess.Popen | None:
+    """Bundle the chart JavaScript into ``cache`` in a process of its own while the chapters
+    execute, when it is not there yet (its 2-5 CPU s would otherwise come after the last chapter,
+    before the HTML step); None when it is cached. It holds no job slot: a few seconds beside
+    the chapters."""
+    from scaletax.report.execute import process_env
+
+    if _vega_path(cache).exists():
+        return None
+    code = "import sys; from pathlib import Path; from scaletax.report.book import _vega_js; _vega_js(Path(sys.argv[1]))"
+    with lifecycle.Interrupts.deferred():  # an interrupt during the fork: once the handle is returned
+        return subprocess.Popen([sys.executable, "-c", code, str(cache)], env=process_env(),
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True, preexec_fn=lifecycle.die_with_parent())
 
 
 def stage_sources(src: Path, results: list[Result], info: dict, cache: Path | None = None) -> None:
@@ -547,8 +569,16 @@ def _build_in(stage: Path, logs: Path, opts: BuildOptions, progress) -> dict:
         if progress:
             progress("book", "up to date (no input changed): nothing executed or rebuilt")
         return current
-    results = execute_chapters(list(toc.CHAPTERS), scen, cache, logs, jobs=opts.jobs, progress=progress,
-                               work_dir=stage / "chapters")
+    bundler = _start_vega_bundle(cache)
+    try:
+        results = execute_chapters(list(toc.CHAPTERS), scen, cache, logs, jobs=opts.jobs, progress=progress,
+                                   work_dir=stage / "chapters")
+        if bundler is not None:
+            bundler.wait()  # a failed bundler only costs the time: stage_sources bundles then
+    finally:
+        if bundler is not None and bundler.poll() is None:
+            bundler.kill()
+            bundler.wait()
     t_exec = time.perf_counter() - t0
 
     src = stage / "src"

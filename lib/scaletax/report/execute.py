@@ -197,10 +197,12 @@ def _write_reads_index(cache_dir: Path, base: str, key: str, reads: tuple[str, .
                              prefix=lifecycle.temp_name(".tmp-"), suffix="")  # pid in the name: remove_stale
 
 
-def _execute_one(source: str, params_file: str, workdir: str) -> int:
+def _execute_one(source: str, params_file: str, workdir: str, forked_kernel: bool = False) -> int:
     """Worker entry point (own process and session): papermill one notebook.
 
-    Writes ``status.json`` (seconds, error, cell) into ``workdir``; returns 0 or 1.
+    Writes ``status.json`` (seconds, error, cell) into ``workdir``; returns 0 or 1. With
+    ``forked_kernel`` (a worker forked by the prefork server, its modules imported) the kernel
+    is forked from this process (``prefork.plant_seed``) instead of started afresh.
     """
     import jupytext
     import papermill as pm
@@ -218,22 +220,41 @@ def _execute_one(source: str, params_file: str, workdir: str) -> int:
     nb = jupytext.read(source)
     t0 = time.perf_counter()
     error, cell = None, None
+    seed, engine = None, {}
+    if forked_kernel:
+        from scaletax.report import prefork
+
+        with contextlib.suppress(prefork.Unavailable):  # else papermill starts a kernel afresh
+            seed = prefork.plant_seed()
+            engine["kernel_manager_class"] = prefork.seeded_kernel_manager(seed)
     try:
         # request_save_on_cell_execute=False: papermill's default rewrites (and validates) the whole
         # output notebook at every cell's start and end, megabytes of figures each time (about 2 s
         # of the decision chapter's 6 s); it still writes it at the end, and on an error first.
+        # shutdown_kernel="immediate": the notebook has run (every output is in); the kernel and
+        # its process group (the precision experiment's forkserver and resource tracker) are
+        # killed at once. A graceful shutdown SIGTERMs those children and waits for the resource
+        # tracker, which ignores SIGTERM, until jupyter_client kills the kernel after 2.5 s.
         pm.execute_notebook(nb, str(work / "notebook.ipynb"), parameters=parameters,
                             kernel_name=KERNEL, cwd=str(work), progress_bar=False,
                             log_output=False, execution_timeout=EXECUTION_TIMEOUT_S,
-                            request_save_on_cell_execute=False)
+                            request_save_on_cell_execute=False, shutdown_kernel="immediate", **engine)
     except pm.PapermillExecutionError as exc:
         error, cell = f"{exc.ename}: {exc.evalue}".splitlines()[0][:300], exc.cell_index
     except Exception as exc:  # kernel died, timeout, unreadable notebook
         error = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+    finally:
+        if seed is not None:
+            seed.close()  # unused (papermill failed before starting a kernel): it exits
     _stable_ids(work / "notebook.ipynb")
     status = {"seconds": time.perf_counter() - t0, "error": error, "cell": cell}
     (work / "status.json").write_text(json.dumps(status), encoding="utf-8")
     return 0 if error is None else 1
+
+
+def _execute_forked(source: str, params_file: str, workdir: str) -> int:
+    """:func:`_execute_one` in a worker forked by the prefork server (its kernel forked too)."""
+    return _execute_one(source, params_file, workdir, forked_kernel=True)
 
 
 def _stable_ids(path: Path) -> None:
@@ -255,7 +276,7 @@ class _Job:
     params: dict
     key: str  # the base key (:func:`base_key`)
     work: Path
-    proc: subprocess.Popen | None = None
+    proc: "subprocess.Popen | prefork.Child | None" = None
     definitions: dict = field(default_factory=dict)
 
 
@@ -268,11 +289,39 @@ def kernel_env(cache_dir: Path, jobs: int) -> dict[str, str]:
     return process_env(**{memo.ENV: str(cache_dir / "memo"), "SCALETAX_WORKERS": str(max(1, jobs))})
 
 
-def _start(job: _Job, env: dict[str, str]) -> None:
+def _start_server(env: dict[str, str], folder: Path, progress=None):
+    """The build's prefork server (``report/prefork.py``), or None where it cannot run (not
+    Linux, or it did not start: each chapter then starts afresh, with a note)."""
+    from scaletax.report import prefork
+
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return prefork.Server(env, folder / "prefork.log")
+    except prefork.Unavailable as exc:
+        if progress:
+            progress("book", f"{exc}: each chapter starts a new process")
+        return None
+
+
+def _start(job: _Job, env: dict[str, str], server=None) -> object:
+    """Start ``job``'s worker: forked by ``server`` when there is one, else a new process.
+    Returns the server to use for the next job (None once it failed)."""
+    from scaletax.report import prefork
+
     params_file = job.work / "parameters.json"
     params_file.write_text(canonical_json(job.params), encoding="utf-8")
     if job.definitions.get("gpus") or job.definitions.get("models"):
         (job.work / "definitions.json").write_text(canonical_json(job.definitions), encoding="utf-8")
+    if server is not None:
+        try:
+            with lifecycle.Interrupts.deferred():  # an interrupt during the fork: once job.proc is set
+                job.proc = server.spawn(f"{__name__}:_execute_forked",
+                                        [str(job.chapter.source), str(params_file), str(job.work)],
+                                        job.work / "worker.log")
+            return server
+        except prefork.Unavailable:
+            server = None
     log = (job.work / "worker.log").open("w", encoding="utf-8")
     try:
         # An interrupt during the fork waits until the worker exists and job.proc names it (the
@@ -285,6 +334,7 @@ def _start(job: _Job, env: dict[str, str]) -> None:
                 preexec_fn=lifecycle.die_with_parent())
     finally:
         log.close()
+    return server
 
 
 def _kill(job: _Job) -> None:
@@ -384,12 +434,14 @@ def execute_chapters(chapters: list[Chapter], scenario, cache_dir: Path, log_dir
     pending.sort(key=lambda j: order[j.chapter.slug])
     running: list[_Job] = []
     failures: list[ChapterFailed] = []
-    slots = None
+    slots = server = None
     try:
         if pending:
             slots = jobserver.Server(Path(tempfile.mkdtemp(prefix=lifecycle.temp_name(".tmp-jobs-"), dir=cache_dir))
                                      / "slots", max(1, jobs))
         env = {**kernel_env(cache_dir, jobs), **({jobserver.ENV: str(slots.path)} if slots else {})}
+        if pending:
+            server = _start_server(env, slots.path.parent, progress)
         while pending or running:
             while not failures:
                 job = next((j for j in pending if _ready(j, pending + running)), None)
@@ -403,7 +455,7 @@ def execute_chapters(chapters: list[Chapter], scenario, cache_dir: Path, log_dir
                 job.work = Path(tempfile.mkdtemp(prefix=lifecycle.temp_name(f".tmp-{job.chapter.slug}-"),
                                                  dir=cache_dir))
                 running.append(job)
-                _start(job, env)
+                server = _start(job, env, server)
                 if progress:
                     progress(job.chapter.slug, "executing")
             if failures and not running:
@@ -421,6 +473,8 @@ def execute_chapters(chapters: list[Chapter], scenario, cache_dir: Path, log_dir
         for job in running:
             _kill(job)
             shutil.rmtree(job.work, ignore_errors=True)
+        if server is not None:
+            server.close()
         if slots is not None:
             slots.close()
             shutil.rmtree(slots.path.parent, ignore_errors=True)
