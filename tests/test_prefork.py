@@ -165,3 +165,23 @@ def test_a_forked_kernel_looks_like_a_kernel_papermill_started(tmp_path):
     assert {k: v for k, v in forked.items() if k != "cwd_is_work"} == \
         {k: v for k, v in fresh.items() if k != "cwd_is_work"}
     assert forked["cwd_is_work"] == "forked" and fresh["cwd_is_work"] == "fresh"
+
+
+def test_a_warm_python_m_runs_as_a_fresh_one(tmp_path):
+    """prefork.Warm (the book's HTML and LaTeX steps): the module runs as ``python -m`` would, in
+    the given directory, with its output in the log and its exit status."""
+    env = _env(PREFORK_PROBE="warm", PYTHONHASHSEED="0")
+    warm = prefork.Warm("warm_probe", ("json", "warm_probe", "no_such_module_is_ignored"), env)
+    proc = warm.run(["a", "--b"], tmp_path, tmp_path / "warm.log")
+    assert proc.wait(timeout=60) == 4
+    warm.close()
+    fresh = subprocess.run([sys.executable, "-m", "warm_probe", "a", "--b"], env=env, cwd=tmp_path,
+                           stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    assert fresh.returncode == 4
+    assert json.loads((tmp_path / "warm.log").read_text()) == json.loads(fresh.stdout)
+
+
+def test_an_unused_warm_process_ends_when_closed(tmp_path):
+    warm = prefork.Warm("warm_probe", ("json",), _env())
+    warm.close()
+    assert warm.proc.returncode == 0

@@ -292,18 +292,42 @@ def stage_sources(src: Path, results: list[Result], info: dict, cache: Path | No
 # --------------------------------------------------------------------------------------
 # Building
 # --------------------------------------------------------------------------------------
-def _run(cmd: list[str], cwd: Path, log: Path, step: str, timeout: float = 1800) -> None:
-    """Run one build tool in its own process group, killed with the build (whatever kills it)."""
+def tool_env() -> dict[str, str]:
+    """The environment of the build tools (Sphinx; latexmk)."""
     from scaletax.report.execute import process_env
 
-    env = process_env(PYTHONHASHSEED="0")
+    return process_env(PYTHONHASHSEED="0")
+
+
+def _warm_sphinx():
+    """A :class:`prefork.Warm` ``python -m sphinx`` for a build step to come (its imports done
+    while a core is free), or None (not Linux, or it could not start: the step starts Sphinx)."""
+    from scaletax.report import prefork
+
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return prefork.Warm("sphinx", prefork.SPHINX_PRELOAD, tool_env())
+    except OSError:
+        return None
+
+
+def _run(cmd: list[str], cwd: Path, log: Path, step: str, timeout: float = 1800, warm=None) -> None:
+    """Run one build tool in its own process group, killed with the build (whatever kills it).
+    ``warm``: a :class:`prefork.Warm` of ``cmd``'s ``python -m`` module, run instead of a new
+    process (same environment, arguments, directory and log)."""
     proc = None
-    with log.open("w", encoding="utf-8") as fh:
+    with contextlib.ExitStack() as stack:
         try:
-            with lifecycle.Interrupts.deferred():  # an interrupt during the fork: once proc is set
-                proc = subprocess.Popen(cmd, cwd=cwd, stdout=fh, stderr=subprocess.STDOUT, env=env,
-                                        stdin=subprocess.DEVNULL, start_new_session=True,
-                                        preexec_fn=lifecycle.die_with_parent())
+            if warm is not None and cmd[:3] == [sys.executable, "-m", warm.module]:
+                with contextlib.suppress(OSError):  # it died: a new process instead
+                    proc = warm.run(cmd[3:], cwd, log)
+            if proc is None:
+                fh = stack.enter_context(log.open("w", encoding="utf-8"))
+                with lifecycle.Interrupts.deferred():  # an interrupt during the fork: once proc is set
+                    proc = subprocess.Popen(cmd, cwd=cwd, stdout=fh, stderr=subprocess.STDOUT, env=tool_env(),
+                                            stdin=subprocess.DEVNULL, start_new_session=True,
+                                            preexec_fn=lifecycle.die_with_parent())
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             raise BuildError(f"{step} timed out after {timeout:.0f} s; log: {log}") from None
@@ -369,18 +393,19 @@ def doctree_dir(src: Path) -> Path:
     return src.parent / "doctrees"
 
 
-def build_html(src: Path, out: Path, logs: Path) -> None:
+def build_html(src: Path, out: Path, logs: Path, warm=None) -> None:
+    """The HTML of the sources in ``src`` (``warm``: a :func:`_warm_sphinx` to run it in)."""
     _run([sys.executable, "-m", "sphinx", "-b", "html", "-n", "-W", "--keep-going", "-q",
-          "-d", str(doctree_dir(src)), str(src), str(out)], src, logs / "html.log", "HTML build")
+          "-d", str(doctree_dir(src)), str(src), str(out)], src, logs / "html.log", "HTML build", warm=warm)
 
 
-def build_pdf(src: Path, pdf: Path, logs: Path) -> None:
+def build_pdf(src: Path, pdf: Path, logs: Path, warm=None) -> None:
     """The PDF of the sources in ``src``: after :func:`build_html` of the same sources (whose
-    doctrees it reuses), or alone."""
+    doctrees it reuses), or alone (``warm``: a :func:`_warm_sphinx` for the LaTeX step)."""
     latex = src.parent / "latex"
     _run([sys.executable, "-m", "sphinx", "-b", "latex", "-n", "-W", "--keep-going", "-q",
-          "-d", str(doctree_dir(src)), str(src), str(latex)], src, logs / "latex.log",
-         "LaTeX build")
+          "-d", str(doctree_dir(src)), str(src), str(latex)], src, logs / "latex.log", "LaTeX build",
+         warm=warm)
     _run(["latexmk", "-pdfxe", "-interaction=nonstopmode", "-halt-on-error", "-file-line-error",
           "book.tex"], latex, logs / "xelatex.log", "PDF (xelatex)", timeout=1800)
     shutil.copyfile(latex / "book.pdf", pdf)
@@ -570,33 +595,42 @@ def _build_in(stage: Path, logs: Path, opts: BuildOptions, progress) -> dict:
             progress("book", "up to date (no input changed): nothing executed or rebuilt")
         return current
     bundler = _start_vega_bundle(cache)
+    warm_html = _warm_sphinx()  # its imports run beside the prefork server's, on the other core
+    warm_latex = None
     try:
-        results = execute_chapters(list(toc.CHAPTERS), scen, cache, logs, jobs=opts.jobs, progress=progress,
-                                   work_dir=stage / "chapters")
-        if bundler is not None:
-            bundler.wait()  # a failed bundler only costs the time: stage_sources bundles then
-    finally:
-        if bundler is not None and bundler.poll() is None:
-            bundler.kill()
-            bundler.wait()
-    t_exec = time.perf_counter() - t0
+        try:
+            results = execute_chapters(list(toc.CHAPTERS), scen, cache, logs, jobs=opts.jobs, progress=progress,
+                                       work_dir=stage / "chapters")
+            if bundler is not None:
+                bundler.wait()  # a failed bundler only costs the time: stage_sources bundles then
+        finally:
+            if bundler is not None and bundler.poll() is None:
+                bundler.kill()
+                bundler.wait()
+        t_exec = time.perf_counter() - t0
 
-    src = stage / "src"
-    stage_sources(src, results, info, cache)
-    out = stage / "out"
-    out.mkdir()
-    if progress:
-        progress("book", "building HTML")
-    build_html(src, out / "html", logs)
-    pdf_status = "skipped (--no-pdf)"
-    if opts.pdf:
-        if xelatex_available():
+        src = stage / "src"
+        stage_sources(src, results, info, cache)
+        out = stage / "out"
+        out.mkdir()
+        pdf = opts.pdf and xelatex_available()
+        if pdf:
+            warm_latex = _warm_sphinx()  # imports while the HTML step keeps one core busy
+        if progress:
+            progress("book", "building HTML")
+        build_html(src, out / "html", logs, warm_html)
+        pdf_status = "skipped (--no-pdf)"
+        if pdf:
             if progress:
                 progress("book", "building PDF")
-            build_pdf(src, out / f"{opts.name}.pdf", logs)
+            build_pdf(src, out / f"{opts.name}.pdf", logs, warm_latex)
             pdf_status = "built"
-        else:
+        elif opts.pdf:
             pdf_status = "skipped (xelatex not installed)"
+    finally:
+        for warm in (warm_html, warm_latex):
+            if warm is not None:
+                warm.close()
     shutil.rmtree(out / "jupyter_execute", ignore_errors=True)  # myst-nb's copy for the builders
     figures = out / "figures"
     figures.mkdir()

@@ -320,7 +320,8 @@ def _start(job: _Job, env: dict[str, str], server=None) -> object:
                                         [str(job.chapter.source), str(params_file), str(job.work)],
                                         job.work / "worker.log")
             return server
-        except prefork.Unavailable:
+        except prefork.Unavailable:  # the server is gone: this chapter and the next start afresh
+            server.close()
             server = None
     log = (job.work / "worker.log").open("w", encoding="utf-8")
     try:
