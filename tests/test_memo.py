@@ -161,3 +161,18 @@ def test_a_call_waiting_for_another_process_to_compute_lends_its_job_slot(memo_d
     assert out == [36.0] and CALLS == []  # read, not computed again
     assert not server.take()  # the caller holds its slot again
     server.close()
+
+
+def test_warm_hashes_the_code_of_every_cached_functions_module():
+    """What the prefork server does once for the build: every module with a cached function
+    (the search, the precision experiment's training) gets its code hash computed."""
+    from scaletax import search  # noqa: F401  (registers search's cached functions)
+    from scaletax.chapters import precision  # noqa: F401  (registers the training)
+
+    assert {"scaletax.search", "scaletax.lowp_training"} <= memo._MODULES
+    memo.code_hash.cache_clear()
+    memo.warm()
+    assert memo.code_hash.cache_info().currsize == len(memo._MODULES)
+    assert memo.code_hash.cache_info().hits == 0
+    h = memo.code_hash("scaletax.search")
+    assert memo.code_hash.cache_info().hits == 1 and len(h) == 64

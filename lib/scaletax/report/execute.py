@@ -31,6 +31,10 @@ of the build shares ``jobs`` slots (``scaletax.jobserver``): the runner takes on
 and a chapter that splits its work over processes (the precision experiment) lends its own
 and holds one per piece of work, so the cores are neither oversubscribed nor idle while work
 is left. The order changes when chapters run, never what they compute.
+
+Workers are forked by one prefork server per build (``report/prefork.py``), which imported what
+a worker and a chapter's kernel import; each worker forks its kernel before papermill starts
+(its log: ``<logs>/prefork.log``). Where it cannot run, each worker starts as a new process.
 """
 from __future__ import annotations
 
@@ -304,7 +308,7 @@ def _start_server(env: dict[str, str], folder: Path, progress=None):
         return None
 
 
-def _start(job: _Job, env: dict[str, str], server=None) -> object:
+def _start(job: _Job, env: dict[str, str], server: "prefork.Server | None" = None) -> "prefork.Server | None":
     """Start ``job``'s worker: forked by ``server`` when there is one, else a new process.
     Returns the server to use for the next job (None once it failed)."""
     from scaletax.report import prefork
@@ -442,7 +446,8 @@ def execute_chapters(chapters: list[Chapter], scenario, cache_dir: Path, log_dir
                                      / "slots", max(1, jobs))
         env = {**kernel_env(cache_dir, jobs), **({jobserver.ENV: str(slots.path)} if slots else {})}
         if pending:
-            server = _start_server(env, slots.path.parent, progress)
+            log_dir.mkdir(parents=True, exist_ok=True)
+            server = _start_server(env, log_dir, progress)
         while pending or running:
             while not failures:
                 job = next((j for j in pending if _ready(j, pending + running)), None)

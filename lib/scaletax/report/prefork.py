@@ -248,12 +248,13 @@ def serve() -> int:
     """The server's main loop: preload, say ready, fork on each request line, report exits;
     at end of input kill the children still running and exit."""
     global _PROTO
-    from scaletax import hardware, models
+    from scaletax import hardware, memo, models
 
     _PROTO = os.dup(1)
     os.dup2(2, 1)
     for name in PRELOAD:
         importlib.import_module(name)
+    memo.warm()  # the hash of the library code each cached call keys on: the same all build long
     if hardware.reads() or hardware._USER or models._USER:
         raise RuntimeError("the preload read the GPU catalog or scenario definitions; a forked "
                            "chapter would miss them in its record of reads")
