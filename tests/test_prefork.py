@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from scaletax.report import execute, prefork
+from test_cache import NOTEBOOK
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the prefork server is Linux only")
 TESTS = Path(__file__).resolve().parent
@@ -101,18 +102,7 @@ def test_a_sigkilled_runner_takes_the_server_and_its_children_with_it(tmp_path):
             runner.kill()
 
 
-KERNEL_FACTS = """---
-jupytext:
-  text_representation:
-    extension: .md
-    format_name: myst
-kernelspec:
-  display_name: Python 3
-  language: python
-  name: python3
----
-
-# Facts
+KERNEL_FACTS = NOTEBOOK.split("# Tiny")[0] + """# Facts
 
 ```{code-cell} ipython3
 :tags: [parameters]

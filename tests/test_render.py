@@ -164,3 +164,29 @@ def test_band_cells_show_text_and_export_numbers(tmp_path, monkeypatch):
     assert list(got[0]) == ["gpu", "days", "days_low", "days_high"]
     assert float(got[0]["days"]) == 13312.4 and float(got[0]["days_high"]) == 15387.2
     assert got[1] == {"gpu": "B200", "days": "", "days_low": "", "days_high": ""}
+
+
+def test_a_figure_drawn_before_is_read_from_the_result_cache(tmp_path, monkeypatch):
+    """In a build (a result cache set) the same spec is drawn once: the second figure gets the
+    first one's PNG bytes, those vl-convert draws, without calling it; another spec is drawn;
+    without a cache every figure is drawn."""
+    from scaletax import memo
+
+    monkeypatch.setenv(charts.FIGURES_ENV, str(tmp_path / "figs"))
+    drawn = []
+    real = charts.vlc.vegalite_to_png
+    monkeypatch.setattr(charts.vlc, "vegalite_to_png", lambda spec, **kw: (drawn.append(spec), real(spec, **kw))[1])
+    charts.setup()
+
+    def fig(label, y):
+        rows = [{"x": 1, "y": y}, {"x": 2, "y": 3.5}]
+        return charts.figure(label, alt.Chart(charts.data(rows)).mark_line().encode(x="x:Q", y="y:Q"), rows)
+
+    monkeypatch.setenv(memo.ENV, str(tmp_path / "memo"))
+    first, again, other = fig("fig-a", 2.0), fig("fig-b", 2.0), fig("fig-c", 2.5)
+    assert len(drawn) == 2 and again.png == first.png and other.png != first.png
+    assert len(list((tmp_path / "memo" / "png").glob("*.png"))) == 2
+    assert (tmp_path / "figs" / "fig-b.png").read_bytes() == first.png == real(drawn[0], scale=charts.PNG_SCALE)
+    monkeypatch.delenv(memo.ENV)
+    fig("fig-d", 2.0)
+    assert len(drawn) == 3

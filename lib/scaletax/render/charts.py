@@ -8,6 +8,11 @@ myst-nb picks the right mime type per builder.
 Each figure also lands in ``$SCALETAX_FIGURES_DIR`` (default ``./figures``) as
 ``<label>.png`` and ``<label>.csv`` (the plotted rows), so readers can reuse the data.
 
+In a build the PNG is kept in the result cache (``$SCALETAX_MEMO_DIR/png/``) under the hash of
+what draws it (the spec, the scale, the vl-convert version): a chapter executed again for an input
+its figure does not show (a price, another GPU's row) reuses the drawing instead of starting
+vl-convert's JavaScript engine (0.4-1 s per process) and drawing it again (0.1-0.9 s).
+
 A figure's spec is serialized once without altair's schema validation (``to_dict(validate=False)``,
 20-130 ms per figure); :func:`validate_spec` checks a spec against the Vega-Lite schema, and
 ``tests/test_render_specs.py`` runs it on every figure of a built book, so a bad spec still fails
@@ -17,6 +22,7 @@ summary, never loads it).
 from __future__ import annotations
 
 import csv
+import hashlib
 import html
 import json
 import os
@@ -24,6 +30,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import vl_convert as vlc
+
+from scaletax import files, memo
 
 if TYPE_CHECKING:
     import altair as alt
@@ -260,13 +268,35 @@ def figure(label: str, chart: alt.TopLevelMixin, rows: Sequence[dict], *,
         chart = alt.Chart(data(rows)).mark_text(fontSize=14).encode(text="note:N").properties(
             width=520, height=60)
     spec = name_gpus(chart.to_dict(validate=False))  # validated by tests (validate_spec)
-    png = vlc.vegalite_to_png(spec, scale=PNG_SCALE)  # fixed width: the PDF page and the export
+    png = png_of(spec)  # fixed width: the PDF page and the export
     out = _figures_dir()
     (out / f"{label}.png").write_bytes(png)
     write_csv(out / f"{label}.csv", [{k: _plain(v) for k, v in r.items()} for r in rows])
     bundle = ChartBundle(label, responsive(spec), png)
     glue(label, bundle, display=False)
     return bundle
+
+
+def png_of(spec: dict) -> bytes:
+    """vl-convert's PNG of ``spec`` at :data:`PNG_SCALE`; with a result cache
+    (``scaletax.memo.ENV``) read from it when the same spec was drawn before by the same
+    vl-convert (the PNG is a function of those, so the bytes are the same)."""
+    root = os.environ.get(memo.ENV)
+    if not root:
+        return vlc.vegalite_to_png(spec, scale=PNG_SCALE)
+    drawn = json.dumps({"vl_convert": vlc.__version__, "scale": PNG_SCALE, "spec": spec}, sort_keys=True)
+    path = Path(root) / "png" / f"{hashlib.sha256(drawn.encode()).hexdigest()}.png"
+    try:
+        return path.read_bytes()
+    except OSError:
+        pass
+    png = vlc.vegalite_to_png(spec, scale=PNG_SCALE)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        files.replace_atomically(path, png, prefix=".tmp-", suffix=".png")
+    except OSError:  # a cache that cannot be written only costs the time
+        pass
+    return png
 
 
 def data(rows: Sequence[dict]) -> alt.Data:

@@ -214,25 +214,24 @@ def _default_signals() -> None:
         signal.signal(sig, signal.SIG_DFL)
 
 
-def _child(req: dict, die_with_server, keep_closed: tuple[int, ...]) -> None:
-    """In the forked child: become what ``python -c target(*args)`` would be, run, exit."""
+def _redirect_output(log: str) -> None:
+    """stdin from /dev/null, stdout and stderr into ``log`` (truncated)."""
+    null = os.open(os.devnull, os.O_RDONLY)
+    out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(null, 0)
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+    os.close(null)
+    os.close(out)
+
+
+def _run_and_exit(body) -> None:
+    """In a forked child: ``body()``'s return value (or its SystemExit code) is the exit status;
+    any other exception is status 1 with its traceback on stderr. Never returns into the code the
+    fork was called from."""
     code = 1
     try:
-        os.setsid()
-        die_with_server()
-        _default_signals()
-        for fd in keep_closed:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        null = os.open(os.devnull, os.O_RDONLY)
-        out = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        os.dup2(null, 0)
-        os.dup2(out, 1)
-        os.dup2(out, 2)
-        os.close(null)
-        os.close(out)
-        module, func = req["target"].split(":")
-        code = int(getattr(importlib.import_module(module), func)(*req["args"]) or 0)
+        code = int(body() or 0)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:
@@ -242,6 +241,19 @@ def _child(req: dict, die_with_server, keep_closed: tuple[int, ...]) -> None:
             sys.stdout.flush()
             sys.stderr.flush()
         os._exit(code)
+
+
+def _child(req: dict, die_with_server, keep_closed: tuple[int, ...]) -> int:
+    """In the forked child: become what ``python -c target(*args)`` would be and run it."""
+    os.setsid()
+    die_with_server()
+    _default_signals()
+    for fd in keep_closed:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _redirect_output(req["log"])
+    module, func = req["target"].split(":")
+    return getattr(importlib.import_module(module), func)(*req["args"])
 
 
 def serve() -> int:
@@ -305,7 +317,7 @@ def serve() -> int:
                 sys.stderr.flush()
                 pid = os.fork()
                 if pid == 0:
-                    _child(req, die_with_server, (wake_r, wake_w, _PROTO))
+                    _run_and_exit(lambda: _child(req, die_with_server, (wake_r, wake_w, _PROTO)))
                 children.add(pid)
                 _write({"id": req["id"], "pid": pid})
     return 0
@@ -343,29 +355,21 @@ def plant_seed() -> Seed:
     sys.stderr.flush()
     pid = os.fork()
     if pid == 0:
-        code = 1
-        try:
-            os.close(w)
-            os.setsid()  # a session of its own, as jupyter_client starts a kernel
-            die_with_worker()
-            data = b""
-            while chunk := os.read(r, 1 << 16):
-                data += chunk
-            os.close(r)
-            if not data:  # the worker did not need it
-                os._exit(0)
-            code = _run_kernel(json.loads(data))
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-        except BaseException:
-            traceback.print_exc()
-        finally:
-            with contextlib.suppress(Exception):
-                sys.stdout.flush()
-                sys.stderr.flush()
-            os._exit(code)
+        _run_and_exit(lambda: _grow(r, w, die_with_worker))
     os.close(r)
     return Seed(pid, w)
+
+
+def _grow(r: int, w: int, die_with_worker) -> int:
+    """The seed: wait for the request (end of input unused: exit), then be the kernel."""
+    os.close(w)
+    os.setsid()  # a session of its own, as jupyter_client starts a kernel
+    die_with_worker()
+    data = b""
+    while chunk := os.read(r, 1 << 16):
+        data += chunk
+    os.close(r)
+    return _run_kernel(json.loads(data)) if data else 0
 
 
 def _run_kernel(req: dict) -> int:
@@ -529,13 +533,7 @@ def _warm_main(preload: list[str]) -> int:
     if not line.strip():
         return 0
     req = json.loads(line)
-    out = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.dup2(out, 1)
-    os.dup2(out, 2)
-    os.close(out)
-    os.close(null)
+    _redirect_output(req["log"])
     os.chdir(req["cwd"])
     sys.path[0] = req["cwd"]  # `python -m` puts the working directory first
     sys.argv = [req["module"], *req["args"]]
