@@ -588,8 +588,11 @@ def _table(results: dict) -> str:
     if b:
         d = b["detail"]
         lines += [
-            f"| cold build, HTML (`--jobs 2`) | {b['cold_html_s']:.0f} s wall, {d['cold']['cpu_s']:.0f} CPU s | about a minute idle |",
-            f"| same notebooks, Jupyter Book `execute_notebooks: force` | {b['jb_force_html_s']:.0f} s wall ({b['vs_jupyter_book_execute']:.1f}x ours), {d['jb_force']['cpu_s']:.0f} CPU s | >= 3x |",
+            f"| cold build, HTML (`--jobs 2`), median of {b['rounds']} | {b['cold_html_s']:.0f} s wall "
+            f"({', '.join(f'{x:.0f}' for x in b['cold_s_all'])}), {d['cold']['cpu_s']:.0f} CPU s (last) | about a minute idle |",
+            f"| same notebooks, Jupyter Book `execute_notebooks: force`, median of {b['rounds']} | {b['jb_force_html_s']:.0f} s wall "
+            f"({', '.join(f'{x:.0f}' for x in b['jb_force_s_all'])}; {b['vs_jupyter_book_execute']:.1f}x ours), "
+            f"{d['jb_force']['cpu_s']:.0f} CPU s (last) | >= 3x |",
             f"| warm rebuild (nothing changed) | {b['warm_s']:.1f} s, executed {', '.join(d['warm']['executed']) or 'nothing'} | |",
         ]
         for key, label in (("price", "a price"), ("cluster_size", "the cluster size"), ("gpu_list", "the GPU list"),
@@ -666,7 +669,8 @@ def main(argv=None) -> int:
                                                   "book"])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the peer comparison")
-    ap.add_argument("--book-rounds", type=int, default=1)
+    ap.add_argument("--book-rounds", type=int, default=3,
+                    help="interleaved rounds of the book part (cold build, rebuilds, Jupyter Book); medians")
     ap.add_argument("--out", type=Path, default=RESULTS / "latest.json")
     ap.add_argument("--readme", action="store_true", help="write the table into README.md's Performance section")
     args = ap.parse_args(argv)
