@@ -122,7 +122,7 @@ class Server:
             raise Unavailable(str(exc)) from None
         os.set_blocking(self.proc.stdout.fileno(), False)
         line = self._line(READY_TIMEOUT_S)
-        if line != {"ready": True}:
+        if line != {_READY: True}:
             self.close()
             raise Unavailable(f"prefork server did not start ({line!r}); see {log}")
 
