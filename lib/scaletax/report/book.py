@@ -243,14 +243,13 @@ def _vega_js(cache: Path | None) -> str:
     if cache is None:
         return vega_bundle()
     path = _vega_path(cache)
-    folder, key = path.parent, path.stem
     with contextlib.suppress(OSError, UnicodeDecodeError):
         return path.read_text(encoding="utf-8")
     js = vega_bundle()
     with contextlib.suppress(OSError):  # a cache that cannot be written only costs the time
-        folder.mkdir(parents=True, exist_ok=True)
-        lifecycle.remove_stale(folder, (".tmp-*",))  # left by a build killed while writing
-        files.replace_atomically(folder / f"{key}.js", js, prefix=lifecycle.temp_name(".tmp-"), suffix=".js")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lifecycle.remove_stale(path.parent, (".tmp-*",))  # left by a build killed while writing
+        files.replace_atomically(path, js, prefix=lifecycle.temp_name(".tmp-"), suffix=".js")
     return js
 
 
@@ -268,6 +267,13 @@ def _start_vega_bundle(cache: Path) -> subprocess.Popen | None:
         return subprocess.Popen([sys.executable, "-c", code, str(cache)], env=process_env(),
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 start_new_session=True, preexec_fn=lifecycle.die_with_parent())
+
+
+def _end(proc: subprocess.Popen) -> None:
+    """Kill a background process the build no longer needs (if it still runs) and reap it."""
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
 
 
 def stage_sources(src: Path, results: list[Result], info: dict, cache: Path | None = None) -> None:
@@ -292,7 +298,7 @@ def stage_sources(src: Path, results: list[Result], info: dict, cache: Path | No
 # --------------------------------------------------------------------------------------
 # Building
 # --------------------------------------------------------------------------------------
-def tool_env() -> dict[str, str]:
+def _tool_env() -> dict[str, str]:
     """The environment of the build tools (Sphinx; latexmk)."""
     from scaletax.report.execute import process_env
 
@@ -307,7 +313,7 @@ def _warm_sphinx():
     if not sys.platform.startswith("linux"):
         return None
     try:
-        return prefork.Warm("sphinx", prefork.SPHINX_PRELOAD, tool_env())
+        return prefork.Warm("sphinx", prefork.SPHINX_PRELOAD, _tool_env())
     except OSError:
         return None
 
@@ -325,7 +331,7 @@ def _run(cmd: list[str], cwd: Path, log: Path, step: str, timeout: float = 1800,
             if proc is None:
                 fh = stack.enter_context(log.open("w", encoding="utf-8"))
                 with lifecycle.Interrupts.deferred():  # an interrupt during the fork: once proc is set
-                    proc = subprocess.Popen(cmd, cwd=cwd, stdout=fh, stderr=subprocess.STDOUT, env=tool_env(),
+                    proc = subprocess.Popen(cmd, cwd=cwd, stdout=fh, stderr=subprocess.STDOUT, env=_tool_env(),
                                             stdin=subprocess.DEVNULL, start_new_session=True,
                                             preexec_fn=lifecycle.die_with_parent())
             proc.wait(timeout=timeout)
@@ -594,19 +600,17 @@ def _build_in(stage: Path, logs: Path, opts: BuildOptions, progress) -> dict:
         if progress:
             progress("book", "up to date (no input changed): nothing executed or rebuilt")
         return current
-    bundler = _start_vega_bundle(cache)
-    warm_html = _warm_sphinx()  # its imports run beside the prefork server's, on the other core
-    warm_latex = None
-    try:
-        try:
-            results = execute_chapters(list(toc.CHAPTERS), scen, cache, logs, jobs=opts.jobs, progress=progress,
-                                       work_dir=stage / "chapters")
-            if bundler is not None:
-                bundler.wait()  # a failed bundler only costs the time: stage_sources bundles then
-        finally:
-            if bundler is not None and bundler.poll() is None:
-                bundler.kill()
-                bundler.wait()
+    with contextlib.ExitStack() as helpers:  # background processes, ended with the build's steps
+        bundler = _start_vega_bundle(cache)
+        if bundler is not None:
+            helpers.callback(_end, bundler)
+        warm_html = _warm_sphinx()  # its imports run beside the prefork server's, on the other core
+        if warm_html is not None:
+            helpers.callback(warm_html.close)
+        results = execute_chapters(list(toc.CHAPTERS), scen, cache, logs, jobs=opts.jobs, progress=progress,
+                                   work_dir=stage / "chapters")
+        if bundler is not None:
+            bundler.wait()  # a failed bundler only costs the time: stage_sources bundles then
         t_exec = time.perf_counter() - t0
 
         src = stage / "src"
@@ -614,8 +618,9 @@ def _build_in(stage: Path, logs: Path, opts: BuildOptions, progress) -> dict:
         out = stage / "out"
         out.mkdir()
         pdf = opts.pdf and xelatex_available()
-        if pdf:
-            warm_latex = _warm_sphinx()  # imports while the HTML step keeps one core busy
+        warm_latex = _warm_sphinx() if pdf else None  # imports while the HTML step keeps one core busy
+        if warm_latex is not None:
+            helpers.callback(warm_latex.close)
         if progress:
             progress("book", "building HTML")
         build_html(src, out / "html", logs, warm_html)
@@ -627,10 +632,6 @@ def _build_in(stage: Path, logs: Path, opts: BuildOptions, progress) -> dict:
             pdf_status = "built"
         elif opts.pdf:
             pdf_status = "skipped (xelatex not installed)"
-    finally:
-        for warm in (warm_html, warm_latex):
-            if warm is not None:
-                warm.close()
     shutil.rmtree(out / "jupyter_execute", ignore_errors=True)  # myst-nb's copy for the builders
     figures = out / "figures"
     figures.mkdir()

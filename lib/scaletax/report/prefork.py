@@ -14,9 +14,10 @@ connection file and hands it over (:class:`SeededKernelManager`), then runs ipyk
 ``python -m ipykernel_launcher`` would. What differs from a fresh process is only that the
 modules are already imported:
 
-- the environment is the one a fresh process gets (the server's is the kernel's; a request's
-  variables are applied in the child), so is the hash seed (``PYTHONHASHSEED=0`` at the
-  server's start), the working directory, ``sys.argv`` and ``sys.path[0]``;
+- the environment is the one a fresh process gets (the server starts with the kernel's; the
+  worker adds its chapter's variables, and the seed takes the environment papermill hands the
+  kernel), so is the hash seed (``PYTHONHASHSEED=0`` at the server's start), the working
+  directory, ``sys.argv`` and ``sys.path``;
 - a child is single-threaded (the server checks, before each fork, that it has one thread, so
   no lock or event loop is inherited mid-flight) and gets default signal handlers;
 - it is a session of its own and gets SIGKILL when its parent dies (the server dies with the
