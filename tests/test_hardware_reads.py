@@ -3,6 +3,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 
@@ -157,3 +158,25 @@ def test_a_search_is_keyed_on_its_gpus_row_only(fresh, tmp_path, monkeypatch):
     after = keys()
     hardware.catalog.cache_clear()
     assert after["h100_sxm"] == before["h100_sxm"] and after["b300"] != before["b300"]
+
+
+def _waits_then_uses(gpu, started, go):
+    started.set()
+    go.wait(5)
+    return gpu.tdp_w
+
+
+def test_a_read_in_another_thread_is_not_charged_to_a_cached_call_running_beside_it(fresh):
+    """A chapter's searches run side by side in threads (jobserver.map): a catalog read by one
+    thread is not a read of the cached call another thread computes meanwhile."""
+    fn = memo.cached(_waits_then_uses)
+    g = hardware.get("gb200")
+    started, go, out = threading.Event(), threading.Event(), []
+    t = threading.Thread(target=lambda: out.append(fn(g, started, go)))
+    t.start()
+    assert started.wait(5)
+    hardware.get("b300")  # this thread's read, while the call computes in the other
+    go.set()
+    t.join(5)
+    assert out == [g.tdp_w]
+    assert {"gb200", "b300"} <= set(hardware.reads())  # both reads stay in the process's record

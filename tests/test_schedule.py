@@ -25,6 +25,15 @@ def test_schedule_starts_the_longest_first_recorded_seconds_before_the_static_es
     assert [c.slug for c in execute.schedule(chs, {"a": 40.0, "b": 1.0})] == ["a", "d", "c", "b"]
 
 
+def test_schedule_counts_the_chapters_that_wait_for_one_in_its_length():
+    chs = [_ch("a", 5), _ch("b", 12), _ch("c", 10, after=("a",)), _ch("d", 8)]
+    # a's path is 5 + 10: it starts before b (12) although it is shorter
+    assert [c.slug for c in execute.schedule(chs)] == ["a", "b", "c", "d"]
+    assert [c.slug for c in execute.schedule(chs, {"c": 1.0})] == ["b", "d", "a", "c"]
+    cyc = [_ch("a", 5, after=("b",)), _ch("b", 3, after=("a",))]
+    assert [c.slug for c in execute.schedule(cyc)] == ["a", "b"]  # a cycle: still an order
+
+
 def test_the_default_book_starts_the_precision_chapter_first_and_the_summary_after_the_decision():
     order = [c.slug for c in execute.schedule(list(toc.CHAPTERS))]
     assert order[0] == "precision"
@@ -186,3 +195,79 @@ def test_chapters_start_longest_first_and_after_the_chapters_they_reuse(tmp_path
     assert lines.index("start reuser") > lines.index("end long")
     assert set(execute.recorded_seconds(cache)) == {"short", "long", "reuser"}
     assert not list(cache.glob(".tmp-jobs-*"))  # the slots' pipe is gone with the build
+
+
+# --- jobserver.map: a chapter's independent numpy work on the build's free slots ---------------
+
+def _recorder(delay=0.0, fail=()):
+    seen, lock, running = [], threading.Lock(), [0, 0]  # (thread, item); [now, most at once]
+
+    def fn(x):
+        with lock:
+            seen.append((threading.get_ident(), x))
+            running[0] += 1
+            running[1] = max(running)
+        try:
+            time.sleep(delay)
+            if x in fail:
+                raise ValueError(f"item {x}")
+            return x * x
+        finally:
+            with lock:
+                running[0] -= 1
+    return fn, seen, running
+
+
+def test_map_without_a_jobserver_is_the_plain_loop_in_the_callers_thread(monkeypatch):
+    monkeypatch.delenv(jobserver.ENV, raising=False)
+    monkeypatch.setenv(jobserver.WORKERS_ENV, "2")
+    fn, seen, _ = _recorder()
+    assert jobserver.map(fn, range(5)) == [0, 1, 4, 9, 16]
+    assert seen == [(threading.get_ident(), x) for x in range(5)]
+
+
+def test_map_runs_items_in_a_helper_holding_a_free_slot_and_gives_it_back(tmp_path, monkeypatch):
+    server = jobserver.Server(tmp_path / "slots", 2)
+    monkeypatch.setenv(jobserver.ENV, str(server.path))
+    monkeypatch.setenv(jobserver.WORKERS_ENV, "2")
+    assert server.take()  # the calling chapter's own slot; one is free
+    fn, seen, running = _recorder(delay=0.1)
+    assert jobserver.map(fn, range(8)) == [x * x for x in range(8)]
+    assert len({t for t, _ in seen}) == 2 and running[1] == 2  # the caller and one helper, side by side
+    assert server.take() and not server.take()  # the helper's slot is back; the caller still holds its own
+    server.give()
+    server.give()
+    server.close()
+
+
+def test_map_takes_no_slot_another_chapter_holds_and_its_helper_gives_up_when_the_work_ends(tmp_path, monkeypatch):
+    server = jobserver.Server(tmp_path / "slots", 2)
+    monkeypatch.setenv(jobserver.ENV, str(server.path))
+    monkeypatch.setenv(jobserver.WORKERS_ENV, "2")
+    assert server.take() and server.take()  # this chapter's slot and another chapter's: none free
+    fn, seen, running = _recorder(delay=0.05)
+    out = []
+    t = threading.Thread(target=lambda: out.append(jobserver.map(fn, range(4))))
+    t.start()
+    t.join(10)
+    assert not t.is_alive() and out == [[0, 1, 4, 9]]
+    assert {th for th, _ in seen} == {t.ident} and running[1] == 1  # the caller alone
+    assert not server.take()  # no slot was taken or added
+    server.give()
+    server.give()
+    server.close()
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_map_raises_the_error_of_the_first_failing_item_as_the_loop_would(tmp_path, monkeypatch, jobs):
+    server = jobserver.Server(tmp_path / "slots", 2)
+    monkeypatch.setenv(jobserver.ENV, str(server.path))
+    monkeypatch.setenv(jobserver.WORKERS_ENV, jobs)
+    assert server.take()
+    fn, _, _ = _recorder(delay=0.02, fail={3, 5})
+    with pytest.raises(ValueError, match="^item 3$"):
+        jobserver.map(fn, range(8))
+    assert server.take() and not server.take()  # every helper slot came back
+    server.give()
+    server.give()
+    server.close()

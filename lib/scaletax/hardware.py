@@ -22,6 +22,7 @@ import csv
 import difflib
 import json
 import os
+import threading
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -233,14 +234,23 @@ def _load_env_definitions() -> None:
 # --- the record of what this process read ------------------------------------------------
 #: Catalog ids (or :data:`ALL`) this process read, in the order first read.
 _READS: dict[str, None] = {}
-#: Open :func:`reads_during` scopes: every read is added to each.
-_SCOPES: list[set[str]] = []
+#: Open :func:`reads_during` scopes of each thread (``.scopes``): a read is added to each of its
+#: own thread's (threads of one chapter search side by side, ``scaletax.jobserver.map``).
+_SCOPES = threading.local()
+
+
+def _scopes() -> list[set[str]]:
+    try:
+        return _SCOPES.scopes
+    except AttributeError:
+        _SCOPES.scopes = []
+        return _SCOPES.scopes
 
 
 def _record(gpu_id: str) -> None:
     """Record a read of ``gpu_id`` (or :data:`ALL`); append it to the :data:`READS_ENV` file
     the first time (one ``write`` of one line in append mode: safe across processes)."""
-    for scope in _SCOPES:
+    for scope in _scopes():
         scope.add(gpu_id)
     if gpu_id in _READS:
         return
@@ -269,13 +279,15 @@ def forget_reads() -> None:
 @contextlib.contextmanager
 def reads_during():
     """``with reads_during() as seen:`` collects into ``seen`` every read made in the block
-    (also those already recorded before it): what ``memo`` checks a cached call against."""
+    (also those already recorded before it) by this thread: what ``memo`` checks a cached call
+    against."""
     seen: set[str] = set()
-    _SCOPES.append(seen)
+    scopes = _scopes()
+    scopes.append(seen)
     try:
         yield seen
     finally:
-        _SCOPES.remove(seen)
+        scopes.remove(seen)
 
 
 def read_file(path: Path | str) -> tuple[str, ...]:

@@ -18,10 +18,14 @@ from __future__ import annotations
 import contextlib
 import os
 import select
+import threading
 import time
 from pathlib import Path
+from typing import Callable, Iterable, TypeVar
 
 ENV = "SCALETAX_JOBSERVER"
+#: Environment variable with the build's ``--jobs``: the most slots one chapter's work may use.
+WORKERS_ENV = "SCALETAX_WORKERS"
 _TOKEN = b"+"
 
 
@@ -135,3 +139,92 @@ def lend():
             _take(fd)
     finally:
         os.close(fd)
+
+
+def workers() -> int:
+    """Slots one chapter's split work may use at once: ``SCALETAX_WORKERS`` (the build's
+    ``--jobs``), else 1 (a notebook run by hand, the tests: no split)."""
+    try:
+        return max(1, int(os.environ.get(WORKERS_ENV, "1")))
+    except ValueError:
+        return 1
+
+
+def _take_unless(fd: int, done: Callable[[], bool]) -> bool:
+    """Take one slot once one is free and the runner does not wait for one (True), or give up
+    as soon as ``done()`` (False): a helper never waits past the end of the work."""
+    want = _want(Path(os.environ[ENV]))
+    while not done():
+        if not want.exists():
+            try:
+                if os.read(fd, 1):
+                    return True
+            except BlockingIOError:
+                pass
+        select.select([fd], [], [], _WANT_POLL_S)
+    return False
+
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def map(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:  # noqa: A001 (the builtin's meaning)
+    """``[fn(x) for x in items]``, the items shared out between the caller (in its own slot) and
+    up to :func:`workers` - 1 helper threads, each working only while it holds a slot it found
+    free. For numpy-heavy, independent items (numpy releases the GIL in its array loops); the
+    results, and the exception raised (the first item's in order), are those of the plain loop.
+    Without a build's jobserver, the plain loop."""
+    items = list(items)
+    helpers = min(workers(), len(items)) - 1 if os.environ.get(ENV) else 0
+    if helpers <= 0:
+        return [fn(x) for x in items]
+    results: list = [None] * len(items)
+    errors: dict[int, BaseException] = {}
+    lock = threading.Lock()
+    todo = iter(range(len(items)))
+    left = [len(items)]  # items not yet claimed
+
+    def claim() -> int | None:
+        with lock:
+            if errors:
+                return None
+            i = next(todo, None)
+            if i is not None:
+                left[0] -= 1
+            return i
+
+    def work() -> None:
+        while (i := claim()) is not None:
+            try:
+                results[i] = fn(items[i])
+            except BaseException as exc:  # noqa: BLE001 (raised by the caller, in order)
+                with lock:
+                    errors[i] = exc
+
+    def helper() -> None:
+        try:
+            fd = _fd()
+        except OSError:  # the build's pipe is gone: the caller does the work
+            return
+        try:
+            if _take_unless(fd, lambda: left[0] == 0 or bool(errors)):
+                try:
+                    work()
+                finally:
+                    os.write(fd, _TOKEN)
+        finally:
+            os.close(fd)
+
+    threads = [threading.Thread(target=helper, name=f"scaletax-jobserver-map-{k}", daemon=True)
+               for k in range(helpers)]
+    for t in threads:
+        t.start()
+    try:
+        work()
+    finally:
+        for t in threads:
+            t.join()
+    if errors:
+        raise errors[min(errors)]
+    return results

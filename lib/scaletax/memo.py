@@ -44,6 +44,7 @@ import math
 import os
 import pickle
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -59,6 +60,7 @@ LOG_ENV = "SCALETAX_MEMO_LOG"
 _PKG = "scaletax"
 #: This process's counts per function: {"module.name": {"hit": n, "miss": n}}.
 STATS: dict[str, dict[str, int]] = {}
+_STATS_LOCK = threading.Lock()  # cached calls of one chapter run in threads (scaletax.jobserver.map)
 #: Modules of the functions made cached in this process (:func:`cached`), which :func:`warm` hashes.
 _MODULES: set[str] = set()
 
@@ -186,7 +188,8 @@ def key(fn: Callable, args: tuple, kwargs: dict, data: tuple[str, ...] = (), nam
 
 
 def _count(name: str, what: str, digest: str = "", seconds: float = 0.0, args: Any = None) -> None:
-    STATS.setdefault(name, {"hit": 0, "miss": 0})[what] += 1
+    with _STATS_LOCK:
+        STATS.setdefault(name, {"hit": 0, "miss": 0})[what] += 1
     log = os.environ.get(LOG_ENV)
     if log:
         line = {"fn": name, "key": digest, "what": what, "seconds": round(seconds, 4), "pid": os.getpid()}

@@ -44,6 +44,7 @@ tp x pp x cp, then least recompute, smallest ep, pp, vp and ZeRO stage.
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, replace
@@ -371,6 +372,7 @@ def search(model: Model, precision: str, gpu, gpus: int | Sequence[int], *, toke
 #: do not depend on the GPU (its capacity is applied after). ~5 MB an entry.
 _GRIDS: OrderedDict = OrderedDict()
 _GRIDS_MAX = 32
+_GRIDS_LOCK = threading.Lock()  # searches of one chapter run in threads (scaletax.jobserver.map)
 
 
 def _grid_memory(model, count: int, space: SearchSpace, seqs, domain, precision: str, memory_options: dict,
@@ -383,10 +385,12 @@ def _grid_memory(model, count: int, space: SearchSpace, seqs, domain, precision:
         hash(key)
     except TypeError:  # an unhashable memory option: computed every time
         key, keep = None, False
-    hit = _GRIDS.get(key) if keep else None
-    if hit is not None:
-        _GRIDS.move_to_end(key)
-        return hit
+    if keep:
+        with _GRIDS_LOCK:
+            hit = _GRIDS.get(key)
+            if hit is not None:
+                _GRIDS.move_to_end(key)
+                return hit
     grid = candidate_grid(model, count, space, seqs, domain)
     if not len(grid):
         mem = np.zeros(0)
@@ -395,9 +399,10 @@ def _grid_memory(model, count: int, space: SearchSpace, seqs, domain, precision:
     else:
         mem = memory.breakdown(model, grid.expand(), precision, **memory_options).total
     if keep:
-        _GRIDS[key] = (grid, mem)
-        while len(_GRIDS) > _GRIDS_MAX:
-            _GRIDS.popitem(last=False)
+        with _GRIDS_LOCK:
+            _GRIDS[key] = (grid, mem)
+            while len(_GRIDS) > _GRIDS_MAX:
+                _GRIDS.popitem(last=False)
     return grid, mem
 
 

@@ -27,7 +27,7 @@ from typing import Sequence
 
 import numpy as np
 
-from scaletax import comm, hardware, perf, recipes, search
+from scaletax import comm, hardware, jobserver, perf, recipes, search
 from scaletax.comm import GROUPS, Overlap, WireFormat
 from scaletax.models import Model
 from scaletax.layout import Layout, LayoutArray, group_strides, label
@@ -136,14 +136,12 @@ def tax_rows(model_ids, gpu_ids, sizes, *, batch_tokens: int, precision: str = "
     """
     from scaletax import models as _models
 
-    rows = []
-    for mid in model_ids:
-        m = _models.get(mid)
-        for gid in gpu_ids:
-            for n in sizes:
-                r = best_layout(m, gid, int(n), batch_tokens=batch_tokens, precision=precision, allowed=allowed)
-                rows.append(_fill(r, m, gid, n, hardware.get(gid).nvlink_domain))
-    return rows
+    def cell(c) -> dict:
+        m, gid, n = c
+        r = best_layout(m, gid, n, batch_tokens=batch_tokens, precision=precision, allowed=allowed)
+        return _fill(r, m, gid, n, hardware.get(gid).nvlink_domain)
+
+    return jobserver.map(cell, [(_models.get(mid), gid, int(n)) for mid in model_ids for gid in gpu_ids for n in sizes])
 
 
 def _fill(row, model, gpu_id, n, domain) -> dict:
@@ -160,15 +158,12 @@ def domain_rows(model_ids, gpu_id: str, sizes, domains=DOMAIN_SWEEP, *, batch_to
     """Best layout per model, cluster size and NVLink domain size, the GPU held fixed."""
     from scaletax import models as _models
 
-    rows = []
-    for mid in model_ids:
-        m = _models.get(mid)
-        for n in sizes:
-            for d in domains:
-                r = best_layout(m, gpu_id, int(n), batch_tokens=batch_tokens, domain=int(d), precision=precision,
-                                allowed=allowed)
-                rows.append(_fill(r, m, gpu_id, n, d))
-    return rows
+    def cell(c) -> dict:
+        m, n, d = c
+        r = best_layout(m, gpu_id, n, batch_tokens=batch_tokens, domain=d, precision=precision, allowed=allowed)
+        return _fill(r, m, gpu_id, n, d)
+
+    return jobserver.map(cell, [(_models.get(mid), int(n), int(d)) for mid in model_ids for n in sizes for d in domains])
 
 
 def nvl72_rows(rows: list[dict], small: int = 8, large: int = 72) -> list[dict]:
@@ -229,18 +224,18 @@ def ep_rows(model: Model, gpu_ids, gpus: int, eps=(8, 64), domains=(), *, batch_
     EP sizes that do not divide the expert count are skipped.
     """
     eps = [int(e) for e in eps if model.moe_experts and model.moe_experts % int(e) == 0]
-    rows = []
+
+    def cell(c) -> dict:
+        gid, d, e, own = c
+        r = best_layout(model, gid, gpus, batch_tokens=batch_tokens, domain=d, precision=precision, allowed=allowed,
+                        ep=[e])
+        return {**_fill(r, model, gid, gpus, d), "ep_fixed": e, "own_domain": d == own}
+
+    cells = []
     for gid in gpu_ids:
         own = hardware.get(gid).nvlink_domain
-        for d in sorted(set(domains) | {own}):
-            for e in eps:
-                r = best_layout(model, gid, gpus, batch_tokens=batch_tokens, domain=d, precision=precision,
-                                allowed=allowed, ep=[e])
-                r = _fill(r, model, gid, gpus, d)
-                r["ep_fixed"] = int(e)
-                r["own_domain"] = d == own
-                rows.append(r)
-    return rows
+        cells += [(gid, d, e, own) for d in sorted(set(domains) | {own}) for e in eps]
+    return jobserver.map(cell, cells)
 
 
 def ep_sizes(model: Model, largest: int = 512) -> list[int]:

@@ -34,7 +34,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from scaletax import hardware, memory, models, recipes, references, runs, search
+from scaletax import hardware, jobserver, memory, models, recipes, references, runs, search
 from scaletax.models import Model
 from scaletax.layout import RECOMPUTE_CODE, RECOMPUTE_NAME, Layout, LayoutArray, label
 
@@ -289,20 +289,19 @@ def min_gpus(model: Model, gpu_id: str, precision: str, batch_tokens: int | None
 def min_gpus_rows(model_ids: Sequence[str], gpu_ids: Sequence[str], precision: str,
                   batch_tokens: int | None = None, allowed: Sequence[str] = recipes.TRAINING) -> list[dict[str, Any]]:
     """``min_gpus`` for every model x GPU, with the aggregate HBM bought at that count."""
-    rows = []
-    for mid in model_ids:
-        m = models.get(mid)
-        for g in gpu_ids:
-            r = min_gpus(m, g, precision, batch_tokens, allowed=allowed)
-            state = _full_state_bytes(m, r["precision"])
-            r["state_tib"] = state / 2**40
-            if r["gpus"] is not None:
-                r["hbm_tib"] = r["gpus"] * r["capacity_gib"] / 1024
-                r["hbm_per_state"] = r["gpus"] * r["capacity_gib"] * GIB / state
-            else:
-                r["hbm_tib"] = r["hbm_per_state"] = None
-            rows.append(r)
-    return rows
+    def row(c) -> dict[str, Any]:
+        m, g = c
+        r = min_gpus(m, g, precision, batch_tokens, allowed=allowed)
+        state = _full_state_bytes(m, r["precision"])
+        r["state_tib"] = state / 2**40
+        if r["gpus"] is not None:
+            r["hbm_tib"] = r["gpus"] * r["capacity_gib"] / 1024
+            r["hbm_per_state"] = r["gpus"] * r["capacity_gib"] * GIB / state
+        else:
+            r["hbm_tib"] = r["hbm_per_state"] = None
+        return r
+
+    return jobserver.map(row, [(models.get(mid), g) for mid in model_ids for g in gpu_ids])
 
 
 def _full_state_bytes(model: Model, precision: str) -> float:
@@ -331,7 +330,7 @@ def fit_map_rows(model_ids: Sequence[str], gpu_ids: Sequence[str], counts: Itera
         B = batch_sequences(m, batch_tokens)
         caps = {g: float(hardware.get(g).hbm_gib) for g in gpu_ids}
         precs = {g: recipes.training_precision(g, precision, allowed) for g in gpu_ids}
-        per_count = {n: fit(m, n, gpu_ids, precs, B) for n in counts}
+        per_count = dict(zip(counts, jobserver.map(lambda n, m=m, B=B, precs=precs: fit(m, n, gpu_ids, precs, B), counts)))
         for g in gpu_ids:
             label = hardware.get(g).label
             for n in counts:

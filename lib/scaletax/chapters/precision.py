@@ -329,19 +329,11 @@ def _train_job(job: tuple[str, int, L.TaskConfig]) -> L.RunResult:
         return train(*job)
 
 
-def workers() -> int:
-    """Processes the experiment may use: ``SCALETAX_WORKERS`` (the build's ``--jobs``), else 1."""
-    try:
-        return max(1, int(os.environ.get("SCALETAX_WORKERS", "1")))
-    except ValueError:
-        return 1
-
-
 class Experiment:
     """The experiment's trainings, started (:func:`start`); :meth:`result` waits for them.
 
     The recipe x seed trainings are independent: they run in ``n_workers`` processes (default
-    :func:`workers`) and each is cached (:data:`train`); the results do not depend on the
+    :func:`scaletax.jobserver.workers`) and each is cached (:data:`train`); the results do not depend on the
     number of workers (every training is seeded by its own seed). With more than one worker
     they run while the caller goes on (the chapter draws its other figures meanwhile); in a
     build each training holds one of the build's job slots, and the caller lends its own while
@@ -385,7 +377,7 @@ def start(base_seed: int, n_seeds: int, steps: int,
           recipes: Sequence[str] = L.DEFAULT_RECIPES, *, n_workers: int | None = None, **overrides) -> Experiment:
     """Start the experiment (:class:`Experiment`): every recipe trained from every seed."""
     cfg = task_config(steps, **overrides)
-    n = workers() if n_workers is None else max(1, int(n_workers))
+    n = jobserver.workers() if n_workers is None else max(1, int(n_workers))
     return Experiment(recipes, experiment_seeds(base_seed, n_seeds), cfg, n)
 
 

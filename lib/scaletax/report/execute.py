@@ -290,7 +290,7 @@ def kernel_env(cache_dir: Path, jobs: int) -> dict[str, str]:
     may use for independent work, the build's ``--jobs``)."""
     from scaletax import memo
 
-    return process_env(**{memo.ENV: str(cache_dir / "memo"), "SCALETAX_WORKERS": str(max(1, jobs))})
+    return process_env(**{memo.ENV: str(cache_dir / "memo"), jobserver.WORKERS_ENV: str(max(1, jobs))})
 
 
 def _start_server(env: dict[str, str], folder: Path, progress=None):
@@ -380,13 +380,23 @@ def _record_seconds(cache_dir: Path, slug: str, seconds: float) -> None:
 
 
 def schedule(chapters: list[Chapter], seconds: dict[str, float] | None = None) -> list[Chapter]:
-    """The order to start ``chapters`` in: longest estimated execution first (``seconds``, the
-    recorded seconds, else each chapter's ``cold_seconds``), ties in book order, and a chapter
-    after those of the list it runs ``after`` (the runner also waits for them to finish:
-    :func:`_ready`)."""
+    """The order to start ``chapters`` in: the longest estimated path to the end first (a
+    chapter's execution, ``seconds``, the recorded seconds, else its ``cold_seconds``, plus the
+    longest path of the chapters that run ``after`` it: list scheduling by critical path), ties in
+    book order, and a chapter after those of the list it runs ``after`` (the runner also waits
+    for them to finish: :func:`_ready`)."""
     seconds = seconds or {}
     book = {ch.slug: i for i, ch in enumerate(chapters)}
-    left = sorted(chapters, key=lambda ch: (-seconds.get(ch.slug, ch.cold_seconds), book[ch.slug]))
+    path: dict[str, float] = {}
+
+    def longest(ch: Chapter, seen: frozenset = frozenset()) -> float:
+        if ch.slug not in path:
+            later = [c for c in chapters if ch.slug in c.after and c.slug not in seen]  # seen: a cycle
+            path[ch.slug] = seconds.get(ch.slug, ch.cold_seconds) + max(
+                (longest(c, seen | {ch.slug}) for c in later), default=0.0)
+        return path[ch.slug]
+
+    left = sorted(chapters, key=lambda ch: (-longest(ch), book[ch.slug]))
     order: list[Chapter] = []
     while left:
         todo = {ch.slug for ch in left}
