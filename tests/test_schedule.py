@@ -271,3 +271,21 @@ def test_map_raises_the_error_of_the_first_failing_item_as_the_loop_would(tmp_pa
     server.give()
     server.give()
     server.close()
+
+
+def test_a_map_helper_waits_without_spinning_while_the_runner_wants_the_free_slot(tmp_path, monkeypatch):
+    server = jobserver.Server(tmp_path / "slots", 2)
+    monkeypatch.setenv(jobserver.ENV, str(server.path))
+    monkeypatch.setenv(jobserver.WORKERS_ENV, "2")
+    assert server.take()  # the caller's slot; the other one is free...
+    server.want(True)  # ...but a chapter is ready to start: the helper must leave it to the runner
+    fn, seen, _ = _recorder(delay=0.25)
+    cpu = time.process_time()
+    assert jobserver.map(fn, range(3)) == [0, 1, 4]
+    assert len({t for t, _ in seen}) == 1  # the caller alone
+    assert time.process_time() - cpu < 0.3  # 0.75 s of sleeping items: the helper slept too, never spun
+    server.want(False)
+    assert server.take() and not server.take()
+    server.give()
+    server.give()
+    server.close()

@@ -155,13 +155,15 @@ def _take_unless(fd: int, done: Callable[[], bool]) -> bool:
     as soon as ``done()`` (False): a helper never waits past the end of the work."""
     want = _want(Path(os.environ[ENV]))
     while not done():
-        if not want.exists():
-            try:
-                if os.read(fd, 1):
-                    return True
-            except BlockingIOError:
-                pass
-        select.select([fd], [], [], _WANT_POLL_S)
+        if want.exists():  # the runner goes first (the pipe may hold its token: no select on it)
+            time.sleep(_WANT_POLL_S)
+            continue
+        try:
+            if os.read(fd, 1):
+                return True
+        except BlockingIOError:
+            pass
+        select.select([fd], [], [], _WANT_POLL_S)  # until a slot comes back, or a look at done()
     return False
 
 
