@@ -35,6 +35,8 @@ is left. The order changes when chapters run, never what they compute.
 Workers are forked by one prefork server per build (``report/prefork.py``), which imported what
 a worker and a chapter's kernel import; each worker forks its kernel before papermill starts
 (its log: ``<logs>/prefork.log``). Where it cannot run, each worker starts as a new process.
+The chapters' figures are drawn by one render server per build (``scaletax.render.pngserver``,
+its log: ``<logs>/render.log``); where it cannot run, each chapter draws its own.
 """
 from __future__ import annotations
 
@@ -46,6 +48,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -308,6 +311,38 @@ def _start_server(env: dict[str, str], folder: Path, progress=None):
         return None
 
 
+def _start_renderer(env: dict[str, str], folder: Path) -> tuple[subprocess.Popen, Path] | None:
+    """The build's render server (``scaletax.render.pngserver``: one vl-convert engine draws every
+    chapter's figures), listening on a socket bound here, in a private folder of the system's
+    temporary directory (a socket path has at most 107 bytes); (process, folder), or None where
+    it cannot start (each chapter then draws its own). Its log: ``<folder>/render.log``."""
+    sock_dir = Path(tempfile.mkdtemp(prefix="scaletax-render-"))
+    try:
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.bind(str(sock_dir / "png.sock"))
+            listener.listen(64)
+            fd = listener.fileno()
+            with (folder / "render.log").open("w", encoding="utf-8") as log, lifecycle.Interrupts.deferred():
+                proc = subprocess.Popen([sys.executable, "-m", "scaletax.render.pngserver", str(fd)], pass_fds=(fd,),
+                                        env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                        start_new_session=True, preexec_fn=lifecycle.die_with_parent())
+        finally:
+            listener.close()  # the server holds the listening socket now
+    except OSError:
+        shutil.rmtree(sock_dir, ignore_errors=True)
+        return None
+    return proc, sock_dir
+
+
+def _stop_renderer(renderer: tuple[subprocess.Popen, Path] | None) -> None:
+    if renderer is not None:
+        proc, sock_dir = renderer
+        proc.kill()
+        proc.wait()
+        shutil.rmtree(sock_dir, ignore_errors=True)
+
+
 def _start(job: _Job, env: dict[str, str], server: "prefork.Server | None" = None) -> "prefork.Server | None":
     """Start ``job``'s worker: forked by ``server`` when there is one, else a new process.
     Returns the server to use for the next job (None once it failed)."""
@@ -449,7 +484,7 @@ def execute_chapters(chapters: list[Chapter], scenario, cache_dir: Path, log_dir
     pending.sort(key=lambda j: order[j.chapter.slug])
     running: list[_Job] = []
     failures: list[ChapterFailed] = []
-    slots = server = None
+    slots = server = renderer = None
     try:
         if pending:
             slots = jobserver.Server(Path(tempfile.mkdtemp(prefix=lifecycle.temp_name(".tmp-jobs-"), dir=cache_dir))
@@ -457,6 +492,11 @@ def execute_chapters(chapters: list[Chapter], scenario, cache_dir: Path, log_dir
         env = {**kernel_env(cache_dir, jobs), **({jobserver.ENV: str(slots.path)} if slots else {})}
         if pending:
             log_dir.mkdir(parents=True, exist_ok=True)
+            renderer = _start_renderer(env, log_dir)  # its engine starts while the prefork server imports
+            if renderer is not None:
+                from scaletax.render import pngserver
+
+                env[pngserver.ENV] = str(renderer[1] / "png.sock")
             server = _start_server(env, log_dir, progress)
         while pending or running:
             while not failures:
@@ -491,6 +531,7 @@ def execute_chapters(chapters: list[Chapter], scenario, cache_dir: Path, log_dir
             shutil.rmtree(job.work, ignore_errors=True)
         if server is not None:
             server.close()
+        _stop_renderer(renderer)
         if slots is not None:
             slots.close()
             shutil.rmtree(slots.path.parent, ignore_errors=True)
