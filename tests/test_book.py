@@ -32,6 +32,23 @@ def test_outputs_exist(built_book):
     assert not list(book.parent.glob(".stage-*")), "staging folders must be cleaned up"
 
 
+def test_each_figure_is_held_once_in_its_notebook(built_book):
+    """A figure's PNG and HTML sit in the notebook once, in its glue record: the cell that draws it
+    shows only its name (its renderings twice would double what every later step reads)."""
+    book = built_book["dir"]
+    figs = {p.stem for p in (book / "figures").glob("fig-*.png")}
+    glued, shown = set(), []
+    for path in (book / "html" / "_sources").glob("*.ipynb"):
+        for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+            for out in cell.get("outputs", []):
+                data = out.get("data", {})
+                if "application/papermill.record/image/png" in data:
+                    glued.add(out["metadata"]["scrapbook"]["name"])
+                if "image/png" in data or "text/html" in data and "scaletax-chart" in "".join(data["text/html"]):
+                    shown.append(path.stem)
+    assert glued == figs and not shown
+
+
 def test_html_needs_no_network(built_book):
     html_dir = built_book["dir"] / "html"
     pattern = re.compile(r"""<(?:script|link|img|iframe)[^>]+(?:src|href)=["'](?:https?:)?//""", re.I)

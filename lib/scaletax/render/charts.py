@@ -199,8 +199,10 @@ def responsive(spec: dict) -> dict:
     return out
 
 
-class ChartBundle:
-    """A chart with both renderings; ``_repr_mimebundle_`` feeds myst-nb's glue."""
+class Figure:
+    """A drawn figure: its label, the Vega-Lite spec the page draws and the PNG. A cell that ends
+    with one shows only its name (text/plain): the page shows the figure once, through
+    :class:`ChartBundle` (glue), and the notebook holds its renderings once."""
 
     def __init__(self, label: str, spec: dict, png: bytes):
         self.label = label
@@ -219,6 +221,11 @@ class ChartBundle:
 
     def __repr__(self) -> str:  # stable text/plain (no memory address)
         return f"Figure {self.label}"
+
+
+class ChartBundle(Figure):
+    """A figure with both renderings as its display (``_repr_mimebundle_``), what :func:`figure`
+    glues: myst-nb puts the HTML in the web page and the PNG in the PDF."""
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         return {"text/html": self.html(), "image/png": self.png}
@@ -253,7 +260,7 @@ def _plain(v: Any) -> Any:
 
 
 def figure(label: str, chart: alt.TopLevelMixin, rows: Sequence[dict], *,
-           empty: str = "Nothing to plot for this scenario.") -> ChartBundle:
+           empty: str = "Nothing to plot for this scenario.") -> Figure:
     """Render ``chart`` (built on ``rows``), save PNG + CSV, and glue it under ``label``.
 
     With no rows (nothing applies to the scenario), the figure holds the ``empty`` note, so
@@ -274,9 +281,9 @@ def figure(label: str, chart: alt.TopLevelMixin, rows: Sequence[dict], *,
     out = _figures_dir()
     (out / f"{label}.png").write_bytes(png)
     write_csv(out / f"{label}.csv", [{k: _plain(v) for k, v in r.items()} for r in rows])
-    bundle = ChartBundle(label, responsive(spec), png)
-    glue(label, bundle, display=False)
-    return bundle
+    drawn = Figure(label, responsive(spec), png)
+    glue(label, ChartBundle(drawn.label, drawn.spec, drawn.png), display=False)
+    return drawn
 
 
 def _draw(spec: dict) -> bytes:
