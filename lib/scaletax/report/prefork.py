@@ -48,7 +48,9 @@ from scaletax.report import lifecycle
 #: import (the notebooks' imports, the libraries they load, papermill and ipykernel).
 PRELOAD = (
     "numpy", "yaml", "pydantic", "jupytext", "nbformat", "papermill", "nbclient", "jupyter_client",
-    "ipykernel.kernelapp", "ipykernel_launcher", "IPython", "altair", "vl_convert", "myst_nb",
+    "ipykernel.kernelapp", "ipykernel_launcher", "ipykernel.ipkernel",
+    "ipykernel.debugger",  # debugpy: every kernel imports it as it starts (0.2-0.5 CPU s each)
+    "IPython", "altair", "vl_convert", "myst_nb",
     "scaletax.report.execute", "scaletax.report.chapters", "scaletax.report.scenario",
     "scaletax.render.charts", "scaletax.render.tables", "scaletax.chapters.hardware",
     "scaletax.chapters.memory", "scaletax.chapters.communication", "scaletax.chapters.precision",
