@@ -311,35 +311,57 @@ def _start_server(env: dict[str, str], folder: Path, progress=None):
         return None
 
 
-def _start_renderer(env: dict[str, str], folder: Path) -> tuple[subprocess.Popen, Path] | None:
-    """The build's render server (``scaletax.render.pngserver``: one vl-convert engine draws every
-    chapter's figures), listening on a socket bound here, in a private folder of the system's
-    temporary directory (a socket path has at most 107 bytes); (process, folder), or None where
-    it cannot start (each chapter then draws its own). Its log: ``<folder>/render.log``."""
+def _bind_renderer() -> tuple[socket.socket, Path] | None:
+    """The socket of the build's render server (``scaletax.render.pngserver``: one vl-convert
+    engine draws every chapter's figures), bound and listening in a private folder of the
+    system's temporary directory (a socket path has at most 107 bytes): (socket, folder), or None
+    where it cannot be made (each chapter then draws its own). Chapters may connect at once:
+    :func:`_spawn_renderer` starts the server that answers."""
     sock_dir = Path(tempfile.mkdtemp(prefix="scaletax-render-"))
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            listener.bind(str(sock_dir / "png.sock"))
-            listener.listen(64)
-            fd = listener.fileno()
-            with (folder / "render.log").open("w", encoding="utf-8") as log, lifecycle.Interrupts.deferred():
-                proc = subprocess.Popen([sys.executable, "-m", "scaletax.render.pngserver", str(fd)], pass_fds=(fd,),
-                                        env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                        start_new_session=True, preexec_fn=lifecycle.die_with_parent())
-        finally:
-            listener.close()  # the server holds the listening socket now
+        listener.bind(str(sock_dir / "png.sock"))
+        listener.listen(64)
     except OSError:
+        listener.close()
         shutil.rmtree(sock_dir, ignore_errors=True)
         return None
+    return listener, sock_dir
+
+
+def _spawn_renderer(bound: tuple[socket.socket, Path] | None, env: dict[str, str],
+                    folder: Path) -> tuple[subprocess.Popen | None, Path] | None:
+    """Start the render server on the socket of :func:`_bind_renderer` (its log:
+    ``<folder>/render.log``): (process, socket folder); the process is None where it could not
+    start (a chapter's request then finds no server and it draws its own)."""
+    if bound is None:
+        return None
+    listener, sock_dir = bound
+    proc = None
+    try:
+        fd = listener.fileno()
+        with (folder / "render.log").open("w", encoding="utf-8") as log, lifecycle.Interrupts.deferred():
+            proc = subprocess.Popen([sys.executable, "-m", "scaletax.render.pngserver", str(fd)], pass_fds=(fd,),
+                                    env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True, preexec_fn=lifecycle.die_with_parent())
+    except OSError:
+        pass
+    finally:
+        listener.close()  # the server holds the listening socket now (without one, requests are refused)
     return proc, sock_dir
 
 
-def _stop_renderer(renderer: tuple[subprocess.Popen, Path] | None) -> None:
+def _start_renderer(env: dict[str, str], folder: Path) -> tuple[subprocess.Popen | None, Path] | None:
+    """:func:`_bind_renderer` and :func:`_spawn_renderer` at once."""
+    return _spawn_renderer(_bind_renderer(), env, folder)
+
+
+def _stop_renderer(renderer: tuple[subprocess.Popen | None, Path] | None) -> None:
     if renderer is not None:
         proc, sock_dir = renderer
-        proc.kill()
-        proc.wait()
+        if proc is not None:
+            proc.kill()
+            proc.wait()
         shutil.rmtree(sock_dir, ignore_errors=True)
 
 
@@ -484,7 +506,7 @@ def execute_chapters(chapters: list[Chapter], scenario, cache_dir: Path, log_dir
     pending.sort(key=lambda j: order[j.chapter.slug])
     running: list[_Job] = []
     failures: list[ChapterFailed] = []
-    slots = server = renderer = None
+    slots = server = renderer = bound = None
     try:
         if pending:
             slots = jobserver.Server(Path(tempfile.mkdtemp(prefix=lifecycle.temp_name(".tmp-jobs-"), dir=cache_dir))
@@ -492,12 +514,15 @@ def execute_chapters(chapters: list[Chapter], scenario, cache_dir: Path, log_dir
         env = {**kernel_env(cache_dir, jobs), **({jobserver.ENV: str(slots.path)} if slots else {})}
         if pending:
             log_dir.mkdir(parents=True, exist_ok=True)
-            renderer = _start_renderer(env, log_dir)  # its engine starts while the prefork server imports
-            if renderer is not None:
+            bound = _bind_renderer()
+            if bound is not None:
                 from scaletax.render import pngserver
 
-                env[pngserver.ENV] = str(renderer[1] / "png.sock")
+                renderer = (None, bound[1])  # removed with the build whatever happens next
+                env[pngserver.ENV] = str(bound[1] / "png.sock")
             server = _start_server(env, log_dir, progress)
+            # its engine starts once the server has imported, which every chapter waits for
+            renderer = _spawn_renderer(bound, env, log_dir)
         while pending or running:
             while not failures:
                 job = next((j for j in pending if _ready(j, pending + running)), None)
@@ -531,6 +556,8 @@ def execute_chapters(chapters: list[Chapter], scenario, cache_dir: Path, log_dir
             shutil.rmtree(job.work, ignore_errors=True)
         if server is not None:
             server.close()
+        if bound is not None:
+            bound[0].close()
         _stop_renderer(renderer)
         if slots is not None:
             slots.close()
