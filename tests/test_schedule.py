@@ -34,10 +34,9 @@ def test_schedule_counts_the_chapters_that_wait_for_one_in_its_length():
     assert [c.slug for c in execute.schedule(cyc)] == ["a", "b"]  # a cycle: still an order
 
 
-def test_the_default_book_starts_the_precision_chapter_first_and_the_summary_after_the_decision():
+def test_the_default_book_starts_the_precision_chapter_first():
     order = [c.slug for c in execute.schedule(list(toc.CHAPTERS))]
     assert order[0] == "precision"
-    assert order.index("decision") < order.index("summary")
     assert all(a in {c.slug for c in toc.CHAPTERS} for c in toc.CHAPTERS for a in c.after)
 
 
