@@ -225,25 +225,14 @@ def test_map_without_a_jobserver_is_the_plain_loop_in_the_callers_thread(monkeyp
     assert seen == [(threading.get_ident(), x) for x in range(5)]
 
 
-def test_map_runs_items_in_a_helper_holding_a_free_slot_and_gives_it_back(tmp_path, monkeypatch):
-    server = jobserver.Server(tmp_path / "slots", 2)
-    monkeypatch.setenv(jobserver.ENV, str(server.path))
-    monkeypatch.setenv(jobserver.WORKERS_ENV, "2")
-    assert server.take()  # the calling chapter's own slot; one is free
+def test_map_runs_items_in_a_helper_holding_a_free_slot_and_gives_it_back(free_slot):
     fn, seen, running = _recorder(delay=0.1)
     assert jobserver.map(fn, range(8)) == [x * x for x in range(8)]
     assert len({t for t, _ in seen}) == 2 and running[1] == 2  # the caller and one helper, side by side
-    assert server.take() and not server.take()  # the helper's slot is back; the caller still holds its own
-    server.give()
-    server.give()
-    server.close()
 
 
-def test_map_takes_no_slot_another_chapter_holds_and_its_helper_gives_up_when_the_work_ends(tmp_path, monkeypatch):
-    server = jobserver.Server(tmp_path / "slots", 2)
-    monkeypatch.setenv(jobserver.ENV, str(server.path))
-    monkeypatch.setenv(jobserver.WORKERS_ENV, "2")
-    assert server.take() and server.take()  # this chapter's slot and another chapter's: none free
+def test_map_takes_no_slot_another_chapter_holds_and_its_helper_gives_up_when_the_work_ends(free_slot):
+    assert free_slot.take()  # another chapter's: none free
     fn, seen, running = _recorder(delay=0.05)
     out = []
     t = threading.Thread(target=lambda: out.append(jobserver.map(fn, range(4))))
@@ -251,40 +240,23 @@ def test_map_takes_no_slot_another_chapter_holds_and_its_helper_gives_up_when_th
     t.join(10)
     assert not t.is_alive() and out == [[0, 1, 4, 9]]
     assert {th for th, _ in seen} == {t.ident} and running[1] == 1  # the caller alone
-    assert not server.take()  # no slot was taken or added
-    server.give()
-    server.give()
-    server.close()
+    assert not free_slot.take()  # no slot was taken or added
+    free_slot.give()
 
 
 @pytest.mark.parametrize("jobs", ["1", "2"])
-def test_map_raises_the_error_of_the_first_failing_item_as_the_loop_would(tmp_path, monkeypatch, jobs):
-    server = jobserver.Server(tmp_path / "slots", 2)
-    monkeypatch.setenv(jobserver.ENV, str(server.path))
+def test_map_raises_the_error_of_the_first_failing_item_as_the_loop_would(free_slot, monkeypatch, jobs):
     monkeypatch.setenv(jobserver.WORKERS_ENV, jobs)
-    assert server.take()
     fn, _, _ = _recorder(delay=0.02, fail={3, 5})
     with pytest.raises(ValueError, match="^item 3$"):
         jobserver.map(fn, range(8))
-    assert server.take() and not server.take()  # every helper slot came back
-    server.give()
-    server.give()
-    server.close()
 
 
-def test_a_map_helper_waits_without_spinning_while_the_runner_wants_the_free_slot(tmp_path, monkeypatch):
-    server = jobserver.Server(tmp_path / "slots", 2)
-    monkeypatch.setenv(jobserver.ENV, str(server.path))
-    monkeypatch.setenv(jobserver.WORKERS_ENV, "2")
-    assert server.take()  # the caller's slot; the other one is free...
-    server.want(True)  # ...but a chapter is ready to start: the helper must leave it to the runner
+def test_a_map_helper_waits_without_spinning_while_the_runner_wants_the_free_slot(free_slot):
+    free_slot.want(True)  # a chapter is ready to start: the helper must leave the free slot to the runner
     fn, seen, _ = _recorder(delay=0.25)
     cpu = time.process_time()
     assert jobserver.map(fn, range(3)) == [0, 1, 4]
     assert len({t for t, _ in seen}) == 1  # the caller alone
     assert time.process_time() - cpu < 0.3  # 0.75 s of sleeping items: the helper slept too, never spun
-    server.want(False)
-    assert server.take() and not server.take()
-    server.give()
-    server.give()
-    server.close()
+    free_slot.want(False)
