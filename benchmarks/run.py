@@ -95,13 +95,22 @@ HARDWARE_EDIT = ("gb300", "tdp_w", "1500")
 
 def _scratch_repo(edit: tuple[str, str, str] = HARDWARE_EDIT) -> Path:
     """A copy of the repository (sources, notebooks, data; no venv, builds or git) with one cell of
-    ``data/hardware.csv`` changed: GPU ``edit[0]``'s column ``edit[1]`` set to ``edit[2]``."""
+    ``data/hardware.csv`` changed: GPU ``edit[0]``'s column ``edit[1]`` set to ``edit[2]``. numba's
+    compiled quantizer loops (``*.nbi``, ``*.nbc`` in ``__pycache__``) come along, as they are beside
+    the sources of a repository whose data a planner edits: without them the precision chapter
+    compiled them again, about 6 CPU s of the rebuild."""
     import csv
     import io
 
+    skip = shutil.ignore_patterns(".git", ".venv", "_build", ".peers", "results", ".hypothesis", "*.egg-info")
+
+    def ignore(folder: str, names: list[str]) -> set[str]:
+        if Path(folder).name == "__pycache__":
+            return {n for n in names if not n.endswith((".nbi", ".nbc"))}
+        return skip(folder, names)
+
     dest = Path(tempfile.mkdtemp(prefix="scaletax-bench-repo-")) / "repo"
-    shutil.copytree(ROOT, dest, ignore=shutil.ignore_patterns(".git", ".venv", "_build", ".peers", "results",
-                                                              "__pycache__", ".hypothesis", "*.egg-info"))
+    shutil.copytree(ROOT, dest, ignore=ignore)
     gpu, column, value = edit
     path = dest / "data" / "hardware.csv"
     lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
