@@ -201,8 +201,8 @@ def renderer(tmp_path, monkeypatch):
     from scaletax.render import pngserver
     from scaletax.report import execute
 
-    started = execute._start_renderer(dict(os.environ), tmp_path)
-    assert started is not None
+    started = execute._spawn_renderer(execute._bind_renderer(), dict(os.environ), tmp_path)
+    assert started is not None and started[0] is not None
     monkeypatch.setenv(pngserver.ENV, str(started[1] / "png.sock"))
     monkeypatch.setattr(pngserver, "_down", False)
     yield started

@@ -234,23 +234,21 @@ def _load_env_definitions() -> None:
 # --- the record of what this process read ------------------------------------------------
 #: Catalog ids (or :data:`ALL`) this process read, in the order first read.
 _READS: dict[str, None] = {}
-#: Open :func:`reads_during` scopes of each thread (``.scopes``): a read is added to each of its
-#: own thread's (threads of one chapter search side by side, ``scaletax.jobserver.map``).
-_SCOPES = threading.local()
+class _Scopes(threading.local):
+    """The open :func:`reads_during` scopes of one thread (threads of one chapter search side by
+    side, ``scaletax.jobserver.map``): a read is added to each of its own thread's."""
+
+    def __init__(self) -> None:
+        self.open: list[set[str]] = []
 
 
-def _scopes() -> list[set[str]]:
-    try:
-        return _SCOPES.scopes
-    except AttributeError:
-        _SCOPES.scopes = []
-        return _SCOPES.scopes
+_SCOPES = _Scopes()
 
 
 def _record(gpu_id: str) -> None:
     """Record a read of ``gpu_id`` (or :data:`ALL`); append it to the :data:`READS_ENV` file
     the first time (one ``write`` of one line in append mode: safe across processes)."""
-    for scope in _scopes():
+    for scope in _SCOPES.open:
         scope.add(gpu_id)
     if gpu_id in _READS:
         return
@@ -282,12 +280,11 @@ def reads_during():
     (also those already recorded before it) by this thread: what ``memo`` checks a cached call
     against."""
     seen: set[str] = set()
-    scopes = _scopes()
-    scopes.append(seen)
+    _SCOPES.open.append(seen)
     try:
         yield seen
     finally:
-        scopes.remove(seen)
+        _SCOPES.open.remove(seen)
 
 
 def read_file(path: Path | str) -> tuple[str, ...]:

@@ -351,11 +351,6 @@ def _spawn_renderer(bound: tuple[socket.socket, Path] | None, env: dict[str, str
     return proc, sock_dir
 
 
-def _start_renderer(env: dict[str, str], folder: Path) -> tuple[subprocess.Popen | None, Path] | None:
-    """:func:`_bind_renderer` and :func:`_spawn_renderer` at once."""
-    return _spawn_renderer(_bind_renderer(), env, folder)
-
-
 def _stop_renderer(renderer: tuple[subprocess.Popen | None, Path] | None) -> None:
     if renderer is not None:
         proc, sock_dir = renderer
