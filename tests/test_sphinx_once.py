@@ -92,6 +92,32 @@ def test_numrefs_resolve_to_the_same_html_with_one_unpickle_per_page(tmp_path):
     # Sphinx unpickles the target page once per reference; the extension once per page
     assert calls[6, False] - calls[1, False] == 5 * 5
     assert calls[6, True] == calls[1, True] < calls[1, False]
+    # the 4 pages once each for every lookup that only reads them (figure numbers, numrefs), and
+    # the root once more by Sphinx's section numbering; the writers reuse the serial read's trees
+    assert calls[1, True] == 4 + 1
+
+
+def test_figure_numbering_walks_read_only_doctrees(tmp_path):
+    """Sphinx's figure numbering reads each page from the read-only doctrees, and numbers the
+    figures and tables as Sphinx's own does."""
+    from sphinx.environment.collectors.toctree import TocTreeCollector
+
+    assert TocTreeCollector.assign_figure_numbers is sphinx_once.assign_figure_numbers  # set by setup
+    src = tmp_path / "src"
+    _project(src, 1)
+    _build(src, tmp_path / "html", tmp_path / "dt")
+    with patch_docutils(src), docutils_namespace():  # the built environment, loaded, not built again
+        env = Sphinx(str(src), str(src), str(tmp_path / "html"), str(tmp_path / "dt"), "html", status=None,
+                     warning=io.StringIO(), freshenv=False).env
+    seen = []
+    env.get_doctree = lambda docname: seen.append(docname) or BuildEnvironment.get_doctree(env, docname)
+    sphinx_once._forget(None, env, [])
+    numbered = dict(env.toc_fignumbers)
+    env.toc_fignumbers = {}
+    sphinx_once.assign_figure_numbers(None, env)
+    assert env.toc_fignumbers == numbered and numbered["a"] == {"table": {"id1": (1, 1)}}
+    sphinx_once.assign_figure_numbers(None, sphinx_once.ReadOnlyDoctrees(env))
+    assert sorted(seen) == ["a", "b", "c", "index"]  # once each, for both walks
 
 
 def test_latex_build_on_the_html_doctrees_writes_the_same_tex(tmp_path):

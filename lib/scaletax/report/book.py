@@ -399,9 +399,12 @@ def doctree_dir(src: Path) -> Path:
     return src.parent / "doctrees"
 
 
-def build_html(src: Path, out: Path, logs: Path, warm=None) -> None:
-    """The HTML of the sources in ``src`` (``warm``: a :func:`_warm_sphinx` to run it in)."""
-    _run([sys.executable, "-m", "sphinx", "-b", "html", "-n", "-W", "--keep-going", "-q",
+def build_html(src: Path, out: Path, logs: Path, warm=None, jobs: int = 1) -> None:
+    """The HTML of the sources in ``src`` (``warm``: a :func:`_warm_sphinx` to run it in), read
+    and written by ``jobs`` processes (Sphinx's ``-j``: the pages are read in parallel, and
+    resolved in the main process while another writes them; the same HTML, byte for byte)."""
+    parallel = ["-j", str(jobs)] if jobs > 1 else []
+    _run([sys.executable, "-m", "sphinx", "-b", "html", "-n", "-W", "--keep-going", "-q", *parallel,
           "-d", str(doctree_dir(src)), str(src), str(out)], src, logs / "html.log", "HTML build", warm=warm)
 
 
@@ -623,7 +626,7 @@ def _build_in(stage: Path, logs: Path, opts: BuildOptions, progress) -> dict:
             helpers.callback(warm_latex.close)
         if progress:
             progress("book", "building HTML")
-        build_html(src, out / "html", logs, warm_html)
+        build_html(src, out / "html", logs, warm_html, jobs=opts.jobs)
         pdf_status = "skipped (--no-pdf)"
         if pdf:
             if progress:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from docutils import nodes
 
-from scaletax.report.sphinx_once import ReadOnlyDoctrees, read_only
+from scaletax.report.sphinx_once import assign_figure_numbers, read_only
 
 NUMBERS_FILE = "numbers-{builder}.json"
 
@@ -58,10 +58,7 @@ def _renumber(app, env) -> list[str]:
         title = env.titles.get(doc)
         if title is not None and title.get("secnumber"):
             title["secnumber"] = _shift(title["secnumber"], k)
-    from sphinx.environment.collectors.toctree import TocTreeCollector
-
-    # it reads only env, and the doctrees without changing them
-    TocTreeCollector.assign_figure_numbers(None, ReadOnlyDoctrees(env))
+    assign_figure_numbers(None, env)  # Sphinx's, on the read-only doctrees
     return list(env.found_docs)
 
 
