@@ -352,3 +352,33 @@ def test_experiment_results_do_not_depend_on_the_number_of_workers(tmp_path, mon
             assert np.array_equal(o.final_loss, r.final_loss)
             assert np.array_equal(o.final_loss_fp32, r.final_loss_fp32)
             assert o.bayes_loss == r.bayes_loss
+
+
+def test_cached_trainings_are_read_before_any_worker_starts(tmp_path, monkeypatch):
+    """Trainings in the cache are read in the chapter's process: with all of them cached no
+    worker pool starts (a GPU-list or price rebuild waits for no job slot), and with some
+    missing the pool trains only those; the results are the serial ones."""
+    monkeypatch.setenv("SCALETAX_MEMO_DIR", str(tmp_path))
+    recipes = ("bf16", "nvfp4", "fp8_tensor")
+    serial, _ = ps.run(5, 2, 6, recipes, n_workers=1, **TINY)
+    started = []
+    real = ps.ProcessPoolExecutor
+
+    def pool(n, **kw):
+        started.append(n)
+        return real(n, **kw)
+
+    monkeypatch.setattr(ps, "ProcessPoolExecutor", pool)
+    cached, _ = ps.run(5, 2, 6, recipes, n_workers=2, **TINY)
+    assert started == []
+    files = sorted((tmp_path / ps.train.memo_name).glob("*.pkl"))
+    assert len(files) == 6
+    for f in files[:2]:
+        f.unlink()
+    again, _ = ps.run(5, 2, 6, recipes, n_workers=2, **TINY)
+    assert started == [2]  # a pool for the two missing trainings
+    assert len(list((tmp_path / ps.train.memo_name).glob("*.pkl"))) == 6
+    for other in (cached, again):
+        for name, r in serial.items():
+            assert np.array_equal(other[name].curves, r.curves)
+            assert np.array_equal(other[name].final_loss, r.final_loss)

@@ -49,6 +49,17 @@ def test_a_second_call_reads_the_file_and_returns_the_same_value(memo_dir):
     assert np.array_equal(pickle.loads(files[0].read_bytes()), a)
 
 
+def test_peek_reads_a_cached_result_and_computes_nothing(memo_dir, monkeypatch):
+    assert _square.peek(4) == (False, None)
+    assert CALLS == [] and not memo_dir.exists()  # a miss computes, locks and writes nothing
+    value = _square(4, scale=2.0)
+    hit, got = _square.peek(x=4, scale=2.0)  # bound like a call: same key
+    assert hit and np.array_equal(got, value) and len(CALLS) == 1
+    assert memo.STATS[f"{__name__}._square"]["hit"] >= 1
+    monkeypatch.delenv(memo.ENV)
+    assert _square.peek(4, scale=2.0) == (False, None)  # no cache in use: nothing to read
+
+
 def test_arguments_are_bound_by_name_and_defaults_applied(memo_dir):
     _square(2)
     _square(2, 1.0)

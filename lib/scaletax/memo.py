@@ -19,6 +19,8 @@ same result while the first computes it wait and read it instead of computing it
 build it lends its job slot while it waits, ``scaletax.jobserver``: two chapters that need the
 same search leave no core idle).
 Arguments of a type with no canonical form raise ``TypeError`` (never a silent wrong hit).
+``fn.peek(*args)`` gives a cached result without computing anything (a caller that farms its
+misses out to worker processes starts none for its hits).
 
 The GPU catalog is read only through the arguments: a cached call that looks a GPU up itself
 (``hardware.get`` / ``catalog``, recorded by :func:`scaletax.hardware.reads_during`) raises
@@ -228,22 +230,37 @@ def cached(fn: Callable | None = None, *, data: tuple[str, ...] = (), name: str 
         whole_catalog = "hardware.csv" in data
         _MODULES.add(f.__module__)
 
+        def _lookup(root: str, args: tuple, kwargs: dict):
+            """(key, its file, loaded?, the cached value or None); a hit is counted."""
+            if whole_catalog:
+                hardware.catalog()  # a hit reads what the computation read: the whole catalog
+            t0 = time.perf_counter()
+            digest = key(f, args, kwargs, data, label)
+            path = Path(root) / label / f"{digest}.pkl"
+            ok, value = _load(path)
+            if ok:
+                _count(label, "hit", digest, time.perf_counter() - t0)
+            return digest, path, ok, value
+
+        def peek(*args, **kwargs) -> tuple[bool, Any]:
+            """(True, the cached result) when it is in the cache, else (False, None): nothing is
+            computed, waited for or locked (a caller decides where to compute the misses)."""
+            root = os.environ.get(ENV)
+            if not root:
+                return False, None
+            _, _, ok, value = _lookup(root, args, kwargs)
+            return ok, value
+
         @functools.wraps(f)
         def inner(*args, **kwargs):
             root = os.environ.get(ENV)
             if not root:
                 return _compute(f, label, args, kwargs, whole_catalog)
-            if whole_catalog:
-                hardware.catalog()  # a hit reads what the computation read: the whole catalog
             t0 = time.perf_counter()
-            folder = Path(root) / label
-            digest = key(f, args, kwargs, data, label)
-            path = folder / f"{digest}.pkl"
-            ok, value = _load(path)
+            digest, path, ok, value = _lookup(root, args, kwargs)
             if ok:
-                _count(label, "hit", digest, time.perf_counter() - t0)
                 return value
-            folder.mkdir(parents=True, exist_ok=True)
+            path.parent.mkdir(parents=True, exist_ok=True)
             with open(path.with_suffix(".lock"), "a") as lock:
                 try:
                     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -262,6 +279,7 @@ def cached(fn: Callable | None = None, *, data: tuple[str, ...] = (), name: str 
             return value
 
         inner.memo_name = label
+        inner.peek = peek
         return inner
 
     return wrap(fn) if fn is not None else wrap

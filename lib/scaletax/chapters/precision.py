@@ -338,25 +338,36 @@ class Experiment:
     they run while the caller goes on (the chapter draws its other figures meanwhile); in a
     build each training holds one of the build's job slots, and the caller lends its own while
     it waits in :meth:`result` (``scaletax.jobserver``), so the workers use exactly the cores
-    the other chapters leave free.
+    the other chapters leave free. Trainings already in the cache are read here, before any
+    worker starts: a rebuild that reuses them all (a GPU list, a price) starts no worker and
+    waits for no slot.
     """
 
     def __init__(self, recipes: Sequence[str], seeds: list[int], cfg: L.TaskConfig, n_workers: int):
         self.recipes, self.seeds, self.cfg = tuple(recipes), seeds, cfg
-        jobs = [(r, s, cfg) for r in recipes for s in seeds]
+        self._jobs = [(r, s, cfg) for r in recipes for s in seeds]
         self._runs: list[L.RunResult] | None = None
-        self._pool = self._futures = None
-        if min(len(jobs), n_workers) <= 1:
-            self._runs = [train(*j) for j in jobs]  # in this process, in the caller's own slot
+        self._pool = None
+        self._done: dict[int, L.RunResult] = {}  # job index -> result, the cached ones first
+        for i, job in enumerate(self._jobs):
+            hit, run = train.peek(*job)
+            if hit:
+                self._done[i] = run
+        todo = [i for i in range(len(self._jobs)) if i not in self._done]
+        self._futures: dict[int, Any] = {}
+        if min(len(todo), n_workers) <= 1:  # in this process, in the caller's own slot
+            for i in todo:
+                self._done[i] = train(*self._jobs[i])
+            self._runs = [self._done[i] for i in range(len(self._jobs))]
             return
         # forkserver: the kernel has threads, which a plain fork would copy mid-flight; the server
         # imports this module (and so the model) once, for every worker it forks
         ctx = multiprocessing.get_context("forkserver")
         ctx.set_forkserver_preload([__name__])
-        self._pool = ProcessPoolExecutor(min(len(jobs), n_workers), mp_context=ctx, initializer=_worker_init,
+        self._pool = ProcessPoolExecutor(min(len(todo), n_workers), mp_context=ctx, initializer=_worker_init,
                                          initargs=({k: os.environ.get(k) for k in _WORKER_ENV},))
         try:
-            self._futures = [self._pool.submit(_train_job, j) for j in jobs]
+            self._futures = {i: self._pool.submit(_train_job, self._jobs[i]) for i in todo}
         except BaseException:
             self._pool.shutdown(cancel_futures=True)
             raise
@@ -367,7 +378,8 @@ class Experiment:
         if self._runs is None:
             try:
                 with jobserver.lend():
-                    self._runs = [f.result() for f in self._futures]
+                    self._runs = [self._done[i] if i in self._done else self._futures[i].result()
+                                  for i in range(len(self._jobs))]
             finally:
                 self._pool.shutdown(cancel_futures=True)
         return L.collect(self.recipes, self.seeds, self._runs), self.cfg
