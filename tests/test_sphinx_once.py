@@ -1,8 +1,11 @@
-"""report/sphinx_once.py: each doctree unpickled once for reference resolution, pybtex plugins
+"""report/sphinx_once.py: each doctree unpickled once for reference resolution and figure numbering, pybtex plugins
 looked up once, one doctree folder for the HTML and the LaTeX build; the output unchanged."""
 import base64
 import io
 import json
+import os
+import subprocess
+import sys
 
 import nbformat
 import pytest
@@ -137,6 +140,48 @@ def test_latex_build_on_the_html_doctrees_writes_the_same_tex(tmp_path):
     assert "sphinxincludegraphics" in tex and 'id="chart"' not in tex  # the PNG, not the HTML
     assert reused > 0
     assert book.doctree_dir(src) == src.parent / "doctrees"
+
+
+def _parallel_project(src, bad: bool = False) -> None:
+    """Seven pages under a numbered toctree (Sphinx reads in parallel only past five), with the
+    book's section numbering extension; ``bad``: one page has a directive Sphinx cannot know."""
+    src.mkdir()
+    (src / "conf.py").write_text("extensions = ['myst_parser', 'sphinx_multitoc_numbering', "
+                                 "'scaletax.report.sphinx_once']\nnumfig = True\nroot_doc = 'index'\n"
+                                 "html_theme = 'basic'\n")
+    names = [f"p{i}" for i in range(6)]
+    (src / "index.md").write_text("# Book\n\n```{toctree}\n:numbered:\n\n" + "\n".join(names) + "\n```\n")
+    for i, name in enumerate(names):
+        body = f"# Page {i}\n\n```{{figure}} pic.svg\n:name: fig-{name}\n\nFigure of {name}\n```\n\n"
+        body += "See {numref}`fig-p0` and {numref}`fig-p5`.\n"
+        if bad and i == 3:
+            body += "\n```{nosuchdirective}\nx\n```\n"
+        (src / f"{name}.md").write_text(body)
+    (src / "pic.svg").write_text('<svg xmlns="http://www.w3.org/2000/svg" width="4" height="4"/>')
+
+
+def _sphinx_j(src, out, jobs: int):
+    return subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-n", "-W", "--keep-going", "-q",
+                           "-j", str(jobs), "-d", str(out.parent / f"{out.name}-doctrees"), str(src), str(out)],
+                          capture_output=True, text=True, env=dict(os.environ, PYTHONHASHSEED="0"))
+
+
+def test_parallel_html_reads_in_parallel_and_writes_the_serial_pages(tmp_path):
+    """With the book's extensions Sphinx reads in parallel (sphinx_multitoc_numbering left it
+    undeclared, which under -W failed the build), the pages are the serial build's byte for
+    byte, and a page's warning still fails the build."""
+    src = tmp_path / "src"
+    _parallel_project(src)
+    serial, parallel = _sphinx_j(src, tmp_path / "j1", 1), _sphinx_j(src, tmp_path / "j2", 2)
+    assert serial.returncode == 0 and parallel.returncode == 0, parallel.stderr
+    assert "serial read" not in parallel.stderr
+    assert _pages(tmp_path / "j1", ".html") == _pages(tmp_path / "j2", ".html")
+    assert "Fig. 6.1" in (tmp_path / "j2" / "p0.html").read_text()  # numbered across the toctree
+    bad = tmp_path / "bad"
+    _parallel_project(bad, bad=True)
+    failed = _sphinx_j(bad, tmp_path / "bad-j2", 2)
+    assert failed.returncode == 1
+    assert "p3.md:11: WARNING: Unknown directive type: 'nosuchdirective'" in failed.stderr
 
 
 def test_read_only_doctrees_unpickle_once_per_build():
