@@ -1,5 +1,6 @@
-"""report/sphinx_once.py: each doctree unpickled once for reference resolution and figure numbering, pybtex plugins
-looked up once, one doctree folder for the HTML and the LaTeX build; the output unchanged."""
+"""report/sphinx_once.py: each doctree unpickled once for reference resolution and figure
+numbering, pybtex plugins looked up once, one doctree folder for the HTML and the LaTeX build,
+Sphinx's parallel read with the book's extensions; the output unchanged."""
 import base64
 import io
 import json
