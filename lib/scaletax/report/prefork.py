@@ -484,8 +484,8 @@ def seeded_kernel_manager(seed: Seed):
 #: core is idle, instead of on the HTML step's critical path.
 SPHINX_PRELOAD = (
     "sphinx.cmd.build", "sphinx.application", "sphinx.builders.html", "sphinx.builders.latex",
-    "sphinx.ext.intersphinx", "myst_parser", "myst_nb", "myst_nb.sphinx_ext", "jupyter_book", "sphinx_book_theme",
-    "pydata_sphinx_theme", "sphinx_togglebutton", "sphinx_copybutton", "sphinx_design",
+    "sphinx.ext.intersphinx", "myst_parser", "myst_nb", "myst_nb.sphinx_ext", "jupyter_book",
+    "sphinx_book_theme", "pydata_sphinx_theme", "sphinx_togglebutton", "sphinx_copybutton", "sphinx_design",
     "sphinx_external_toc", "sphinxcontrib.bibtex", "sphinx_multitoc_numbering",
     "scaletax.report.sphinx_once", "scaletax.report.numbering",
 )
