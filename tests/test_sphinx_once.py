@@ -4,9 +4,6 @@ Sphinx's parallel read with the book's extensions; the output unchanged."""
 import base64
 import io
 import json
-import os
-import subprocess
-import sys
 
 import nbformat
 import pytest
@@ -161,28 +158,26 @@ def _parallel_project(src, bad: bool = False) -> None:
     (src / "pic.svg").write_text('<svg xmlns="http://www.w3.org/2000/svg" width="4" height="4"/>')
 
 
-def _sphinx_j(src, out, jobs: int):
-    return subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-n", "-W", "--keep-going", "-q",
-                           "-j", str(jobs), "-d", str(out.parent / f"{out.name}-doctrees"), str(src), str(out)],
-                          capture_output=True, text=True, env=dict(os.environ, PYTHONHASHSEED="0"))
+def _html(folder, jobs: int, bad: bool = False):
+    """The book's HTML step (``book.build_html``) on a :func:`_parallel_project` of its own
+    (its own doctree folder) with ``jobs`` Sphinx processes; returns the output folder."""
+    (folder / "logs").mkdir(parents=True)
+    _parallel_project(folder / "src", bad)
+    book.build_html(folder / "src", folder / "html", folder / "logs", jobs=jobs)
+    return folder / "html"
 
 
 def test_parallel_html_reads_in_parallel_and_writes_the_serial_pages(tmp_path):
     """With the book's extensions Sphinx reads in parallel (sphinx_multitoc_numbering left it
     undeclared, which under -W failed the build), the pages are the serial build's byte for
     byte, and a page's warning still fails the build."""
-    src = tmp_path / "src"
-    _parallel_project(src)
-    serial, parallel = _sphinx_j(src, tmp_path / "j1", 1), _sphinx_j(src, tmp_path / "j2", 2)
-    assert serial.returncode == 0 and parallel.returncode == 0, parallel.stderr
-    assert "serial read" not in parallel.stderr
-    assert _pages(tmp_path / "j1", ".html") == _pages(tmp_path / "j2", ".html")
-    assert "Fig. 6.1" in (tmp_path / "j2" / "p0.html").read_text()  # numbered across the toctree
-    bad = tmp_path / "bad"
-    _parallel_project(bad, bad=True)
-    failed = _sphinx_j(bad, tmp_path / "bad-j2", 2)
-    assert failed.returncode == 1
-    assert "p3.md:11: WARNING: Unknown directive type: 'nosuchdirective'" in failed.stderr
+    serial, parallel = _html(tmp_path / "j1", 1), _html(tmp_path / "j2", 2)
+    assert "serial read" not in (tmp_path / "j2" / "logs" / "html.log").read_text()
+    assert _pages(serial, ".html") == _pages(parallel, ".html")
+    assert "Fig. 6.1" in (parallel / "p0.html").read_text()  # numbered across the toctree
+    with pytest.raises(book.BuildError, match=r"HTML build failed: .*p3\.md:11: WARNING: Unknown "
+                                              r"directive type: 'nosuchdirective'"):
+        _html(tmp_path / "bad", 2, bad=True)
 
 
 def test_read_only_doctrees_unpickle_once_per_build():
