@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -269,8 +270,6 @@ def _jb_force(build_dir: Path) -> float:
 def _jb_notebook_seconds(log: str) -> dict[str, float]:
     """Each notebook's execution seconds as myst-nb logs them ("<path>/<slug>.md: Executed
     notebook in 13.15 seconds")."""
-    import re
-
     return {m[1]: float(m[2]) for m in re.finditer(r"([\w-]+)\.md: Executed notebook in ([\d.]+) seconds", log)}
 
 
@@ -370,7 +369,7 @@ CHAPTER_ENV_PARTS = ("quantizers",)
 def _in_chapter_env(part: str, args) -> dict:
     """Run one part of this benchmark in a child with a chapter kernel's environment; its
     results, with the environment they were measured in."""
-    from scaletax.report.execute import process_env
+    from scaletax.report.execute import ALLOCATOR_ENV, THREAD_ENV, process_env
 
     env = process_env()
     with tempfile.TemporaryDirectory() as tmp:
@@ -380,8 +379,7 @@ def _in_chapter_env(part: str, args) -> dict:
         if proc.returncode != 0:
             raise RuntimeError(f"bench part {part} failed: {proc.stderr[-1500:]}")
         res = json.loads(out.read_text(encoding="utf-8"))[part]
-    keys = ("GLIBC_TUNABLES", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
-    return {**res, "environment": {k: env.get(k) for k in keys}}
+    return {**res, "environment": {k: env.get(k) for k in (*ALLOCATOR_ENV, *THREAD_ENV)}}
 
 
 PEERS = ROOT / "benchmarks" / ".peers"
