@@ -246,6 +246,8 @@ def _kind(e: _Elem, rounding: str, saturate: bool = True):
     K = _kernels()
     if rounding == "stochastic":
         return K.KIND_STOCHASTIC, _NO_TABLE, 0, _F32(e.max)
+    if e.bits <= 8 and saturate:  # the clip and the RNE in float32 arithmetic, as the table
+        return K.KIND_SATURATE, _NO_TABLE, 0, _F32(e.max)
     if e.bits <= 8:
         return (K.KIND_TABLE, *_RNE_TABLES[e.name, saturate], _F32(e.max))
     return K.KIND_BF16, _NO_TABLE, 0, _F32(e.max)
@@ -389,11 +391,11 @@ def _mx_blocks(blocks, e: _Elem, rule, rounding, rng):
     """
     blocks = np.ascontiguousarray(blocks, dtype=_F32)
     amax = _block_amax(blocks)[:, 0]
-    kind, table, shift, hi = _kind(e, rounding)
+    kind, _, _, hi = _kind(e, rounding)
     out = np.empty_like(blocks)
     exps = np.empty(blocks.shape[0], np.int32)
-    _kernels().mx_rows(blocks, amax, rule == "ceil", e.emax, e.max, kind, hi, table, shift,
-                       e.emin, e.man_bits, _draws(rounding, rng, blocks.shape), out, exps)
+    _kernels().mx_rows(blocks, amax, rule == "ceil", e.emax, e.max, kind, hi, e.emin, e.man_bits,
+                       _draws(rounding, rng, blocks.shape), out, exps)
     return out, exps
 
 
@@ -426,13 +428,12 @@ def _nvfp4_blocks(blocks, rounding, rng):
         with np.errstate(over="ignore", divide="ignore"):
             s_enc = _NVFP4_S_ENC_NUM / amax_t  # 6*448 / amax_tensor
         s_enc = _F32(min(s_enc, np.finfo(_F32).max))
-    kind, table, shift, hi = _kind(_E2M1, rounding)
+    kind, _, _, hi = _kind(_E2M1, rounding)
     e4m3_table, e4m3_shift = _RNE_TABLES[_E4M3.name, True]
     n = blocks.shape[0]
     out, s_dec, s_enc_b = np.empty_like(blocks), np.empty(n, _F32), np.empty(n, _F32)
-    _kernels().nvfp4_rows(blocks, amax_b, s_enc, e4m3_table, e4m3_shift, kind, hi, table, shift,
-                          _E2M1.emin, _E2M1.man_bits, _draws(rounding, rng, blocks.shape), out,
-                          s_dec, s_enc_b)
+    _kernels().nvfp4_rows(blocks, amax_b, s_enc, e4m3_table, e4m3_shift, kind, hi, _E2M1.emin,
+                          _E2M1.man_bits, _draws(rounding, rng, blocks.shape), out, s_dec, s_enc_b)
     return out, s_dec, s_enc_b, s_enc
 
 
