@@ -412,7 +412,9 @@ def _peer_python(name: str) -> Path:
 
 def _peer(name: str, mode: str, cfg: dict) -> dict:
     script = ROOT / "benchmarks" / "peers" / ("calculon_run.py" if name == "calculon" else "llm_analysis_run.py")
-    env = dict(os.environ, **THREADS)
+    from scaletax.report.execute import THREAD_ENV
+
+    env = dict(os.environ, **THREAD_ENV)  # one thread per numeric library: per-core rates
     if name == "calculon":
         cdir = _calculon_dir()
         env.update(PYTHONPATH=str(cdir), CALCULON_DIR=str(cdir))
@@ -421,10 +423,6 @@ def _peer(name: str, mode: str, cfg: dict) -> dict:
     if proc.returncode != 0:
         raise RuntimeError(f"{name} {mode} failed: {proc.stderr[-1500:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-#: One thread for every numeric library, in this process's children too (per-core rates).
-THREADS = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
 def _peer_layouts():
