@@ -915,7 +915,7 @@ class _GridPick:
             for r, k, big in zip(self.rows, a.shape, key):
                 flat = flat * k + (r if big else 0)
             self.flat[key] = flat
-        return a.reshape(-1)[flat]
+        return a.reshape(-1).take(flat)  # as [flat], without fancy indexing's overhead
 
 
 def prepare(model: Model, layouts, precision: str, gpu, topo: Topology | None = None,
