@@ -1,9 +1,9 @@
 """Fused numba loops behind `scaletax.precision`: one call per quantize instead of a dozen
 numpy passes (and as many Python calls) over the small operands of `lowp_training`.
 
-Each loop does, per element and in float32, the same IEEE operations in the same order as the
-numpy version it replaced (scale multiply, saturating clip, rounding, dequantizing multiply and
-divide), so the results are bit for bit the same; the tests check them against ml_dtypes' casts,
+Each loop does, per element and in float32, the steps of the numpy version it replaced in the
+same order (scale multiply, saturating clip, rounding, dequantizing multiply and divide), each
+with the same result, so the outputs are bit for bit the same; the tests check them against ml_dtypes' casts,
 against numpy transcriptions of the rules and against hand-worked blocks.
 
 Rounding kinds (`KIND_*`): the RNE table of ``precision._rne_table`` (8-bit-or-narrower element
@@ -262,6 +262,9 @@ def _mx_rows_stochastic(x, amax, ceil_rule, emax, elem_max, hi, emin, man_bits, 
         _row_stochastic(x, i, inv, scale, np.float32(1), 3, hi, emin + 127, man_bits, normal, rand, out)
 
 
+_MX_ROWS = {KIND_SATURATE: _mx_rows_saturate, KIND_STOCHASTIC: _mx_rows_stochastic}
+
+
 def mx_rows(x, amax, ceil_rule, emax, elem_max, kind, hi, emin, man_bits, rand, out, exps):
     """OCP MX blocks: per row the shared exponent s (into `exps`, int32) from the row's amax,
     then out = round(x * 2^-s) * 2^s, clamped to +-hi first (`kind`: KIND_SATURATE or
@@ -271,8 +274,7 @@ def mx_rows(x, amax, ceil_rule, emax, elem_max, kind, hi, emin, man_bits, rand, 
     ceil(log2(amax / elem_max)) (arXiv 2506.08027), exact in float64; an all-zero block gets
     -127; s is clamped to the E8M0 range [-127, 127].
     """
-    f = _mx_rows_stochastic if kind == KIND_STOCHASTIC else _mx_rows_saturate
-    f(x, amax, ceil_rule, emax, elem_max, hi, emin, man_bits, rand, out, exps)
+    _MX_ROWS[kind](x, amax, ceil_rule, emax, elem_max, hi, emin, man_bits, rand, out, exps)
 
 
 # NVFP4 blocks ---------------------------------------------------------------------------------
@@ -305,6 +307,9 @@ def _nvfp4_rows_stochastic(x, amax, s_enc, e4m3_table, e4m3_shift, hi, emin, man
         _row_stochastic(x, i, se, sd, s_enc, 7, hi, emin + 127, man_bits, normal, rand, out)
 
 
+_NVFP4_ROWS = {KIND_SATURATE: _nvfp4_rows_saturate, KIND_STOCHASTIC: _nvfp4_rows_stochastic}
+
+
 def nvfp4_rows(x, amax, s_enc, e4m3_table, e4m3_shift, kind, hi, emin, man_bits, rand, out,
                s_dec_out, s_enc_b_out):
     """NVFP4 blocks (arXiv 2509.25149 App. B, float32 in Transformer Engine's reference order):
@@ -312,5 +317,5 @@ def nvfp4_rows(x, amax, s_enc, e4m3_table, e4m3_shift, kind, hi, emin, man_bits,
     (1 / s_enc)) (0 where s_dec is 0: the block flushes to zero; into `s_enc_b_out`), then
     out = round(clamp(x * s_enc_b, +-6)) * s_dec / s_enc (`kind`: KIND_SATURATE or
     KIND_STOCHASTIC)."""
-    f = _nvfp4_rows_stochastic if kind == KIND_STOCHASTIC else _nvfp4_rows_saturate
-    f(x, amax, s_enc, e4m3_table, e4m3_shift, hi, emin, man_bits, rand, out, s_dec_out, s_enc_b_out)
+    _NVFP4_ROWS[kind](x, amax, s_enc, e4m3_table, e4m3_shift, hi, emin, man_bits, rand, out, s_dec_out,
+                      s_enc_b_out)
