@@ -195,6 +195,6 @@ def test_help_documents_every_default(tmp_path):
     proc = run_cli(["predict", "--help"], tmp_path)
     assert proc.returncode == 0
     text = " ".join(proc.stdout.split())
-    for col in ("ffn_hidden:", "etp: 1", "zero_stage: 1", "vp: pp = 1: 1; pp > 1: the interleaving", "mbs: 1", "gbs: one sequence per GPU",
+    for col in ("ffn_hidden:", "etp: tp", "stack: megatron", "zero_stage: 1", "vp: pp = 1: 1; pp > 1: the interleaving", "mbs: 1", "gbs: one sequence per GPU",
                 "recompute: unknown"):
         assert col in text, col

@@ -87,8 +87,8 @@ def test_layout_defaults():
     row = {"tp": 2, "pp": 2, "gpu_count": 16, "cp": None, "vp": "", "mbs": None, "dp": None, "gbs": None,
            "recompute": "unknown"}
     lay = runs.row_layout(row)
-    # gbs blank: one sequence per GPU (16) in whole micro-batches of mbs*dp = 4; etp blank: 1
-    assert (lay.cp, lay.vp, lay.mbs, lay.dp, lay.gbs, lay.zero_stage, lay.recompute, lay.etp) == (1, 1, 1, 4, 16, 1, "none", 1)
+    # gbs blank: one sequence per GPU (16) in whole micro-batches of mbs*dp = 4; etp blank: tp (Megatron-Core)
+    assert (lay.cp, lay.vp, lay.mbs, lay.dp, lay.gbs, lay.zero_stage, lay.recompute, lay.etp) == (1, 1, 1, 4, 16, 1, "none", 2)
     assert lay.sequence_parallel
     assert runs.default_gbs(10, 1, 4) == 8 and runs.default_gbs(3, 2, 4) == 8  # rounded, at least one step
     assert runs.row_layout({**row, "gbs": 24}).gbs == 24
@@ -111,7 +111,7 @@ def test_all_moe_row_without_ffn_hidden_and_etp(tmp_path):
     p = _write(tmp_path, header, [list(row.values()), list(_moe_row(tp="2", ep="4").values())])
     got = runs.read_runs(p)
     lay = runs.row_layout(got[1])
-    assert (lay.tp, lay.ep, lay.etp, lay.dp) == (2, 4, 1, 4)  # ep*etp = 4 divides tp*dp = 8 with etp 1
+    assert (lay.tp, lay.ep, lay.etp, lay.dp) == (2, 4, 2, 4)  # etp blank: tp; ep*etp = 8 divides tp*dp = 8
     model = runs.row_model(got[0])
     assert model.n_dense_layers == 0 and model.moe_experts == 128
     # the blank width is unused: the same row with any ffn_hidden gives the same parameters
@@ -155,7 +155,7 @@ def test_schema_text_lists_every_default():
     text = runs.schema_text()
     for col in runs.COLUMN_DEFAULTS:
         assert f"  {col}: " in text
-    assert "etp: 1" in text and "zero_stage: 1" in text
+    assert "etp: tp" in text and "zero_stage: 1" in text and "stack: megatron" in text
 
 
 def _write(tmp_path, header, rows, name="t.csv"):

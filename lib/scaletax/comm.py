@@ -981,6 +981,36 @@ class ExposedComm:
 SCHEDULE_EP_OVERLAP: dict[str, float] = {"unknown": Overlap.ep, "1f1b": 0.0, "ep_overlap": 1.0, "dualpipe": 1.0}
 SCHEDULES: tuple[str, ...] = tuple(SCHEDULE_EP_OVERLAP)
 
+#: Software stacks a row may state (runs column ``stack``) and the share of the TP/SP collectives
+#: each can run under compute (the TP base fraction, before ``overlap_scale``):
+#: "megatron": :class:`Overlap`'s default ``tp`` (Transformer Engine userbuffers ``tp_comm_overlap``);
+#: "fsdp": PyTorch FSDP2 stacks (TorchTitan, llm-foundry): nothing hidden. TorchTitan 0.3.0
+#:     runs TP as DTensor collectives in line with the matmuls unless async TP is enabled, and
+#:     ``CompileConfig.enable_async_tensor_parallel: bool = False`` (torchtitan/config/configs.py:295;
+#:     it also needs torch.compile, configs.py:304-310). Structural, not fitted: no FSDP-stack row
+#:     with a measurement is in data/.
+STACK_TP_OVERLAP: dict[str, float] = {"megatron": Overlap.tp, "fsdp": 0.0}
+STACKS: tuple[str, ...] = tuple(STACK_TP_OVERLAP)
+
+
+def stack_tp_overlap(stack: str) -> float:
+    """The TP base overlap fraction of a software stack (:data:`STACK_TP_OVERLAP`)."""
+    try:
+        return STACK_TP_OVERLAP[stack]
+    except KeyError:
+        raise ValueError(f"stack: must be one of {', '.join(STACKS)} (got {stack!r})") from None
+
+
+def stack_wire(wire: WireFormat, stack: str) -> WireFormat:
+    """``wire`` as a software stack sends it: "fsdp" reduce-scatters gradients in fp32 and
+    all-gathers parameters in bf16 (``recipes.FSDP_GRAD_BYTES``: TorchTitan's
+    ``mixed_precision_reduce`` / ``mixed_precision_param``; TorchTitan 0.3.0 has no FP8
+    all-gather option, torchtitan/components/quantization/float8.py); "megatron": unchanged."""
+    stack_tp_overlap(stack)
+    if stack == "fsdp":
+        return replace(wire, grad=recipes.FSDP_GRAD_BYTES, param=recipes.HALF_BYTES)
+    return wire
+
 
 def schedule_ep_overlap(schedule: str) -> float:
     """The EP base overlap fraction of a schedule (:data:`SCHEDULE_EP_OVERLAP`)."""

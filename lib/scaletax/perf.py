@@ -477,7 +477,8 @@ class StepInputs:
     numerator); hw_flops_per_gpu (executed per step); peak_fmt / peak_16: dense FLOP/s of the
     recipe format and of 16 bits; hbm_bw: B/s; fmt_idx / fam_idx: index into ``FORMAT_CLASSES``
     / ``FAMILIES``; ep_overlap: base share of the MoE all-to-all the schedule can hide
-    (``comm.SCHEDULE_EP_OVERLAP``); comm: :class:`comm.StepComm` (with its ``layouts``).
+    (``comm.SCHEDULE_EP_OVERLAP``); tp_overlap: base share of the TP collectives the software
+    stack can hide (``comm.STACK_TP_OVERLAP``); comm: :class:`comm.StepComm` (with its ``layouts``).
     """
 
     flops_lin: np.ndarray
@@ -508,6 +509,7 @@ class StepInputs:
     fmt_idx: np.ndarray
     fam_idx: np.ndarray
     ep_overlap: np.ndarray
+    tp_overlap: np.ndarray
     comm: comm.StepComm
 
     def __len__(self) -> int:
@@ -921,7 +923,8 @@ class _GridPick:
 def prepare(model: Model, layouts, precision: str, gpu, topo: Topology | None = None,
             wire: WireFormat | None = None, *, recompute_fraction=None, recompute_rest=None,
             ep_dispatch: str = "dedup", fp4_bf16_layers: int = FP4_BF16_LAYERS,
-            schedule: str = "unknown", grid: tuple[LayoutGrid, np.ndarray] | None = None) -> StepInputs:
+            schedule: str = "unknown", grid: tuple[LayoutGrid, np.ndarray] | None = None,
+            stack: str = "megatron") -> StepInputs:
     """Efficiency-independent step inputs for every layout (see the module docstring).
 
     ``gpu``: hardware id or ``hardware.GPU``, or a sequence of them with one per layout (the
@@ -936,7 +939,10 @@ def prepare(model: Model, layouts, precision: str, gpu, topo: Topology | None = 
     "alltoall" (``comm``'s plain all-to-all). ``fp4_bf16_layers``: transformer layers kept in
     BF16 by 4-bit recipes (:data:`FP4_BF16_LAYERS`). ``schedule``: the training schedule
     (``comm.SCHEDULES``), which sets how much of the MoE all-to-all can hide
-    (``comm.SCHEDULE_EP_OVERLAP``; "unknown": ``comm.Overlap``'s default). ``grid``: the
+    (``comm.SCHEDULE_EP_OVERLAP``; "unknown": ``comm.Overlap``'s default). ``stack``: the
+    software stack (``comm.STACKS``, runs column ``stack``): "fsdp" sends gradients in fp32 and
+    gathers parameters in bf16 (``comm.stack_wire``, when ``wire`` is not given) and hides none of
+    the TP collectives (``comm.STACK_TP_OVERLAP``). ``grid``: the
     ``layout.LayoutGrid`` and the flat indices into it that ``layouts`` are (the search's fitting
     candidates): the traffic is then computed on the grid (same values).
     Raises ``hardware.UnsupportedPrecision`` when the GPU has no native tensor cores for it.
@@ -947,7 +953,8 @@ def prepare(model: Model, layouts, precision: str, gpu, topo: Topology | None = 
     g = _gpu_terms(gpu, precision, n)
     peak_fmt, peak_16 = g.peak_fmt, g.peak_16
     topo = g.topo if topo is None else topo
-    wire = WireFormat.for_recipe(precision) if wire is None else wire
+    wire = comm.stack_wire(WireFormat.for_recipe(precision), stack) if wire is None else wire
+    tp_overlap = comm.stack_tp_overlap(stack)
     on_grid = (grid is not None and recompute_fraction is None and recompute_rest is None
                and all(np.ndim(getattr(topo, f)) == 0 for f in _TOPO_FIELDS) and np.ndim(peak_fmt) == 0)
     if on_grid:  # every term on the grid (once per value it depends on), then taken at the rows
@@ -1022,7 +1029,7 @@ def prepare(model: Model, layouts, precision: str, gpu, topo: Topology | None = 
                       hw_flops_per_gpu=take(sum(flops.values())) * full, peak_fmt=peak_fmt * full,
                       peak_16=peak_16 * full, hbm_bw=g.hbm_bw * full,
                       fmt_idx=np.full(n, FORMAT_CLASSES.index(fmt)), fam_idx=g.fam_idx + np.zeros(n, np.int64),
-                      ep_overlap=comm.schedule_ep_overlap(schedule) * full, comm=step)
+                      ep_overlap=comm.schedule_ep_overlap(schedule) * full, tp_overlap=tp_overlap * full, comm=step)
 
 
 def _same(a):
@@ -1083,7 +1090,8 @@ def evaluate(inp: StepInputs, eff: Efficiency | None = None, overlap: Overlap | 
     """Step time of prepared inputs for one set of efficiencies (see the module docstring).
 
     ``overlap``: base overlap fractions (default :class:`comm.Overlap`, with the EP fraction
-    of each entry's schedule, ``inp.ep_overlap``), scaled by ``eff.overlap_scale``.
+    of each entry's schedule, ``inp.ep_overlap``, and the TP fraction of its software stack,
+    ``inp.tp_overlap``), scaled by ``eff.overlap_scale``.
     """
     eff = default_efficiency() if eff is None else eff
     ceil = np.array([eff.gemm_ceiling[k] for k in FORMAT_CLASSES])
@@ -1104,7 +1112,8 @@ def evaluate(inp: StepInputs, eff: Efficiency | None = None, overlap: Overlap | 
     bubble = inp.bubble * busy
     # the context-parallel ring hides its K/V hops under the attention of the chunk at hand only
     # the MoE all-to-all hides as far as the layout's schedule allows, unless overlap is given
-    ep_frac = None if overlap is not None else {"ep": np.minimum(1.0, inp.ep_overlap * eff.overlap_scale)}
+    ep_frac = None if overlap is not None else {"ep": np.minimum(1.0, inp.ep_overlap * eff.overlap_scale),
+                                                "tp": np.minimum(1.0, inp.tp_overlap * eff.overlap_scale)}
     exp = comm.exposed_comm(inp.comm, busy, eff.overlap(overlap), windows={"cp": attn}, fractions=ep_frac)
     exposed = np.broadcast_to(np.asarray(exp.seconds, dtype=np.float64), busy.shape)
     other = mem_micro + mem_step

@@ -55,6 +55,12 @@ FP32_BYTES = 4.0
 #: worse (calibration cost, the sum of squared log errors, 0.21 against 0.14) and several predicted to need
 #: recompute that their configurations do not use.
 GRAD_BYTES = HALF_BYTES
+#: Main-gradient bytes of a PyTorch FSDP2 stack (runs column ``stack`` = fsdp), stored (the sharded
+#: gradient) and reduce-scattered (``comm.WireFormat.grad``): fp32. TorchTitan 0.3.0
+#: torchtitan/config/configs.py:93 ``mixed_precision_reduce: Literal["float32"] = "float32"`` (the only
+#: value allowed), passed as ``MixedPrecisionPolicy(reduce_dtype=...)`` (torchtitan/distributed/fsdp.py:165-167);
+#: its parameters are gathered in ``mixed_precision_param`` = "bfloat16" (configs.py:85), 16 bits.
+FSDP_GRAD_BYTES = FP32_BYTES
 
 
 @dataclass(frozen=True)
@@ -223,5 +229,5 @@ def fastest_precision(gpu, wanted: str, allowed: Sequence[str] = TRAINING) -> st
     return max(ok, key=g.peak_flops)
 
 
-__all__ = ["FP32_BYTES", "GRAD_BYTES", "HALF_BYTES", "NAMES", "RECIPES", "Recipe", "TRAINING", "fastest_precision", "get",
+__all__ = ["FP32_BYTES", "FSDP_GRAD_BYTES", "GRAD_BYTES", "HALF_BYTES", "NAMES", "RECIPES", "Recipe", "TRAINING", "fastest_precision", "get",
            "label", "runs_on", "training", "training_precision"]

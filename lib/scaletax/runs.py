@@ -12,7 +12,7 @@ Public API:
   least that fits), memory options and the defaults applied: the one function calibration,
   validation and ``scaletax predict`` all use to turn a row into model inputs.
 - ``plan_rows(rows) -> TablePlan``: :func:`plan_row` of a whole table, vectorized (rows grouped
-  by architecture, GPU, precision, memory options, dispatcher and schedule; the models run once per group).
+  by architecture, GPU, precision, memory options, dispatcher, schedule and stack; the models run once per group).
 - ``predict_memory(rows, **memory_options) -> list[dict]``: new rows (inputs untouched) with
   ``MEMORY_COLUMNS`` appended; composable with other ``predict_*`` functions.
 - ``write_runs(rows, path, columns=None)``: CSV with the columns in first-seen order.
@@ -24,6 +24,18 @@ Public API:
 
 Schema: ``data/sources/README.md``; required columns ``REQUIRED_COLUMNS``; the default of every
 optional column in :data:`COLUMN_DEFAULTS` (stated once, applied by :func:`plan_row`).
+
+A blank ``etp`` is ``tp``, Megatron-Core's default (megatron-core 0.19.2
+``megatron/core/model_parallel_config.py``: ``expert_tensor_parallel_size: Optional[int] = None``,
+line 130, "set to the value of tensor_model_parallel_size" in ``__post_init__``, lines 506-507),
+capped at the largest divisor of tp that keeps ep*etp dividing tp*cp*dp (:func:`default_etp`);
+rows taken from a recipe that states it carry it. The ``stack`` column (:func:`row_stack`) says
+which training software ran the row: "megatron" (blank; every row in data/) or "fsdp" (PyTorch
+FSDP2: TorchTitan, llm-foundry). What fsdp changes is structural and read from TorchTitan 0.3.0's
+source, not fitted (no FSDP-stack row with a measurement is in data/, so nothing can be
+calibrated for it): ZeRO-3 by default (``fully_shard``), fp32 gradient reduce-scatter and shards
+(``recipes.FSDP_GRAD_BYTES``), bf16 parameter all-gather, TP collectives not overlapped
+(``comm.STACK_TP_OVERLAP``).
 """
 from __future__ import annotations
 
@@ -57,8 +69,12 @@ COLUMN_DEFAULTS: dict[str, str] = {
     "moe_dense_layers": "0 (every layer MoE)",
     "cp": "1",
     "ep": "1",
-    "etp": "1 (expert tensor parallel size; Megatron-Bridge MoE recipes, e.g. DeepSeek-V3 "
-           "expert_tensor_parallel_size=1)",
+    "etp": "tp (expert tensor parallel size; Megatron-Core's default: megatron-core 0.19.2 "
+           "megatron/core/model_parallel_config.py:130 expert_tensor_parallel_size = None, set to "
+           "tensor_model_parallel_size in __post_init__, lines 506-507); where ep*tp does not divide tp*cp*dp "
+           "(Megatron-Core refuses that layout) the largest divisor of tp that does, gcd(tp, tp*cp*dp/ep). "
+           "The Megatron-Bridge MoE recipes state expert_tensor_parallel_size (1 in every one, "
+           "data/bridge_recipes.csv): rows taken from them carry it",
     "vp": "pp = 1: 1; pp > 1: the interleaving of the published recipes, LAYERS_PER_VIRTUAL_STAGE = 2 layers per "
           "virtual stage, vp = round(layers / (2 pp)), where Megatron's interleaved schedule allows it (micro-batches a "
           "multiple of pp, pp*vp <= layers), else 1",
@@ -66,7 +82,7 @@ COLUMN_DEFAULTS: dict[str, str] = {
     "dp": "gpu_count / (tp pp cp)",
     "gbs": "one sequence per GPU: gpu_count rounded to a whole number (>= 1) of mbs*dp micro-batches (the "
            "Megatron papers' convention, Narayanan 2021 Table 1: 1T on 3072 GPUs with batch 3072)",
-    "zero_stage": "1 (Megatron distributed optimizer over dp*cp; 3 for FSDP / Megatron-FSDP)",
+    "zero_stage": "1 (Megatron distributed optimizer over dp*cp; 3 for FSDP / Megatron-FSDP); stack fsdp: 3",
     "sequence_parallel": "on when tp > 1",
     "recompute": "unknown or blank: the least recompute that fits memory: none, selective, then full "
                  "recompute of the fewest layers per virtual pipeline chunk (Megatron recompute_method=block)",
@@ -86,6 +102,11 @@ COLUMN_DEFAULTS: dict[str, str] = {
     "schedule": "unknown (1f1b: Megatron-Core default, MoE all-to-all in line, not hidden; ep_overlap: "
                 "Megatron-Core overlap_moe_expert_parallel_comm; dualpipe: DeepSeek-V3 DualPipe; both hide the "
                 "all-to-all under the other micro-batch's compute; unknown: half of it, comm.SCHEDULE_EP_OVERLAP)",
+    "stack": "megatron (Megatron-Core / Megatron-LM / NeMo / Megatron-Bridge with Transformer Engine, the stack of "
+             "every row in data/); fsdp: PyTorch FSDP2 stacks (TorchTitan, llm-foundry / Composer): zero_stage 3 "
+             "when blank (2 or 3 allowed), gradients reduce-scattered and held in fp32 and parameters gathered in "
+             "bf16 (TorchTitan mixed_precision_reduce / mixed_precision_param), TP collectives not overlapped "
+             "(no async TP by default); structural only, nothing calibrated (comm.STACK_TP_OVERLAP)",
     "tp, pp": "both blank: scaletax predict searches the best layout on gpu_count GPUs",
     "tokens": "blank: no time or cost columns; a token budget (e.g. 1.5e13): scaletax predict adds the days, "
               "GPU-hours and cost of training on it at the predicted throughput (cost.run_costs)",
@@ -244,6 +265,17 @@ def _int(row: dict[str, Any], col: str, default: int | None = None) -> int | Non
     return v if isinstance(v, int) and not isinstance(v, bool) else _parse_int(col, str(v))
 
 
+def default_etp(tp, cp, dp, ep):
+    """``etp`` of a row that leaves it blank (:data:`COLUMN_DEFAULTS`): tp, Megatron-Core's default
+    (megatron-core 0.19.2 ``model_parallel_config.py``: ``expert_tensor_parallel_size`` None is set to
+    ``tensor_model_parallel_size`` in ``__post_init__``); where ep*tp does not divide tp*cp*dp, the
+    largest divisor of tp that does, gcd(tp, tp*cp*dp/ep) (1 where ep does not divide tp*cp*dp: the
+    folding rule then fails as with any etp). Scalars or int arrays."""
+    n = tp * cp * dp
+    return np.where(n % ep == 0, np.gcd(tp, n // np.maximum(ep, 1)), 1) if isinstance(n, np.ndarray) else (
+        math.gcd(tp, n // ep) if n % ep == 0 else 1)
+
+
 def default_gbs(gpus: int, mbs: int, dp: int) -> int:
     """``gbs`` of a row that leaves it blank (:data:`COLUMN_DEFAULTS`): one sequence per GPU,
     rounded to a whole number (>= 1) of ``mbs * dp`` micro-batches."""
@@ -292,7 +324,7 @@ def _layout_values(row: dict[str, Any], recompute: str | None = None) -> tuple:
             raise _CellError(col, f"must be positive (got {v})")
     cp = _int(row, "cp", 1)
     dp = _int(row, "dp")
-    ep, etp, vp, mbs, gbs = (_int(row, "ep", 1), _int(row, "etp", 1), _int(row, "vp", 1), _int(row, "mbs", 1),
+    ep, etp, vp, mbs, gbs = (_int(row, "ep", 1), _int(row, "etp"), _int(row, "vp", 1), _int(row, "mbs", 1),
                              _int(row, "gbs"))
     for col, v in (("cp", cp), ("dp", dp), ("ep", ep), ("vp", vp), ("mbs", mbs), ("gbs", gbs), ("etp", etp)):
         if v is not None and v <= 0:
@@ -307,14 +339,20 @@ def _layout_values(row: dict[str, Any], recompute: str | None = None) -> tuple:
         gbs = default_gbs(gpus, mbs, dp)
     if gbs % (mbs * dp):
         raise _CellError("gbs", f"gbs={gbs} must be a multiple of mbs*dp={mbs * dp}")
+    if etp is None:
+        etp = default_etp(tp, cp, dp, ep)
     if _blank(row.get("vp")):
         layers = _int(row, "layers")
         vp = default_vp(layers, pp, gbs // (mbs * dp)) if layers else 1
     if (tp * cp * dp) % (ep * etp):
         raise _CellError("ep", f"ep*etp={ep}*{etp} must divide tp*cp*dp={tp * cp * dp} (MoE parallel folding)")
-    zero = _int(row, "zero_stage", 1)
+    fsdp = row_stack(row) == "fsdp"
+    zero = _int(row, "zero_stage", 3 if fsdp else 1)
     if zero not in (0, 1, 2, 3):
         raise _CellError("zero_stage", f"must be 0, 1, 2 or 3 (got {zero})")
+    if fsdp and zero < 2:
+        raise _CellError("zero_stage", f"must be 2 or 3 with stack fsdp (got {zero}): FSDP2 fully_shard shards "
+                                       "gradients and optimizer state (2) and parameters (3)")
     sp = row.get("sequence_parallel")
     sp = None if _blank(sp) else _parse_bool("sequence_parallel", sp)
     rc = recompute
@@ -375,13 +413,14 @@ def _layout_table(rows: Sequence[dict[str, Any]]) -> tuple[np.ndarray, np.ndarra
     big = MAX_GPU_COUNT  # products below stay far inside int64
     if any((cols[c][0] > big).any() for c in ("tp", "pp", "gpu_count", "cp", "dp", "ep", "etp", "mbs")):
         return None
-    cp, ep, etp, mbs = (np.where(given[c], cols[c][0], 1) for c in ("cp", "ep", "etp", "mbs"))
+    cp, ep, mbs = (np.where(given[c], cols[c][0], 1) for c in ("cp", "ep", "mbs"))
     tpc = tp * pp * cp
     if (tpc > gpus).any() or (~given["dp"] & (gpus % tpc != 0)).any():
         return None
     dp = np.where(given["dp"], cols["dp"][0], gpus // np.maximum(tpc, 1))
     if (tpc * dp != gpus).any():
         return None
+    etp = np.where(given["etp"], cols["etp"][0], default_etp(tp, cp, dp, ep))
     q = mbs * dp
     gbs = np.where(given["gbs"], cols["gbs"][0], np.maximum(1, np.rint(gpus / q)).astype(np.int64) * q)
     if (gbs % q != 0).any():
@@ -394,8 +433,12 @@ def _layout_table(rows: Sequence[dict[str, Any]]) -> tuple[np.ndarray, np.ndarra
     vp = np.where(given["vp"], cols["vp"][0], auto)
     if ((tp * cp * dp) % (ep * etp) != 0).any():
         return None
-    zero = np.where(cols["zero_stage"][1], cols["zero_stage"][0], 1)
-    if ((zero < 0) | (zero > 3)).any():
+    try:
+        fsdp = np.array([v == "fsdp" for v in _by_cell(rows, "stack", row_stack)], dtype=bool)
+    except ValueError:
+        return None
+    zero = np.where(cols["zero_stage"][1], cols["zero_stage"][0], np.where(fsdp, 3, 1))
+    if ((zero < 0) | (zero > 3)).any() or (fsdp & (zero < 2)).any():
         return None
     try:
         sp = _by_cell(rows, "sequence_parallel", lambda r: None if _blank(r.get("sequence_parallel"))
@@ -443,8 +486,9 @@ def _stated_recompute(row: dict[str, Any]) -> str:
 
 
 def memory_options(row: dict[str, Any]) -> dict[str, Any]:
-    """Per-row options of ``memory.breakdown``: ``reserve_gib``, ``recompute_modules`` and
-    ``fp8_param_gather`` (``lowp_params``) columns."""
+    """Per-row options of ``memory.breakdown``: ``reserve_gib``, ``recompute_modules``,
+    ``fp8_param_gather`` (``lowp_params``) and ``stack`` (fsdp: ``grad_bytes`` fp32,
+    ``recipes.FSDP_GRAD_BYTES``) columns."""
     opts: dict[str, Any] = {}
     mods = _modules(row)
     if mods is not None:
@@ -453,6 +497,8 @@ def memory_options(row: dict[str, Any]) -> dict[str, Any]:
         opts["reserve_gib"] = float(row["reserve_gib"])
     if _param_gather(row):
         opts["lowp_params"] = True
+    if row_stack(row) == "fsdp":
+        opts["grad_bytes"] = recipes.FSDP_GRAD_BYTES  # fp32 gradient shards (FSDP2 reduce_dtype float32)
     return opts
 
 
@@ -500,7 +546,7 @@ class RowPlan:
                                 RECOMPUTE_CODE[self.recompute_rest])
 
 
-def _default_notes(row: dict[str, Any], gbs: int, vp: int, is_moe: bool) -> list[str]:
+def _default_notes(row: dict[str, Any], gbs: int, vp: int, is_moe: bool, etp: int = 1) -> list[str]:
     """The :data:`COLUMN_DEFAULTS` a row's layout took, as text (for :attr:`RowPlan.assumptions`)."""
     notes = []
     if _blank(row.get("gbs")):
@@ -508,7 +554,7 @@ def _default_notes(row: dict[str, Any], gbs: int, vp: int, is_moe: bool) -> list
     if _blank(row.get("vp")) and vp > 1:
         notes.append(f"vp={vp} (assumed: {LAYERS_PER_VIRTUAL_STAGE} layers per virtual stage)")
     if is_moe and _blank(row.get("etp")):
-        notes.append("etp=1 (default)")
+        notes.append(f"etp={etp} (default: tp, Megatron-Core)")
     return notes
 
 
@@ -538,7 +584,7 @@ def plan_row(row: dict[str, Any], layout: Layout | None = None, **memory_opts: A
     notes: list[str] = []
     lay = row_layout(row) if layout is None else layout
     if layout is None:
-        notes += _default_notes(row, lay.gbs, lay.vp, model.is_moe)
+        notes += _default_notes(row, lay.gbs, lay.vp, model.is_moe, lay.etp)
     opts = {**memory_opts, **memory_options(row)}
     stated = _stated_recompute(row)
     assumed = ""
@@ -588,7 +634,7 @@ def mixed_recompute_gib(model, la: LayoutArray, precision: str, fraction, rest, 
 @dataclass(frozen=True)
 class PlanGroup:
     """Rows of a :class:`TablePlan` with the same architecture, GPU, precision, memory options,
-    MoE dispatcher and schedule (:func:`step_inputs`' conventions): their positions in the table (``index``), layouts (recompute resolved as
+    MoE dispatcher, schedule and stack (:func:`step_inputs`' conventions): their positions in the table (``index``), layouts (recompute resolved as
     :func:`plan_row` does) and full-recompute fractions, as arrays."""
 
     model: models.Model
@@ -601,6 +647,7 @@ class PlanGroup:
     ep_dispatch: str = "alltoall"
     schedule: str = "unknown"
     recompute_rest: np.ndarray | None = None
+    stack: str = "megatron"
 
     @property
     def rest(self) -> np.ndarray:
@@ -628,7 +675,7 @@ class PlanGroup:
 
         return perf.prepare(self.model, self.layouts, self.precision, self.hardware,
                             recompute_fraction=self.recompute_fraction, recompute_rest=self.rest,
-                            ep_dispatch=self.ep_dispatch, schedule=self.schedule)
+                            ep_dispatch=self.ep_dispatch, schedule=self.schedule, stack=self.stack)
 
 
 @dataclass(frozen=True)
@@ -694,7 +741,7 @@ class TablePlan:
         for g in self.groups:
             gpu = hardware.get(g.hardware)  # the first unsupported precision in table order raises, as per group
             gpu.peak_flops(g.precision), gpu.peak_flops(perf.compute_precision(gpu, g.precision))
-            batches.setdefault((id(g.model), g.precision, g.ep_dispatch, g.schedule), []).append(g)
+            batches.setdefault((id(g.model), g.precision, g.ep_dispatch, g.schedule, g.stack), []).append(g)
         parts, index = [], []
         for gs in batches.values():
             index += [g.index for g in gs]
@@ -708,7 +755,7 @@ class TablePlan:
             parts.append(perf.prepare(g0.model, LayoutArray.concat([g.layouts for g in gs]), g0.precision, gpus,
                                       recompute_fraction=np.concatenate([g.recompute_fraction for g in gs]),
                                       recompute_rest=np.concatenate([g.rest for g in gs]),
-                                      ep_dispatch=g0.ep_dispatch, schedule=g0.schedule))
+                                      ep_dispatch=g0.ep_dispatch, schedule=g0.schedule, stack=g0.stack))
         pos = np.concatenate(index) if index else np.zeros(0, np.int64)
         inv = np.empty_like(pos)
         inv[pos] = np.arange(len(pos))
@@ -744,8 +791,8 @@ class TablePlan:
 
 #: The cells :func:`memory_options` reads (besides the precision), and those :func:`row_dispatch` and
 #: :func:`row_schedule` read.
-_OPTION_COLUMNS: tuple[str, ...] = ("recompute_modules", "reserve_gib", "fp8_param_gather")
-_RUN_COLUMNS: tuple[str, ...] = ("moe_dispatcher", "schedule")
+_OPTION_COLUMNS: tuple[str, ...] = ("recompute_modules", "reserve_gib", "fp8_param_gather", "stack")
+_RUN_COLUMNS: tuple[str, ...] = ("moe_dispatcher", "schedule", "stack")
 
 
 def _cached_cells(cache: dict, key: tuple, fn):
@@ -806,8 +853,8 @@ def plan_rows(rows: Sequence[dict[str, Any]], row_numbers: Sequence[int] | None 
                 unknown[i] = _stated_recompute(row) == "unknown"
                 n_block[i] = _block_layers(row) or 0
             m, b = measured_tokens_per_s(row, model)
-            dispatch, schedule = _cached_cells(opt_cache, ("run", is_moe, *map(row.get, _RUN_COLUMNS)), lambda: (
-                row_dispatch(row) if is_moe else "alltoall", row_schedule(row)))
+            dispatch, schedule, stack = _cached_cells(opt_cache, ("run", is_moe, *map(row.get, _RUN_COLUMNS)), lambda: (
+                row_dispatch(row) if is_moe else "alltoall", row_schedule(row), row_stack(row)))
         except (ValueError, hardware.HardwareError) as exc:
             raise RunsTableError(f"row {nums[i]}: {exc}") from None
         if table is None:
@@ -815,16 +862,16 @@ def plan_rows(rows: Sequence[dict[str, Any]], row_numbers: Sequence[int] | None 
                        RECOMPUTE_CODE[rc])
         measured.append(m)
         basis.append(b)
-        key = (mkey, gpu, prec, opt_key, dispatch, schedule)
+        key = (mkey, gpu, prec, opt_key, dispatch, schedule, stack)
         if key not in by_key:
             by_key[key] = []
-            info[key] = (model, gpu, prec, opts, dispatch, schedule)
+            info[key] = (model, gpu, prec, opts, dispatch, schedule, stack)
         by_key[key].append(i)
     assumed = [""] * n
     frac_all = np.ones(n)
     groups = []
     for key, members in by_key.items():
-        model, gpu, prec, opts, dispatch, schedule = info[key]
+        model, gpu, prec, opts, dispatch, schedule, stack = info[key]
         idx = np.asarray(members, dtype=np.int64)
         v = vals[idx]
         code = v[:, 11].copy()
@@ -849,11 +896,11 @@ def plan_rows(rows: Sequence[dict[str, Any]], row_numbers: Sequence[int] | None 
         la = LayoutArray(**{f: v[:, j] for j, f in enumerate(FIELDS)})
         groups.append(PlanGroup(model=model, hardware=gpu, precision=prec, options=opts, index=idx, layouts=la,
                                 recompute_fraction=frac, ep_dispatch=dispatch, schedule=schedule,
-                                recompute_rest=rest if np.any(blk) else None))
+                                recompute_rest=rest if np.any(blk) else None, stack=stack))
     notes: list[tuple[str, ...]] = []
-    for row, gbs, vp, is_moe, unk, a, f in zip(rows, vals[:, 8].tolist(), vals[:, 6].tolist(), moe, unknown.tolist(),
-                                               assumed, frac_all.tolist()):
-        note = _default_notes(row, gbs, vp, is_moe)
+    for row, gbs, vp, etp, is_moe, unk, a, f in zip(rows, vals[:, 8].tolist(), vals[:, 6].tolist(), vals[:, 4].tolist(),
+                                                    moe, unknown.tolist(), assumed, frac_all.tolist()):
+        note = _default_notes(row, gbs, vp, is_moe, etp)
         if unk:
             note.append(_recompute_note(a, f))
         notes.append(tuple(note))
@@ -914,6 +961,19 @@ def row_schedule(row: dict[str, Any]) -> str:
     return v
 
 
+#: ``stack`` column values (:data:`COLUMN_DEFAULTS`; ``perf.prepare``'s ``stack``, ``comm.STACKS``).
+STACKS: tuple[str, ...] = ("megatron", "fsdp")
+
+
+def row_stack(row: dict[str, Any]) -> str:
+    """The software stack a row states (``stack`` column, :data:`COLUMN_DEFAULTS`), lower case;
+    "megatron" when blank or absent."""
+    v = str(row.get("stack") or "").strip().lower() or "megatron"
+    if v not in STACKS:
+        raise _CellError("stack", f"must be one of {', '.join(STACKS)} or empty (got {v!r})")
+    return v
+
+
 #: ``moe_dispatcher`` column values and the ``perf.prepare`` ``ep_dispatch`` each runs.
 DISPATCHERS: dict[str, str] = {"deepep": "dedup", "alltoall": "alltoall"}
 
@@ -939,7 +999,7 @@ def step_inputs(plans: Sequence[RowPlan]):
         parts.append(perf.prepare(su.model, su.layout, str(su.row["precision"]).strip().lower(),
                                   str(su.row["hardware"]).strip(), recompute_fraction=su.recompute_fraction,
                                   recompute_rest=RECOMPUTE_CODE[su.recompute_rest],
-                                  ep_dispatch=ep_dispatch, schedule=row_schedule(su.row)))
+                                  ep_dispatch=ep_dispatch, schedule=row_schedule(su.row), stack=row_stack(su.row)))
     return perf.StepInputs.concat(parts)
 
 
@@ -996,6 +1056,46 @@ def row_source(row: dict[str, Any]) -> str:
     return "papers"
 
 
+#: Regimes of a run (:func:`row_regime`), in the order they are tested (first match wins).
+REGIMES: tuple[str, ...] = ("fine-grained MoE", "coarse MoE", "long context", "FSDP stack", "small dense",
+                            "large dense")
+#: Above this many routed experts an MoE is fine-grained (DeepSeekMoE, Qwen3-MoE, gpt-oss: many small
+#: experts, so the token all-to-all and permutations, not the GEMMs, set the step); Mixtral-style
+#: MoEs with 8-16 experts are coarse.
+FINE_MOE_EXPERTS = 64
+#: From this sequence length on a run is long context (context parallelism, attention-dominated FLOPs).
+LONG_CONTEXT_TOKENS = 32768
+#: Up to this many parameters (billions) a dense model fits one NVLink domain without pipelining
+#: (TP <= 8, PP 1), so it scales by data parallelism on few tokens per GPU.
+SMALL_DENSE_PARAMS_B = 20.0
+#: Regime -> the criterion :func:`row_regime` applies (after every regime listed before it fails).
+REGIME_CRITERIA: dict[str, str] = {
+    "fine-grained MoE": f"MoE with \u2265 {FINE_MOE_EXPERTS} routed experts",
+    "coarse MoE": f"MoE with fewer than {FINE_MOE_EXPERTS} routed experts",
+    "long context": f"dense, sequence \u2265 {LONG_CONTEXT_TOKENS:,} tokens",
+    "FSDP stack": "dense, stack column fsdp (blank: Megatron-Core) or ZeRO stage 3",
+    "small dense": f"dense, \u2264 {SMALL_DENSE_PARAMS_B:g} B parameters",
+    "large dense": f"dense, > {SMALL_DENSE_PARAMS_B:g} B parameters",
+}
+
+
+def row_regime(row: dict[str, Any]) -> str:
+    """Regime of a runs-table row: the first of :data:`REGIMES` whose criterion
+    (:data:`REGIME_CRITERIA`) the row meets. MoE first (any sequence or stack), then long context,
+    then the FSDP stack (:func:`row_stack` "fsdp", a blank cell is Megatron-Core; or ``zero_stage``
+    3: Megatron-FSDP), then dense by size (``total_params_b``, else the architecture's count)."""
+    experts = _int(row, "moe_experts", 0) or 0
+    if experts:
+        return "fine-grained MoE" if experts >= FINE_MOE_EXPERTS else "coarse MoE"
+    if int(row["seq_len"]) >= LONG_CONTEXT_TOKENS:
+        return "long context"
+    if row_stack(row) == "fsdp" or _int(row, "zero_stage", 0) == 3:
+        return "FSDP stack"
+    size = row.get("total_params_b")
+    size = row_model(row).total_params / 1e9 if _blank(size) else float(size)
+    return "small dense" if size <= SMALL_DENSE_PARAMS_B else "large dense"
+
+
 def _validate_row(row: dict[str, Any], cache: dict | None = None) -> None:
     from scaletax import hardware
 
@@ -1012,6 +1112,7 @@ def _validate_row(row: dict[str, Any], cache: dict | None = None) -> None:
     _block_layers(row)
     _param_gather(row)
     row_schedule(row)
+    row_stack(row)
     row_dispatch(row)
     mods = _modules(row)
     if mods is not None:

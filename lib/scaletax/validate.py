@@ -8,9 +8,13 @@ Public API
   and ``error_summary(table)``; ``TARGETS``.
 - Cross-validation: ``holdout(scheme=...)`` predicts every row with a calibration that did not
   see it: ``"row"`` (leave one row out), ``"family"`` (its model family), ``"generation"`` (its
-  GPU generation), ``"source"`` (MLPerf, Megatron-Bridge, papers), ``"group"`` (suite x family);
+  GPU generation), ``"source"`` (MLPerf, Megatron-Bridge, papers), ``"group"`` (suite x family),
+  ``"regime"`` (its regime, ``runs.REGIMES``: fine-grained MoE, long context, FSDP, small dense...);
   ``holdout_summary``, ``cross_validation()`` (all schemes with in-sample beside them),
-  ``HOLDOUT_TARGETS``; keys ``row_family``, ``row_generation``, ``row_source``, ``row_group``.
+  ``HOLDOUT_TARGETS``, ``goals_met(summary)`` (``CV_GOALS``); keys ``row_family``,
+  ``row_generation``, ``row_source``, ``row_group``, ``row_regime``.
+- By regime: ``regime_summary(cv, heldout=None)`` (in sample, leave one regime out and held-out
+  runs per regime) and ``worst_regime(regimes)`` (the largest out-of-sample median error).
 - Row plumbing (``runs``): ``row_setup`` = ``runs.plan_row``, ``measured_tokens_per_s``,
   ``prepare_rows``, ``prepare_setups``, ``load_rows``.
 """
@@ -25,8 +29,8 @@ from scaletax import calibrate as cal
 from scaletax import hardware, perf, runs
 from scaletax.calibrate import load_rows, prepare_rows
 from scaletax.layout import label
-from scaletax.runs import (FAMILY_PATTERNS, ROW_CONVENTIONS, RUNS_CSV, measured_tokens_per_s, row_family,
-                           row_generation, row_source)
+from scaletax.runs import (FAMILY_PATTERNS, REGIME_CRITERIA, REGIMES, ROW_CONVENTIONS, RUNS_CSV, measured_tokens_per_s,
+                           row_family, row_generation, row_regime, row_source)
 
 RowSetup = runs.RowPlan
 row_setup = runs.plan_row
@@ -48,7 +52,7 @@ def row_group(row: dict[str, Any]) -> str:
 
 #: Cross-validation schemes: the key whose rows a fold leaves out together.
 SCHEMES: dict[str, Any] = {"row": None, "family": row_family, "generation": row_generation,
-                           "source": row_source, "group": row_group}
+                           "source": row_source, "group": row_group, "regime": row_regime}
 
 
 # =========================================================================================
@@ -144,7 +148,8 @@ def holdout(rows: Sequence[dict[str, Any]] | None = None, scheme: str = "row",
         out.append({"run_id": su.row.get("run_id", ""), "group": row_group(su.row),
                     "fold": str(key_of(su.row)) if key_of is not None else su.row.get("run_id", ""),
                     "family": row_family(su.row), "generation": row_generation(su.row), "source": row_source(su.row),
-                    "hardware": su.row["hardware"], "measured": su.measured, "predicted": float(pred[i]),
+                    "regime": row_regime(su.row), "hardware": su.row["hardware"], "measured": su.measured,
+                    "predicted": float(pred[i]),
                     "error": float(pred[i]) / su.measured - 1.0, "prior": prior[i]})
     return out
 
@@ -166,7 +171,7 @@ def band_coverage(table: Sequence[dict[str, Any]], spread: float) -> float:
 
 
 def cross_validation(prepared: tuple[perf.StepInputs, list[RowSetup]] | None = None,
-                     schemes: Sequence[str] = ("row", "family", "generation", "source")) -> dict[str, Any]:
+                     schemes: Sequence[str] = ("row", "family", "generation", "source", "regime")) -> dict[str, Any]:
     """The validation headline: in-sample and every cross-validation scheme side by side.
 
     Returns ``{"in_sample": summary, scheme: summary, ..., "tables": {scheme: rows},
@@ -189,7 +194,74 @@ def cross_validation(prepared: tuple[perf.StepInputs, list[RowSetup]] | None = N
     return out
 
 
-__all__ = ["CV_GOALS", "FAMILY_PATTERNS", "HOLDOUT_TARGETS", "ROW_CONVENTIONS", "RUNS_CSV", "RowSetup", "SCHEMES",
-           "TARGETS", "band_coverage", "cross_validation", "error_summary", "holdout", "holdout_summary",
-           "load_rows", "measured_tokens_per_s", "prepare_rows", "prepare_setups", "row_family",
-           "row_generation", "row_group", "row_setup", "row_source", "validation_table"]
+def _abs_stats(errors: Sequence[float]) -> tuple[float | None, float | None, float | None]:
+    """(median |error|, share within 25%, largest |error|) of ``errors``; Nones when empty."""
+    if not len(errors):
+        return None, None, None
+    a = np.abs(np.asarray(errors, dtype=np.float64))
+    return float(np.median(a)), float(np.mean(a <= 0.25)), float(a.max())
+
+
+def regime_summary(cv: dict[str, Any], heldout: Sequence[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """One dict per regime of :data:`runs.REGIMES` (all of them, in order, empty ones included):
+
+    - ``rows``: calibration rows with a measurement in the regime (``runs.row_regime``);
+      ``in_sample``: their median |error| with the full calibration;
+    - ``cv_median``, ``cv_within_25``, ``cv_max``: the same rows predicted by a calibration without
+      the whole regime (``cv["tables"]["regime"]``, :func:`holdout` scheme ``"regime"``);
+      ``prior``: the parameters that took their prior in that fold;
+    - with ``heldout`` (rows with ``error`` and ``regime``, or runs-table columns to derive it from,
+      e.g. ``chapters.validation.heldout_rows``: never calibrated on, predicted with the full
+      calibration): ``heldout_rows``, ``heldout_median``, ``heldout_within_25`` in the regime;
+    - ``oos_rows``, ``oos_median``, ``oos_within_25``: over the union of the two out-of-sample sets
+      (leave-one-regime-out calibration rows and held-out rows) -- what :func:`worst_regime` ranks.
+
+    Statistics of an empty set are None. ``cv``: :func:`cross_validation` with scheme ``"regime"``.
+    """
+    if "regime" not in cv.get("tables", {}):
+        raise ValueError("regime_summary: cv has no 'regime' scheme (cross_validation(schemes=(..., 'regime')))")
+    ins = {r["run_id"]: r for r in cv["tables"]["in_sample"]}
+    held = [{**h, "regime": h.get("regime") or row_regime(h)} for h in (heldout or ())]
+    unknown = {h["regime"] for h in held} - set(REGIMES)
+    if unknown:
+        raise ValueError(f"regime_summary: unknown regime(s) {sorted(unknown)}; known: {', '.join(REGIMES)}")
+    out = []
+    for reg in REGIMES:
+        cal_rows = [r for r in cv["tables"]["regime"] if r["regime"] == reg]
+        cv_err = [r["error"] for r in cal_rows]
+        ho_err = [h["error"] for h in held if h["regime"] == reg]
+        rec: dict[str, Any] = {"regime": reg, "criterion": REGIME_CRITERIA[reg], "rows": len(cal_rows),
+                               "in_sample": _abs_stats([ins[r["run_id"]]["error"] for r in cal_rows])[0]}
+        rec["cv_median"], rec["cv_within_25"], rec["cv_max"] = _abs_stats(cv_err)
+        rec["prior"] = ", ".join(sorted({p.strip() for r in cal_rows for p in r["prior"].split(",") if p.strip()}))
+        rec["heldout_rows"] = len(ho_err)
+        rec["heldout_median"], rec["heldout_within_25"], _ = _abs_stats(ho_err)
+        rec["oos_rows"] = len(cv_err) + len(ho_err)
+        rec["oos_median"], rec["oos_within_25"], _ = _abs_stats(cv_err + ho_err)
+        out.append(rec)
+    return out
+
+
+def worst_regime(regimes: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The regime (a row of :func:`regime_summary`) with the largest out-of-sample median |error|,
+    ``oos_median``: the median over its calibration rows predicted by a calibration without the
+    whole regime together with its held-out rows (where ``regime_summary`` was given them), each
+    row counted once. Regimes with no out-of-sample row are not ranked; ties go to the first in
+    :data:`runs.REGIMES`."""
+    ranked = [r for r in regimes if r["oos_median"] is not None]
+    if not ranked:
+        raise ValueError("worst_regime: no regime has an out-of-sample row")
+    return max(ranked, key=lambda r: r["oos_median"])
+
+
+def goals_met(summary: dict[str, Any], goals: dict[str, float] | None = None) -> bool:
+    """Whether a :func:`holdout_summary` meets :data:`CV_GOALS` (median |error| and share within 25%)."""
+    g = CV_GOALS if goals is None else goals
+    return bool(summary["median_abs_error"] <= g["median_abs_error"] and summary["within_25"] >= g["within_25"])
+
+
+__all__ = ["CV_GOALS", "FAMILY_PATTERNS", "HOLDOUT_TARGETS", "REGIMES", "REGIME_CRITERIA", "ROW_CONVENTIONS",
+           "RUNS_CSV", "RowSetup", "SCHEMES", "TARGETS", "band_coverage", "cross_validation", "error_summary",
+           "goals_met", "holdout", "holdout_summary", "load_rows", "measured_tokens_per_s", "prepare_rows",
+           "prepare_setups", "regime_summary", "row_family", "row_generation", "row_group", "row_regime", "row_setup",
+           "row_source", "validation_table", "worst_regime"]

@@ -14,6 +14,8 @@ Public API
 - ``worst_rows(runs, n)``, ``caveats(notes)``, ``recompute_whatif(rows, run_ids)``.
 - Cross-validation (the headline): ``cv_scheme_rows(cv)``, ``cv_category_rows(cv, by)``, ``cv_rows(runs, cv)``
   (``cv`` = ``validate.cross_validation``); ``stack_rows(cv, rows)``.
+- By regime (issue 29): ``regime_rows(cv, held)`` (every ``runs.REGIMES`` regime, empty ones
+  included), ``worst_regime_text(worst)``, ``regime_goals_text(summary)``, ``empty_regimes_text(regimes)``.
 - ``parameter_rows(band)``, ``representative(runs)``, ``breakdown_rows(runs)``, ``mfu_rows(runs)``.
 - ``gemm_points(...)``, ``gemm_summary(points, band)``, ``gemm_curves(summary, points)``, ``copy_fraction(...)``.
 - Seed claims ``b200_vs_h100(table)``, ``gb300_vs_gb200(table)``, ``mfu_by_precision(table)``, and
@@ -257,7 +259,11 @@ def recompute_whatif(rows: Sequence[dict[str, Any]], run_ids: Sequence[str],
 #: Cross-validation schemes shown in the chapter, with their labels.
 CV_SCHEMES: dict[str, str] = {"in_sample": "in sample (all rows)", "row": "leave one row out",
                               "family": "leave one model family out", "generation": "leave one GPU generation out",
-                              "source": "leave one source out"}
+                              "source": "leave one source out", "regime": "leave one regime out"}
+#: What the regime table says of a regime without any published run that has a measurement.
+NO_REGIME_RUN = "no published run with a measurement in data/"
+#: ... and of a regime with held-out runs but no calibration row (nothing to fit or leave out).
+NO_REGIME_CALIBRATION = "no calibration row"
 
 
 def cv_scheme_rows(cv: dict[str, Any]) -> list[dict[str, Any]]:
@@ -294,6 +300,63 @@ def cv_category_rows(cv: dict[str, Any], by: str) -> list[dict[str, Any]]:
                     "within_25": float(np.mean(e_out <= 0.25)),
                     "prior": ", ".join(sorted({r["prior"] for r in rs if r["prior"]})) or "–"})
     return out
+
+
+def regime_rows(cv: dict[str, Any], held: Sequence[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """One display row per regime of ``runs.REGIMES`` (every one, in order):
+    ``validate.regime_summary(cv, held)`` with, where a regime has no calibration row, the in-sample
+    cell saying so (:data:`NO_REGIME_CALIBRATION`, or :data:`NO_REGIME_RUN` when it has no held-out
+    run either); ``held``: :func:`heldout_rows`."""
+    out = []
+    for r in validate.regime_summary(cv, held):
+        rec = {**r, "label": r["regime"][:1].upper() + r["regime"][1:], "empty": r["oos_rows"] == 0}
+        if not r["rows"]:
+            rec["in_sample"] = NO_REGIME_RUN if rec["empty"] else NO_REGIME_CALIBRATION
+        out.append(rec)
+    return out
+
+
+def _count(n: int, one: str, many: str | None = None) -> str:
+    return f"{n:,} {one if n == 1 else (many or one + 's')}"
+
+
+def worst_regime_text(worst: dict[str, Any]) -> str:
+    """What the worst regime's out-of-sample error is taken over (a row of :func:`regime_rows` /
+    ``validate.worst_regime``): its calibration rows each predicted by a calibration without the
+    whole regime, and its held-out runs, as it has them."""
+    parts = []
+    if worst["rows"]:
+        parts.append(f"its {_count(worst['rows'], 'calibration row')} predicted by a calibration without any "
+                     f"{worst['regime']} row")
+    if worst["heldout_rows"]:
+        parts.append(f"{'its ' if not parts else ''}{_count(worst['heldout_rows'], 'held-out run')}")
+    return " and ".join(parts)
+
+
+def regime_goals_text(summary: dict[str, Any]) -> str:
+    """One sentence: does leaving one regime out (a ``validate.holdout_summary``) meet
+    ``validate.CV_GOALS``, and if not, which goal it misses."""
+    g = validate.CV_GOALS
+    missed = []
+    if summary["median_abs_error"] > g["median_abs_error"]:
+        missed.append(f"the median (at most {g['median_abs_error']:.0%})")
+    if summary["within_25"] < g["within_25"]:
+        missed.append(f"the share within 25% (at least {g['within_25']:.0%})")
+    if not missed:
+        return "Leaving one regime out meets both goals."
+    return f"Leaving one regime out misses {' and '.join(missed)}."
+
+
+def empty_regimes_text(regimes: Sequence[dict[str, Any]]) -> str:
+    """One sentence naming the regimes without any published run with a measurement (or saying
+    that every regime has one)."""
+    empty = [r["regime"] for r in regimes if r["empty"]]
+    if not empty:
+        return "Every regime has at least one published run with a measurement."
+    names = empty[0] if len(empty) == 1 else ", ".join(empty[:-1]) + " and " + empty[-1]
+    one = len(empty) == 1
+    return (f"The {names} {'regime has' if one else 'regimes have'} {NO_REGIME_RUN}: "
+            f"{'its' if one else 'their'} error is not measured.")
 
 
 def stack_label(row: dict[str, Any]) -> str:
@@ -363,9 +426,11 @@ COVERAGE: dict[str, tuple[str, str, Any]] = {
 }
 
 
-#: Probe category -> label: the :data:`COVERAGE` categories and ``production_moe`` (NVIDIA's benchmark
-#: recipes for the headline MoE models, :data:`PRODUCTION_MOE_CSV`).
-PROBE_LABELS: dict[str, str] = {**{k: v[0] for k, v in COVERAGE.items()}, "production_moe": "Production MoE recipe"}
+#: Probe category -> label: the :data:`COVERAGE` categories, ``production_moe`` (NVIDIA's benchmark
+#: recipes for the headline MoE models, :data:`PRODUCTION_MOE_CSV`) and ``memory_fit`` (a published
+#: layout the memory model once failed to fit, issue 29: Mixtral 8x7B TP8 PP2 on 32 H100).
+PROBE_LABELS: dict[str, str] = {**{k: v[0] for k, v in COVERAGE.items()}, "production_moe": "Production MoE recipe",
+                                "memory_fit": "Memory-fit check"}
 
 
 def coverage_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -479,7 +544,7 @@ def heldout_rows(path: Path | str = HELDOUT_CSV, band: perf.EfficiencyBand | Non
         out.append({"run_id": r["run_id"], "model": r["model"], "gpu_label": hardware.get(r["hardware"]).label,
                     "gpus": int(r["gpu_count"]), "layout": label(lays.layout(i), recompute=False), "recompute": words[i],
                     "assumptions": "; ".join(plan.assumptions[i]), "precision": str(r["precision"]).upper(),
-                    "seq_len": int(r["seq_len"]), "source": source_md(r["source_url"]),
+                    "seq_len": int(r["seq_len"]), "source": source_md(r["source_url"]), "regime": runs.row_regime(r),
                     "measured": measured, "basis": plan.basis[i], "predicted": p, "low": lo, "high": hi,
                     "error": p / measured - 1.0, "in_band": lo <= measured <= hi,
                     "error_dp_unhidden": float(unhidden[i]) / measured - 1.0,
@@ -804,4 +869,6 @@ __all__ = ["CAVEAT_WORDS", "COMPONENTS", "COMPONENT_COLORS", "GEMM_DTYPES", "SOU
            "model_short", "parameter_rows", "pinned_fit", "recompute_whatif", "representative", "run_rows",
            "source_kind", "source_md", "spct", "target_rows", "targets_met", "worst_rows",
            "COVERAGE", "HELDOUT_CSV", "PROBE_SOURCES", "RECIPE_NOTE", "coverage_rows", "heldout_group", "heldout_rows", "heldout_summary", "probe_fit_text", "probe_rows", "probe_sources",
-           "recipe_matched", "PROBE_LABELS", "PRODUCTION_MOE_CSV", "in_search_space", "recipe_search_rows"]
+           "recipe_matched", "PROBE_LABELS", "PRODUCTION_MOE_CSV", "in_search_space", "recipe_search_rows",
+           "NO_REGIME_CALIBRATION", "NO_REGIME_RUN", "empty_regimes_text", "regime_goals_text", "regime_rows",
+           "worst_regime_text"]

@@ -1,0 +1,129 @@
+"""Cross-validation by regime (issue 29): the regime of a runs-table row, the leave-one-regime-out
+folds, the per-regime summary with the worst regime, and the validation chapter's regime rows."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from scaletax import DATA_DIR, calibrate, perf, runs, validate
+from scaletax.chapters import validation as vs
+
+
+@pytest.fixture(scope="module")
+def by_id():
+    rows = runs.read_runs(runs.RUNS_CSV) + runs.read_runs(DATA_DIR / "heldout_runs.csv")
+    return {r["run_id"]: r for r in rows}
+
+
+def test_regime_of_concrete_rows(by_id):
+    assert runs.row_regime(by_id["mbridge25.09-DeepSeek-V3671B-DGX-H100-1024-FP8"]) == "fine-grained MoE"
+    assert runs.row_regime(by_id["deepseek-v3-paper-2048-h800-fp8"]) == "fine-grained MoE"
+    assert runs.row_regime(by_id["llama3-paper-405b-16k-131k-h100-bf16"]) == "long context"
+    assert runs.row_regime(by_id["narayanan2021-1.7B"]) == "small dense"
+    assert runs.row_regime(by_id["mbridge25.11-Llama3-DGX-B200-8-FP8-CS"]) == "small dense"
+    assert runs.row_regime(by_id["mlperf4.0-NVIDIA-eos_n64_ngc24.04_nemo-gpt3"]) == "large dense"
+    assert runs.row_regime(by_id["narayanan2021-39.1B"]) == "large dense"
+    # Megatron-FSDP: the stack column, or ZeRO stage 3 (a blank stack is Megatron-Core)
+    assert runs.row_regime(by_id["mbridge26.04.01-Llama3-DGX-GB200-64-FP8"]) == "FSDP stack"  # zero_stage 3
+    dense = by_id["mlperf4.0-NVIDIA-eos_n64_ngc24.04_nemo-gpt3"]
+    assert runs.row_regime({**dense, "stack": "fsdp"}) == "FSDP stack"
+    assert runs.row_regime({**dense, "stack": ""}) == runs.row_regime({**dense, "stack": None}) == "large dense"
+    # first match wins: a long-context MoE is MoE; a coarse MoE is not fine-grained
+    moe = by_id["mbridge25.09-DeepSeek-V3671B-DGX-H100-1024-FP8"]
+    assert runs.row_regime({**moe, "seq_len": 131072}) == "fine-grained MoE"
+    assert runs.row_regime({**moe, "moe_experts": 8}) == "coarse MoE"
+    # a blank parameter count falls back to the architecture's
+    assert runs.row_regime({**by_id["narayanan2021-1.7B"], "total_params_b": ""}) == "small dense"
+    assert set(runs.REGIME_CRITERIA) == set(runs.REGIMES)
+    assert {runs.row_regime(r) for r in by_id.values()} <= set(runs.REGIMES)
+
+
+def test_leave_one_regime_out_leaves_the_whole_regime_out(prepared):
+    inp, plans = prepared
+    h = validate.holdout(prepared=prepared, scheme="regime")
+    assert len(h) == sum(p.measured is not None for p in plans)  # every row tested
+    assert all(r["fold"] == r["regime"] == runs.row_regime(next(p.row for p in plans if p.row["run_id"] == r["run_id"]))
+               for r in h)
+    # a regime's prediction is a calibration on the other regimes' rows only
+    reg = "FSDP stack"
+    test = [i for i, p in enumerate(plans) if runs.row_regime(p.row) == reg]
+    train = [i for i, p in enumerate(plans) if runs.row_regime(p.row) != reg and p.measured is not None]
+    assert test and train
+    fold = calibrate.calibrate_fold(inp, plans, train)
+    assert not any(runs.row_regime(plans[i].row) == reg for i in fold.calibration.rows)
+    want = perf.evaluate(inp, fold.efficiency).tokens_per_s_per_gpu
+    got = {r["run_id"]: r["predicted"] for r in h}
+    for i in test:
+        assert got[plans[i].row["run_id"]] == pytest.approx(float(want[i]), rel=1e-12)
+    # leaving the large-dense regime out removes every Ampere row and the one NVFP4 row: priors
+    large = [r for r in h if r["regime"] == "large dense"]
+    assert any("family_factor_ampere" in r["prior"] for r in large)
+    assert any("gemm_ceiling_4bit" in r["prior"] for r in large)
+
+
+def _cv(errors):
+    """A cross_validation-shaped dict: (run_id, regime, in-sample error, left-out error) rows."""
+    return {"tables": {"in_sample": [{"run_id": i, "error": e} for i, _, e, _ in errors],
+                       "regime": [{"run_id": i, "regime": g, "error": o, "prior": ""} for i, g, _, o in errors]}}
+
+
+def test_regime_summary_and_worst_regime_picks_the_largest_out_of_sample_median():
+    cv = _cv([("a", "small dense", 0.01, 0.05), ("b", "small dense", -0.02, -0.07),
+              ("c", "large dense", 0.01, 0.12), ("d", "fine-grained MoE", 0.1, 0.2)])
+    held = [{"run_id": "h1", "regime": "long context", "error": -0.3},
+            {"run_id": "h2", "regime": "fine-grained MoE", "error": 0.02}]
+    s = {r["regime"]: r for r in validate.regime_summary(cv, held)}
+    assert list(s) == list(runs.REGIMES)
+    assert s["small dense"]["rows"] == 2 and s["small dense"]["cv_median"] == pytest.approx(0.06)
+    assert s["small dense"]["in_sample"] == pytest.approx(0.015) and s["small dense"]["heldout_rows"] == 0
+    assert s["fine-grained MoE"]["oos_rows"] == 2 and s["fine-grained MoE"]["oos_median"] == pytest.approx(0.11)
+    assert s["long context"]["rows"] == 0 and s["long context"]["cv_median"] is None
+    assert s["long context"]["heldout_median"] == pytest.approx(0.3)
+    assert s["FSDP stack"]["oos_rows"] == 0 and s["FSDP stack"]["oos_median"] is None
+    worst = validate.worst_regime(list(s.values()))
+    assert worst["regime"] == "long context"
+    assert worst["oos_median"] == max(r["oos_median"] for r in s.values() if r["oos_median"] is not None)
+    # without the held-out runs the worst is the largest leave-one-regime-out median
+    assert validate.worst_regime(validate.regime_summary(cv))["regime"] == "fine-grained MoE"
+    with pytest.raises(ValueError, match="regime"):
+        validate.regime_summary({"tables": {"in_sample": []}})
+    with pytest.raises(ValueError, match="out-of-sample"):
+        validate.worst_regime(validate.regime_summary(_cv([])))
+
+
+def test_goals_met():
+    g = validate.CV_GOALS
+    assert validate.goals_met({"median_abs_error": g["median_abs_error"], "within_25": g["within_25"]})
+    assert not validate.goals_met({"median_abs_error": g["median_abs_error"] + 0.01, "within_25": 1.0})
+    assert not validate.goals_met({"median_abs_error": 0.0, "within_25": g["within_25"] - 0.01})
+
+
+def test_chapter_regime_rows_list_every_regime():
+    cv = _cv([("a", "small dense", 0.01, 0.05), ("d", "fine-grained MoE", 0.1, 0.2)])
+    held = [{"run_id": "h1", "regime": "long context", "error": -0.3}]
+    rows = vs.regime_rows(cv, held)
+    assert [r["regime"] for r in rows] == list(runs.REGIMES)
+    by = {r["regime"]: r for r in rows}
+    assert by["FSDP stack"]["in_sample"] == vs.NO_REGIME_RUN and by["FSDP stack"]["empty"]
+    assert by["long context"]["in_sample"] == vs.NO_REGIME_CALIBRATION and not by["long context"]["empty"]
+    assert by["small dense"]["in_sample"] == pytest.approx(0.01)
+    assert all(r["criterion"] == runs.REGIME_CRITERIA[r["regime"]] for r in rows)
+    text = vs.empty_regimes_text(rows)
+    assert vs.NO_REGIME_RUN in text and "FSDP stack" in text and "large dense" in text
+    assert "without any fine-grained MoE row" in vs.worst_regime_text(by["fine-grained MoE"])
+    assert vs.worst_regime_text(by["long context"]) == "its 1 held-out run"
+    assert vs.regime_goals_text({"median_abs_error": 0.0, "within_25": 1.0}).endswith("meets both goals.")
+    assert "median" in vs.regime_goals_text({"median_abs_error": 0.5, "within_25": 1.0})
+
+
+def test_chapter_regime_rows_on_the_data(prepared):
+    cv = validate.cross_validation(prepared=prepared, schemes=("regime",))
+    held = vs.heldout_rows()
+    rows = vs.regime_rows(cv, held)
+    assert [r["regime"] for r in rows] == list(runs.REGIMES)
+    assert sum(r["rows"] for r in rows) == cv["regime"]["rows"]
+    assert sum(r["heldout_rows"] for r in rows) == len(held)
+    pooled = np.median([abs(r["error"]) for r in cv["tables"]["regime"]])
+    assert cv["regime"]["median_abs_error"] == pytest.approx(pooled)
+    worst = validate.worst_regime(rows)
+    assert all(worst["oos_median"] >= r["oos_median"] for r in rows if r["oos_median"] is not None)
