@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import yaml
 
-from scaletax import calibrate, models, perf, validate
+from scaletax import calibrate, models, perf, runs, validate
 
 
 @pytest.fixture(scope="module")
@@ -146,7 +146,10 @@ def test_row_conventions(prepared):
     _, setups = prepared
     by = {s.row["run_id"]: s for s in setups}
     ds = by["mbridge25.09-DeepSeek-V3671B-DGX-H100-1024-FP8"]
-    assert ds.layout.etp == 1 and any("etp=1" in a for a in ds.assumptions)
+    # the row states the recipe's expert_tensor_parallel_size=1, so no default is assumed for it
+    assert ds.layout.etp == 1 and not any("etp" in a for a in ds.assumptions)
+    blank = runs.plan_row({**ds.row, "etp": None})  # blank: Megatron-Core's default, the TP size
+    assert blank.layout.etp == ds.layout.tp == 2 and any("etp=2 (default: tp" in a for a in blank.assumptions)
     kor = by["korthikanti2022-530B"]
     assert kor.layout.gbs == 2240 and kor.layout.n_micro == 280  # one sequence per GPU
     nar = by["narayanan2021-1T"]

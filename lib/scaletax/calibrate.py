@@ -120,6 +120,45 @@ FIT_BOUNDS: dict[str, tuple[float, float]] = {
     "family_factor_hopper": (1.0, 1.0), "gemm_roofline": (0.0, 3.0), "memory_overhead": (0.5, 8.0),
     "overlap_scale": (0.0, 2.0),
 }
+
+
+def fp8_over_bf16_max(path: Path | str = GEMM_CSV) -> float:
+    """The largest ratio, over the shapes measured in both formats, of the fraction of the dense
+    peak an FP8 GEMM sustains to the fraction the BF16 GEMM of the same shape sustains (both FP8
+    columns of ``data/measured/gemm_h200.csv``, plain and fast accumulation; H200 dense peaks).
+
+    Every measured shape has it at or below about 1: an FP8 GEMM does not reach a larger share of
+    its (twice as high) peak than BF16 does under the same power limit.
+    """
+    return _fp8_over_bf16_max(Path(path).read_bytes().decode("utf-8"), str(path), hardware.get("h200_sxm"))
+
+
+@lru_cache(maxsize=4)
+def _fp8_over_bf16_max(text: str, path: str, g: hardware.GPU) -> float:
+    """:func:`fp8_over_bf16_max` of the CSV ``text`` (kept per process: every fit asks for it)."""
+    by: dict[tuple[str, ...], dict[str, float]] = {}
+    for r in csv.DictReader(io.StringIO(text, newline="")):
+        if r["dtype"] in ("bf16", "fp8_e4m3", "fp8_e4m3_fastaccum"):
+            by.setdefault((r["label"], r["m"], r["n"], r["k"]), {})[r["dtype"]] = float(r["tflops"]) * 1e12
+    ratios = [v[d] / g.peak_flops("fp8") / (v["bf16"] / g.peak_flops("bf16"))
+              for v in by.values() if "bf16" in v for d in ("fp8_e4m3", "fp8_e4m3_fastaccum") if d in v]
+    if not ratios:
+        raise ValueError(f"{path}: no shape measured in both BF16 and FP8")
+    return float(max(ratios))
+
+
+def fit_bounds() -> dict[str, tuple[float, float]]:
+    """:data:`FIT_BOUNDS` with the 8-bit ceiling's upper end from the H200 measurement: the
+    measured 16-bit ceiling times :func:`fp8_over_bf16_max` (on the Hopper basis the 8-bit
+    ceiling is a fraction of the FP8 peak, which no measured FP8 GEMM holds above the BF16 one).
+    Without it a fold that keeps few 8-bit rows trades the 8-bit ceiling against the
+    memory-bound overhead up to a ceiling of 1 (leaving the large dense runs out did)."""
+    b = dict(FIT_BOUNDS)
+    top = fit_gemm_measurements()["ceiling_bf16"] * fp8_over_bf16_max()
+    b["gemm_ceiling_8bit"] = (b["gemm_ceiling_8bit"][0], min(b["gemm_ceiling_8bit"][1], top))
+    return b
+
+
 #: Families without rows in the table take the Blackwell factor (stated, not calibrated); Blackwell
 #: Ultra times its power headroom over Blackwell (:data:`DERIVED_FAMILIES`, ``perf.power_per_flop``).
 TIED_FAMILIES: tuple[str, ...] = ("blackwell_ultra", "rubin")
@@ -209,8 +248,9 @@ class Calibration:
 def _lm(inp, meas, names, base, idx, iters=80, ratios=None):
     """Levenberg-Marquardt on log(parameter), bounds by clipping; returns (params, cost)."""
     ratios = tie_ratios() if ratios is None else ratios
-    lo = np.array([max(FIT_BOUNDS[n][0], 1e-6) for n in names])
-    hi = np.array([FIT_BOUNDS[n][1] for n in names])
+    bounds = fit_bounds()
+    lo = np.array([max(bounds[n][0], 1e-6) for n in names])
+    hi = np.array([bounds[n][1] for n in names])
 
     def unpack(x):
         return {**base, **dict(zip(names, np.clip(np.exp(x), lo, hi)))}
@@ -362,7 +402,7 @@ def efficiency_ranges(prepared=None) -> dict[str, Any]:
     Run-calibrated parameters: value from :func:`calibrate` on every row; range = the values of
     that parameter (others at their best values) that raise the sum of squared log errors by at
     most ``RANGE_CHI2`` x s^2, s^2 = cost / (rows - fitted parameters): a one-parameter 95%
-    likelihood-ratio interval (searched on a 0.5% grid in log space, within ``FIT_BOUNDS``).
+    likelihood-ratio interval (searched on a 0.5% grid in log space, within :func:`fit_bounds`).
     Measured parameters: value from :func:`fit_gemm_measurements` (m >= 1024); range = the values
     with the minimum-m cut at 1024, 2048 and 4096. Stated: Hopper factor 1 (the reference);
     Blackwell Ultra and Rubin take Blackwell's value with its range widened by 10%.
@@ -375,6 +415,7 @@ def efficiency_ranges(prepared=None) -> dict[str, Any]:
     s2 = full.cost / max(len(idx) - len(full.fitted), 1)
     limit = full.cost + RANGE_CHI2 * s2
     ratios = tie_ratios()
+    bounds = fit_bounds()
     out: dict[str, Any] = {}
     for n in full.fitted:
         v = full.params[n]
@@ -383,7 +424,7 @@ def efficiency_ranges(prepared=None) -> dict[str, Any]:
             last = v
             for step in np.arange(1, 301) * 0.005:
                 t = v * math.exp(sign * step)
-                if not FIT_BOUNDS[n][0] <= t <= FIT_BOUNDS[n][1]:
+                if not bounds[n][0] <= t <= bounds[n][1]:
                     break
                 try:
                     r = _residuals(inp, meas, {**full.params, n: t}, ratios)[idx]
@@ -427,7 +468,9 @@ _SOURCES = {
     "gemm_ceiling_8bit": "CALIBRATED on the FP8/MXFP8 rows of data/published_runs.csv (Hopper basis; Blackwell "
                          "multiplies by its family factor). The single-GEMM H200 measurement gives {fp8_meas:.3f} "
                          "(torch._scaled_mm, random data; about 0.70 with fast accumulation); the training runs "
-                         "need more: an open question discussed in the validation chapter.",
+                         "need more: an open question discussed in the validation chapter. Fitted below {fp8_top:.3f}, "
+                         "the measured 16-bit ceiling x {fp8_ratio:.3f}, the largest FP8 / BF16 ratio of "
+                         "fractions of peak over the measured shapes (calibrate.fit_bounds).",
     "gemm_ceiling_4bit": "CALIBRATED on the one NVFP4 row (mbridge26.04.01-Llama3.1-DGX-GB200-256-NVFP4); absolute "
                          "(no Hopper basis: FP4 tensor cores start with Blackwell). Held out, it takes its prior "
                          "(8-bit ceiling x Blackwell factor).",
@@ -493,7 +536,8 @@ def efficiency_yaml_text(ranges: dict[str, Any] | None = None, prepared=None) ->
              "gemm_roofline", "memory_overhead", "overlap_scale"]
     for n in order:
         r = ranges[n]
-        src = _SOURCES[n].format(fp8_meas=gm["ceiling_fp8"], ultra_ratio=power_ratio("blackwell_ultra"))
+        src = _SOURCES[n].format(fp8_meas=gm["ceiling_fp8"], ultra_ratio=power_ratio("blackwell_ultra"),
+                                 fp8_top=fit_bounds()["gemm_ceiling_8bit"][1], fp8_ratio=fp8_over_bf16_max())
         lines.append(f"  {n}:")
         lines.append(f"    value: {r['value']:.4f}")
         lines.append(f"    low: {r['low']:.4f}")
@@ -546,6 +590,7 @@ def write_efficiency_yaml(path: Path | str = perf.EFFICIENCY_YAML) -> Path:
 
 
 __all__ = ["COLLECTIVE_PARAMS", "Calibration", "DERIVED_FAMILIES", "FIT_BOUNDS", "FIT_PARAMS", "FoldFit", "GEMM_CSV",
+           "fit_bounds", "fp8_over_bf16_max",
            "IDENTIFIED_BY", "PRIORS", "RANGE_CHI2", "TIED_FAMILIES", "band_from_ranges", "calibrate", "calibrate_fold",
            "efficiency_ranges", "efficiency_yaml_text", "fit_gemm_measurements", "fold_predictions", "load_rows",
            "measured_base", "out_of_sample_spread", "BAND_QUANTILE",
