@@ -46,19 +46,6 @@ def _median(times):
     return statistics.median(times)
 
 
-def idle(fn, warm=3, reps=7):
-    """Seconds of one call launched on an idle GPU (events around it, synchronized after each)."""
-    for _ in range(warm):
-        fn()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record(); fn(); b.record(); torch.cuda.synchronize()
-        out.append(a.elapsed_time(b) / 1e3)
-    return _median(out)
-
-
 def queued(fn, calls=QUEUED_CALLS, warm=3, reps=7):
     """Seconds per call of ``calls`` calls queued back to back (the host ahead of the GPU)."""
     for _ in range(warm):
@@ -73,6 +60,12 @@ def queued(fn, calls=QUEUED_CALLS, warm=3, reps=7):
         b.record(); torch.cuda.synchronize()
         out.append(a.elapsed_time(b) / 1e3 / calls)
     return _median(out)
+
+
+def idle(fn):
+    """Seconds of one call launched on an idle GPU: :func:`queued` with one call per block (events
+    around it, synchronized after each), as ``gemm_h200.py`` times its points."""
+    return queued(fn, calls=1)
 
 
 def _row(name, label, mode, groups, m, n, k, seconds):
