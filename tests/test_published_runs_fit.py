@@ -115,6 +115,30 @@ def test_fsdp_stack_is_zero3_with_fp32_gradients():
     assert pf.options["grad_bytes"] == 4.0 and "grad_bytes" not in pm.options
 
 
+def test_fsdp_stack_holds_16_bytes_per_parameter_shard():
+    """FSDP2 as TorchTitan runs it: the fp32 sharded parameter is the master weight, so the model
+    state is 4 (parameter) + 4 (fp32 gradient) + 8 (Adam m, v) = 16 bytes per parameter over the
+    shard group, plus the layers in flight gathered in bf16; Megatron's distributed optimizer with
+    ZeRO-3 holds 2 (16-bit shard) + 2 (16-bit gradient) + 12 (master, m, v) + 4 (transient fp32
+    gradient copy, outside the model state's peak with activations)."""
+    from scaletax import memory
+
+    pf, pm = runs.plan_row(_llama(stack="fsdp")), runs.plan_row(_llama(zero_stage=3))
+    m = pf.model
+    one = dict(stage="first", include_embeddings=False)  # transformer layers only: every layer alike
+    f = memory.breakdown(m, pf.layout, "bf16", **one, **pf.options, fsdp_prefetch_layers=0)
+    g = memory.breakdown(m, pm.layout, "bf16", **one, **pm.options, fsdp_prefetch_layers=0)
+    state_f = float(f.weights[0] + f.gradients[0] + f.optimizer[0])
+    state_m = float(g.weights[0] + g.gradients[0] + g.optimizer[0])
+    assert f.weights[0] / f.gradients[0] == pytest.approx(1.0) and f.optimizer[0] / f.gradients[0] == pytest.approx(2.0)
+    assert state_f / float(f.gradients[0]) == pytest.approx(4.0)  # 16 = 4 + 4 + 8, per parameter of the shard
+    assert state_m / float(g.weights[0]) == pytest.approx((2 + 2 + 12) / 2)
+    # the gathered layers: bf16 (mixed_precision_param), 2 bytes per parameter of the layers in flight
+    f2 = memory.breakdown(m, pf.layout, "bf16", **one, **pf.options)
+    layer = float(f.weights[0]) / 4.0 * (pf.layout.dp) / m.layers  # parameters of one layer on this TP rank
+    assert float(f2.weights[0] - f.weights[0]) == pytest.approx(memory.FSDP_PREFETCH_LAYERS * layer * 2.0, rel=1e-9)
+
+
 def test_fsdp_stack_hides_no_tp_collectives():
     pf, pm = runs.plan_row(_llama(stack="fsdp")), runs.plan_row(_llama(zero_stage=3))
     inf, inm = runs.step_inputs([pf]), runs.step_inputs([pm])

@@ -160,3 +160,96 @@ def test_leave_one_regime_out_meets_the_goals_with_the_bound(prepared):
     assert fold.params["gemm_ceiling_8bit"] <= calibrate.fit_bounds()["gemm_ceiling_8bit"][1] + 1e-12
     s = validate.holdout_summary(validate.holdout(prepared=prepared, scheme="regime"))
     assert validate.goals_met(s), s
+
+
+def test_model_regime_is_row_regime_for_every_run_in_data():
+    """A scenario's model gets the regime its runs-table row would: ``runs.model_regime`` on the
+    row's architecture, sequence, ZeRO stage and stack equals ``runs.row_regime`` on every row
+    of the four tables in data/ (one rule, two entry points)."""
+    names = ("published_runs.csv", "heldout_runs.csv", "coverage_probes.csv", "production_moe_recipes.csv")
+    rows = [r for n in names for r in runs.read_runs(DATA_DIR / n)]
+    seen = set()
+    for r in rows:
+        zero = 3 if runs.row_stack(r) == "fsdp" else int(r.get("zero_stage") or 1)
+        got = runs.model_regime(runs.row_model(r), int(r["seq_len"]), zero_stage=zero, stack=runs.row_stack(r))
+        assert got == runs.row_regime(r), r["run_id"]
+        seen.add(got)
+    assert seen == set(runs.REGIMES)  # every regime has a row in data/ (coarse MoE: the Mixtral probe)
+
+
+def test_model_regime_of_catalog_models():
+    from scaletax import models
+
+    assert runs.model_regime(models.get("kimi_k2")) == "fine-grained MoE"  # 384 routed experts
+    assert runs.model_regime(models.get("megatron_1t")) == "large dense"
+    assert runs.model_regime(models.get("llama31_8b")) == "small dense"
+    assert runs.model_regime(models.get("llama31_8b"), 65536) == "long context"
+    assert runs.model_regime(models.get("llama31_8b"), stack="fsdp") == "FSDP stack"
+    assert runs.model_regime(models.get("llama31_70b"), zero_stage=3) == "FSDP stack"
+    with pytest.raises(ValueError, match=r"^stack: must be one of megatron, fsdp \(got 'deepspeed'\)$"):
+        runs.model_regime(models.get("llama31_8b"), stack="deepspeed")
+
+
+def test_heldout_errors_are_the_chapters(prepared):
+    """The held-out runs' errors: ``validate.heldout_errors`` (what the regime accuracy counts)
+    gives the validation chapter's ``heldout_rows`` errors, row for row."""
+    a = validate.heldout_errors()
+    b = vs.heldout_rows()
+    assert [r["run_id"] for r in a] == [r["run_id"] for r in b]
+    for x, y in zip(a, b):
+        assert x["regime"] == y["regime"] and x["error"] == pytest.approx(y["error"], rel=1e-12)
+
+
+def test_regime_accuracy_is_one_answer(prepared):
+    """The validation chapter's regime table (recomputed) and what data/efficiency.yaml states per
+    regime (``validate.regime_accuracy``), which the executive summary's limits box and ``scaletax
+    predict`` quote, are the same out-of-sample figures."""
+    from scaletax.chapters import decision as d
+    from scaletax.chapters import summary as s
+    from scaletax.report.chapters import default_parameters
+    from scaletax.report.predict import REGIME_COLUMNS, predict_rows
+
+    cv = validate.cross_validation(prepared=prepared)
+    table = {r["regime"]: r for r in vs.regime_rows(cv, vs.heldout_rows())}
+    acc = {r["regime"]: r for r in validate.regime_accuracy()}
+    assert list(acc) == list(runs.REGIMES)
+    for reg, r in acc.items():
+        for k in ("oos_rows", "oos_median", "oos_within_25", "rows", "heldout_rows"):
+            if r[k] is None:
+                assert table[reg][k] is None, (reg, k)
+            else:  # data/efficiency.yaml states 4 decimals
+                assert r[k] == pytest.approx(table[reg][k], abs=5e-5), (reg, k)
+    plan = d.Plan.from_params(**default_parameters("summary"))
+    lim = s.limits(plan)
+    assert [m["model"] for m in lim["regimes"]] == list(plan.models)
+    worst = validate.worst_regime(list(acc.values()))["regime"]
+    for m in lim["regimes"]:
+        r = acc[m["regime"]]
+        assert (m["oos_rows"], m["oos_median"], m["oos_within_25"]) == (r["oos_rows"], r["oos_median"], r["oos_within_25"])
+        assert m["worst"] == (m["regime"] == worst)
+    text = s.limits_sentences(lim, "x")["regimes"]
+    for m in lim["regimes"]:
+        assert f"{m['name']} is a {m['regime']} model" in text
+        assert f"{100 * m['oos_median']:.1f}% median error over {m['oos_rows']} runs" in text
+    out = predict_rows(runs.read_runs(DATA_DIR / "coverage_probes.csv"))
+    for o in out:
+        r = acc[o["regime"]]
+        assert set(REGIME_COLUMNS) <= set(o) and o["regime_oos_runs"] == r["oos_rows"]
+        assert o["regime_oos_median_abs_error"] == (None if r["oos_median"] is None else round(r["oos_median"], 4))
+
+
+def test_regime_sentence():
+    from scaletax.chapters import summary as s
+
+    regs = [{"name": "GPT 1T", "regime": "large dense", "oos_rows": 27, "oos_median": 0.0501, "oos_within_25": 1.0,
+             "worst": False},
+            {"name": "Kimi K2", "regime": "fine-grained MoE", "oos_rows": 4, "oos_median": 0.1521,
+             "oos_within_25": 0.75, "worst": True},
+            {"name": "Mixtral", "regime": "coarse MoE", "oos_rows": 0, "oos_median": None, "oos_within_25": None,
+             "worst": False}]
+    assert s.regime_sentence(regs, 0.1515) == (
+        "out of sample by regime (a regime's calibration runs each predicted by a calibration without the regime, "
+        "and its held-out runs): GPT 1T is a large dense model, 5.0% median error over 27 runs, all within 25%; "
+        "Kimi K2 is a fine-grained MoE model, the regime predicted worst, 15.2% median error over 4 runs, 75% within "
+        "25%; Mixtral is a coarse MoE model, a regime with no published run that has a measurement: not validated; "
+        "the band (\u00b115%) is the spread over all model families")

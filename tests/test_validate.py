@@ -97,6 +97,11 @@ def test_efficiency_file_is_the_calibration_output(prepared):
     spread = calibrate.out_of_sample_spread(prepared)  # the band is the leave-one-family-out spread
     assert raw["band"]["relative_half_width"] == pytest.approx(spread["relative_half_width"], abs=2e-4)
     assert perf.default_band().spread == raw["band"]["relative_half_width"]
+    regimes = calibrate.regime_spread(prepared)  # the out-of-sample accuracy per regime
+    assert list(raw["regimes"])[1:] == list(regimes)  # after its method
+    for reg, r in regimes.items():
+        for k, v in r.items():
+            assert raw["regimes"][reg][k] == (None if v is None else pytest.approx(v, abs=5e-5)), (reg, k)
     assert set(data) == {k for k in ranges if not k.startswith("_")}
     for name, entry in data.items():
         for key in ("value", "low", "high"):

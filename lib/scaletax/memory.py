@@ -28,7 +28,9 @@ or 16 with 16-bit gradients); ``lowp_weight_copy`` (True); ``lowp_params`` (Fals
 fp8/fp4 "param gather", linear weights kept only in the low-precision format);
 ``selective_modules`` (what "selective" recomputes: ``SELECTIVE_MODULES``, or
 ``SELECTIVE_MODULES_PAPER`` with "paper"); ``include_embeddings`` (True; False reproduces the
-papers' transformer-layers-only accounting); ``fsdp_prefetch_layers``.
+papers' transformer-layers-only accounting); ``fsdp_prefetch_layers``; ``gather_bytes`` (bytes
+per parameter of the ZeRO-3 gathered layers; default the stored linear-weight bytes: a stack that
+stores fp32 and gathers bf16, FSDP2's mixed precision, states 2).
 
 Model of each term (h hidden, a heads, s sequence, b micro-batch, t tensor-parallel size,
 V vocab, L layers, p pipeline size, v virtual stages):
@@ -44,7 +46,9 @@ V vocab, L layers, p pipeline size, v virtual stages):
   drops it at the next step's ``zero_grad(set_to_none=True)``, before the forward pass; it never
   coexists with the activations, so a stage's peak holds the larger of the two (the excess of
   the copy is reported under ``optimizer``; explicitly stated ``optimizer_bytes`` are all
-  persistent). ZeRO (Rajbhandari et al. 2020, arXiv 1910.02054, §5): stage 1
+  persistent). PyTorch FSDP2 as TorchTitan runs it (``runs.fsdp_memory_options``): fp32 parameter
+  shards that are the master weights, fp32 gradient shards and Adam m, v, 4 + 4 + 8 = 16 bytes,
+  with the layers in flight gathered in bf16 (``gather_bytes``). ZeRO (Rajbhandari et al. 2020, arXiv 1910.02054, §5): stage 1
   shards the optimizer state, stage 2 also the gradients, stage 3 also the parameters, over
   the data-parallel group: ``dp * cp`` for dense parameters (Megatron shards over data and
   context ranks), the expert-data-parallel group ``edp`` for routed-expert parameters (whose
@@ -343,7 +347,8 @@ def _stage(model: Model, la: LayoutArray, last: bool, o: dict[str, Any], c: dict
     # ZeRO-3 / FSDP: gathered (unsharded) parameters of the layers in flight (ASSUMPTION above)
     largest_layer = np.maximum(np.where(n_dense > 0, dense_layer, 0.0),
                                np.where(n_moe > 0, moe_nonexp + moe_exp, 0.0))
-    weights = weights + np.where(c["z3"], o["fsdp_prefetch_layers"] * largest_layer * (lin_pb + lowp), 0.0)
+    gathered = (lin_pb if o["gather_bytes"] is None else o["gather_bytes"]) + lowp
+    weights = weights + np.where(c["z3"], o["fsdp_prefetch_layers"] * largest_layer * gathered, 0.0)
     gradients = o["grad_bytes"] * (p_dense / c["g_d"] + p_exp / c["g_e"])
     optimizer = o["optimizer_bytes"] * (p_dense / c["o_d"] + p_exp / c["o_e"])
     grad_copy = o["optimizer_transient_bytes"] * (p_dense / c["o_d"] + p_exp / c["o_e"])
@@ -385,7 +390,7 @@ def resolve_options(precision: str = "bf16", *, attention: str = "flash", dropou
                     optimizer_bytes: float | None = None, lowp_weight_copy: bool = True,
                     lowp_params: bool = False, selective_modules: Sequence[str] | None = None,
                     include_embeddings: bool = True, fsdp_prefetch_layers: int = FSDP_PREFETCH_LAYERS,
-                    ) -> dict[str, Any]:
+                    gather_bytes: float | None = None) -> dict[str, Any]:
     """Validate the memory-model options and fill their defaults (see ``breakdown``)."""
     _check_precision(precision)
     if attention not in ("flash", "paper"):
@@ -416,6 +421,7 @@ def resolve_options(precision: str = "bf16", *, attention: str = "flash", dropou
         "selective_modules": tuple(selective_modules),
         "include_embeddings": bool(include_embeddings),
         "fsdp_prefetch_layers": int(fsdp_prefetch_layers),
+        "gather_bytes": None if gather_bytes is None else float(gather_bytes),
     }
 
 

@@ -61,6 +61,13 @@ GRAD_BYTES = HALF_BYTES
 #: value allowed), passed as ``MixedPrecisionPolicy(reduce_dtype=...)`` (torchtitan/distributed/fsdp.py:165-167);
 #: its parameters are gathered in ``mixed_precision_param`` = "bfloat16" (configs.py:85), 16 bits.
 FSDP_GRAD_BYTES = FP32_BYTES
+#: Stored parameter bytes of a PyTorch FSDP2 stack: the sharded parameter is the fp32 master weight
+#: (TorchTitan 0.3.0 builds the model in ``training.dtype`` = "float32", torchtitan/config/configs.py:78,
+#: trainer.py:363-366, and fully_shard keeps the sharded parameter in that dtype; the bf16 copy,
+#: ``mixed_precision_param``, exists only gathered, layer by layer), and AdamW's m and v follow the
+#: parameter's dtype: 4 + 8 bytes of optimizer-side state, no separate master or 16-bit shard.
+FSDP_PARAM_BYTES = FP32_BYTES
+FSDP_OPTIMIZER_BYTES = 2 * FP32_BYTES
 
 
 @dataclass(frozen=True)
@@ -229,5 +236,5 @@ def fastest_precision(gpu, wanted: str, allowed: Sequence[str] = TRAINING) -> st
     return max(ok, key=g.peak_flops)
 
 
-__all__ = ["FP32_BYTES", "FSDP_GRAD_BYTES", "GRAD_BYTES", "HALF_BYTES", "NAMES", "RECIPES", "Recipe", "TRAINING", "fastest_precision", "get",
+__all__ = ["FP32_BYTES", "FSDP_GRAD_BYTES", "FSDP_OPTIMIZER_BYTES", "FSDP_PARAM_BYTES", "GRAD_BYTES", "HALF_BYTES", "NAMES", "RECIPES", "Recipe", "TRAINING", "fastest_precision", "get",
            "label", "runs_on", "training", "training_precision"]

@@ -34,8 +34,9 @@ which training software ran the row: "megatron" (blank; every row in data/) or "
 FSDP2: TorchTitan, llm-foundry). What fsdp changes is structural and read from TorchTitan 0.3.0's
 source, not fitted (no FSDP-stack row with a measurement is in data/, so nothing can be
 calibrated for it): ZeRO-3 by default (``fully_shard``), fp32 gradient reduce-scatter and shards
-(``recipes.FSDP_GRAD_BYTES``), bf16 parameter all-gather, TP collectives not overlapped
-(``comm.STACK_TP_OVERLAP``).
+(``recipes.FSDP_GRAD_BYTES``), fp32 parameter shards that are the master weights, Adam m and v
+(16 bytes per parameter over the shard group, :func:`fsdp_memory_options`), bf16 parameter
+all-gather, TP collectives not overlapped (``comm.STACK_TP_OVERLAP``).
 """
 from __future__ import annotations
 
@@ -104,8 +105,9 @@ COLUMN_DEFAULTS: dict[str, str] = {
                 "all-to-all under the other micro-batch's compute; unknown: half of it, comm.SCHEDULE_EP_OVERLAP)",
     "stack": "megatron (Megatron-Core / Megatron-LM / NeMo / Megatron-Bridge with Transformer Engine, the stack of "
              "every row in data/); fsdp: PyTorch FSDP2 stacks (TorchTitan, llm-foundry / Composer): zero_stage 3 "
-             "when blank (2 or 3 allowed), gradients reduce-scattered and held in fp32 and parameters gathered in "
-             "bf16 (TorchTitan mixed_precision_reduce / mixed_precision_param), TP collectives not overlapped "
+             "when blank (2 or 3 allowed), gradients reduce-scattered and held in fp32, fp32 parameter shards that are "
+             "the master weights (16 bytes per parameter with Adam m, v), parameters gathered in "
+             "bf16 (TorchTitan training.dtype / mixed_precision_reduce / mixed_precision_param), TP collectives not overlapped "
              "(no async TP by default); structural only, nothing calibrated (comm.STACK_TP_OVERLAP)",
     "tp, pp": "both blank: scaletax predict searches the best layout on gpu_count GPUs",
     "tokens": "blank: no time or cost columns; a token budget (e.g. 1.5e13): scaletax predict adds the days, "
@@ -143,6 +145,9 @@ MAX_GPU_COUNT = 1_000_000
 
 #: The project's published-runs table (calibration and validation).
 RUNS_CSV = DATA_DIR / "published_runs.csv"
+#: Published training runs outside the calibration table (runs-table schema, with their
+#: measurement), never calibrated on: predicted out of sample by ``validate.heldout_predictions``.
+HELDOUT_CSV = DATA_DIR / "heldout_runs.csv"
 #: How a runs-table row becomes a step-time input (stated once, applied to every row; the column
 #: defaults of :data:`COLUMN_DEFAULTS` plus the MoE modelling choices):
 ROW_CONVENTIONS: dict[str, str] = {
@@ -487,8 +492,7 @@ def _stated_recompute(row: dict[str, Any]) -> str:
 
 def memory_options(row: dict[str, Any]) -> dict[str, Any]:
     """Per-row options of ``memory.breakdown``: ``reserve_gib``, ``recompute_modules``,
-    ``fp8_param_gather`` (``lowp_params``) and ``stack`` (fsdp: ``grad_bytes`` fp32,
-    ``recipes.FSDP_GRAD_BYTES``) columns."""
+    ``fp8_param_gather`` (``lowp_params``) and ``stack`` (fsdp: :func:`fsdp_memory_options`) columns."""
     opts: dict[str, Any] = {}
     mods = _modules(row)
     if mods is not None:
@@ -498,8 +502,19 @@ def memory_options(row: dict[str, Any]) -> dict[str, Any]:
     if _param_gather(row):
         opts["lowp_params"] = True
     if row_stack(row) == "fsdp":
-        opts["grad_bytes"] = recipes.FSDP_GRAD_BYTES  # fp32 gradient shards (FSDP2 reduce_dtype float32)
+        opts.update(fsdp_memory_options())
     return opts
+
+
+def fsdp_memory_options() -> dict[str, Any]:
+    """``memory.breakdown`` options of a PyTorch FSDP2 stack (TorchTitan's defaults, ``recipes``):
+    fp32 sharded parameters that are the master weights (``FSDP_PARAM_BYTES``), fp32 gradient
+    shards (``FSDP_GRAD_BYTES``, reduce_dtype float32), Adam m and v only (``FSDP_OPTIMIZER_BYTES``),
+    and the layers in flight gathered in bf16 (``mixed_precision_param``): 16 bytes per parameter
+    over the shard group plus the gathered layers, where Megatron's distributed optimizer with
+    ZeRO-3 holds 2 + 4 + 12."""
+    return {"grad_bytes": recipes.FSDP_GRAD_BYTES, "param_bytes": recipes.FSDP_PARAM_BYTES,
+            "optimizer_bytes": recipes.FSDP_OPTIMIZER_BYTES, "gather_bytes": recipes.HALF_BYTES}
 
 
 def _param_gather(row: dict[str, Any]) -> bool:
@@ -1084,16 +1099,36 @@ def row_regime(row: dict[str, Any]) -> str:
     (:data:`REGIME_CRITERIA`) the row meets. MoE first (any sequence or stack), then long context,
     then the FSDP stack (:func:`row_stack` "fsdp", a blank cell is Megatron-Core; or ``zero_stage``
     3: Megatron-FSDP), then dense by size (``total_params_b``, else the architecture's count)."""
-    experts = _int(row, "moe_experts", 0) or 0
+    size = row.get("total_params_b")
+    experts, seq = _int(row, "moe_experts", 0) or 0, int(row["seq_len"])
+    fsdp = row_stack(row) == "fsdp" or _int(row, "zero_stage", 0) == 3
+    large = None
+    if not (experts or fsdp or seq >= LONG_CONTEXT_TOKENS):  # the size only where it decides
+        large = (row_model(row).total_params / 1e9 if _blank(size) else float(size)) > SMALL_DENSE_PARAMS_B
+    return regime_of(experts, seq, fsdp, large)
+
+
+def model_regime(model: Any, seq_len: int | None = None, zero_stage: int = 1, stack: str = "megatron") -> str:
+    """Regime (:data:`REGIMES`) of training ``model`` (a ``models.Model``) at ``seq_len`` (default
+    its own) with ``stack`` and ``zero_stage``: what :func:`row_regime` gives a row of that run (a
+    scenario's model on Megatron-Core with the distributed optimizer by default)."""
+    if stack not in STACKS:
+        raise ValueError(f"stack: must be one of {', '.join(STACKS)} (got {stack!r})")
+    return regime_of(model.moe_experts if model.is_moe else 0, model.seq_len if seq_len is None else int(seq_len),
+                     stack == "fsdp" or zero_stage == 3, model.total_params / 1e9 > SMALL_DENSE_PARAMS_B)
+
+
+def regime_of(experts: int, seq_len: int, fsdp: bool, large: bool | None) -> str:
+    """The first regime of :data:`REGIMES` whose :data:`REGIME_CRITERIA` a run meets: routed
+    ``experts`` (0: dense), ``seq_len`` tokens, ``fsdp`` (FSDP stack or ZeRO-3), ``large`` (more than
+    :data:`SMALL_DENSE_PARAMS_B` billion parameters; read only for a dense run at a short sequence)."""
     if experts:
         return "fine-grained MoE" if experts >= FINE_MOE_EXPERTS else "coarse MoE"
-    if int(row["seq_len"]) >= LONG_CONTEXT_TOKENS:
+    if seq_len >= LONG_CONTEXT_TOKENS:
         return "long context"
-    if row_stack(row) == "fsdp" or _int(row, "zero_stage", 0) == 3:
+    if fsdp:
         return "FSDP stack"
-    size = row.get("total_params_b")
-    size = row_model(row).total_params / 1e9 if _blank(size) else float(size)
-    return "small dense" if size <= SMALL_DENSE_PARAMS_B else "large dense"
+    return "large dense" if large else "small dense"
 
 
 def _validate_row(row: dict[str, Any], cache: dict | None = None) -> None:

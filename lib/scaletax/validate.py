@@ -14,22 +14,30 @@ Public API
   ``HOLDOUT_TARGETS``, ``goals_met(summary)`` (``CV_GOALS``); keys ``row_family``,
   ``row_generation``, ``row_source``, ``row_group``, ``row_regime``.
 - By regime: ``regime_summary(cv, heldout=None)`` (in sample, leave one regime out and held-out
-  runs per regime) and ``worst_regime(regimes)`` (the largest out-of-sample median error).
+  runs per regime) and ``worst_regime(regimes)`` (the largest out-of-sample median error);
+  ``regime_accuracy()`` / ``regime_record(regime)``: the same figures as ``data/efficiency.yaml``
+  states them (what the executive summary and ``scaletax predict`` quote).
+- Held-out runs (``runs.HELDOUT_CSV``): ``heldout_predictions(path, band)`` (planned rows and the
+  band's prediction, ``calibrate``'s), ``heldout_errors(path)`` (run id, regime, predicted / measured - 1).
 - Row plumbing (``runs``): ``row_setup`` = ``runs.plan_row``, ``measured_tokens_per_s``,
   ``prepare_rows``, ``prepare_setups``, ``load_rows``.
 """
 from __future__ import annotations
 
 import math
+from functools import lru_cache
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
+import yaml
 
 from scaletax import calibrate as cal
 from scaletax import hardware, perf, runs
 from scaletax.calibrate import load_rows, prepare_rows
 from scaletax.layout import label
-from scaletax.runs import (FAMILY_PATTERNS, REGIME_CRITERIA, REGIMES, ROW_CONVENTIONS, RUNS_CSV, measured_tokens_per_s,
+from scaletax.runs import (FAMILY_PATTERNS, HELDOUT_CSV, REGIME_CRITERIA, REGIMES, ROW_CONVENTIONS, RUNS_CSV,
+                           measured_tokens_per_s,
                            row_family, row_generation, row_regime, row_source)
 
 RowSetup = runs.RowPlan
@@ -194,14 +202,6 @@ def cross_validation(prepared: tuple[perf.StepInputs, list[RowSetup]] | None = N
     return out
 
 
-def _abs_stats(errors: Sequence[float]) -> tuple[float | None, float | None, float | None]:
-    """(median |error|, share within 25%, largest |error|) of ``errors``; Nones when empty."""
-    if not len(errors):
-        return None, None, None
-    a = np.abs(np.asarray(errors, dtype=np.float64))
-    return float(np.median(a)), float(np.mean(a <= 0.25)), float(a.max())
-
-
 def regime_summary(cv: dict[str, Any], heldout: Sequence[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """One dict per regime of :data:`runs.REGIMES` (all of them, in order, empty ones included):
 
@@ -231,13 +231,13 @@ def regime_summary(cv: dict[str, Any], heldout: Sequence[dict[str, Any]] | None 
         cv_err = [r["error"] for r in cal_rows]
         ho_err = [h["error"] for h in held if h["regime"] == reg]
         rec: dict[str, Any] = {"regime": reg, "criterion": REGIME_CRITERIA[reg], "rows": len(cal_rows),
-                               "in_sample": _abs_stats([ins[r["run_id"]]["error"] for r in cal_rows])[0]}
-        rec["cv_median"], rec["cv_within_25"], rec["cv_max"] = _abs_stats(cv_err)
+                               "in_sample": cal.abs_error_stats([ins[r["run_id"]]["error"] for r in cal_rows])[0]}
+        rec["cv_median"], rec["cv_within_25"], rec["cv_max"] = cal.abs_error_stats(cv_err)
         rec["prior"] = ", ".join(sorted({p.strip() for r in cal_rows for p in r["prior"].split(",") if p.strip()}))
         rec["heldout_rows"] = len(ho_err)
-        rec["heldout_median"], rec["heldout_within_25"], _ = _abs_stats(ho_err)
+        rec["heldout_median"], rec["heldout_within_25"], _ = cal.abs_error_stats(ho_err)
         rec["oos_rows"] = len(cv_err) + len(ho_err)
-        rec["oos_median"], rec["oos_within_25"], _ = _abs_stats(cv_err + ho_err)
+        rec["oos_median"], rec["oos_within_25"], _ = cal.abs_error_stats(cv_err + ho_err)
         out.append(rec)
     return out
 
@@ -254,14 +254,57 @@ def worst_regime(regimes: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return max(ranked, key=lambda r: r["oos_median"])
 
 
+heldout_predictions = cal.heldout_predictions
+
+
+def heldout_errors(path: Path | str = HELDOUT_CSV, band: perf.EfficiencyBand | None = None) -> list[dict[str, Any]]:
+    """Per row of ``path`` (``calibrate.heldout_predictions``): ``run_id``, ``regime``
+    (``runs.row_regime``) and ``error``, predicted / measured tokens/s per GPU - 1 (the measurement
+    converted as ``runs.measured_tokens_per_s`` says)."""
+    rows, plan, pred = heldout_predictions(path, band)
+    tps = pred.value.tokens_per_s_per_gpu
+    return [{"run_id": r["run_id"], "regime": row_regime(r), "error": float(tps[i]) / plan.measured[i] - 1.0}
+            for i, r in enumerate(rows)]
+
+
+@lru_cache(maxsize=1)
+def _regime_accuracy() -> tuple[dict[str, Any], ...]:
+    raw = yaml.load(perf.EFFICIENCY_YAML.read_text(encoding="utf-8"), Loader=perf.SAFE_LOADER)
+    sec = raw.get("regimes") if isinstance(raw, dict) else None
+    if not isinstance(sec, dict) or any(not isinstance(sec.get(r), dict) for r in REGIMES):
+        raise ValueError(f"{perf.EFFICIENCY_YAML.name}: no regimes section for every regime; "
+                         "regenerate it: python -m scaletax.calibrate")
+    return tuple({"regime": r, "criterion": REGIME_CRITERIA[r], **sec[r]} for r in REGIMES)
+
+
+def regime_accuracy() -> list[dict[str, Any]]:
+    """Out-of-sample accuracy per regime of :data:`runs.REGIMES`, as ``data/efficiency.yaml``
+    states it (``calibrate.regime_spread``: each regime's calibration rows predicted by a calibration
+    without it, and its held-out runs): ``regime``, ``criterion``, ``rows``, ``heldout_rows``,
+    ``oos_rows``, ``oos_median``, ``oos_within_25``. What the executive summary and ``scaletax
+    predict`` quote; the validation chapter's :func:`regime_summary` recomputes the same figures
+    (a test holds them equal). Read once per process."""
+    return [dict(r) for r in _regime_accuracy()]
+
+
+def regime_record(regime: str) -> dict[str, Any]:
+    """The :func:`regime_accuracy` entry of ``regime`` (one of :data:`runs.REGIMES`)."""
+    for r in _regime_accuracy():
+        if r["regime"] == regime:
+            return dict(r)
+    raise ValueError(f"regime_record: unknown regime {regime!r}; known: {', '.join(REGIMES)}")
+
+
 def goals_met(summary: dict[str, Any], goals: dict[str, float] | None = None) -> bool:
     """Whether a :func:`holdout_summary` meets :data:`CV_GOALS` (median |error| and share within 25%)."""
     g = CV_GOALS if goals is None else goals
     return bool(summary["median_abs_error"] <= g["median_abs_error"] and summary["within_25"] >= g["within_25"])
 
 
-__all__ = ["CV_GOALS", "FAMILY_PATTERNS", "HOLDOUT_TARGETS", "REGIMES", "REGIME_CRITERIA", "ROW_CONVENTIONS",
-           "RUNS_CSV", "RowSetup", "SCHEMES", "TARGETS", "band_coverage", "cross_validation", "error_summary",
-           "goals_met", "holdout", "holdout_summary", "load_rows", "measured_tokens_per_s", "prepare_rows",
-           "prepare_setups", "regime_summary", "row_family", "row_generation", "row_group", "row_regime", "row_setup",
-           "row_source", "validation_table", "worst_regime"]
+__all__ = ["CV_GOALS", "FAMILY_PATTERNS", "HELDOUT_CSV", "HOLDOUT_TARGETS", "REGIMES", "REGIME_CRITERIA",
+           "ROW_CONVENTIONS", "RUNS_CSV", "RowSetup", "SCHEMES", "TARGETS", "band_coverage",
+           "cross_validation", "error_summary", "goals_met", "heldout_errors", "heldout_predictions",
+           "holdout", "holdout_summary", "load_rows", "measured_tokens_per_s", "prepare_rows",
+           "prepare_setups", "regime_accuracy", "regime_record", "regime_summary", "row_family",
+           "row_generation", "row_group", "row_regime", "row_setup", "row_source", "validation_table",
+           "worst_regime"]

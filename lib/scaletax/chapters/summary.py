@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
-from scaletax import hardware, validate
+from scaletax import hardware, models, perf, runs, validate
 from scaletax.chapters.decision import (FACTORS, Plan, blackwell_ids, capacity, cheapest, decision_rows,
                                         fastest, fitting, gpu_label, gpus_for_target, hopper_ids, main_source,
                                         model_name, top_input, waterfall, waterfall_targets)
@@ -560,14 +560,52 @@ def deadline_table(rows: list[dict], plan: Plan) -> list[dict]:
              "bought": bought_text(r)} for r in rows]
 
 
+def model_regimes(plan: Plan) -> list[dict[str, Any]]:
+    """Per model of the scenario: ``model`` (id), ``name``, its ``regime`` trained on Megatron-Core
+    with the distributed optimizer (``runs.model_regime`` at its own sequence length) and that
+    regime's out-of-sample accuracy (``validate.regime_record``: ``oos_rows``, ``oos_median``,
+    ``oos_within_25``; None without a run), with ``worst``: whether it is the regime the model
+    predicts worst out of sample (``validate.worst_regime``)."""
+    worst = validate.worst_regime(validate.regime_accuracy())["regime"]
+    out = []
+    for mid in plan.models:
+        reg = runs.model_regime(models.get(mid))
+        r = validate.regime_record(reg)
+        out.append({"model": mid, "name": model_name(mid), "regime": reg, "oos_rows": r["oos_rows"],
+                    "oos_median": r["oos_median"], "oos_within_25": r["oos_within_25"], "worst": reg == worst})
+    return out
+
+
+def regime_sentence(regimes: Sequence[dict[str, Any]], band: float) -> str:
+    """How well the step-time model predicts each scenario model's regime out of sample (a
+    :func:`model_regimes` list), beside the band's half-width ``band`` (the spread over all
+    model families)."""
+    parts = []
+    for r in regimes:
+        what = f"{r['name']} is {'an' if r['regime'].startswith('FSDP') else 'a'} {r['regime']} model"
+        if r["oos_median"] is None:
+            parts.append(f"{what}, a regime with no published run that has a measurement: not validated")
+            continue
+        share = "all" if r["oos_within_25"] == 1 else f"{100 * r['oos_within_25']:.0f}%"
+        worst = ", the regime predicted worst" if r["worst"] else ""
+        n = r["oos_rows"]
+        parts.append(f"{what}{worst}, {100 * r['oos_median']:.1f}% median error over {n} run{'s' if n != 1 else ''}, "
+                     f"{share} within 25%")
+    return ("out of sample by regime (a regime's calibration runs each predicted by a calibration without the "
+            "regime, and its held-out runs): " + "; ".join(parts)
+            + f"; the band (±{100 * band:.0f}%) is the spread over all model families")
+
+
 def limits(plan: Plan, runs: Sequence[dict[str, Any]] | None = None) -> dict[str, Any]:
     """What the model was checked against: the published runs' GPU types and cluster sizes
-    (``data/published_runs.csv``), the scenario's GPUs and sizes outside them, the goodput."""
+    (``data/published_runs.csv``), the scenario's GPUs and sizes outside them, the goodput, and
+    each scenario model's regime with its out-of-sample accuracy (:func:`model_regimes`)."""
     runs = validate.load_rows() if runs is None else runs
     hw = sorted({str(r["hardware"]).strip() for r in runs})
     counts = [int(r["gpu_count"]) for r in runs]
     sizes = sorted(set(plan.sizes) | {plan.cluster_gpus})
     return {"runs": len(runs), "hardware": hw, "min_gpus": min(counts), "max_gpus": max(counts),
+            "regimes": model_regimes(plan), "band": float(perf.default_band().spread),
             "unvalidated": [g for g in plan.gpus if g not in hw],
             "beyond": [n for n in sizes if n > max(counts)], "goodput": plan.goodput,
             "assumed_prices": [g for g in plan.gpus if plan.price_basis(g) == "assumed"],
@@ -575,10 +613,12 @@ def limits(plan: Plan, runs: Sequence[dict[str, Any]] | None = None) -> dict[str
 
 
 def limits_sentences(lim: dict[str, Any], goodput_source: str) -> dict[str, str]:
-    """The limits box, one sentence per entry (validated, unvalidated, extrapolated, goodput, prices)."""
+    """The limits box, one sentence per entry (validated, regimes, unvalidated, extrapolated,
+    goodput, prices)."""
     names = [hardware.get(g).label for g in lim["hardware"]]
     out = {"validated": f"The step-time model is checked against {lim['runs']} published training runs on "
-                        f"{_join(names)}, from {lim['min_gpus']:,} to {lim['max_gpus']:,} GPUs"}
+                        f"{_join(names)}, from {lim['min_gpus']:,} to {lim['max_gpus']:,} GPUs",
+           "regimes": regime_sentence(lim["regimes"], lim["band"])}
     out["unvalidated"] = ("every GPU of this scenario has published training runs behind it" if not lim["unvalidated"]
                           else f"{_join([gpu_label(g) for g in lim['unvalidated']])} "
                                + ("has no published training run in that table: its numbers rest"
@@ -648,7 +688,7 @@ def nvl72_sentence(t: dict[str, Any]) -> str:
 
 
 __all__ = ["NO_CASE", "PRICE_MARK", "assumed_prices_sentence", "bought_text", "deadline_rows", "deadline_table",
-           "goodput_sentence", "limits", "limits_sentences",
+           "goodput_sentence", "limits", "limits_sentences", "model_regimes", "regime_sentence",
            "power_sentence", "row_basis", "system_unit", "assumptions_sentence", "band_text", "breakeven_sentence",
            "breakeven_summary", "breakeven_table", "claim_sentence", "claim_table", "cost_table",
            "deadline_sentence", "headline", "headline_table", "heq_sentence", "heq_summary", "heq_table",

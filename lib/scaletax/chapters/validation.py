@@ -523,13 +523,12 @@ def probe_fit_text(probes: Sequence[dict[str, Any]]) -> str:
 #: to 16,384 GPUs, up to 131k tokens, and the rest of Megatron's 2021 weak-scaling series (1.7B to
 #: 530B on A100). Read by :func:`heldout_rows`; ``scaletax predict --runs data/heldout_runs.csv``
 #: gives the same predictions and errors.
-HELDOUT_CSV = DATA_DIR / "heldout_runs.csv"
+HELDOUT_CSV = runs.HELDOUT_CSV
 
 
 def heldout_rows(path: Path | str = HELDOUT_CSV, band: perf.EfficiencyBand | None = None) -> list[dict[str, Any]]:
-    """Each row of ``path`` (:data:`HELDOUT_CSV`) planned as a runs-table row (``runs.plan_rows``:
-    blank columns take their documented defaults) and predicted with the calibrated band
-    (``perf.evaluate_band``, all calibration rows): measured and predicted tokens/s per GPU (the
+    """Each row of ``path`` (:data:`HELDOUT_CSV`) planned and predicted with the calibrated band
+    (``validate.heldout_predictions``; ``validate.heldout_errors`` gives the same errors): measured and predicted tokens/s per GPU (the
     measurement converted as ``runs.measured_tokens_per_s`` says, ``basis``), the band, the error
     (predicted / measured - 1), whether the band holds the measurement, memory per GPU and the
     layout with what was assumed for it. Out of sample by construction: no row is in the table.
@@ -537,10 +536,8 @@ def heldout_rows(path: Path | str = HELDOUT_CSV, band: perf.EfficiencyBand | Non
     communication hidden under compute (``comm.Overlap`` dp = 0, the other fractions as
     calibrated), gradients reduced after the backward pass as Megatron-LM did before
     ``overlap_grad_reduce``."""
-    rows = runs.read_runs(path)
-    plan = runs.plan_rows(rows)
+    rows, plan, pred = validate.heldout_predictions(path, band)
     inp = plan.step_inputs()
-    pred = perf.evaluate_band(inp, band)
     eff = (band or perf.default_band()).value
     unhidden = perf.evaluate(inp, eff, overlap=eff.overlap(comm.Overlap(dp=0.0))).tokens_per_s_per_gpu
     gib = plan.memory_gib()["total"]

@@ -21,7 +21,9 @@ Columns added to every row (inputs are never modified):
   with a token budget: ``predicted_days``, ``predicted_gpu_hours``, ``predicted_cost_usd``
   (``cost.run_costs`` at the predicted tokens/s per GPU, with the row's ``price_per_gpu_hour`` or
   the default scenario's price of its GPU, and the scenario's energy factors, electricity price
-  and goodput: ``decision.Plan.economics``) and ``cost_basis`` (the price and where it comes from).
+  and goodput: ``decision.Plan.economics``) and ``cost_basis`` (the price and where it comes from);
+- regime (:data:`REGIME_COLUMNS`): the row's regime and the model's out-of-sample accuracy on it,
+  the numbers the validation chapter's regime table shows.
 """
 from __future__ import annotations
 
@@ -45,6 +47,11 @@ PERF_COLUMNS: tuple[str, ...] = (
     "predicted_model_tflops_per_gpu", "predicted_mfu", "predicted_step_time_s", "compute_s", "exposed_comm_s",
     "bubble_s", "other_s", "recompute_modelled", "layout_assumptions", "error_vs_measured", "layout_searched",
 )
+#: The row's regime (``runs.row_regime``) and how well the model predicts that regime out of sample
+#: (``validate.regime_accuracy``: its calibration runs predicted by a calibration without the regime,
+#: and its held-out runs): how many runs, their median |error| and the share within 25% (empty when
+#: the regime has no run with a measurement).
+REGIME_COLUMNS: tuple[str, ...] = ("regime", "regime_oos_runs", "regime_oos_median_abs_error", "regime_oos_within_25")
 COST_COLUMNS: tuple[str, ...] = ("predicted_days", "predicted_gpu_hours", "predicted_cost_usd", "cost_basis")
 
 
@@ -174,7 +181,20 @@ def predict_rows(rows: list[dict[str, Any]], band: perf.EfficiencyBand | None = 
             out[k] = new
     if any("tokens" in r for r in rows):
         _add_costs(out, keep, cols["tokens_per_s_per_gpu"] if keep else [])
+    _add_regimes(out, [filled[i] if found else rows[i] for i, found in enumerate(ok)])
     return out
+
+
+def _add_regimes(out: list[dict[str, Any]], rows: list[dict[str, Any]]) -> None:
+    """:data:`REGIME_COLUMNS` into ``out`` (in place), from the rows as predicted (``rows``)."""
+    if not out:
+        return
+    acc = {r["regime"]: r for r in validate.regime_accuracy()}
+    for o, row in zip(out, rows):
+        a = acc[runs.row_regime(row)]
+        o.update({"regime": a["regime"], "regime_oos_runs": a["oos_rows"],
+                  "regime_oos_median_abs_error": None if a["oos_median"] is None else round(a["oos_median"], 4),
+                  "regime_oos_within_25": None if a["oos_within_25"] is None else round(a["oos_within_25"], 4)})
 
 
 def check_out(path: Path) -> None:
