@@ -42,6 +42,15 @@ def test_json_is_the_decision_chapters_row():
     assert out["cost_usd"] == pytest.approx(out["gpu_hours"] * 4.5 + out["energy_mwh"] * 80)
     assert out["price_basis"] == "assumed"
     assert out["tps_low"] <= out["tps"] <= out["tps_high"] and out["cost_usd_low"] <= out["cost_usd"] <= out["cost_usd_high"]
+    # the model's regime and the out-of-sample accuracy on it: the summary's figures (data/efficiency.yaml)
+    from scaletax import runs, validate
+
+    reg = validate.regime_record("fine-grained MoE")
+    assert runs.model_regime(models.get("kimi_k2")) == out["regime"] == "fine-grained MoE"
+    assert (out["regime_oos_runs"], out["regime_oos_median"], out["regime_oos_within_25"]) == (
+        reg["oos_rows"], reg["oos_median"], reg["oos_within_25"])
+    text = _plan("--model", "kimi_k2", "--gpu", "gb200", "--gpus", "5376").output
+    assert "Out of sample" in text and f"{100 * reg['oos_median']:.1f}% median" in text
 
 
 def test_all_in_price_and_your_price():

@@ -576,6 +576,16 @@ def model_regimes(plan: Plan) -> list[dict[str, Any]]:
     return out
 
 
+def regime_accuracy_text(r: dict[str, Any]) -> str:
+    """A regime's out-of-sample accuracy (``oos_rows``, ``oos_median``, ``oos_within_25`` of
+    ``validate.regime_accuracy``) in words: "15.2% median error over 4 runs, 75% within 25%"."""
+    if r["oos_median"] is None:
+        return "no published run with a measurement: not validated"
+    share = "all" if r["oos_within_25"] == 1 else f"{100 * r['oos_within_25']:.0f}%"
+    n = r["oos_rows"]
+    return f"{100 * r['oos_median']:.1f}% median error over {n} run{'s' if n != 1 else ''}, {share} within 25%"
+
+
 def regime_sentence(regimes: Sequence[dict[str, Any]], band: float) -> str:
     """How well the step-time model predicts each scenario model's regime out of sample (a
     :func:`model_regimes` list), beside the band's half-width ``band`` (the spread over all
@@ -586,11 +596,8 @@ def regime_sentence(regimes: Sequence[dict[str, Any]], band: float) -> str:
         if r["oos_median"] is None:
             parts.append(f"{what}, a regime with no published run that has a measurement: not validated")
             continue
-        share = "all" if r["oos_within_25"] == 1 else f"{100 * r['oos_within_25']:.0f}%"
         worst = ", the regime predicted worst" if r["worst"] else ""
-        n = r["oos_rows"]
-        parts.append(f"{what}{worst}, {100 * r['oos_median']:.1f}% median error over {n} run{'s' if n != 1 else ''}, "
-                     f"{share} within 25%")
+        parts.append(f"{what}{worst}, {regime_accuracy_text(r)}")
     return ("out of sample by regime (a regime's calibration runs each predicted by a calibration without the "
             "regime, and its held-out runs): " + "; ".join(parts)
             + f"; the band (±{100 * band:.0f}%) is the spread over all model families")
@@ -688,7 +695,7 @@ def nvl72_sentence(t: dict[str, Any]) -> str:
 
 
 __all__ = ["NO_CASE", "PRICE_MARK", "assumed_prices_sentence", "bought_text", "deadline_rows", "deadline_table",
-           "goodput_sentence", "limits", "limits_sentences", "model_regimes", "regime_sentence",
+           "goodput_sentence", "limits", "limits_sentences", "model_regimes", "regime_accuracy_text", "regime_sentence",
            "power_sentence", "row_basis", "system_unit", "assumptions_sentence", "band_text", "breakeven_sentence",
            "breakeven_summary", "breakeven_table", "claim_sentence", "claim_table", "cost_table",
            "deadline_sentence", "headline", "headline_table", "heq_sentence", "heq_summary", "heq_table",

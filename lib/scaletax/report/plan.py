@@ -4,13 +4,14 @@ The numbers are the decision chapter's (:func:`scaletax.chapters.decision.outcom
 :func:`~scaletax.chapters.decision.economics`, :func:`~scaletax.chapters.decision.capacity`): the
 fastest layout of ``search.search``, tokens/s per GPU, MFU, days, scheduled GPU-hours, energy
 and cost with the step-time model's band, at the scenario's goodput, prices and energy factors,
-and the cluster in whole systems (nodes, racks).
+the cluster in whole systems (nodes, racks), and the model's regime with the step-time model's
+out-of-sample accuracy on it (``validate.regime_accuracy``, as the executive summary states it).
 """
 from __future__ import annotations
 
 from typing import Any
 
-from scaletax import hardware, models, unknown_id
+from scaletax import hardware, models, runs, unknown_id, validate
 from scaletax.chapters import decision as d
 from scaletax.report import chapters as toc
 
@@ -42,6 +43,9 @@ def quick_plan(scenario, model_id: str, gpu_id: str, gpus: int) -> dict[str, Any
                price_includes_power=plan.price_includes_power or plan.usd_per_mwh == 0,
                usd_per_mwh=plan.usd_per_mwh, gpu_name=g.name, user_gpu=g.user_defined,
                user_model=models.user_defined(models.get(model_id)))
+    reg = validate.regime_record(runs.model_regime(models.get(model_id)))  # as the summary's limits box
+    row.update(regime=reg["regime"], regime_oos_runs=reg["oos_rows"], regime_oos_median=reg["oos_median"],
+               regime_oos_within_25=reg["oos_within_25"])
     if row.get("mfu") is not None:  # MFU has no band of its own: scale by the throughput band
         row["mfu_low"] = row["mfu"] * row["tps_low"] / row["tps"]
         row["mfu_high"] = row["mfu"] * row["tps_high"] / row["tps"]
@@ -52,7 +56,8 @@ def as_json(row: dict[str, Any]) -> dict[str, Any]:
     """The row with plain JSON values (numbers stay numbers)."""
     keep = ("scenario", "model", "model_name", "gpu", "label", "gpus", "precision", "fits", "message", "layout",
             "tokens", "goodput", "price", "price_basis", "price_includes_power", "usd_per_mwh", "system",
-            "per_system", "need_systems", "need_bought", "user_gpu", "user_model")
+            "per_system", "need_systems", "need_bought", "user_gpu", "user_model", "regime", "regime_oos_runs",
+            "regime_oos_median", "regime_oos_within_25")
     out = {k: row.get(k) for k in keep}
     for key, *_ in BANDED:
         for suffix in ("", "_low", "_high"):
@@ -85,4 +90,7 @@ def table(row: dict[str, Any]):
     t.add_row("Price per GPU-hour", s.price_text(row["price"], row["price_basis"]), "")
     t.add_row("Goodput", f"{100 * row['goodput']:.0f}% of scheduled time trains", "")
     t.add_row("Energy in cost", "no (all-in price)" if row["price_includes_power"] else f"yes, ${row['usd_per_mwh']:g}/MWh", "")
+    t.add_row("Out of sample", f"{row['regime']}: " + s.regime_accuracy_text(
+        {"oos_rows": row["regime_oos_runs"], "oos_median": row["regime_oos_median"],
+         "oos_within_25": row["regime_oos_within_25"]}), "")
     return t
