@@ -101,8 +101,8 @@ def test_more_bandwidth_or_peak_is_never_slower(which, factor, i, c):
 
 
 def test_flops_per_gpu_add_up_to_the_model_count():
-    """Per-GPU executed FLOPs x GPUs = hardware FLOPs per token x tokens (pp divides the layers,
-    vocabulary already a multiple of 128 tp, dense model: the stage accounting is exact)."""
+    """Per-GPU executed FLOPs (the mean stage's, whichever stage is slowest) x GPUs = hardware FLOPs
+    per token x tokens (vocabulary already a multiple of 128 tp, dense model: the accounting is exact)."""
     m = models.get("llama31_70b")  # 80 layers, vocab 128256 = 1002 x 128
     for rc in ("none", "selective", "full"):
         lay = Layout(tp=1, pp=4, dp=8, mbs=1, gbs=64, recompute=rc)

@@ -47,8 +47,8 @@ def test_holdout_error_within_bound(prepared, scheme):
     assert s["rows"] == 27  # every row is tested
     assert s["median_abs_error"] <= validate.HOLDOUT_TARGETS[scheme], s
     assert s["max_abs_error"] <= 0.50, s
-    if scheme == "row":  # the only NVFP4 row is predicted from the 4-bit prior
-        assert ("mbridge26.04.01-Llama3.1-DGX-GB200-256-NVFP4", "gemm_ceiling_4bit") in s["prior"]
+    if scheme == "row":  # the 4-bit ceiling is tied, never fitted: no row needs a prior for it
+        assert not any("gemm_ceiling_4bit" in p for _, p in s["prior"])
     if scheme == "generation":  # Blackwell held out: its factor is the prior 1, not the fit
         bw = [r for r in h if r["generation"] == "blackwell"]
         assert bw and all("family_factor_blackwell" in r["prior"] for r in bw)

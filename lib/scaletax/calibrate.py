@@ -110,7 +110,7 @@ def _fit_gemm(text: str, path: str, min_m: int, g: hardware.GPU) -> dict[str, fl
 # Calibration on the runs table
 # =========================================================================================
 #: Parameters fitted to the runs table (the others come from the GEMM measurements or are stated).
-FIT_PARAMS: tuple[str, ...] = ("gemm_ceiling_8bit", "gemm_ceiling_4bit", "family_factor_ampere",
+FIT_PARAMS: tuple[str, ...] = ("gemm_ceiling_8bit", "family_factor_ampere",
                                "family_factor_blackwell", "memory_overhead", "overlap_scale")
 #: Search bounds of the fit (physical limits, not ranges of the result).
 FIT_BOUNDS: dict[str, tuple[float, float]] = {
@@ -169,15 +169,14 @@ DERIVED_FAMILIES: dict[str, str] = {"blackwell_ultra": "blackwell"}
 #: new generation sustains the Hopper fraction of its datasheet peak); the 8-bit ceiling: the FP8
 #: GEMM ceiling measured on the H200 (data/measured/gemm_h200.csv); the 4-bit ceiling: the fold's
 #: 8-bit ceiling times the Blackwell factor (the same fraction as the previous format).
+#: The 4-bit ceiling is that in every fit (:func:`_tie`): not a parameter of its own.
 PRIORS: dict[str, Any] = {
     "family_factor_ampere": lambda p: 1.0,
     "family_factor_blackwell": lambda p: 1.0,
     "gemm_ceiling_8bit": lambda p: fit_gemm_measurements()["ceiling_fp8"],
-    "gemm_ceiling_4bit": lambda p: min(1.0, p["gemm_ceiling_8bit"] * p["family_factor_blackwell"]),
 }
 #: Which rows identify a parameter (a cross-validation fold without such a row uses the prior).
 IDENTIFIED_BY: dict[str, Any] = {
-    "gemm_ceiling_4bit": lambda su: perf.format_class(str(su.row["precision"]).lower()) == "4bit",
     "family_factor_ampere": lambda su: hardware.get(su.row["hardware"]).family == "ampere",
     "family_factor_blackwell": lambda su: hardware.get(su.row["hardware"]).family == "blackwell",
     # Hopper is the basis (factor 1): only Hopper 8-bit rows separate the 8-bit ceiling from a factor
@@ -198,8 +197,11 @@ def measured_base() -> dict[str, float]:
 
 
 def _tie(p: dict[str, float], ratios: dict[str, float] | None = None) -> dict[str, float]:
-    """Tied and derived family factors from Blackwell's (:data:`TIED_FAMILIES`); ``ratios``:
-    :func:`tie_ratios`, computed once per fit (it reads the catalog) and passed in."""
+    """Tied and derived family factors from Blackwell's (:data:`TIED_FAMILIES`) and the 4-bit
+    ceiling, the 8-bit ceiling times the Blackwell factor (FP4 tensor cores start with Blackwell:
+    the same fraction of the dense peak as the 8-bit format there; one NVFP4 row cannot both fit a
+    parameter of its own and test it); ``ratios``: :func:`tie_ratios`, computed once per fit (it
+    reads the catalog) and passed in."""
     ratios = tie_ratios() if ratios is None else ratios
     q = dict(p)
     cap = (1.0 - 1e-9) / max(q["gemm_ceiling_16bit"], q["gemm_ceiling_8bit"])  # no ceiling x factor above 1
@@ -207,6 +209,7 @@ def _tie(p: dict[str, float], ratios: dict[str, float] | None = None) -> dict[st
         q[f"family_factor_{f}"] = min(q[f"family_factor_{f}"], cap)
     for f in TIED_FAMILIES:
         q[f"family_factor_{f}"] = min(q["family_factor_blackwell"] * ratios[f], cap)
+    q["gemm_ceiling_4bit"] = min(1.0, q["gemm_ceiling_8bit"] * q["family_factor_blackwell"])
     return q
 
 
@@ -333,12 +336,8 @@ def calibrate_fold(inp: perf.StepInputs, plans: Sequence[RowPlan], train: Sequen
     base = measured_base()
     priors = [n for n, ident in IDENTIFIED_BY.items() if n in FIT_PARAMS and not any(ident(plans[i]) for i in train)]
     fixed: dict[str, float] = {}
-    for n in sorted(priors, key=lambda n: n == "gemm_ceiling_4bit"):  # the 4-bit prior reads the others
+    for n in priors:
         fixed[n] = float(PRIORS[n]({**base, **fixed}))
-    if "gemm_ceiling_4bit" in priors:
-        # its prior depends on the fold's fitted 8-bit ceiling and Blackwell factor: fit, then set it
-        first = calibrate(prepared=(inp, list(plans)), subset=train, fixed=fixed)
-        fixed["gemm_ceiling_4bit"] = float(PRIORS["gemm_ceiling_4bit"](first.params))
     return FoldFit(calibrate(prepared=(inp, list(plans)), subset=train, fixed=fixed), tuple(priors))
 
 
@@ -448,7 +447,8 @@ def efficiency_ranges(prepared=None) -> dict[str, Any]:
     likelihood-ratio interval (searched on a 0.5% grid in log space, within :func:`fit_bounds`).
     Measured parameters: value from :func:`fit_gemm_measurements` (m >= 1024); range = the values
     with the minimum-m cut at 1024, 2048 and 4096. Stated: Hopper factor 1 (the reference);
-    Blackwell Ultra and Rubin take Blackwell's value with its range widened by 10%.
+    Blackwell Ultra and Rubin take Blackwell's value with its range widened by 10%; the 4-bit ceiling
+    is the 8-bit ceiling x the Blackwell factor (:func:`_tie`), its range both at their ends.
     """
     prepared = prepare_rows(load_rows()) if prepared is None else prepared
     inp, setups = prepared
@@ -491,6 +491,9 @@ def efficiency_ranges(prepared=None) -> dict[str, Any]:
                                                  math.floor(1e4 / math.ceil(1e4 * max(out["gemm_ceiling_8bit"]["high"],
                                                                                       out["gemm_ceiling_16bit"]["high"])) * 1e4) / 1e4),
                                      "kind": "derived" if f in DERIVED_FAMILIES else "tied"}
+    c8, fb = out["gemm_ceiling_8bit"], out["family_factor_blackwell"]
+    out["gemm_ceiling_4bit"] = {"value": full.params["gemm_ceiling_4bit"], "low": c8["low"] * fb["low"],
+                                "high": min(1.0, c8["high"] * fb["high"]), "kind": "tied"}
     out["_gemm_measurement"] = gm[1024]
     out["_full"] = full
     out["_sigma"] = math.sqrt(s2)
@@ -520,11 +523,13 @@ _SOURCES = {
                          "need more: an open question discussed in the validation chapter. Fitted below {fp8_top:.3f}, "
                          "the measured 16-bit ceiling x {fp8_ratio:.3f}, the largest FP8 / BF16 ratio of "
                          "fractions of peak over the measured shapes (calibrate.fit_bounds).",
-    "gemm_ceiling_4bit": "CALIBRATED on the one NVFP4 row (mbridge26.04.01-Llama3.1-DGX-GB200-256-NVFP4); absolute "
-                         "(no Hopper basis: FP4 tensor cores start with Blackwell). Held out, it takes its prior "
-                         "(8-bit ceiling x Blackwell factor).",
-    "family_factor_ampere": "CALIBRATED on the two A100 rows (Narayanan 2021, Korthikanti 2022): A100 16-bit GEMMs "
-                            "relative to the H200-measured Hopper ceiling.",
+    "gemm_ceiling_4bit": "TIED: the 8-bit ceiling x the Blackwell family factor, the same fraction of the dense "
+                         "peak as the 8-bit format on Blackwell (absolute: FP4 tensor cores start with Blackwell; "
+                         "range: both at their low / high ends). Not fitted: the one NVFP4 row "
+                         "(mbridge26.04.01-Llama3.1-DGX-GB200-256-NVFP4) tests it instead.",
+    "family_factor_ampere": "CALIBRATED on the two A100 rows (Narayanan 2021, Korthikanti 2022; both Megatron-LM "
+                            "before FlashAttention, runs column attn_kernel unfused): A100 16-bit GEMMs relative to "
+                            "the H200-measured Hopper ceiling.",
     "family_factor_hopper": "REFERENCE: 1 by definition (ceilings are on the Hopper basis).",
     "family_factor_blackwell": "CALIBRATED on the B200 and GB200 rows: sustained fraction of the datasheet peak "
                                "relative to Hopper (clocks under tensor-core load, kernel maturity).",

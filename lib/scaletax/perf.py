@@ -52,7 +52,8 @@ Model (per GPU of the heaviest pipeline stage, per step; seconds, FLOP, bytes)
   (:data:`FP4_BF16_LAYERS`) run at the 16-bit peak (ASSUMPTION: Transformer Engine defaults, FP8
   dot-product attention off, output layer outside the low-precision region).
 - Ceilings: ``gemm_ceiling[format class] x family_factor[family]`` (Hopper = 1; the 4-bit
-  ceiling is absolute: FP4 tensor cores start with Blackwell).
+  ceiling is absolute: FP4 tensor cores start with Blackwell; ``calibrate`` ties it to the 8-bit
+  ceiling x the Blackwell factor).
 - GEMM shape (additive roofline, Williams et al. 2009): a GEMM M x K x N per GPU (after TP/ETP,
   CP and the MoE token split) with n = 3 / (1/M + 1/K + 1/N) takes FLOPs / (peak x ceiling) x
   (1 + k n_ref / n), n_ref = 1.5 x bytes per element x ridge point (:func:`gemm_reference_size`);
@@ -474,11 +475,14 @@ class StepInputs:
     linear and expert FLOPs run in the recipe format (the rest at the 16-bit peak);
     bytes_micro / bytes_step: memory-bound bytes of all micro-batches / once per step;
     bubble: (pp - 1) / (vp m); tokens_per_step: gbs x seq_len; model_flops_per_token (MFU
-    numerator); hw_flops_per_gpu (executed per step); peak_fmt / peak_16: dense FLOP/s of the
+    numerator); hw_flops_per_gpu (executed per step by the mean stage: HFU, whatever stage is slowest); peak_fmt / peak_16: dense FLOP/s of the
     recipe format and of 16 bits; hbm_bw: B/s; fmt_idx / fam_idx: index into ``FORMAT_CLASSES``
     / ``FAMILIES``; ep_overlap: base share of the MoE all-to-all the schedule can hide
     (``comm.SCHEDULE_EP_OVERLAP``); tp_overlap: base share of the TP collectives the software
-    stack can hide (``comm.STACK_TP_OVERLAP``); comm: :class:`comm.StepComm` (with its ``layouts``).
+    stack can hide (``comm.STACK_TP_OVERLAP``); attn_unfused: 1 where the attention is unfused
+    (:data:`ATTN_KERNELS`: its batched GEMMs at the 16-bit rate, the score traffic in bytes_scores, no
+    exp), 0 for flash attention (scores on chip, the softmax exp on the SFUs); bytes_scores: HBM bytes of the unfused attention's
+    score kernels per step (:data:`UNFUSED_ATTN_BYTES`), at :data:`HBM_STREAM_EFF`; comm: :class:`comm.StepComm` (with its ``layouts``).
     """
 
     flops_lin: np.ndarray
@@ -510,6 +514,8 @@ class StepInputs:
     fam_idx: np.ndarray
     ep_overlap: np.ndarray
     tp_overlap: np.ndarray
+    attn_unfused: np.ndarray
+    bytes_scores: np.ndarray
     comm: comm.StepComm
 
     def __len__(self) -> int:
@@ -622,16 +628,101 @@ def _selective_share(la: LayoutArray, xf: np.ndarray, recompute_rest=None) -> np
     return np.where(la.recompute == 1, 1.0, np.where(la.recompute == 2, (1.0 - xf) * rest, 0.0))
 
 
-def _stage_layers(model: Model, pp):
+#: How the pipeline stages split the model (runs column ``pp_split``, :func:`pipeline_split`):
+#: "even" Megatron-Core's default (``account_for_embedding_in_pipeline_split`` and
+#: ``account_for_loss_in_pipeline_split`` False, megatron-core 0.19.2 transformer_config.py:130-134):
+#: L / pp transformer layers per stage, the embedding on the first and the output layer with the loss
+#: on the last; "account" both flags True: the embedding and the loss each take one layer's slot,
+#: (L + 2) / pp slots per stage (the Megatron-Bridge 0.6.2 Llama 3.1 405B and Qwen3-MoE recipes,
+#: recipes/llama/h100/llama3.py:1229-1230, recipes/qwen/h100/qwen3_moe.py:261-262; the Llama 3 paper's
+#: "one Transformer layer fewer on the first and the last stage"); "balanced" a custom
+#: ``pipeline_model_parallel_layout`` that gives the last stage as many fewer layers as balances its
+#: output layer best in whole layers (the DeepSeek-V3 recipe's [8] x 7 + [5 + MTP + loss] on 8 stages).
+#: "auto": the split Megatron-Core accepts for the layout (:func:`pipeline_split`).
+PP_SPLITS: tuple[str, ...] = ("auto", "even", "account", "balanced")
+#: The attention kernel (runs column ``attn_kernel``): "flash" (fused, scores kept on chip; every
+#: stack since FlashAttention, Dao et al. 2022, arXiv 2205.14135) or "unfused" (Megatron-LM before
+#: it, e.g. Narayanan et al. 2021, Korthikanti et al. 2022: batched QK^T and PV GEMMs over the full
+#: s x s score matrix, masked, with the fused scale-mask-softmax and the attention dropout as
+#: memory-bound kernels over the materialized scores).
+ATTN_KERNELS: tuple[str, ...] = ("flash", "unfused")
+#: HBM bytes per score element of the unfused attention, forward / backward: the 16-bit score,
+#: softmax output and dropout output (2 B each) and the 1-byte dropout mask that Korthikanti et al.
+#: 2022 (arXiv 2205.05198, Table 2: 2as^2b + 2as^2b + as^2b of the 5as^2b + ... per layer) store,
+#: forward each written once and read once by the next kernel (scores -> softmax -> dropout -> PV:
+#: 7 written + 6 read = 13); backward the stored 5 read, and the gradients dP, of the dropout and of
+#: the softmax each written once and read once more (2 + 2 + 2 written, 2 + 2 + 4 read: the two
+#: GEMMs read dS) = 19.
+UNFUSED_ATTN_BYTES: tuple[float, float] = (13.0, 19.0)
+#: Share of the HBM bandwidth a streaming kernel over large tensors sustains: the 2 GiB
+#: device-to-device copy of data/measured/gemm_h200.csv, 4.122 TB/s of the H200's 4.8 TB/s. The
+#: unfused attention's score kernels (softmax, dropout over s x s tensors) stream like it; the
+#: calibrated ``memory_overhead`` is for the many small elementwise kernels of a layer instead.
+HBM_STREAM_EFF = 4.122355908262558 / 4.8
+
+
+def pipeline_split(model: Model, pp, split: str, head_layers=0.0, vp=1) -> tuple[np.ndarray, np.ndarray]:
+    """(transformer layers, share of the output layer) of the pipeline stage that takes longest,
+    per layout, under ``split`` (:data:`PP_SPLITS`). ``head_layers``: the output layer's work per
+    token in transformer layers' worth (it decides, with "account", whether the last stage, one
+    layer fewer plus the output layer, or a middle stage is the slowest). One stage (pp 1): every
+    layer and the whole output layer. Layer counts round up (an upper bound where L does not divide).
+
+    "auto" takes, per layout, the split Megatron-Core accepts without an explicit layout: "even"
+    where pp x vp divides L, else "account" where it divides L + 2, else "balanced" (a custom
+    ``pipeline_model_parallel_layout`` is then required). It gives every split the sources state:
+    GPT-OSS-120B 36 layers on 4 stages even, Llama 3.1 405B's 126 and Qwen3-235B's 94 layers
+    account, DeepSeek-V3's and Kimi K2's 61 custom."""
+    if split not in PP_SPLITS:
+        raise ValueError(f"pp_split: must be one of {', '.join(PP_SPLITS)} (got {split!r})")
+    pp = np.asarray(pp, dtype=np.float64)
+    L = float(model.layers)
+    if split == "auto":
+        chunks = pp * np.asarray(vp, dtype=np.float64)
+        parts = {k: pipeline_split(model, pp, k, head_layers) for k in ("even", "account", "balanced")}
+        even, account = np.mod(L, chunks) == 0, np.mod(L + 2.0, chunks) == 0
+        pick = [np.where(even, parts["even"][j], np.where(account, parts["account"][j], parts["balanced"][j]))
+                for j in (0, 1)]
+        return pick[0], pick[1]
+    h = np.asarray(head_layers, dtype=np.float64)
+    if split == "balanced":  # the best whole-layer layout: b layers with the head on the last stage
+        rest = np.maximum(pp - 1.0, 1.0)
+        b0 = np.clip(np.floor((L + h) / pp - h), 0.0, L)
+        best_n, best_share, best_t = None, None, None
+        for b in (b0, np.minimum(b0 + 1.0, L)):
+            other = np.ceil((L - b) / rest)
+            last_heavier = b + h > other
+            t = np.maximum(other, b + h)
+            n = np.where(last_heavier, b, other)
+            share = np.where(last_heavier, 1.0, 0.0)
+            if best_t is None:
+                best_n, best_share, best_t = n, share, t
+            else:
+                better = t < best_t
+                best_n, best_share, best_t = (np.where(better, n, best_n), np.where(better, share, best_share),
+                                              np.minimum(t, best_t))
+        one = pp == 1
+        return np.where(one, L, best_n), np.where(one, 1.0, best_share)
+    if split == "even":  # the last stage: its layers and the output layer
+        return np.ceil(L / pp), np.ones_like(pp)
+    slots = np.ceil((L + 2.0) / pp)
+    middle = (pp >= 3) & (np.asarray(head_layers) < 1.0)  # a middle stage's extra layer outweighs the head
+    one = pp == 1
+    n = np.where(one, L, np.where(middle, slots, slots - 1.0))
+    return n, np.where(one | ~middle, 1.0, 0.0)
+
+
+def _stage_layers(model: Model, pp, layers_stage=None):
     """(layers, dense layers, MoE layers) of the stage with the most FLOPs per token.
 
-    Every stage holds ceil(L / pp) layers (upper bound for uneven splits); the first holds the
-    leading dense layers (Megatron), a later one as many MoE layers as the split allows
-    (min(ceil(n_moe / pp), layers), as ``comm``'s step traffic). The heavier of the two is
-    the one with more of the layer kind with more MLP FLOPs per token.
+    The stage holds ``layers_stage`` layers (default ceil(L / pp), an upper bound for uneven
+    splits; :func:`pipeline_split` gives it per split); the first holds the leading dense layers
+    (Megatron), a later one as many MoE layers as the split allows (min(ceil(n_moe / pp), layers),
+    as ``comm``'s step traffic). The heavier of the two is the one with more of the layer kind with
+    more MLP FLOPs per token.
     """
     pp = np.asarray(pp, dtype=np.float64)
-    layers_stage = np.ceil(model.layers / pp)
+    layers_stage = np.ceil(model.layers / pp) if layers_stage is None else np.asarray(layers_stage, dtype=np.float64)
     if not model.is_moe:
         return layers_stage, layers_stage, np.zeros_like(layers_stage)
     moe_other = np.minimum(np.ceil(model.n_moe_layers / pp), layers_stage)
@@ -705,7 +796,7 @@ def distinct_groups(experts: int, top_k: int, groups):
 
 def memory_bound_bytes(model: Model, la: LayoutArray, precision: str,
                        recompute_fraction=None, ep_dispatch: str = "dedup",
-                       recompute_rest=None) -> tuple[np.ndarray, np.ndarray]:
+                       recompute_rest=None, stage=None) -> tuple[np.ndarray, np.ndarray]:
     """(bytes of all micro-batches of a step, bytes once per step) of memory-bound kernels, per GPU.
 
     Per token of a micro-batch on this CP rank, per layer (16-bit elements; "rep" items are
@@ -717,7 +808,8 @@ def memory_bound_bytes(model: Model, la: LayoutArray, precision: str,
     the recipe's ``cast_bytes`` per element of every GEMM input forward (x) and backward (dy); MoE: router
     logits and top-k 24 E bytes, token permutations around the all-to-all forward and backward
     (:func:`moe_permute_bytes` of ``ep_dispatch``) [rep], expert activation 16 k f_e [split];
-    output layer (1/pp per stage):
+    output layer (1/pp per stage, or the share of it ``stage`` gives: ``(layers, output share)`` of
+    the slowest stage, :func:`pipeline_split`; default ceil(L / pp) layers and 1/pp):
     cross-entropy over fp32 logits 16 V / tp, final norm 10 h, embedding gather / scatter 8 h.
     Per step, per parameter on this GPU: Adam on the local optimizer shard (``ADAM_BYTES``),
     gradient-buffer reset (``GRAD_ZERO_BYTES``), casts of the linear weights (``cast_bytes``: once
@@ -761,7 +853,8 @@ def memory_bound_bytes(model: Model, la: LayoutArray, precision: str,
         per_tok_moe = (attn_rep + moe_rep) / rep + (attn_split + moe_split) / tp + routed_etp * etp / tp
     else:
         per_tok_moe = 0.0
-    _, dense_stage, moe_stage = _stage_layers(model, pp)
+    n_stage, head_share = (None, 1.0 / pp) if stage is None else stage
+    _, dense_stage, moe_stage = _stage_layers(model, pp, n_stage)
     xf = _full_fraction(la, recompute_fraction)
     xs = _selective_share(la, xf, recompute_rest)
     redo = xf / 3.0 + 0.05 * xs
@@ -772,7 +865,7 @@ def memory_bound_bytes(model: Model, la: LayoutArray, precision: str,
     merges = (cp - 1.0) * CP_STEP_SHARE * CP_MERGE_BYTES / tp
     layer_bytes = layer_bytes + (dense_stage + moe_stage) * merges * (n_fwd * a * dv + a * dqk + g * (dqk + dv))
     vpad = padded_vocab(model.vocab, la.tp).astype(f64)
-    edge = (16.0 * vpad / tp + 18.0 * h / rep) / pp
+    edge = (16.0 * vpad / tp + 18.0 * h / rep) * head_share
     tokens_mb = la.mbs.astype(f64) * model.seq_len / cp
     n_micro = np.maximum(la.n_micro, 1).astype(f64)
     per_micro = tokens_mb * (layer_bytes + edge) * n_micro
@@ -924,7 +1017,7 @@ def prepare(model: Model, layouts, precision: str, gpu, topo: Topology | None = 
             wire: WireFormat | None = None, *, recompute_fraction=None, recompute_rest=None,
             ep_dispatch: str = "dedup", fp4_bf16_layers: int = FP4_BF16_LAYERS,
             schedule: str = "unknown", grid: tuple[LayoutGrid, np.ndarray] | None = None,
-            stack: str = "megatron") -> StepInputs:
+            stack: str = "megatron", pp_split: str = "auto", attn_kernel: str = "flash") -> StepInputs:
     """Efficiency-independent step inputs for every layout (see the module docstring).
 
     ``gpu``: hardware id or ``hardware.GPU``, or a sequence of them with one per layout (the
@@ -942,7 +1035,12 @@ def prepare(model: Model, layouts, precision: str, gpu, topo: Topology | None = 
     (``comm.SCHEDULE_EP_OVERLAP``; "unknown": ``comm.Overlap``'s default). ``stack``: the
     software stack (``comm.STACKS``, runs column ``stack``): "fsdp" sends gradients in fp32 and
     gathers parameters in bf16 (``comm.stack_wire``, when ``wire`` is not given) and hides none of
-    the TP collectives (``comm.STACK_TP_OVERLAP``). ``grid``: the
+    the TP collectives (``comm.STACK_TP_OVERLAP``). ``pp_split``: how the pipeline stages split
+    the model (:data:`PP_SPLITS`, runs column ``pp_split``; default "auto", the layout search's too):
+    the compute and memory-bound work are those of the slowest stage (:func:`pipeline_split`; the
+    step's traffic keeps ceil(L / pp) layers). ``attn_kernel``: :data:`ATTN_KERNELS` (runs column
+    ``attn_kernel``; "unfused": the full score matrix through tensor-core GEMMs at the 16-bit rate and
+    :data:`UNFUSED_ATTN_BYTES` of HBM traffic per score element at :data:`HBM_STREAM_EFF`, no exp). ``grid``: the
     ``layout.LayoutGrid`` and the flat indices into it that ``layouts`` are (the search's fitting
     candidates): the traffic is then computed on the grid (same values).
     Raises ``hardware.UnsupportedPrecision`` when the GPU has no native tensor cores for it.
@@ -970,24 +1068,47 @@ def prepare(model: Model, layouts, precision: str, gpu, topo: Topology | None = 
     rc = src.recompute
     xf = _full_fraction(src, recompute_fraction)
     xs = _selective_share(src, xf, recompute_rest)
-    layers_stage, dense_stage, moe_stage = _stage_layers(model, pp)
-    # --- FLOPs per token of the stage (forward x 3, plus the recomputed forward) -------------
     lf = _layer_linear_flops(model)
+    vpad = padded_vocab(model.vocab, src.tp).astype(f64)
+    # the slowest pipeline stage: the output layer's work in layers' worth decides (16-bit GEMM
+    # against a mean layer's linear FLOPs at the recipe's peak and its attention core at 16 bits)
+    n_mlp = model.n_dense_layers * lf["dense_mlp"] + model.n_moe_layers * (lf["moe_shared"] + lf["moe_routed"])
+    layer_lin = 3.0 * (lf["attn"] + n_mlp / model.layers)
+    layer_attn = model.heads * (model.seq_len + FA_CAUSAL_TILE) / 2.0 * (
+        2.0 * (model.qk_head_dim + model.v_head_dim_eff) + 6.0 * model.qk_head_dim + 4.0 * model.v_head_dim_eff)
+    head_layers = 6.0 * model.hidden * vpad / (layer_lin * (peak_16 / peak_fmt) + layer_attn)
+    n_split, head_share = pipeline_split(model, pp, pp_split, head_layers, vp)
+    layers_stage, dense_stage, moe_stage = _stage_layers(model, pp, n_split)
+    # --- FLOPs per token of the stage (forward x 3, plus the recomputed forward) -------------
     redo_attn = xs * lf["mla_up"] + xf * lf["attn"]
-    lin_tok = (layers_stage * (3.0 * lf["attn"] + redo_attn)
-               + dense_stage * (3.0 + xf) * lf["dense_mlp"] + moe_stage * (3.0 + xf) * lf["moe_shared"])
-    exp_tok = moe_stage * (3.0 + xf) * lf["moe_routed"]
+
+    def lin_exp(layers, dense, moe):
+        return (layers * (3.0 * lf["attn"] + redo_attn) + dense * (3.0 + xf) * lf["dense_mlp"]
+                + moe * (3.0 + xf) * lf["moe_shared"]), moe * (3.0 + xf) * lf["moe_routed"]
+
+    lin_tok, exp_tok = lin_exp(layers_stage, dense_stage, moe_stage)
     # flash attention per score element (causal: a s / 2 per token and layer): forward QK^T and PV,
     # 2 (d_qk + d_v) FLOPs; backward recomputes S and computes dV, dP, dQ, dK: 6 d_qk + 4 d_v
     # (Dao 2023, FlashAttention-2, arXiv 2307.08691, Alg. 2); selective recompute runs the forward again;
     # diagonal tiles computed in full: (s + B) / 2 elements per query (:data:`FA_CAUSAL_TILE`)
     dqk_a, dv_a = float(model.qk_head_dim), float(model.v_head_dim_eff)
-    elems_tok = layers_stage * model.heads * (model.seq_len + FA_CAUSAL_TILE) / 2.0
-    n_fwd = 1.0 + xf + xs  # flash-attention forwards: 2 where a layer recomputes (full or selective)
-    attn_fwd_fpe, attn_bwd_fpe = 2.0 * (dqk_a + dv_a), 6.0 * dqk_a + 4.0 * dv_a
+    if attn_kernel not in ATTN_KERNELS:
+        raise ValueError(f"attn_kernel: must be one of {', '.join(ATTN_KERNELS)} (got {attn_kernel!r})")
+    unfused = attn_kernel == "unfused"
+    # unfused: the whole s x s score matrix, masked afterwards; the backward has no S to recompute
+    elems_layer = model.heads * (model.seq_len if unfused else (model.seq_len + FA_CAUSAL_TILE) / 2.0)
+    elems_tok = layers_stage * elems_layer
+    n_fwd = 1.0 + xf + xs  # attention forwards: 2 where a layer recomputes (full or selective)
+    attn_fwd_fpe = 2.0 * (dqk_a + dv_a)
+    attn_bwd_fpe = 4.0 * (dqk_a + dv_a) if unfused else 6.0 * dqk_a + 4.0 * dv_a
+
     attn_tok = elems_tok * (n_fwd * attn_fwd_fpe + attn_bwd_fpe)
-    vpad = padded_vocab(model.vocab, src.tp).astype(f64)
-    head_tok = 6.0 * (model.hidden * vpad + model._norm_size(model.hidden)) / pp
+    head_full = 6.0 * (model.hidden * vpad + model._norm_size(model.hidden))
+    head_tok = head_full * head_share
+    # executed FLOPs per token of the mean stage (1/pp of every layer and of the head): HFU's numerator
+    lin_m, exp_m = lin_exp(model.layers / pp, model.n_dense_layers / pp, model.n_moe_layers / pp)
+    mean_tok = (lin_m + exp_m + model.layers / pp * elems_layer * (n_fwd * attn_fwd_fpe + attn_bwd_fpe)
+                + head_full / pp)
     # --- GEMM shapes: FLOP-weighted mean of 1/n ------------------------------------------------
     g_attn, g_dense, g_shared, g_routed = _gemms(model, M, tp, ep, etp)
     (wa, na), (wd, nd), (ws, ns), (wr, nr) = (_wsum(x) for x in (g_attn, g_dense, g_shared, g_routed))
@@ -998,7 +1119,10 @@ def prepare(model: Model, layouts, precision: str, gpu, topo: Topology | None = 
     lowp = 1.0 - min(1.0, fp4_bf16_layers / model.layers) if fmt == "4bit" else 1.0
     # --- memory-bound bytes, bubble (Narayanan 2021 §2.2), communication ---------------------
     b_micro, b_step = memory_bound_bytes(model, src, precision, recompute_fraction=xf, ep_dispatch=ep_dispatch,
-                                         recompute_rest=recompute_rest)
+                                         recompute_rest=recompute_rest, stage=(n_split, head_share))
+    # unfused attention: the materialized scores stream through HBM, a s elements per token and layer
+    b_scores = (tok_gpu * layers_stage * model.heads * model.seq_len / tp
+                * (UNFUSED_ATTN_BYTES[0] * n_fwd + UNFUSED_ATTN_BYTES[1])) if unfused else 0.0
     bubble = (pp - 1.0) / (vp * n_micro)
     if on_grid:
         step = comm.step_traffic(model, src, topo, wire).gather(take, la)
@@ -1026,10 +1150,11 @@ def prepare(model: Model, layouts, precision: str, gpu, topo: Topology | None = 
                       lowp_share=lowp * full, bytes_micro=take(b_micro), bytes_step=take(b_step) * full,
                       bubble=take(bubble), tokens_per_step=take(tokens_step), gpus=la.gpus.astype(f64),
                       model_flops_per_token=float(model.model_flops_per_token(causal=True)) * full,
-                      hw_flops_per_gpu=take(sum(flops.values())) * full, peak_fmt=peak_fmt * full,
+                      hw_flops_per_gpu=take(tok_gpu * mean_tok) * full, peak_fmt=peak_fmt * full,
                       peak_16=peak_16 * full, hbm_bw=g.hbm_bw * full,
                       fmt_idx=np.full(n, FORMAT_CLASSES.index(fmt)), fam_idx=g.fam_idx + np.zeros(n, np.int64),
-                      ep_overlap=comm.schedule_ep_overlap(schedule) * full, tp_overlap=tp_overlap * full, comm=step)
+                      ep_overlap=comm.schedule_ep_overlap(schedule) * full, tp_overlap=tp_overlap * full,
+                      attn_unfused=float(unfused) * full, bytes_scores=take(b_scores) * full, comm=step)
 
 
 def _same(a):
@@ -1106,7 +1231,7 @@ def evaluate(inp: StepInputs, eff: Efficiency | None = None, overlap: Overlap | 
                + inp.flops_exp * inv_lin * (1.0 + k_f * inp.s_exp)
                + attn
                + inp.flops_head / r_16 * (1.0 + k_16 * inp.s_head))
-    mem_micro = eff.memory_overhead * inp.bytes_micro / inp.hbm_bw
+    mem_micro = eff.memory_overhead * inp.bytes_micro / inp.hbm_bw + inp.bytes_scores / (inp.hbm_bw * HBM_STREAM_EFF)
     mem_step = eff.memory_overhead * inp.bytes_step / inp.hbm_bw
     busy = compute + mem_micro
     bubble = inp.bubble * busy
@@ -1136,8 +1261,13 @@ def attention_seconds(inp: StepInputs, r_16, fam):
     16-bit peak / :data:`SFU_RATIO` at the family's sustained clock (``fam``). Longer heads amortize
     the exp over more FLOPs: efficiency rises with head size."""
     exp_rate = inp.peak_16 * fam / inp.sfu_ratio
-    fwd = inp.attn_elems_fwd * (inp.attn_fwd_fpe / r_16 + (1.0 - FA_EXP_OVERLAP) / exp_rate)
-    bwd = inp.attn_elems_bwd * (inp.attn_bwd_fpe / (r_16 * FA_BWD_EFF) + 1.0 / exp_rate)
+    # unfused: the batched GEMMs at the 16-bit rate (their score operands and outputs are the
+    # memory-bound bytes_scores, counted once there), the softmax a memory-bound kernel (no exp here)
+    unfused = inp.attn_unfused > 0
+    x_fwd = np.where(unfused, 0.0, (1.0 - FA_EXP_OVERLAP) / exp_rate)
+    x_bwd = np.where(unfused, 0.0, 1.0 / exp_rate)
+    fwd = inp.attn_elems_fwd * (inp.attn_fwd_fpe / r_16 + x_fwd)
+    bwd = inp.attn_elems_bwd * (inp.attn_bwd_fpe / (r_16 * np.where(unfused, 1.0, FA_BWD_EFF)) + x_bwd)
     return fwd + bwd
 
 
@@ -1242,7 +1372,7 @@ def least_recompute(model: Model, layouts, gpu, precision: str, **memory_options
 
 __all__ = ["ADAM_BYTES", "CP_MERGE_BYTES", "CP_STEP_SHARE", "EFFICIENCY_YAML", "FAMILIES", "FA_BWD_EFF",
            "FA_CAUSAL_TILE", "FA_EXP_OVERLAP", "FORMAT_CLASSES",
-           "FP4_BF16_LAYERS", "GROUPED_TILE_M", "PARAM_SIGN", "PRECISIONS", "SFU_RATIO", "Efficiency", "EfficiencyBand",
+           "FP4_BF16_LAYERS", "GROUPED_TILE_M", "PARAM_SIGN", "PP_SPLITS", "pipeline_split", "ATTN_KERNELS", "HBM_STREAM_EFF", "UNFUSED_ATTN_BYTES", "PRECISIONS", "SFU_RATIO", "Efficiency", "EfficiencyBand",
            "Prediction", "attention_efficiency", "attention_seconds",
            "StepInputs", "StepTime", "compute_precision", "default_band", "default_efficiency", "ep_dedup_factor",
            "distinct_groups", "evaluate", "evaluate_band", "format_class", "least_recompute", "load_efficiency",

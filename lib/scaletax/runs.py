@@ -109,6 +109,16 @@ COLUMN_DEFAULTS: dict[str, str] = {
              "the master weights (16 bytes per parameter with Adam m, v), parameters gathered in "
              "bf16 (TorchTitan training.dtype / mixed_precision_reduce / mixed_precision_param), TP collectives not overlapped "
              "(no async TP by default); structural only, nothing calibrated (comm.STACK_TP_OVERLAP)",
+    "pp_split": "auto: the split Megatron-Core accepts for the layout: even where pp*vp divides the layers, else "
+                "account where it divides layers + 2, else balanced (perf.pipeline_split). even: Megatron-Core's "
+                "default, L / pp transformer layers per stage, the output layer and the loss on the last stage "
+                "besides (megatron-core 0.19.2 transformer_config.py:130-134); account: "
+                "account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split, the embedding and "
+                "the loss each take a layer's slot; balanced: a custom pipeline_model_parallel_layout that spreads the "
+                "output layer's work over the stages (perf.PP_SPLITS); the slowest stage sets the pace",
+    "attn_kernel": "flash (fused attention, scores on chip: every stack since FlashAttention, 2022); unfused: "
+                   "Megatron-LM before it (batched QK^T / PV GEMMs over the full score matrix, softmax and "
+                   "dropout as memory-bound kernels; perf.ATTN_KERNELS)",
     "tp, pp": "both blank: scaletax predict searches the best layout on gpu_count GPUs",
     "tokens": "blank: no time or cost columns; a token budget (e.g. 1.5e13): scaletax predict adds the days, "
               "GPU-hours and cost of training on it at the predicted throughput (cost.run_costs)",
@@ -649,7 +659,7 @@ def mixed_recompute_gib(model, la: LayoutArray, precision: str, fraction, rest, 
 @dataclass(frozen=True)
 class PlanGroup:
     """Rows of a :class:`TablePlan` with the same architecture, GPU, precision, memory options,
-    MoE dispatcher, schedule and stack (:func:`step_inputs`' conventions): their positions in the table (``index``), layouts (recompute resolved as
+    MoE dispatcher, schedule, stack and pipeline split (:func:`step_inputs`' conventions): their positions in the table (``index``), layouts (recompute resolved as
     :func:`plan_row` does) and full-recompute fractions, as arrays."""
 
     model: models.Model
@@ -663,6 +673,8 @@ class PlanGroup:
     schedule: str = "unknown"
     recompute_rest: np.ndarray | None = None
     stack: str = "megatron"
+    pp_split: str = "auto"
+    attn_kernel: str = "flash"
 
     @property
     def rest(self) -> np.ndarray:
@@ -690,7 +702,8 @@ class PlanGroup:
 
         return perf.prepare(self.model, self.layouts, self.precision, self.hardware,
                             recompute_fraction=self.recompute_fraction, recompute_rest=self.rest,
-                            ep_dispatch=self.ep_dispatch, schedule=self.schedule, stack=self.stack)
+                            ep_dispatch=self.ep_dispatch, schedule=self.schedule, stack=self.stack,
+                            pp_split=self.pp_split, attn_kernel=self.attn_kernel)
 
 
 @dataclass(frozen=True)
@@ -756,7 +769,8 @@ class TablePlan:
         for g in self.groups:
             gpu = hardware.get(g.hardware)  # the first unsupported precision in table order raises, as per group
             gpu.peak_flops(g.precision), gpu.peak_flops(perf.compute_precision(gpu, g.precision))
-            batches.setdefault((id(g.model), g.precision, g.ep_dispatch, g.schedule, g.stack), []).append(g)
+            batches.setdefault((id(g.model), g.precision, g.ep_dispatch, g.schedule, g.stack, g.pp_split,
+                                  g.attn_kernel), []).append(g)
         parts, index = [], []
         for gs in batches.values():
             index += [g.index for g in gs]
@@ -770,7 +784,8 @@ class TablePlan:
             parts.append(perf.prepare(g0.model, LayoutArray.concat([g.layouts for g in gs]), g0.precision, gpus,
                                       recompute_fraction=np.concatenate([g.recompute_fraction for g in gs]),
                                       recompute_rest=np.concatenate([g.rest for g in gs]),
-                                      ep_dispatch=g0.ep_dispatch, schedule=g0.schedule, stack=g0.stack))
+                                      ep_dispatch=g0.ep_dispatch, schedule=g0.schedule, stack=g0.stack,
+                                      pp_split=g0.pp_split, attn_kernel=g0.attn_kernel))
         pos = np.concatenate(index) if index else np.zeros(0, np.int64)
         inv = np.empty_like(pos)
         inv[pos] = np.arange(len(pos))
@@ -807,7 +822,7 @@ class TablePlan:
 #: The cells :func:`memory_options` reads (besides the precision), and those :func:`row_dispatch` and
 #: :func:`row_schedule` read.
 _OPTION_COLUMNS: tuple[str, ...] = ("recompute_modules", "reserve_gib", "fp8_param_gather", "stack")
-_RUN_COLUMNS: tuple[str, ...] = ("moe_dispatcher", "schedule", "stack")
+_RUN_COLUMNS: tuple[str, ...] = ("moe_dispatcher", "schedule", "stack", "pp_split", "attn_kernel")
 
 
 def _cached_cells(cache: dict, key: tuple, fn):
@@ -868,8 +883,10 @@ def plan_rows(rows: Sequence[dict[str, Any]], row_numbers: Sequence[int] | None 
                 unknown[i] = _stated_recompute(row) == "unknown"
                 n_block[i] = _block_layers(row) or 0
             m, b = measured_tokens_per_s(row, model)
-            dispatch, schedule, stack = _cached_cells(opt_cache, ("run", is_moe, *map(row.get, _RUN_COLUMNS)), lambda: (
-                row_dispatch(row) if is_moe else "alltoall", row_schedule(row), row_stack(row)))
+            dispatch, schedule, stack, split, kernel = _cached_cells(
+                opt_cache, ("run", is_moe, *map(row.get, _RUN_COLUMNS)),
+                lambda: (row_dispatch(row) if is_moe else "alltoall", row_schedule(row), row_stack(row),
+                         row_pp_split(row), row_attn_kernel(row)))
         except (ValueError, hardware.HardwareError) as exc:
             raise RunsTableError(f"row {nums[i]}: {exc}") from None
         if table is None:
@@ -877,16 +894,16 @@ def plan_rows(rows: Sequence[dict[str, Any]], row_numbers: Sequence[int] | None 
                        RECOMPUTE_CODE[rc])
         measured.append(m)
         basis.append(b)
-        key = (mkey, gpu, prec, opt_key, dispatch, schedule, stack)
+        key = (mkey, gpu, prec, opt_key, dispatch, schedule, stack, split, kernel)
         if key not in by_key:
             by_key[key] = []
-            info[key] = (model, gpu, prec, opts, dispatch, schedule, stack)
+            info[key] = (model, gpu, prec, opts, dispatch, schedule, stack, split, kernel)
         by_key[key].append(i)
     assumed = [""] * n
     frac_all = np.ones(n)
     groups = []
     for key, members in by_key.items():
-        model, gpu, prec, opts, dispatch, schedule, stack = info[key]
+        model, gpu, prec, opts, dispatch, schedule, stack, split, kernel = info[key]
         idx = np.asarray(members, dtype=np.int64)
         v = vals[idx]
         code = v[:, 11].copy()
@@ -911,7 +928,8 @@ def plan_rows(rows: Sequence[dict[str, Any]], row_numbers: Sequence[int] | None 
         la = LayoutArray(**{f: v[:, j] for j, f in enumerate(FIELDS)})
         groups.append(PlanGroup(model=model, hardware=gpu, precision=prec, options=opts, index=idx, layouts=la,
                                 recompute_fraction=frac, ep_dispatch=dispatch, schedule=schedule,
-                                recompute_rest=rest if np.any(blk) else None, stack=stack))
+                                recompute_rest=rest if np.any(blk) else None, stack=stack, pp_split=split,
+                                attn_kernel=kernel))
     notes: list[tuple[str, ...]] = []
     for row, gbs, vp, etp, is_moe, unk, a, f in zip(rows, vals[:, 8].tolist(), vals[:, 6].tolist(), vals[:, 4].tolist(),
                                                     moe, unknown.tolist(), assumed, frac_all.tolist()):
@@ -989,6 +1007,29 @@ def row_stack(row: dict[str, Any]) -> str:
     return v
 
 
+def row_pp_split(row: dict[str, Any]) -> str:
+    """How a row's pipeline stages split the model (``pp_split`` column, :data:`COLUMN_DEFAULTS`,
+    ``perf.PP_SPLITS``), lower case; "auto" when blank or absent: the split Megatron-Core accepts for
+    the row's layout (``perf.pipeline_split``)."""
+    from scaletax import perf
+
+    v = str(row.get("pp_split") or "").strip().lower() or "auto"
+    if v not in perf.PP_SPLITS:
+        raise _CellError("pp_split", f"must be one of {', '.join(perf.PP_SPLITS)} or empty (got {v!r})")
+    return v
+
+
+def row_attn_kernel(row: dict[str, Any]) -> str:
+    """The attention kernel a row ran (``attn_kernel`` column, :data:`COLUMN_DEFAULTS`,
+    ``perf.ATTN_KERNELS``), lower case; "flash" when blank or absent."""
+    from scaletax import perf
+
+    v = str(row.get("attn_kernel") or "").strip().lower() or "flash"
+    if v not in perf.ATTN_KERNELS:
+        raise _CellError("attn_kernel", f"must be one of {', '.join(perf.ATTN_KERNELS)} or empty (got {v!r})")
+    return v
+
+
 #: ``moe_dispatcher`` column values and the ``perf.prepare`` ``ep_dispatch`` each runs.
 DISPATCHERS: dict[str, str] = {"deepep": "dedup", "alltoall": "alltoall"}
 
@@ -1014,7 +1055,8 @@ def step_inputs(plans: Sequence[RowPlan]):
         parts.append(perf.prepare(su.model, su.layout, str(su.row["precision"]).strip().lower(),
                                   str(su.row["hardware"]).strip(), recompute_fraction=su.recompute_fraction,
                                   recompute_rest=RECOMPUTE_CODE[su.recompute_rest],
-                                  ep_dispatch=ep_dispatch, schedule=row_schedule(su.row), stack=row_stack(su.row)))
+                                  ep_dispatch=ep_dispatch, schedule=row_schedule(su.row), stack=row_stack(su.row),
+                                  pp_split=row_pp_split(su.row), attn_kernel=row_attn_kernel(su.row)))
     return perf.StepInputs.concat(parts)
 
 
@@ -1148,6 +1190,8 @@ def _validate_row(row: dict[str, Any], cache: dict | None = None) -> None:
     _param_gather(row)
     row_schedule(row)
     row_stack(row)
+    row_pp_split(row)
+    row_attn_kernel(row)
     row_dispatch(row)
     mods = _modules(row)
     if mods is not None:

@@ -1,0 +1,110 @@
+"""Issue 29: which pipeline stage sets the pace (the output layer sits on the last stage unless the
+split accounts for it), the attention kernel of pre-FlashAttention Megatron-LM runs, and the 4-bit
+ceiling tied to the 8-bit one."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import yaml
+
+from scaletax import DATA_DIR, calibrate, models, perf, runs
+from scaletax.layout import Layout
+
+
+def test_pipeline_split_of_the_sourced_layouts():
+    """"auto" is what Megatron-Core accepts: pp x vp divides L (even), else L + 2 (account), else a
+    custom layout (balanced); each case is the split its source states."""
+    oss, llama, ds = models.get("gpt_oss_120b"), models.get("llama31_405b"), models.get("deepseek_v3")
+    # GPT-OSS-120B on 4 stages (Megatron-Bridge sets both account flags False): 9 layers + the whole head
+    n, share = perf.pipeline_split(oss, np.array([4.0]), "auto", head_layers=np.array([4.6]))
+    assert (n[0], share[0]) == (9.0, 1.0)
+    # Llama 3.1 405B, 126 layers on 8 stages: 16 slots; a head worth < 1 layer: a middle stage is slowest
+    n, share = perf.pipeline_split(llama, np.array([8.0]), "auto", head_layers=np.array([0.66]))
+    assert (n[0], share[0]) == (16.0, 0.0)
+    # ... worth more than a layer (NVFP4 layers against a BF16 head): the last, 15 layers and the head
+    n, share = perf.pipeline_split(llama, np.array([8.0]), "auto", head_layers=np.array([1.5]))
+    assert (n[0], share[0]) == (15.0, 1.0)
+    # 128 slots on 16 stages x 8 virtual: account as well
+    n, _ = perf.pipeline_split(llama, np.array([16.0]), "auto", head_layers=np.array([0.5]), vp=np.array([8.0]))
+    assert n[0] == 8.0
+    # DeepSeek-V3, 61 layers: no Megatron-Core split without a layout; the balanced one is the
+    # recipe's: 8 layers on 7 stages, 5 and the head on the last (set_deepseek_v3_pipeline_model_parallel_layout)
+    n, share = perf.pipeline_split(ds, np.array([8.0]), "auto", head_layers=np.array([1.5]))
+    assert (n[0], share[0]) == (8.0, 0.0)
+    # the best whole-layer balance: GPT-OSS on 4 stages, 10 layers on three and 6 with the head (10.6)
+    n, share = perf.pipeline_split(oss, np.array([4.0]), "balanced", head_layers=np.array([4.6]))
+    assert (n[0], share[0]) == (6.0, 1.0)
+    # one stage: every layer and the whole output layer, whatever the split
+    for split in perf.PP_SPLITS:
+        n, share = perf.pipeline_split(oss, np.array([1.0]), split, head_layers=np.array([4.6]))
+        assert (float(n[0]), float(np.broadcast_to(share, (1,))[0])) == (36.0, 1.0)
+    with pytest.raises(ValueError, match=r"^pp_split: must be one of auto, even, account, balanced \(got 'x'\)$"):
+        perf.pipeline_split(oss, np.array([4.0]), "x")
+
+
+def _probe(run_id):
+    return next(r for r in runs.read_runs(DATA_DIR / "coverage_probes.csv") if r["run_id"] == run_id)
+
+
+def _write(tmp_path, rows):
+    path = tmp_path / "runs.csv"
+    runs.write_runs(rows, path, list(dict.fromkeys(k for r in rows for k in r)))
+    return path
+
+
+def test_the_last_stage_runs_the_output_layer(tmp_path):
+    """GPT-OSS-120B on 64 H100 (PP 4, Megatron-Core's even split): the last stage computes 9 layers
+    and the 201k-vocabulary output layer; a balanced custom layout would move layers off it, and the
+    step is faster by that work; a stated split overrides the default."""
+    row = _probe("probe-gpt-oss-120b-64xh100-bf16")
+    assert runs.row_pp_split(row) == "even"
+    even = runs.step_inputs([runs.plan_row(row)])
+    bal = runs.step_inputs([runs.plan_row({**row, "pp_split": "balanced"})])
+    # even: the last stage, 9 layers and the whole head; balanced (the output layer worth ~3 layers
+    # here): 10 layers on three stages, 6 and the head on the last, a middle stage the slowest
+    assert float(even.flops_head[0]) > 0 and float(bal.flops_head[0]) == 0.0
+    assert float(even.flops_lin[0]) < float(bal.flops_lin[0])
+    assert float(even.hw_flops_per_gpu[0]) == pytest.approx(float(bal.hw_flops_per_gpu[0]), rel=1e-12)  # same work
+    se, sb = perf.evaluate(even), perf.evaluate(bal)
+    assert float(se.tokens_per_s_per_gpu[0]) < 0.9 * float(sb.tokens_per_s_per_gpu[0])
+    assert runs.row_pp_split({**row, "pp_split": ""}) == "auto"
+    with pytest.raises(runs.RunsTableError) as exc:
+        runs.read_runs(_write(tmp_path, [row, {**row, "pp_split": "zigzag"}]))
+    assert str(exc.value) == ("runs.csv: 1 bad row(s): row 3, column 'pp_split': must be one of auto, even, account, "
+                              "balanced or empty (got 'zigzag')")
+
+
+def test_unfused_attention_streams_the_score_matrix(tmp_path):
+    """Megatron-LM before FlashAttention: the full s x s scores (not the causal half plus tiles),
+    perf.UNFUSED_ATTN_BYTES per element through HBM (forward once more where recomputed), no exp."""
+    held = {r["run_id"]: r for r in runs.read_runs(DATA_DIR / "heldout_runs.csv")}
+    row = held["narayanan2021-1.7B"]
+    assert runs.row_attn_kernel(row) == "unfused"
+    plan = runs.plan_row(row)
+    un = runs.step_inputs([plan])
+    fl = runs.step_inputs([runs.plan_row({**row, "attn_kernel": "flash"})])
+    m, lay = plan.model, plan.layout
+    assert float(fl.bytes_scores[0]) == 0.0 and float(fl.attn_unfused[0]) == 0.0
+    tok_gpu = lay.gbs * m.seq_len / (lay.tp * lay.cp * lay.dp)
+    layers = np.ceil(m.layers / lay.pp)
+    n_fwd = float(un.attn_elems_fwd[0] / un.attn_elems_bwd[0])
+    want = tok_gpu * layers * m.heads * m.seq_len / lay.tp * (13.0 * n_fwd + 19.0)
+    assert float(un.bytes_scores[0]) == pytest.approx(want, rel=1e-12)
+    assert float(un.attn_elems_bwd[0]) == pytest.approx(tok_gpu * layers * m.heads * m.seq_len, rel=1e-12)
+    assert float(un.attn_elems_bwd[0] / fl.attn_elems_bwd[0]) == pytest.approx(
+        m.seq_len / ((m.seq_len + perf.FA_CAUSAL_TILE) / 2), rel=1e-12)  # full square, not the causal half
+    assert perf.HBM_STREAM_EFF == pytest.approx(4.122355908262558 / 4.8)  # the measured H200 copy
+    with pytest.raises(runs.RunsTableError) as exc:
+        runs.read_runs(_write(tmp_path, [row, {**row, "attn_kernel": "xformers"}]))
+    assert str(exc.value) == ("runs.csv: 1 bad row(s): row 3, column 'attn_kernel': must be one of flash, unfused or "
+                              "empty (got 'xformers')")
+
+
+def test_the_4bit_ceiling_is_tied_to_the_8bit_one():
+    """One NVFP4 row cannot fit a parameter and test it: the 4-bit ceiling is the 8-bit ceiling x
+    the Blackwell factor in every fit, and data/efficiency.yaml says so."""
+    assert "gemm_ceiling_4bit" not in calibrate.FIT_PARAMS
+    p = calibrate.calibrate().params
+    assert p["gemm_ceiling_4bit"] == pytest.approx(p["gemm_ceiling_8bit"] * p["family_factor_blackwell"], rel=1e-12)
+    raw = yaml.safe_load(perf.EFFICIENCY_YAML.read_text())["parameters"]["gemm_ceiling_4bit"]
+    assert raw["kind"] == "tied" and raw["low"] < raw["value"] < raw["high"]
