@@ -407,6 +407,16 @@ def heldout_predictions(path: Path | str = runs.HELDOUT_CSV, band: perf.Efficien
     return rows, plan, perf.evaluate_band(plan.step_inputs(), band)
 
 
+def heldout_errors(path: Path | str = runs.HELDOUT_CSV, band: perf.EfficiencyBand | None = None) -> list[dict[str, Any]]:
+    """Per row of ``path`` (:func:`heldout_predictions`): ``run_id``, ``regime``
+    (``runs.row_regime``) and ``error``, predicted (the band's central value) / measured tokens/s
+    per GPU - 1 (the measurement converted as ``runs.measured_tokens_per_s`` says)."""
+    rows, plan, pred = heldout_predictions(path, band)
+    tps = pred.value.tokens_per_s_per_gpu
+    return [{"run_id": r["run_id"], "regime": runs.row_regime(r), "error": float(tps[i]) / plan.measured[i] - 1.0}
+            for i, r in enumerate(rows)]
+
+
 def regime_spread(prepared=None, band: perf.EfficiencyBand | None = None,
                   heldout: Path | str = runs.HELDOUT_CSV) -> dict[str, dict[str, Any]]:
     """Out-of-sample accuracy per regime of ``runs.REGIMES`` (``runs.row_regime``), in order:
@@ -417,14 +427,12 @@ def regime_spread(prepared=None, band: perf.EfficiencyBand | None = None,
     ``validate.regime_summary`` recomputes for the validation chapter."""
     inp, plans = prepare_rows(load_rows()) if prepared is None else prepared
     pred, _ = fold_predictions(inp, plans, runs.row_regime)
-    rows, plan, hp = heldout_predictions(heldout, band)
-    held = [(runs.row_regime(r), float(hp.value.tokens_per_s_per_gpu[i]) / plan.measured[i] - 1.0)
-            for i, r in enumerate(rows)]
+    held = heldout_errors(heldout, band)
     out = {}
     for reg in runs.REGIMES:
         cal = [float(pred[i]) / p.measured - 1.0 for i, p in enumerate(plans)
                if p.measured is not None and runs.row_regime(p.row) == reg]
-        ho = [e for g, e in held if g == reg]
+        ho = [h["error"] for h in held if h["regime"] == reg]
         med, within, _ = abs_error_stats(cal + ho)
         out[reg] = {"rows": len(cal), "heldout_rows": len(ho), "oos_rows": len(cal) + len(ho),
                     "oos_median": med, "oos_within_25": within}
@@ -661,7 +669,7 @@ __all__ = ["COLLECTIVE_PARAMS", "Calibration", "DERIVED_FAMILIES", "FIT_BOUNDS",
            "fit_bounds", "fp8_over_bf16_max",
            "IDENTIFIED_BY", "PRIORS", "RANGE_CHI2", "TIED_FAMILIES", "band_from_ranges", "calibrate", "calibrate_fold",
            "efficiency_ranges", "efficiency_yaml_text", "fit_gemm_measurements", "fold_predictions", "load_rows",
-           "measured_base", "out_of_sample_spread", "BAND_QUANTILE", "abs_error_stats", "heldout_predictions",
+           "measured_base", "out_of_sample_spread", "BAND_QUANTILE", "abs_error_stats", "heldout_errors", "heldout_predictions",
            "regime_spread",
            "power_ratio", "prepare_rows", "tie_ratios", "write_efficiency_yaml"]
 

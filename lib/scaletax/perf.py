@@ -685,24 +685,16 @@ def pipeline_split(model: Model, pp, split: str, head_layers=0.0, vp=1) -> tuple
                 for j in (0, 1)]
         return pick[0], pick[1]
     h = np.asarray(head_layers, dtype=np.float64)
-    if split == "balanced":  # the best whole-layer layout: b layers with the head on the last stage
+    if split == "balanced":  # the best whole-layer layout: b layers and the head on the last stage
         rest = np.maximum(pp - 1.0, 1.0)
-        b0 = np.clip(np.floor((L + h) / pp - h), 0.0, L)
-        best_n, best_share, best_t = None, None, None
-        for b in (b0, np.minimum(b0 + 1.0, L)):
-            other = np.ceil((L - b) / rest)
-            last_heavier = b + h > other
-            t = np.maximum(other, b + h)
-            n = np.where(last_heavier, b, other)
-            share = np.where(last_heavier, 1.0, 0.0)
-            if best_t is None:
-                best_n, best_share, best_t = n, share, t
-            else:
-                better = t < best_t
-                best_n, best_share, best_t = (np.where(better, n, best_n), np.where(better, share, best_share),
-                                              np.minimum(t, best_t))
+        b0 = np.clip(np.floor((L + h) / pp - h), 0.0, L)  # the continuous optimum, rounded down
+        b1 = np.minimum(b0 + 1.0, L)
+        other0, other1 = np.ceil((L - b0) / rest), np.ceil((L - b1) / rest)
+        b = np.where(np.maximum(other1, b1 + h) < np.maximum(other0, b0 + h), b1, b0)
+        other = np.ceil((L - b) / rest)
+        last = b + h > other  # the last stage is the slowest
         one = pp == 1
-        return np.where(one, L, best_n), np.where(one, 1.0, best_share)
+        return np.where(one, L, np.where(last, b, other)), np.where(one | last, 1.0, 0.0)
     if split == "even":  # the last stage: its layers and the output layer
         return np.ceil(L / pp), np.ones_like(pp)
     slots = np.ceil((L + 2.0) / pp)
@@ -1070,23 +1062,6 @@ def prepare(model: Model, layouts, precision: str, gpu, topo: Topology | None = 
     xs = _selective_share(src, xf, recompute_rest)
     lf = _layer_linear_flops(model)
     vpad = padded_vocab(model.vocab, src.tp).astype(f64)
-    # the slowest pipeline stage: the output layer's work in layers' worth decides (16-bit GEMM
-    # against a mean layer's linear FLOPs at the recipe's peak and its attention core at 16 bits)
-    n_mlp = model.n_dense_layers * lf["dense_mlp"] + model.n_moe_layers * (lf["moe_shared"] + lf["moe_routed"])
-    layer_lin = 3.0 * (lf["attn"] + n_mlp / model.layers)
-    layer_attn = model.heads * (model.seq_len + FA_CAUSAL_TILE) / 2.0 * (
-        2.0 * (model.qk_head_dim + model.v_head_dim_eff) + 6.0 * model.qk_head_dim + 4.0 * model.v_head_dim_eff)
-    head_layers = 6.0 * model.hidden * vpad / (layer_lin * (peak_16 / peak_fmt) + layer_attn)
-    n_split, head_share = pipeline_split(model, pp, pp_split, head_layers, vp)
-    layers_stage, dense_stage, moe_stage = _stage_layers(model, pp, n_split)
-    # --- FLOPs per token of the stage (forward x 3, plus the recomputed forward) -------------
-    redo_attn = xs * lf["mla_up"] + xf * lf["attn"]
-
-    def lin_exp(layers, dense, moe):
-        return (layers * (3.0 * lf["attn"] + redo_attn) + dense * (3.0 + xf) * lf["dense_mlp"]
-                + moe * (3.0 + xf) * lf["moe_shared"]), moe * (3.0 + xf) * lf["moe_routed"]
-
-    lin_tok, exp_tok = lin_exp(layers_stage, dense_stage, moe_stage)
     # flash attention per score element (causal: a s / 2 per token and layer): forward QK^T and PV,
     # 2 (d_qk + d_v) FLOPs; backward recomputes S and computes dV, dP, dQ, dK: 6 d_qk + 4 d_v
     # (Dao 2023, FlashAttention-2, arXiv 2307.08691, Alg. 2); selective recompute runs the forward again;
@@ -1097,18 +1072,32 @@ def prepare(model: Model, layouts, precision: str, gpu, topo: Topology | None = 
     unfused = attn_kernel == "unfused"
     # unfused: the whole s x s score matrix, masked afterwards; the backward has no S to recompute
     elems_layer = model.heads * (model.seq_len if unfused else (model.seq_len + FA_CAUSAL_TILE) / 2.0)
-    elems_tok = layers_stage * elems_layer
     n_fwd = 1.0 + xf + xs  # attention forwards: 2 where a layer recomputes (full or selective)
     attn_fwd_fpe = 2.0 * (dqk_a + dv_a)
     attn_bwd_fpe = 4.0 * (dqk_a + dv_a) if unfused else 6.0 * dqk_a + 4.0 * dv_a
+    attn_layer = elems_layer * (n_fwd * attn_fwd_fpe + attn_bwd_fpe)  # FLOPs per token and layer
+    # the slowest pipeline stage: the output layer's work in layers' worth decides (16-bit GEMM
+    # against a mean layer's linear FLOPs at the recipe's peak and its attention core at 16 bits)
+    n_mlp = model.n_dense_layers * lf["dense_mlp"] + model.n_moe_layers * (lf["moe_shared"] + lf["moe_routed"])
+    layer_lin = 3.0 * (lf["attn"] + n_mlp / model.layers)
+    head_layers = 6.0 * model.hidden * vpad / (layer_lin * (peak_16 / peak_fmt) + attn_layer)
+    n_split, head_share = pipeline_split(model, pp, pp_split, head_layers, vp)
+    layers_stage, dense_stage, moe_stage = _stage_layers(model, pp, n_split)
+    # --- FLOPs per token of the stage (forward x 3, plus the recomputed forward) -------------
+    redo_attn = xs * lf["mla_up"] + xf * lf["attn"]
 
-    attn_tok = elems_tok * (n_fwd * attn_fwd_fpe + attn_bwd_fpe)
+    def lin_exp(layers, dense, moe):
+        return (layers * (3.0 * lf["attn"] + redo_attn) + dense * (3.0 + xf) * lf["dense_mlp"]
+                + moe * (3.0 + xf) * lf["moe_shared"]), moe * (3.0 + xf) * lf["moe_routed"]
+
+    lin_tok, exp_tok = lin_exp(layers_stage, dense_stage, moe_stage)
+    elems_tok = layers_stage * elems_layer
+    attn_tok = layers_stage * attn_layer
     head_full = 6.0 * (model.hidden * vpad + model._norm_size(model.hidden))
     head_tok = head_full * head_share
     # executed FLOPs per token of the mean stage (1/pp of every layer and of the head): HFU's numerator
     lin_m, exp_m = lin_exp(model.layers / pp, model.n_dense_layers / pp, model.n_moe_layers / pp)
-    mean_tok = (lin_m + exp_m + model.layers / pp * elems_layer * (n_fwd * attn_fwd_fpe + attn_bwd_fpe)
-                + head_full / pp)
+    mean_tok = lin_m + exp_m + model.layers / pp * attn_layer + head_full / pp
     # --- GEMM shapes: FLOP-weighted mean of 1/n ------------------------------------------------
     g_attn, g_dense, g_shared, g_routed = _gemms(model, M, tp, ep, etp)
     (wa, na), (wd, nd), (ws, ns), (wr, nr) = (_wsum(x) for x in (g_attn, g_dense, g_shared, g_routed))
@@ -1121,8 +1110,7 @@ def prepare(model: Model, layouts, precision: str, gpu, topo: Topology | None = 
     b_micro, b_step = memory_bound_bytes(model, src, precision, recompute_fraction=xf, ep_dispatch=ep_dispatch,
                                          recompute_rest=recompute_rest, stage=(n_split, head_share))
     # unfused attention: the materialized scores stream through HBM, a s elements per token and layer
-    b_scores = (tok_gpu * layers_stage * model.heads * model.seq_len / tp
-                * (UNFUSED_ATTN_BYTES[0] * n_fwd + UNFUSED_ATTN_BYTES[1])) if unfused else 0.0
+    b_scores = (tok_gpu * elems_tok / tp * (UNFUSED_ATTN_BYTES[0] * n_fwd + UNFUSED_ATTN_BYTES[1])) if unfused else 0.0
     bubble = (pp - 1.0) / (vp * n_micro)
     if on_grid:
         step = comm.step_traffic(model, src, topo, wire).gather(take, la)

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
-from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -255,16 +254,7 @@ def worst_regime(regimes: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 heldout_predictions = cal.heldout_predictions
-
-
-def heldout_errors(path: Path | str = HELDOUT_CSV, band: perf.EfficiencyBand | None = None) -> list[dict[str, Any]]:
-    """Per row of ``path`` (``calibrate.heldout_predictions``): ``run_id``, ``regime``
-    (``runs.row_regime``) and ``error``, predicted / measured tokens/s per GPU - 1 (the measurement
-    converted as ``runs.measured_tokens_per_s`` says)."""
-    rows, plan, pred = heldout_predictions(path, band)
-    tps = pred.value.tokens_per_s_per_gpu
-    return [{"run_id": r["run_id"], "regime": row_regime(r), "error": float(tps[i]) / plan.measured[i] - 1.0}
-            for i, r in enumerate(rows)]
+heldout_errors = cal.heldout_errors
 
 
 @lru_cache(maxsize=1)

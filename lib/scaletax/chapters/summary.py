@@ -560,6 +560,13 @@ def deadline_table(rows: list[dict], plan: Plan) -> list[dict]:
              "bought": bought_text(r)} for r in rows]
 
 
+def model_regime_record(mid: str) -> dict[str, Any]:
+    """A model's regime trained on Megatron-Core with the distributed optimizer
+    (``runs.model_regime`` at its own sequence length) and that regime's out-of-sample accuracy
+    (``validate.regime_record``): what the limits box and ``scaletax plan`` state."""
+    return validate.regime_record(runs.model_regime(models.get(mid)))
+
+
 def model_regimes(plan: Plan) -> list[dict[str, Any]]:
     """Per model of the scenario: ``model`` (id), ``name``, its ``regime`` trained on Megatron-Core
     with the distributed optimizer (``runs.model_regime`` at its own sequence length) and that
@@ -569,10 +576,9 @@ def model_regimes(plan: Plan) -> list[dict[str, Any]]:
     worst = validate.worst_regime(validate.regime_accuracy())["regime"]
     out = []
     for mid in plan.models:
-        reg = runs.model_regime(models.get(mid))
-        r = validate.regime_record(reg)
-        out.append({"model": mid, "name": model_name(mid), "regime": reg, "oos_rows": r["oos_rows"],
-                    "oos_median": r["oos_median"], "oos_within_25": r["oos_within_25"], "worst": reg == worst})
+        r = model_regime_record(mid)
+        out.append({"model": mid, "name": model_name(mid), "regime": r["regime"], "oos_rows": r["oos_rows"],
+                    "oos_median": r["oos_median"], "oos_within_25": r["oos_within_25"], "worst": r["regime"] == worst})
     return out
 
 
@@ -695,7 +701,7 @@ def nvl72_sentence(t: dict[str, Any]) -> str:
 
 
 __all__ = ["NO_CASE", "PRICE_MARK", "assumed_prices_sentence", "bought_text", "deadline_rows", "deadline_table",
-           "goodput_sentence", "limits", "limits_sentences", "model_regimes", "regime_accuracy_text", "regime_sentence",
+           "goodput_sentence", "limits", "limits_sentences", "model_regime_record", "model_regimes", "regime_accuracy_text", "regime_sentence",
            "power_sentence", "row_basis", "system_unit", "assumptions_sentence", "band_text", "breakeven_sentence",
            "breakeven_summary", "breakeven_table", "claim_sentence", "claim_table", "cost_table",
            "deadline_sentence", "headline", "headline_table", "heq_sentence", "heq_summary", "heq_table",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scaletax import hardware, models, runs, unknown_id, validate
+from scaletax import hardware, models, unknown_id
 from scaletax.chapters import decision as d
 from scaletax.report import chapters as toc
 
@@ -43,7 +43,9 @@ def quick_plan(scenario, model_id: str, gpu_id: str, gpus: int) -> dict[str, Any
                price_includes_power=plan.price_includes_power or plan.usd_per_mwh == 0,
                usd_per_mwh=plan.usd_per_mwh, gpu_name=g.name, user_gpu=g.user_defined,
                user_model=models.user_defined(models.get(model_id)))
-    reg = validate.regime_record(runs.model_regime(models.get(model_id)))  # as the summary's limits box
+    from scaletax.chapters.summary import model_regime_record
+
+    reg = model_regime_record(model_id)  # as the summary's limits box
     row.update(regime=reg["regime"], regime_oos_runs=reg["oos_rows"], regime_oos_median=reg["oos_median"],
                regime_oos_within_25=reg["oos_within_25"])
     if row.get("mfu") is not None:  # MFU has no band of its own: scale by the throughput band
