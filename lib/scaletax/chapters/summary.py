@@ -298,23 +298,22 @@ def goodput_phrase(plan: Plan, gpus: int | None = None) -> str:
 
 
 def goodput_sentence(plan: Plan, source: str | None) -> str:
-    """How scheduled time lost to failures, restarts and checkpoints enters days and cost: the
-    planner's goodput, or the scale model at the scenario's smallest, reference and largest
-    cluster."""
+    """The goodput behind days and cost: the planner's, or the scale model at the scenario's
+    smallest, reference and largest cluster."""
     if plan.goodput is not None:
         if plan.goodput >= 1:
-            return "days and costs assume no time lost to failures, restarts or checkpoints (your input)"
-        return (f"days, GPU-hours, energy and cost count scheduled time: {100 * plan.goodput:.0f}% of it trains and the "
-                f"rest goes to failures, restarts and checkpoints (your input; source: {source or 'not given'})")
+            return "no scheduled time is lost to failures, restarts or checkpoints (your input)"
+        return (f"{100 * plan.goodput:.0f}% of scheduled time trains and the rest goes to failures, restarts and "
+                f"checkpoints (your input; source: {source or 'not given'})")
     mid = plan.models[0]
     sizes = sorted({min(plan.sizes), plan.cluster_gpus, plan.top})
     at = _join([f"{100 * float(plan.goodput_at(mid, n)):.0f}% on {n:,} GPUs" for n in sizes])
     rel, rep = plan.reliability, plan.failure_report()
     rate = ("your rate of unexpected interruptions" if rel.get("failures_per_gpu_hour")
             else f"the rate of unexpected interruptions of {rep.label}")
-    return (f"days, GPU-hours, energy and cost count scheduled time, of which the share that trains (goodput) falls "
-            f"as the cluster grows: {at} for {model_name(mid)} ({rate}, {float(rel['restart_minutes']):g}-minute "
-            f"restarts, checkpoints written at {float(rel['storage_tb_s']):g} TB/s at Daly's optimal interval)")
+    return (f"the share of scheduled time that trains (goodput) falls as the cluster grows: {at} for "
+            f"{model_name(mid)} ({rate}, {float(rel['restart_minutes']):g}-minute restarts, checkpoints written at "
+            f"{float(rel['storage_tb_s']):g} TB/s at Daly's optimal interval)")
 
 
 def system_power_sentence(plan: Plan) -> str:
@@ -685,7 +684,7 @@ def limits_sentences(lim: dict[str, Any], goodput_source: str) -> dict[str, str]
     if lim["goodput"] is not None:
         out["goodput"] = (f"days and cost assume {100 * lim['goodput']:.0f}% goodput, the share of scheduled time that "
                           f"trains (your input; source: {goodput_source or 'not given'})")
-    else:
+    else:  # goodput_model: goodput_sentence's
         out["goodput"] = (f"{lim['goodput_model']}; the published interruption rates come from jobs and clusters of up "
                           f"to {lim['goodput_reports_gpus']:,} GPUs")
     bits = []
