@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 from dataclasses import replace
 
-from scaletax import cost, hardware
+from scaletax.inputs import hardware
+from scaletax.model import cost
 
 ECON = cost.Economics(usd_per_gpu_hour=2.35, utilization=0.9, pue=1.2, usd_per_mwh=80.0)
 

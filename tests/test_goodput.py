@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scaletax import failures, goodput, models
+from scaletax.inputs import failures, models
+from scaletax.model import goodput
 from scaletax.chapters import decision as d
 from scaletax.report import chapters as toc
 from scaletax.report.scenario import resolve

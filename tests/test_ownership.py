@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scaletax import cost, ownership
+from scaletax.model import cost, ownership
 from scaletax.chapters import decision as d
 from scaletax.report import chapters as toc
 from scaletax.report.scenario import resolve

@@ -7,7 +7,9 @@ import csv
 import numpy as np
 import pytest
 
-from scaletax import DATA_DIR, cost, hardware, power
+from scaletax import DATA_DIR
+from scaletax.inputs import hardware
+from scaletax.model import cost, power
 from scaletax.chapters import decision as d
 from scaletax.report import chapters as toc
 from scaletax.report.scenario import ScenarioError, resolve

@@ -13,7 +13,7 @@ import pytest
 import vl_convert as vlc
 
 from conftest import require_tools
-from scaletax import cost
+from scaletax.model import cost
 from scaletax.chapters import decision as d
 from scaletax.render import charts, whatif
 from scaletax.report import chapters as toc

@@ -1,8 +1,8 @@
 """The decision: which GPU, how many, how long, at what cost, and why, for the scenario.
 
 The analysis of the decision chapter and the executive summary. Every number comes from the
-layout search (:func:`scaletax.search.search`: the fastest layout that fits, with the
-throughput band of the calibrated step-time model) and the arithmetic of :mod:`scaletax.cost`;
+layout search (:func:`scaletax.model.search.search`: the fastest layout that fits, with the
+throughput band of the calibrated step-time model) and the arithmetic of :mod:`scaletax.model.cost`;
 this module chooses the cases, runs them once (results are memoized per process) and turns
 them into rows of numbers. Sentences and text cells are in :mod:`scaletax.chapters.summary`.
 
@@ -12,26 +12,26 @@ Public API
   notebook parameters); ``run_precision`` / ``fastest_precision`` per GPU.
 - ``best(...)``: one memoized search; ``outcome(...)`` one case as a row with time, GPU-hours,
   energy and cost and their low/high bands; ``economics(rows, plan)`` fills those columns for
-  many rows at once (numpy arrays through :mod:`scaletax.cost`).
+  many rows at once (numpy arrays through :mod:`scaletax.model.cost`).
 - ``decision_rows(plan)``: every model x GPU type on the scenario's cluster, with the GPU count
   that finishes in the target time (:func:`gpus_for_target`, searched, not extrapolated).
 - ``fitting`` / ``cheapest`` / ``fastest``: picks from those rows.
 - ``Plan.goodput_at`` / ``goodput_detail``: the goodput of a model on a GPU count (the planner's
-  ``cluster.goodput``, else the scale model of :mod:`scaletax.goodput`), which every day count and
+  ``cluster.goodput``, else the scale model of :mod:`scaletax.model.goodput`), which every day count and
   cost of this module uses; ``cluster_power``: IT and facility MW in whole systems
-  (:mod:`scaletax.power`, the system power energy uses too); ``owned_price``: USD per GPU-hour of
-  an owned GPU beside the rental price (:mod:`scaletax.ownership`).
+  (:mod:`scaletax.model.power`, the system power energy uses too); ``owned_price``: USD per GPU-hour of
+  an owned GPU beside the rental price (:mod:`scaletax.model.ownership`).
 - ``waterfall(plan, model, target)``: where a GPU's advantage over H100 comes from, by swapping
   one group of hardware properties at a time in the model (:data:`FACTORS`).
 - ``breakeven_rows``: cost per trained token against the reference Hopper, and the price per
   GPU-hour at which each newer GPU matches it.
 - ``top_rows``: the largest cluster of the scenario; ``heq_rows``: H-equivalents;
   ``rubin_claim``: GPUs to train an MoE budget in a fixed time, Rubin against GB200;
-  ``tornado_rows``: one-at-a-time sensitivity (:func:`scaletax.cost.training_sensitivity`).
+  ``tornado_rows``: one-at-a-time sensitivity (:func:`scaletax.model.cost.training_sensitivity`).
 - ``*_chart_rows``: the numbers each figure encodes.
 
 Conventions: the cost of a run is GPU-hours x price per GPU-hour plus facility energy x the
-scenario's electricity price (:func:`scaletax.cost.train_estimate`); the price is treated as
+scenario's electricity price (:func:`scaletax.model.cost.train_estimate`); the price is treated as
 excluding power. Bands: the efficiency band's low/high corners of the step-time model; for a
 ratio of two GPUs both at the same corner (the parameters are shared), min/max of the two.
 """
@@ -43,9 +43,11 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from scaletax import cost, failures, goodput, hardware, jobserver, ownership, power, recipes, references, search
-from scaletax import models as catalog
-from scaletax.layout import label
+from scaletax import jobserver
+from scaletax.inputs import failures, hardware, recipes, references
+from scaletax.inputs import models as catalog
+from scaletax.inputs.layout import label
+from scaletax.model import cost, efficiency, goodput, ownership, power, search
 
 # =========================================================================================
 # Constants
@@ -85,8 +87,8 @@ class Plan:
 
     prices: GPU id -> {"usd_per_gpu_hour", "assumption", "source", "your_input"}; energy: PUE,
     utilization (average / peak power) and the planner's system overhead (all-in system power /
-    TDP, None: each GPU's system power, :func:`scaletax.power.system_w`); goodput: the planner's
-    share of scheduled time that trains (None: the scale model of :mod:`scaletax.goodput` with
+    TDP, None: each GPU's system power, :func:`scaletax.model.power.system_w`); goodput: the planner's
+    share of scheduled time that trains (None: the scale model of :mod:`scaletax.model.goodput` with
     ``reliability``, the scenario's ``cluster.reliability``); price_includes_power: all-in rental
     prices; ownership: ``economics.ownership`` (None when the scenario has none); power_mw: the
     facility power budget; fleets: the scenario's fleets.
@@ -175,7 +177,7 @@ class Plan:
                               price_includes_power=self.price_includes_power)
 
     def system_w(self, gpu) -> float:
-        """All-in system power per GPU, W (:func:`scaletax.power.system_w`; the energy of every
+        """All-in system power per GPU, W (:func:`scaletax.model.power.system_w`; the energy of every
         case and the megawatts of every cluster come from it)."""
         return power.system_w(_gpu(gpu), self.system_overhead)
 
@@ -198,7 +200,7 @@ class Plan:
     def goodput_at(self, model_id, gpus) -> float | np.ndarray:
         """Share of scheduled time that trains for ``model_id`` (an id or a ``Model``) on ``gpus``
         GPUs (an int or an array): the planner's ``cluster.goodput`` when set, else the scale model
-        (:func:`scaletax.goodput.goodput`: interruptions grow with the GPU count, the checkpoint
+        (:func:`scaletax.model.goodput.goodput`: interruptions grow with the GPU count, the checkpoint
         with the model's parameters)."""
         if self.goodput is not None:
             return self.goodput if np.ndim(gpus) == 0 else np.full(np.shape(gpus), self.goodput)
@@ -206,20 +208,20 @@ class Plan:
 
     def goodput_band_at(self, model_id: str, gpus) -> tuple:
         """(goodput, low, high) of :meth:`goodput_at`: the band spans the published interruption
-        rates (:func:`scaletax.goodput.goodput_band`); the planner's goodput has none."""
+        rates (:func:`scaletax.model.goodput.goodput_band`); the planner's goodput has none."""
         if self.goodput is not None:
             g = self.goodput_at(model_id, gpus)
             return g, g, g
         return goodput.goodput_band(gpus, _state_bytes(model_id), self.reliability_inputs())
 
     def run_precision(self, gpu) -> str:
-        """The precision the GPU trains in (:func:`scaletax.recipes.training_precision` of the
+        """The precision the GPU trains in (:func:`scaletax.inputs.recipes.training_precision` of the
         scenario's precision and precisions)."""
         return recipes.training_precision(_gpu(gpu), self.precision, self.precisions)
 
     def fastest_precision(self, gpu) -> str:
         """The GPU's fastest native format among the scenario's precisions
-        (:func:`scaletax.recipes.fastest_precision`)."""
+        (:func:`scaletax.inputs.recipes.fastest_precision`)."""
         return recipes.fastest_precision(_gpu(gpu), self.precision, self.precisions)
 
 
@@ -228,7 +230,7 @@ def _gpu(gpu) -> hardware.GPU:
 
 
 def _state_bytes(model) -> float:
-    """Bytes a restart of ``model`` (an id or a ``Model``) loads (:func:`scaletax.goodput.checkpoint_bytes`)."""
+    """Bytes a restart of ``model`` (an id or a ``Model``) loads (:func:`scaletax.model.goodput.checkpoint_bytes`)."""
     m = catalog.get(model) if isinstance(model, str) else model
     return goodput.checkpoint_bytes(m.total_params)
 
@@ -504,14 +506,14 @@ def capacity(gpu, gpus: int | None) -> dict[str, Any]:
 # =========================================================================================
 def cluster_power(plan: Plan, gpu, gpus) -> dict[str, Any]:
     """IT and facility megawatts of ``gpus`` GPUs of ``gpu`` in whole systems, at the scenario's
-    PUE (:func:`scaletax.power.cluster_power`, the system power every energy figure uses)."""
+    PUE (:func:`scaletax.model.power.cluster_power`, the system power every energy figure uses)."""
     return power.cluster_power(_gpu(gpu), gpus, plan.pue, plan.system_overhead)
 
 
 def goodput_detail(plan: Plan, model_id, gpus) -> dict[str, Any]:
     """The goodput of ``model_id`` on ``gpus`` GPUs with its band and what makes it (mean time
     between unexpected interruptions in hours, checkpoint write and interval in s,
-    :func:`scaletax.goodput.breakdown`); ``yours``: the planner's ``cluster.goodput`` (no model)."""
+    :func:`scaletax.model.goodput.breakdown`); ``yours``: the planner's ``cluster.goodput`` (no model)."""
     g, lo, hi = plan.goodput_band_at(model_id, gpus)
     out = {"goodput": g, "goodput_low": lo, "goodput_high": hi, "yours": plan.goodput is not None,
            "mtbf_h": None, "checkpoint_s": None, "interval_s": None}
@@ -522,7 +524,7 @@ def goodput_detail(plan: Plan, model_id, gpus) -> dict[str, Any]:
 
 
 def owned_price(plan: Plan, gpu_id: str) -> dict[str, Any] | None:
-    """USD per GPU-hour of paid work of an owned ``gpu_id`` (:func:`scaletax.ownership.owned_usd_per_gpu_hour`:
+    """USD per GPU-hour of paid work of an owned ``gpu_id`` (:func:`scaletax.model.ownership.owned_usd_per_gpu_hour`:
     capital, facility, energy and total) beside the rental price with the same energy
     (``rent_total``); None when the scenario has no ownership inputs or no system price for it."""
     own = plan.ownership
@@ -680,9 +682,7 @@ def waterfall_check(plan: Plan, model_id: str, target: str, base: str | None = N
 def blackwell_factor() -> float:
     """The calibrated sustained fraction of peak of the Blackwell family relative to Hopper
     (``family_factor_blackwell`` of ``data/efficiency.yaml``)."""
-    from scaletax import perf
-
-    return float(perf.default_efficiency().family_factor["blackwell"])
+    return float(efficiency.default_efficiency().family_factor["blackwell"])
 
 
 def main_source(rows: list[dict]) -> dict | None:
@@ -901,7 +901,7 @@ def rubin_claim(plan: Plan, model_id: str | None = None, pair: tuple[str, str] |
 def tornado_rows(plan: Plan, rows: list[dict], outputs: Sequence[str] = ("cost_usd", "days"),
                  options: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """One-at-a-time sensitivity of each model's cheapest shipping case (cost, then days):
-    :func:`scaletax.cost.training_sensitivity` with the efficiency band of its search and the
+    :func:`scaletax.model.cost.training_sensitivity` with the efficiency band of its search and the
     cluster size re-searched at its low and high value. One row per model, output and input."""
     # searched whatever the prices (a price change searches nothing), at once on the build's free slots
     jobserver.map(lambda a: best(*a), [(c["model"], c["gpu"], c["precision"], n, plan.batch_tokens)

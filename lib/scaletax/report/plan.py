@@ -5,7 +5,7 @@ The numbers are the decision chapter's (:func:`scaletax.chapters.decision.outcom
 fastest layout of ``search.search``, tokens/s per GPU, MFU, days, scheduled GPU-hours, energy
 and cost with the step-time model's band, at the scenario's prices and energy factors and the
 goodput of this model at this size (:meth:`~scaletax.chapters.decision.Plan.goodput_at`: the
-scale model of :mod:`scaletax.goodput`, with its band over the published interruption rates and
+scale model of :mod:`scaletax.model.goodput`, with its band over the published interruption rates and
 the mean time between failures, checkpoint write and interval behind it; or the planner's
 ``cluster.goodput``), the cluster in whole systems (nodes, racks) with its IT and facility
 megawatts (:func:`~scaletax.chapters.decision.cluster_power`), the owned price per GPU-hour beside
@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from scaletax import hardware, models, unknown_id
+from scaletax import unknown_id
+from scaletax.inputs import hardware, models
 from scaletax.chapters import decision as d
 from scaletax.report import chapters as toc
 

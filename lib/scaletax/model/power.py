@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from scaletax import hardware
+from scaletax.inputs import hardware
 
 
 class NoSystemPower(ValueError):

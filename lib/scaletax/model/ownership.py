@@ -4,7 +4,7 @@ An owned GPU costs, per year: its share of the system's price spread over the de
 life at the cost of capital (the capital recovery factor, the annuity that repays a loan of 1
 over ``years`` at ``rate``: r (1 + r)^n / ((1 + r)^n - 1), 1 / n at r = 0), and its share of
 the facility, priced per MW of IT power a year (a data-centre lease is priced per kW of critical
-IT load) at the GPU's all-in system power (:func:`scaletax.power.system_w`). Those yearly costs
+IT load) at the GPU's all-in system power (:func:`scaletax.model.power.system_w`). Those yearly costs
 fall on the hours the GPU does paid work, a ``busy_share`` of the 8,760 hours of a year. Energy
 is counted per GPU-hour of training, as for a rented GPU whose price excludes power
 (:func:`scaletax.cost.energy_mwh`).

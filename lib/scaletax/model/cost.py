@@ -22,7 +22,7 @@ Arithmetic (scalars or numpy arrays, broadcasting):
   tokens of a run, vectorized over arrays; what every chapter and ``scaletax plan`` use.
 
 Goodput: the share of scheduled time that trains (the rest is lost to failures, restarts and
-checkpoints): the scale model of :mod:`scaletax.goodput` for the run's GPU count and model, or
+checkpoints): the scale model of :mod:`scaletax.model.goodput` for the run's GPU count and model, or
 the scenario's ``cluster.goodput`` when the planner sets one. Days and billed GPU-hours are the
 productive ones divided by goodput; energy is counted on the scheduled hours too (an upper
 bound: a restarting cluster draws less than a training one).
@@ -38,9 +38,9 @@ Estimates:
   value, sorted by swing (largest first); ``training_sensitivity(...)`` builds it for the
   training estimate (efficiency band, token budget, price, PUE, utilization, overhead, cluster).
 
-Energy: a GPU's share of its system's power, ``system_w`` (:func:`scaletax.power.system_w`: the
+Energy: a GPU's share of its system's power, ``system_w`` (:func:`scaletax.model.power.system_w`: the
 system's maximum power over its GPUs, DGX H100 10.2 kW / 8 = 1,275 W; the same figure the
-facility megawatts of :mod:`scaletax.power` use), drawn at ``utilization`` of peak on average,
+facility megawatts of :mod:`scaletax.model.power` use), drawn at ``utilization`` of peak on average,
 times the facility PUE (The Green Grid, PUE: a comprehensive examination of the metric, 2012).
 """
 from __future__ import annotations
@@ -51,7 +51,8 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from scaletax import hardware, power
+from scaletax.inputs import hardware
+from scaletax.model import power
 
 SECONDS_PER_DAY = 86_400.0
 
@@ -106,7 +107,7 @@ def gpu_hours(tokens, tokens_per_s_per_gpu, goodput=1.0):
 
 def energy_mwh(hours, system_w, utilization, pue):
     """Facility energy, MWh: GPU-hours x all-in system power per GPU (W,
-    :func:`scaletax.power.system_w`) x utilization (average / peak draw) x PUE / 1e6."""
+    :func:`scaletax.model.power.system_w`) x utilization (average / peak draw) x PUE / 1e6."""
     if np.any(np.asarray(pue, dtype=float) < 1):
         raise ValueError(f"pue: must be >= 1 (got {pue!r})")
     u = np.asarray(utilization, dtype=np.float64)
@@ -134,7 +135,7 @@ class Economics:
     included in the GPU-hour price); price_includes_power: all-in rental price, so no energy cost
     is added whatever usd_per_mwh; goodput: share of scheduled time that trains;
     system_overhead: the planner's all-in system power / GPU TDP, which replaces every GPU's
-    system power (None: ``data/systems.csv``, :func:`scaletax.power.system_w`). The energy
+    system power (None: ``data/systems.csv``, :func:`scaletax.model.power.system_w`). The energy
     factors have no defaults: they are scenario inputs (``economics.energy`` of
     data/scenarios/default.yaml, with sources)."""
 
@@ -162,7 +163,7 @@ class Economics:
         return 0.0 if self.price_includes_power else self.usd_per_mwh
 
     def system_w(self, gpu) -> float:
-        """All-in system power per GPU of ``gpu``, W (:func:`scaletax.power.system_w` with this
+        """All-in system power per GPU of ``gpu``, W (:func:`scaletax.model.power.system_w` with this
         scenario's override)."""
         return power.system_w(gpu, self.system_overhead)
 

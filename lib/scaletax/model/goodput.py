@@ -9,7 +9,7 @@ The model (every input a published rate, a stated assumption or the planner's ow
   host and network is a failure domain, and one failure stops the whole synchronous job (Llama 3:
   about 78% of unexpected interruptions hardware, arXiv 2407.21783 Sec. 3.3.4). Planned ones
   (maintenance) at ``planned_per_gpu_hour`` cost a restart and lose no work. Rates come from
-  published reports (:mod:`scaletax.failures`).
+  published reports (:mod:`scaletax.inputs.failures`).
 - Checkpoint write time delta = model state / storage bandwidth: the job waits while the state
   is written (a synchronous checkpoint, as Kokolis et al. model it, arXiv 2410.21680; an
   asynchronous one hides most of it). The state is every parameter's bf16 weight, fp32 master
@@ -40,7 +40,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from scaletax import recipes
+from scaletax.inputs import recipes
 
 SECONDS_PER_HOUR = 3600.0
 #: Bytes per parameter a restart needs: the bf16 weights, the fp32 master weights and Adam's two

@@ -4,7 +4,7 @@ Each row is one report: the scale of the job or cluster it describes (``scale_gp
 and days its count covers, the unexpected interruptions (failures
 that stop the job and lose the work since its last checkpoint) and, where reported, the planned
 ones (maintenance: a restart, no lost work), with its source. The rates are per GPU-hour, the
-unit the goodput model takes (:mod:`scaletax.goodput`): interruptions / (GPUs x days x 24).
+unit the goodput model takes (:mod:`scaletax.model.goodput`): interruptions / (GPUs x days x 24).
 
 Public API: ``Report`` (one row, with ``unexpected_per_gpu_hour`` and ``planned_per_gpu_hour``),
 ``reports()`` (all rows, in file order), ``get(id)``, ``ids()``, ``rate_range()`` (the lowest and
