@@ -215,18 +215,19 @@ class Plan:
         return goodput.goodput_band(gpus, _state_bytes(model_id), self.reliability_inputs())
 
     def run_precision(self, gpu) -> str:
-        """The precision the GPU trains in (:func:`scaletax.inputs.recipes.training_precision` of the
-        scenario's precision and precisions)."""
-        return recipes.training_precision(_gpu(gpu), self.precision, self.precisions)
+        """The name of the precision the GPU trains in (:func:`scaletax.inputs.recipes.training_precision`
+        of the scenario's precision and precisions)."""
+        return recipes.training_precision(_gpu(gpu), self.precision, self.precisions).name
 
     def fastest_precision(self, gpu) -> str:
-        """The GPU's fastest native format among the scenario's precisions
+        """The name of the GPU's fastest native format among the scenario's precisions
         (:func:`scaletax.inputs.recipes.fastest_precision`)."""
-        return recipes.fastest_precision(_gpu(gpu), self.precision, self.precisions)
+        return recipes.fastest_precision(_gpu(gpu), self.precision, self.precisions).name
 
 
 def _gpu(gpu) -> hardware.GPU:
-    return hardware.get(gpu) if isinstance(gpu, str) else gpu
+    """A scenario's GPU id as the GPU (where this chapter's ids become objects); a GPU as is."""
+    return hardware.get(gpu) if isinstance(gpu, str) else hardware.check(gpu)
 
 
 def _state_bytes(model) -> float:
@@ -265,8 +266,8 @@ def best(model_id: str, gpu, precision: str, gpus: int, batch_tokens: int) -> se
     key = (model_id, g, precision, int(gpus), int(batch_tokens))
     res = _SEARCH_CACHE.get(key)
     if res is None:
-        res = search.cached_search(catalog.get(model_id), precision, g, int(gpus), tokens_per_step=batch_tokens,
-                                   pareto=False)
+        res = search.cached_search(catalog.get(model_id), recipes.training(precision), g, int(gpus),
+                                   tokens_per_step=batch_tokens, pareto=False)
         _SEARCH_CACHE[key] = res
     return res
 
@@ -621,7 +622,7 @@ def waterfall(plan: Plan, model_id: str, target: str, base: str | None = None, g
     n = int(gpus or plan.cluster_gpus)
     b, t = hardware.get(base or plan.baseline), hardware.get(target)
     prec = plan.run_precision(b)
-    if not t.supports(prec):
+    if not t.supports(recipes.training(prec)):
         prec = "bf16"
     cases = [("base", f"{b.label} {prec.upper()}", b, prec)]
     cur, fields = b, []
@@ -918,7 +919,7 @@ def tornado_rows(plan: Plan, rows: list[dict], outputs: Sequence[str] = ("cost_u
             return t[0] if t else float("nan")
 
         for o in outputs:
-            for s in cost.training_sensitivity(plan.tokens, r["tps"], r["gpus"], r["gpu"],
+            for s in cost.training_sensitivity(plan.tokens, r["tps"], r["gpus"], _gpu(r["gpu"]),
                                                plan.economics(r["gpu"], mid, r["gpus"]), low=r["tps_low"],
                                                high=r["tps_high"], output=o, tps_at_gpus=tps_at,
                                                goodput_at_gpus=lambda n, _m=mid: float(plan.goodput_at(_m, n)),

@@ -204,9 +204,9 @@ def train_estimate(tokens: float, tokens_per_s_per_gpu: float, gpus: int, gpu, e
 
     ``low`` / ``high``: the throughput band (tokens/s per GPU). Every output gets ``_low`` and
     ``_high`` versions: the range over the band (low throughput gives more days, GPU-hours,
-    energy and cost). ``gpu``: hardware id or GPU object (for its system power).
+    energy and cost). ``gpu``: a ``hardware.GPU`` (for its system power).
     """
-    g = hardware.get(gpu) if isinstance(gpu, str) else gpu
+    g = hardware.check(gpu)
     w = economics.system_w(g)
     mid = _one(tokens, tokens_per_s_per_gpu, gpus, w, economics, target_days)
     out: dict[str, Any] = {"tokens": float(tokens), "gpus": int(gpus), "gpu": g.id, "tdp_w": g.tdp_w,
@@ -279,7 +279,7 @@ def training_sensitivity(tokens: float, tokens_per_s_per_gpu: float, gpus: int, 
     ``options``.
     """
     o = {**SENSITIVITY_DEFAULTS, **(options or {})}
-    g = hardware.get(gpu) if isinstance(gpu, str) else gpu
+    g = hardware.check(gpu)
     w = economics.system_w(g)
     base = {"tokens_per_s_per_gpu": tokens_per_s_per_gpu, "tokens": tokens, "usd_per_gpu_hour": economics.usd_per_gpu_hour,
             "pue": economics.pue, "utilization": economics.utilization, "system_w": w, "gpus": gpus}

@@ -32,14 +32,10 @@ class NoSystemPower(ValueError):
     """A GPU with no known system power and no scenario overhead to stand in for it."""
 
 
-def _gpu(gpu) -> hardware.GPU:
-    return hardware.get(gpu) if isinstance(gpu, str) else gpu
-
-
-def system_w(gpu, overhead: float | None = None) -> float:
+def system_w(gpu: hardware.GPU, overhead: float | None = None) -> float:
     """All-in system power per GPU, W: TDP x ``overhead`` when given (the scenario's
     ``economics.energy.system_overhead``), else the GPU's system power (``data/systems.csv``)."""
-    g = _gpu(gpu)
+    g = hardware.check(gpu)
     if overhead is not None:
         if not (math.isfinite(overhead) and overhead >= 1):
             raise ValueError(f"system_overhead: must be >= 1 (got {overhead!r})")
@@ -51,13 +47,13 @@ def system_w(gpu, overhead: float | None = None) -> float:
     return float(g.system_w)
 
 
-def cluster_power(gpu, gpus, pue: float, overhead: float | None = None) -> dict[str, Any]:
+def cluster_power(gpu: hardware.GPU, gpus, pue: float, overhead: float | None = None) -> dict[str, Any]:
     """Power of a cluster of ``gpus`` GPUs (an int or an array): ``systems`` (whole systems
     holding them), ``gpus_bought``, ``per_system``, ``system_kw`` (one system), ``w_per_gpu``,
     ``it_mw`` (systems x system power) and ``facility_mw`` (x PUE)."""
     if not (math.isfinite(pue) and pue >= 1):
         raise ValueError(f"pue: must be >= 1 (got {pue!r})")
-    g = _gpu(gpu)
+    g = hardware.check(gpu)
     w = system_w(g, overhead)
     per = g.gpus_per_system
     n = np.asarray(gpus, dtype=float)
@@ -71,10 +67,10 @@ def cluster_power(gpu, gpus, pue: float, overhead: float | None = None) -> dict[
     return _scalars(out) if np.ndim(gpus) == 0 else out
 
 
-def largest_cluster(gpu, facility_mw, pue: float, overhead: float | None = None) -> dict[str, Any]:
+def largest_cluster(gpu: hardware.GPU, facility_mw, pue: float, overhead: float | None = None) -> dict[str, Any]:
     """The most whole systems of ``gpu`` whose facility power fits ``facility_mw`` (an int or an
     array): :func:`cluster_power` of that cluster (``gpus`` its GPUs; 0 systems when not one fits)."""
-    g = _gpu(gpu)
+    g = hardware.check(gpu)
     budget = np.asarray(facility_mw, dtype=float)
     if np.any(~np.isfinite(budget)) or np.any(budget <= 0):
         raise ValueError(f"facility_mw: must be positive (got {facility_mw!r})")
