@@ -130,7 +130,9 @@ def test_terms_take_the_scenario_values():
     from scaletax.report import chapters as toc
 
     t = plan.Terms.from_params(**toc.default_parameters("decision"))
-    assert t.goodput == 0.9 and t.batch_tokens == 16 * 2**20 and t.target_days == 90
+    assert t.batch_tokens == 16 * 2**20 and t.target_days == 90
+    # goodput: the scale model (no cluster.goodput in the default scenario), lower on more GPUs
+    assert t.goodput is None and 0.5 < t.goodput_at(DENSE_1T, 65536) < t.goodput_at(DENSE_1T, 1024) < 1
     assert t.recipe(hardware.get("h100_sxm")).name == "fp8" and t.recipe(hardware.get("gb200")) == recipes.get("fp8")
     assert t.economics("gb200").usd_per_gpu_hour == t.price("gb200")
 

@@ -16,6 +16,11 @@ Public API
 - ``decision_rows(plan)``: every model x GPU type on the scenario's cluster, with the GPU count
   that finishes in the target time (:func:`gpus_for_target`, searched, not extrapolated).
 - ``fitting`` / ``cheapest`` / ``fastest``: picks from those rows.
+- ``Plan.goodput_at`` / ``goodput_detail``: the goodput of a model on a GPU count (the planner's
+  ``cluster.goodput``, else the scale model of :mod:`scaletax.model.goodput`), which every day count and
+  cost of this module uses; ``cluster_power``: IT and facility MW in whole systems
+  (:mod:`scaletax.model.power`, the system power energy uses too); ``owned_price``: USD per GPU-hour of
+  an owned GPU beside the rental price (:mod:`scaletax.model.ownership`).
 - ``waterfall(plan, model, target)``: where a GPU's advantage over H100 comes from, by swapping
   one group of hardware properties at a time in the model (:data:`FACTORS`).
 - ``breakeven_rows``: cost per trained token against the reference Hopper, and the price per
@@ -41,7 +46,7 @@ from scaletax import jobserver
 from scaletax.inputs import hardware, recipes, references
 from scaletax.inputs import models as catalog
 from scaletax.inputs.layout import label
-from scaletax.model import cost, efficiency, search
+from scaletax.model import cost, efficiency, goodput, search
 from scaletax.model import plan as planning
 from scaletax.render import wording
 
@@ -70,9 +75,10 @@ RESOLUTION_BITS = planning.RESOLUTION_BITS
 @dataclass(frozen=True, kw_only=True)
 class Plan(planning.Terms):
     """What the decision needs from the scenario: the planning terms (:class:`scaletax.model.plan.Terms`:
-    token budget, batch, target days, precision policy, prices, energy, goodput) plus the models and
-    GPUs to compare, the cluster sizes and the reference GPUs of the comparisons (ids, as the
-    scenario names them)."""
+    token budget, batch, target days, precision policy, prices, energy, goodput or its scale model)
+    plus the models and GPUs to compare, the cluster sizes, the reference GPUs of the comparisons
+    (ids, as the scenario names them), power_mw (the facility power budget) and fleets (the
+    scenario's fleets)."""
 
     name: str
     models: tuple[str, ...]
@@ -83,20 +89,40 @@ class Plan(planning.Terms):
     hopper_ref: str
     heq_hopper: tuple[str, ...]
     heq_blackwell: tuple[str, ...]
+    power_mw: float | None = None
+    fleets: tuple[Mapping[str, Any], ...] = ()
 
     @classmethod
     def from_params(cls, *, name: str, models, gpus, cluster_sizes, cluster_gpus, comparisons,
-                    **params: Any) -> "Plan":
+                    cluster_power_mw: float | None = None, fleets=(), **params: Any) -> "Plan":
         """Build from the notebook parameters (scenario keys with '_' for '.')."""
         return cls(name=str(name), models=tuple(models), gpus=tuple(gpus), cluster_gpus=int(cluster_gpus),
                    sizes=tuple(int(n) for n in cluster_sizes), baseline=str(comparisons["baseline"]),
                    hopper_ref=str(comparisons["hopper_reference"]), heq_hopper=tuple(comparisons["heq_hopper"]),
-                   heq_blackwell=tuple(comparisons["heq_blackwell"]), **planning.Terms.params_of(**params))
+                   heq_blackwell=tuple(comparisons["heq_blackwell"]),
+                   power_mw=None if cluster_power_mw is None else float(cluster_power_mw),
+                   fleets=tuple(dict(f) for f in (fleets or ())), **planning.Terms.params_of(**params))
 
     @property
     def top(self) -> int:
         """The largest cluster of the scenario (its sizes and its reference count)."""
         return max(set(self.sizes) | {self.cluster_gpus})
+
+    def economics(self, gpu_id: str | None = None, model=None, gpus: int | None = None) -> cost.Economics:
+        """:meth:`scaletax.model.plan.Terms.economics` with the model as an id or a ``Model``."""
+        return super().economics(gpu_id, None if model is None else _model(model), gpus)
+
+    def system_w(self, gpu) -> float:
+        """All-in system power per GPU of ``gpu`` (an id or a ``GPU``), W (:meth:`Terms.system_w`)."""
+        return super().system_w(_gpu(gpu))
+
+    def goodput_at(self, model, gpus):
+        """:meth:`scaletax.model.plan.Terms.goodput_at` of ``model`` (an id or a ``Model``)."""
+        return super().goodput_at(_model(model), gpus)
+
+    def goodput_band_at(self, model, gpus) -> tuple:
+        """:meth:`scaletax.model.plan.Terms.goodput_band_at` of ``model`` (an id or a ``Model``)."""
+        return super().goodput_band_at(_model(model), gpus)
 
     def run_precision(self, gpu) -> str:
         """The name of the precision the GPU trains in (:meth:`scaletax.model.plan.Terms.recipe`)."""
@@ -111,6 +137,16 @@ class Plan(planning.Terms):
 def _gpu(gpu) -> hardware.GPU:
     """A scenario's GPU id as the GPU (where this chapter's ids become objects); a GPU as is."""
     return hardware.get(gpu) if isinstance(gpu, str) else hardware.check(gpu)
+
+
+def _model(model):
+    """A scenario's model id as the ``Model`` (where this chapter's ids become objects); a ``Model`` as is."""
+    return catalog.get(model) if isinstance(model, str) else model
+
+
+def _state_bytes(model) -> float:
+    """Bytes a restart of ``model`` (an id or a ``Model``) loads (:func:`scaletax.model.goodput.checkpoint_bytes`)."""
+    return goodput.checkpoint_bytes(_model(model).total_params)
 
 
 def model_name(mid: str) -> str:
@@ -176,7 +212,12 @@ def _nofit_text(row: dict[str, Any]) -> str:
 def economics(rows: list[dict[str, Any]], p: Plan) -> list[dict[str, Any]]:
     """Add days, GPU-hours, energy (MWh), cost (USD), USD per million tokens and tokens per day,
     each with ``_low`` / ``_high``, to every row that fits (:func:`scaletax.model.plan.add_costs`,
-    goodput included)."""
+    goodput of each row's scale included; a row without the GPU's system power or the model's
+    restart bytes gets them from its ids here)."""
+    for r in rows:
+        if r.get("tps"):
+            r.setdefault("system_w", p.system_w(r["gpu"]))
+            r.setdefault("state_bytes", _state_bytes(r["model"]))
     return planning.add_costs(rows, p)
 
 
@@ -200,6 +241,24 @@ def decision_rows(plan: Plan, target: bool = True) -> list[dict[str, Any]]:
 def capacity(gpu, gpus: int | None) -> dict[str, Any]:
     """How ``gpus`` GPUs are bought: whole systems (:func:`scaletax.model.plan.capacity`)."""
     return planning.capacity(_gpu(gpu), gpus)
+
+
+# =========================================================================================
+# Power, goodput and owning
+# =========================================================================================
+def cluster_power(plan: Plan, gpu, gpus) -> dict[str, Any]:
+    """IT and facility megawatts of ``gpus`` GPUs of ``gpu`` (:func:`scaletax.model.plan.cluster_power`)."""
+    return planning.cluster_power(plan, _gpu(gpu), gpus)
+
+
+def goodput_detail(plan: Plan, model_id, gpus) -> dict[str, Any]:
+    """The goodput of ``model_id`` on ``gpus`` GPUs and what makes it (:func:`scaletax.model.plan.goodput_detail`)."""
+    return planning.goodput_detail(plan, _model(model_id), gpus)
+
+
+def owned_price(plan: Plan, gpu_id: str) -> dict[str, Any] | None:
+    """USD per GPU-hour of an owned ``gpu_id`` beside the rental price (:func:`scaletax.model.plan.owned_price`)."""
+    return planning.owned_price(plan, _gpu(gpu_id))
 
 
 # =========================================================================================
@@ -400,9 +459,7 @@ def hopper_reference(plan: Plan, rows: list[dict], model_id: str) -> tuple[str, 
 
 
 def _energy_usd_per_gpu_hour(plan: Plan, gpu_id: str) -> float:
-    g = hardware.get(gpu_id)
-    return (cost.energy_mwh(1.0, g.tdp_w, plan.system_overhead, plan.utilization, plan.pue)
-            * plan.economics().energy_usd_per_mwh)
+    return plan.energy_usd_per_gpu_hour(_gpu(gpu_id))
 
 
 def breakeven_rows(plan: Plan, rows: list[dict]) -> list[dict[str, Any]]:
@@ -581,8 +638,10 @@ def tornado_rows(plan: Plan, rows: list[dict], outputs: Sequence[str] = ("cost_u
             return t[0] if t else float("nan")
 
         for o in outputs:
-            for s in cost.training_sensitivity(plan.tokens, r["tps"], r["gpus"], _gpu(r["gpu"]), plan.economics(r["gpu"]),
-                                               low=r["tps_low"], high=r["tps_high"], output=o, tps_at_gpus=tps_at,
+            for s in cost.training_sensitivity(plan.tokens, r["tps"], r["gpus"], _gpu(r["gpu"]),
+                                               plan.economics(r["gpu"], mid, r["gpus"]), low=r["tps_low"],
+                                               high=r["tps_high"], output=o, tps_at_gpus=tps_at,
+                                               goodput_at_gpus=lambda n, _m=mid: float(plan.goodput_at(_m, n)),
                                                options=options):
                 swing = 100 * abs(s["high_change"] - s["low_change"])
                 out.append({**s, "model": mid, "model_name": model_name(mid), "gpu": r["gpu"], "gpu_label": r["label"],
@@ -614,7 +673,7 @@ def tornado_notes(tornado: list[dict], rows: list[dict], plan: Plan) -> dict[str
     (PUE, power utilization, system overhead) causes, and the range of electricity's share of the
     cost (%)."""
     swing = [max(abs(r["low_pct"]), abs(r["high_pct"])) for r in tornado
-             if r["output"] == "cost_usd" and r["input"] in ("pue", "utilization", "system_overhead")
+             if r["output"] == "cost_usd" and r["input"] in ("pue", "utilization", "system_w")
              and math.isfinite(r["low_pct"]) and math.isfinite(r["high_pct"])]
     shares = []
     for mid in plan.models:
@@ -656,8 +715,9 @@ def cost_time_chart_rows(rows: list[dict], plan: Plan) -> list[dict]:
 
 
 __all__ = ["BLACKWELL_FAMILIES", "CLAIM_KEY", "FACTORS",
-           "Plan", "RESOLUTION_BITS", "best", "blackwell_factor", "blackwell_ids",
-           "breakeven_chart_rows", "breakeven_rows", "capacity", "cheapest", "clear_cache", "cost_time_chart_rows",
+            "Plan", "RESOLUTION_BITS", "best", "blackwell_factor", "blackwell_ids",
+           "breakeven_chart_rows", "breakeven_rows", "capacity", "cheapest", "clear_cache", "cluster_power",
+           "cost_time_chart_rows", "goodput_detail", "owned_price",
            "decision_rows", "economics", "fastest", "first_moe", "fitting", "gpu_label", "gpus_for_target",
            "heq_rows", "hopper_ids", "hopper_reference", "hybrid", "main_source", "model_name", "nvl72_ids",
            "outcome", "price_candidates", "rubin_claim", "top_input", "top_rows", "tornado_chart_rows", "tornado_notes",

@@ -1,13 +1,16 @@
 """Planning: the questions a planner asks of the model, each answered in one place.
 
 - ``Terms``: the scenario's planning terms (token budget, global batch, target days, the
-  precision policy, prices, energy factors, goodput), plain data built from the scenario's values
-  (``Terms.from_params``); ``economics(gpu_id)`` the :class:`cost.Economics` of one GPU.
+  precision policy, prices, energy factors, goodput or the reliability inputs of its scale model),
+  plain data built from the scenario's values (``Terms.from_params``); ``goodput_at(model, gpus)``
+  the share of scheduled time that trains at a scale (:mod:`scaletax.model.goodput`),
+  ``system_w(gpu)`` the all-in system power per GPU (:mod:`scaletax.model.power`),
+  ``economics(gpu_id, model, gpus)`` the :class:`cost.Economics` of one case.
 - ``fastest(model, gpu, recipe, gpus, batch_tokens, space=None)``: the fastest layout that fits
   (:func:`search.cached_search`, kept per process too), a ``search.SearchResult``.
 - ``case(terms, model, gpu, gpus, recipe=None) -> dict``: one model on ``gpus`` GPUs as a row:
   layout, tokens/s per GPU, MFU and step time with their bands; ``add_costs(rows, terms)`` adds
-  days, scheduled GPU-hours, energy and cost with their bands, goodput included
+  days, scheduled GPU-hours, energy and cost with their bands and the goodput of each row's scale
   (:func:`cost.run_costs`, one numpy pass).
 - ``gpus_for_deadline(terms, model, gpu, recipe, days=None) -> dict``: the fewest GPUs (on the
   count grid, :func:`round_count`) that train the budget in ``days``, monotone in ``days`` (a
@@ -36,9 +39,9 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from scaletax.inputs import hardware, recipes
+from scaletax.inputs import failures, hardware, recipes
 from scaletax.inputs.models import Model
-from scaletax.model import cost, efficiency, search
+from scaletax.model import cost, efficiency, goodput, ownership, power, search
 
 #: Resolution of a searched GPU count: multiples of 2^(floor(log2 n) - RESOLUTION_BITS), at
 #: least 8 (whole 8-GPU nodes), i.e. about 1/16 of the count.
@@ -73,9 +76,13 @@ class Terms:
 
     tokens: the token budget; batch_tokens: the global batch (tokens per step); target_days;
     precision / precisions: the precision wanted and those allowed (:func:`recipes.training_precision`);
-    prices: GPU id -> {"usd_per_gpu_hour", "assumption", "source", "your_input"}; pue,
-    system_overhead, utilization: energy factors; usd_per_mwh: electricity price; goodput: share of
-    scheduled time that trains; price_includes_power: all-in rental prices.
+    prices: GPU id -> {"usd_per_gpu_hour", "assumption", "source", "your_input"}; pue and
+    utilization (average / peak power): energy factors; system_overhead: the planner's all-in
+    system power / TDP (None: each GPU's system power, :func:`scaletax.model.power.system_w`);
+    usd_per_mwh: electricity price; goodput: the planner's share of scheduled time that trains
+    (None: the scale model of :mod:`scaletax.model.goodput` with ``reliability``, the scenario's
+    ``cluster.reliability``); price_includes_power: all-in rental prices; ownership: the
+    scenario's ``economics.ownership`` (None when it has none).
     """
 
     tokens: float
@@ -85,26 +92,34 @@ class Terms:
     precisions: tuple[str, ...]
     prices: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     pue: float
-    system_overhead: float
     utilization: float
     usd_per_mwh: float
-    goodput: float = 1.0
+    reliability: Mapping[str, Any] = field(default_factory=dict)
+    goodput: float | None = None
     price_includes_power: bool = False
+    system_overhead: float | None = None
+    ownership: Mapping[str, Any] | None = None
 
     @staticmethod
     def params_of(*, training_tokens, training_global_batch_tokens, training_precision, training_precisions,
                   cluster_target_days, economics_prices, economics_energy, economics_usd_per_mwh,
-                  cluster_goodput: float, economics_price_includes_power: bool, **_ignored: Any) -> dict[str, Any]:
+                  cluster_goodput: float | None, economics_price_includes_power: bool,
+                  cluster_reliability: Mapping[str, Any], economics_ownership: Mapping[str, Any] | None = None,
+                  **_ignored: Any) -> dict[str, Any]:
         """The fields of :class:`Terms` from a chapter's notebook parameters (scenario keys with '_'
         for '.'), which ``report.chapters`` gives every chapter that reads them."""
         e = economics_energy
+        over = e.get("system_overhead")
         return dict(tokens=float(training_tokens), batch_tokens=int(training_global_batch_tokens),
                     target_days=float(cluster_target_days), precision=str(training_precision),
                     precisions=tuple(training_precisions),
                     prices={k: dict(v) for k, v in (economics_prices or {}).items()},
-                    pue=float(e["pue"]), system_overhead=float(e["system_overhead"]),
+                    pue=float(e["pue"]), system_overhead=None if over is None else float(over),
                     utilization=float(e["utilization"]), usd_per_mwh=float(economics_usd_per_mwh),
-                    goodput=float(cluster_goodput), price_includes_power=bool(economics_price_includes_power))
+                    reliability=dict(cluster_reliability),
+                    goodput=None if cluster_goodput is None else float(cluster_goodput),
+                    price_includes_power=bool(economics_price_includes_power),
+                    ownership=None if economics_ownership is None else dict(economics_ownership))
 
     @classmethod
     def from_params(cls, **params: Any) -> "Terms":
@@ -126,12 +141,59 @@ class Terms:
             return "your input"
         return "assumed" if self.price_assumed(gpu_id) else "published"
 
-    def economics(self, gpu_id: str | None = None) -> cost.Economics:
-        """The scenario's economics with this GPU's price (0 when it has none or no GPU is given)."""
+    def economics(self, gpu_id: str | None = None, model: Model | None = None, gpus: int | None = None) -> cost.Economics:
+        """The scenario's economics with this GPU's price (0 when it has none or no GPU is given)
+        and the goodput of ``model`` on ``gpus`` GPUs (:meth:`goodput_at`; without them the
+        planner's goodput, else 1)."""
+        good = self.goodput_at(model, gpus) if model is not None and gpus else (self.goodput or 1.0)
         return cost.Economics(usd_per_gpu_hour=(self.price(gpu_id) if gpu_id else None) or 0.0,
                               system_overhead=self.system_overhead, utilization=self.utilization, pue=self.pue,
-                              usd_per_mwh=self.usd_per_mwh, goodput=self.goodput,
+                              usd_per_mwh=self.usd_per_mwh, goodput=float(good),
                               price_includes_power=self.price_includes_power)
+
+    def system_w(self, gpu: hardware.GPU) -> float:
+        """All-in system power per GPU, W (:func:`scaletax.model.power.system_w`; the energy of every
+        case and the megawatts of every cluster come from it)."""
+        return power.system_w(gpu, self.system_overhead)
+
+    def energy_usd_per_gpu_hour(self, gpu: hardware.GPU) -> float:
+        """What the electricity of one GPU-hour adds to the cost (0 with all-in prices)."""
+        return (cost.energy_mwh(1.0, self.system_w(gpu), self.utilization, self.pue)
+                * self.economics().energy_usd_per_mwh)
+
+    def failure_report(self) -> failures.Report:
+        """The published report whose interruption rates the goodput model uses."""
+        return failures.get(str(self.reliability["failure_report"]))
+
+    def reliability_inputs(self) -> goodput.Reliability:
+        """The goodput model's inputs: the report's rates per GPU-hour (or the planner's own
+        unexpected rate), restart time, storage bandwidth, and the spread of the published
+        unexpected rates (with the planner's rate in it) for the band."""
+        rep, rel = self.failure_report(), self.reliability
+        rate = rel.get("failures_per_gpu_hour") or rep.unexpected_per_gpu_hour
+        lo, hi = failures.rate_range()
+        return goodput.Reliability(unexpected_per_gpu_hour=float(rate), planned_per_gpu_hour=rep.planned_per_gpu_hour,
+                                   restart_s=60.0 * float(rel["restart_minutes"]),
+                                   storage_bytes_per_s=1e12 * float(rel["storage_tb_s"]),
+                                   unexpected_low=min(lo, rate), unexpected_high=max(hi, rate))
+
+    def goodput_at(self, model: Model, gpus) -> float | np.ndarray:
+        """Share of scheduled time that trains for ``model`` on ``gpus`` GPUs (an int or an array):
+        the planner's ``cluster.goodput`` when set, else the scale model
+        (:func:`scaletax.model.goodput.goodput`: interruptions grow with the GPU count, the
+        checkpoint with the model's parameters)."""
+        return self._goodput_band(goodput.checkpoint_bytes(model.total_params), gpus)[0]
+
+    def goodput_band_at(self, model: Model, gpus) -> tuple:
+        """(goodput, low, high) of :meth:`goodput_at`: the band spans the published interruption
+        rates (:func:`scaletax.model.goodput.goodput_band`); the planner's goodput has none."""
+        return self._goodput_band(goodput.checkpoint_bytes(model.total_params), gpus)
+
+    def _goodput_band(self, state_bytes: float, gpus) -> tuple:
+        if self.goodput is not None:
+            g = self.goodput if np.ndim(gpus) == 0 else np.full(np.shape(gpus), self.goodput)
+            return g, g, g
+        return goodput.goodput_band(gpus, state_bytes, self.reliability_inputs())
 
     def recipe(self, gpu: hardware.GPU) -> recipes.Recipe:
         """The recipe ``gpu`` trains in (:func:`recipes.training_precision` of the terms' policy)."""
@@ -184,12 +246,15 @@ def case(terms: Terms, model: Model, gpu: hardware.GPU, gpus: int, recipe: recip
     model, gpu and precision (ids), gpus, fits, message, min_gpus, layout (a ``Layout`` or None),
     tps / tps_low / tps_high (tokens/s per GPU), mfu / mfu_low / mfu_high (the band of the
     throughput: the FLOPs and the peak are fixed), step_s, comm_share (exposed communication /
-    step), sequences_per_gpu and tdp_w. No economics yet (:func:`add_costs`)."""
+    step), sequences_per_gpu, system_w (all-in system power per GPU, W) and state_bytes (what a
+    restart loads, :func:`scaletax.model.goodput.checkpoint_bytes`). No economics yet
+    (:func:`add_costs`)."""
     rec = terms.recipe(gpu) if recipe is None else recipe
     n = int(gpus)
     res = fastest(model, gpu, rec, n, terms.batch_tokens) if res is None else res
     row = {"model": model.id, "gpu": gpu.id, "precision": rec.name, "gpus": n, "fits": res.fits,
-           "message": res.message, "min_gpus": res.min_gpus, "tdp_w": gpu.tdp_w, "layout": res.best,
+           "message": res.message, "min_gpus": res.min_gpus, "system_w": terms.system_w(gpu),
+           "state_bytes": goodput.checkpoint_bytes(model.total_params), "layout": res.best,
            "tps": None, "tps_low": None, "tps_high": None, "mfu": None, "mfu_low": None, "mfu_high": None,
            "step_s": None, "comm_share": None}
     if res.fits:
@@ -207,22 +272,31 @@ COSTS: tuple[str, ...] = ("days", "gpu_hours", "energy_mwh", "cost_usd", "usd_pe
 
 def add_costs(rows: list[dict[str, Any]], terms: Terms) -> list[dict[str, Any]]:
     """Add days, scheduled GPU-hours, energy (MWh), cost (USD), USD per million tokens and tokens
-    per day, each with ``_low`` / ``_high``, to every row with a throughput (``tps``, ``gpus``,
-    ``tdp_w`` and ``price``, None without one); one pass of :func:`cost.run_costs` over all rows,
-    goodput included (days and GPU-hours are scheduled ones). Low throughput gives the high end of
-    days, GPU-hours, energy and cost."""
+    per day, each with ``_low`` / ``_high``, and the goodput of the row's scale (``goodput``, with
+    ``goodput_low`` / ``goodput_high`` over the published interruption rates), to every row with a
+    throughput (``tps``, ``gpus``, ``system_w``, ``state_bytes`` and ``price``, None without one);
+    one pass of :func:`cost.run_costs` over all rows (days and GPU-hours are scheduled ones). Low
+    throughput gives the high end of days, GPU-hours, energy and cost."""
     fit = [r for r in rows if r.get("tps")]
     for r in rows:
         if not r.get("tps"):
-            r.update({k + s: None for k in COSTS for s in ("", "_low", "_high")})
+            r.update({k + s: None for k in (*COSTS, "goodput") for s in ("", "_low", "_high")})
     if not fit:
         return rows
     n = np.array([r["gpus"] for r in fit], dtype=float)
-    tdp = np.array([r["tdp_w"] for r in fit], dtype=float)
+    watts = np.array([r["system_w"] for r in fit], dtype=float)
     price = np.array([np.nan if r.get("price") is None else r["price"] for r in fit])
+    good = np.empty(len(fit))
+    for sb in {r["state_bytes"] for r in fit}:
+        idx = [i for i, r in enumerate(fit) if r["state_bytes"] == sb]
+        g, lo, hi = (np.atleast_1d(x) for x in terms._goodput_band(sb, n[idx]))
+        good[idx] = g
+        for i, a, b, c in zip(idx, g, lo, hi):
+            fit[i].update(goodput=float(a), goodput_low=float(b), goodput_high=float(c))
 
     def cols(tps):
-        c = cost.run_costs(terms.tokens, tps, n, tdp, terms.economics(), usd_per_gpu_hour=np.nan_to_num(price))
+        c = cost.run_costs(terms.tokens, tps, n, watts, terms.economics(), usd_per_gpu_hour=np.nan_to_num(price),
+                           goodput=good)
         for k in ("cost_usd", "usd_per_mtok"):
             c[k] = np.where(np.isnan(price), np.nan, c[k])
         return c
@@ -252,8 +326,8 @@ def next_count(n: int) -> int:
     return round_count(n + 1)
 
 
-def _days(terms: Terms, res: search.SearchResult, n: int) -> float:
-    return cost.days_to_train(terms.tokens, res.metrics["tokens_per_s_per_gpu"], n, terms.goodput) \
+def _days(terms: Terms, model: Model, res: search.SearchResult, n: int) -> float:
+    return cost.days_to_train(terms.tokens, res.metrics["tokens_per_s_per_gpu"], n, terms.goodput_at(model, n)) \
         if res.fits else math.inf
 
 
@@ -276,11 +350,13 @@ def _scan(terms: Terms, model: Model, gpu: hardware.GPU, recipe: recipes.Recipe,
     memory_min = smallest.gpus[0]
     probes = [run(k) for k in sorted({memory_min, 2 * memory_min, 4 * memory_min, *PROBE_COUNTS}) if k >= memory_min]
     tps = [r.metrics["tokens_per_s_per_gpu"] for r in probes if r.fits]
-    bound = cost.gpus_for_days(terms.tokens, PROBE_MARGIN * max(tps), days, terms.goodput) if tps else 8
+    # the goodput at the smallest count is the highest (interruptions grow with the count)
+    best_good = float(terms.goodput_at(model, memory_min))
+    bound = cost.gpus_for_days(terms.tokens, PROBE_MARGIN * max(tps), days, best_good) if tps else 8
     n = round_count(max(bound, memory_min))  # no count below holds the model or could meet the deadline
     prev = None if n > round_count(memory_min) else 0  # 0: the first count is the smallest that holds it
     while n <= MAX_COUNT:
-        if _days(terms, run(n), n) <= days * (1 + 1e-9):
+        if _days(terms, model, run(n), n) <= days * (1 + 1e-9):
             return n, prev, seen, ""
         r = seen[n]
         prev = n
@@ -321,11 +397,12 @@ def gpus_for_deadline(terms: Terms, model: Model, gpu: hardware.GPU, recipe: rec
     res = seen[n]
     m = res.metrics
     t, tlo, thi = m["tokens_per_s_per_gpu"], m["tokens_per_s_per_gpu_low"], m["tokens_per_s_per_gpu_high"]
-    exact = [terms.tokens / (x * days * cost.SECONDS_PER_DAY * terms.goodput) for x in (t, thi, tlo)]
+    good = float(terms.goodput_at(model, n))
+    exact = [terms.tokens / (x * days * cost.SECONDS_PER_DAY * good) for x in (t, thi, tlo)]
     low, high = (round_count(x) for x in exact[1:])
     linear = round_count(exact[0])
     out = {**base, "gpus": n, "low": min(low, n), "high": max(high, n),
-           "days": _days(terms, res, n), "exact": exact[0], "exact_low": exact[1], "exact_high": exact[2],
+           "days": _days(terms, model, res, n), "goodput": good, "exact": exact[0], "exact_low": exact[1], "exact_high": exact[2],
            "result": res, "memory_bound": prev == 0 or (prev is not None and not seen[prev].fits),
            "tokens_per_s_per_gpu": t, "tps_low": tlo, "tps_high": thi, "linear": linear,
            "batch": res.sequences}
@@ -353,7 +430,7 @@ def _nearby_batch(terms: Terms, model: Model, gpu: hardware.GPU, recipe: recipes
             continue
         searches += 1
         alt = fastest(model, gpu, recipe, k, gbs=gbs)
-        if _days(terms, alt, k) <= days * (1 + 1e-9):
+        if _days(terms, model, alt, k) <= days * (1 + 1e-9):
             return k, gbs, searches
     return None, None, searches
 
@@ -410,6 +487,44 @@ def capacity(gpu: hardware.GPU, gpus: int | None) -> dict[str, Any]:
             "system": gpu.system or f"{gpu.gpus_per_system}-GPU system", "per_system": gpu.gpus_per_system}
 
 
+def cluster_power(terms: Terms, gpu: hardware.GPU, gpus) -> dict[str, Any]:
+    """IT and facility megawatts of ``gpus`` GPUs of ``gpu`` in whole systems, at the scenario's
+    PUE (:func:`scaletax.model.power.cluster_power`, the system power every energy figure uses)."""
+    return power.cluster_power(gpu, gpus, terms.pue, terms.system_overhead)
+
+
+def goodput_detail(terms: Terms, model: Model, gpus) -> dict[str, Any]:
+    """The goodput of ``model`` on ``gpus`` GPUs with its band and what makes it (mean time
+    between unexpected interruptions in hours, checkpoint write and interval in s,
+    :func:`scaletax.model.goodput.breakdown`); ``yours``: the planner's ``cluster.goodput`` (no model)."""
+    g, lo, hi = terms.goodput_band_at(model, gpus)
+    out = {"goodput": g, "goodput_low": lo, "goodput_high": hi, "yours": terms.goodput is not None,
+           "mtbf_h": None, "checkpoint_s": None, "interval_s": None}
+    if terms.goodput is None:
+        b = goodput.breakdown(gpus, goodput.checkpoint_bytes(model.total_params), terms.reliability_inputs())
+        out.update(mtbf_h=b["mtbf_h"], checkpoint_s=b["checkpoint_s"], interval_s=b["interval_s"])
+    return out
+
+
+def owned_price(terms: Terms, gpu: hardware.GPU) -> dict[str, Any] | None:
+    """USD per GPU-hour of paid work of an owned ``gpu`` (:func:`scaletax.model.ownership.owned_usd_per_gpu_hour`:
+    capital, facility, energy and total) beside the rental price with the same energy
+    (``rent_total``); None when the scenario has no ownership inputs or no system price for it."""
+    own = terms.ownership
+    cap = (own or {}).get("capex", {}).get(gpu.id)
+    if own is None or cap is None:
+        return None
+    energy = terms.energy_usd_per_gpu_hour(gpu)
+    out = ownership.owned_usd_per_gpu_hour(float(cap["usd_per_system"]) / gpu.gpus_per_system,
+                                           float(own["depreciation_years"]), float(own["cost_of_capital"]),
+                                           float(own["facility_usd_per_mw_year"]), terms.system_w(gpu),
+                                           float(own["busy_share"]), energy)
+    rent = terms.price(gpu.id)
+    basis = "your input" if cap.get("your_input") else "assumed" if cap.get("assumption") else "published"
+    return {**out, "capex_per_system": float(cap["usd_per_system"]), "capex_basis": basis,
+            "rent": rent, "rent_total": None if rent is None else rent + energy}
+
+
 def least_parallel(model: Model, gpu: hardware.GPU, recipe: recipes.Recipe, gpus: int, space: search.SearchSpace,
                    batch_seqs: int | None = None) -> dict[str, Any]:
     """The least model-parallel layout of ``space`` that fits ``gpus`` GPUs of ``gpu`` (``layout``,
@@ -445,6 +560,6 @@ def fewest_gpus(model: Model, gpu: hardware.GPU, recipe: recipes.Recipe, space: 
 
 
 __all__ = ["COSTS", "MAX_COUNT", "NEARBY_BATCH_TOLERANCE", "PROBE_COUNTS", "PROBE_MARGIN", "RESOLUTION_BITS",
-           "Terms", "add_costs", "capacity", "case", "clear_cache", "fastest", "fewest_gpus",
+           "Terms", "add_costs", "capacity", "cluster_power", "goodput_detail", "owned_price", "case", "clear_cache", "fastest", "fewest_gpus",
            "gpu_count_ratio", "gpus_for_deadline", "least_parallel", "mfu", "next_count", "ratio_band",
            "round_count", "throughput_ratio"]

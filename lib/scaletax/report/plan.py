@@ -2,10 +2,15 @@
 
 The numbers are the planning module's (:mod:`scaletax.model.plan`), as every chapter's: the
 fastest layout (``plan.case``: tokens/s per GPU, MFU and step time with their bands), days,
-scheduled GPU-hours, energy and cost at the scenario's goodput, prices and energy factors
-(``plan.add_costs``), the cluster in whole systems (``plan.capacity``), and the model's regime
-with the step-time model's out-of-sample accuracy on it (``validate.model_regime_record``, as the
-executive summary states it). Nothing here comes from a chapter.
+scheduled GPU-hours, energy and cost at the scenario's prices and energy factors and the goodput
+of this model at this size (``plan.add_costs``; ``plan.goodput_detail``: the scale model of
+:mod:`scaletax.model.goodput`, with its band over the published interruption rates and the mean
+time between failures, checkpoint write and interval behind it, or the planner's
+``cluster.goodput``), the cluster in whole systems (``plan.capacity``) with its IT and facility
+megawatts (``plan.cluster_power``), the owned price per GPU-hour beside the rental one
+(``plan.owned_price``), and the model's regime with the step-time model's out-of-sample accuracy
+on it (``validate.model_regime_record``, as the executive summary states it). Nothing here comes
+from a chapter.
 """
 from __future__ import annotations
 
@@ -47,7 +52,16 @@ def quick_plan(scenario, model_id: str, gpu_id: str, gpus: int) -> dict[str, Any
     row.update(planning.capacity(g, gpus))
     row.update(model_name=wording.model_name(m), label=wording.gpu_label(g),
                layout=label(row["layout"]) if row["fits"] else row["message"])
-    row.update(scenario=scenario.name, tokens=terms.tokens, goodput=terms.goodput,
+    pw = planning.cluster_power(terms, g, gpus)
+    good = planning.goodput_detail(terms, m, gpus)
+    own = planning.owned_price(terms, g)
+    row.update(it_mw=pw["it_mw"], facility_mw=pw["facility_mw"], system_kw=pw["system_kw"], w_per_gpu=pw["w_per_gpu"],
+               pue=terms.pue, goodput_yours=good["yours"], mtbf_h=good["mtbf_h"], checkpoint_s=good["checkpoint_s"],
+               checkpoint_interval_s=good["interval_s"],
+               owned_usd_per_gpu_hour=None if own is None else own["total"],
+               rent_usd_per_gpu_hour_all_in=None if own is None else own["rent_total"])
+    row.update(goodput=good["goodput"], goodput_low=good["goodput_low"], goodput_high=good["goodput_high"])
+    row.update(scenario=scenario.name, tokens=terms.tokens,
                price_includes_power=terms.price_includes_power or terms.usd_per_mwh == 0,
                usd_per_mwh=terms.usd_per_mwh, gpu_name=g.name, user_gpu=g.user_defined,
                user_model=models.user_defined(m))
@@ -60,9 +74,11 @@ def quick_plan(scenario, model_id: str, gpu_id: str, gpus: int) -> dict[str, Any
 def as_json(row: dict[str, Any]) -> dict[str, Any]:
     """The row with plain JSON values (numbers stay numbers)."""
     keep = ("scenario", "model", "model_name", "gpu", "label", "gpus", "precision", "fits", "message", "layout",
-            "step_s", "tokens", "goodput", "price", "price_basis", "price_includes_power", "usd_per_mwh", "system",
-            "per_system", "need_systems", "need_bought", "user_gpu", "user_model", "regime", "regime_oos_runs",
-            "regime_oos_median", "regime_oos_within_25")
+            "step_s", "tokens", "goodput", "goodput_low", "goodput_high", "goodput_yours", "mtbf_h", "checkpoint_s",
+            "checkpoint_interval_s", "price", "price_basis", "price_includes_power", "usd_per_mwh", "system",
+            "per_system", "need_systems", "need_bought", "system_kw", "w_per_gpu", "it_mw", "pue", "facility_mw",
+            "owned_usd_per_gpu_hour", "rent_usd_per_gpu_hour_all_in", "user_gpu", "user_model", "regime",
+            "regime_oos_runs", "regime_oos_median", "regime_oos_within_25")
     out = {k: row.get(k) for k in keep}
     for key, *_ in BANDED:
         for suffix in ("", "_low", "_high"):
@@ -82,6 +98,7 @@ def table(row: dict[str, Any]):
     t.add_column("Band (low–high)", justify="right")
     t.add_row("Fastest layout", row["layout"] if row["fits"] else row["message"], "")
     t.add_row("Bought as", wording.bought_text(row), "")
+    t.add_row("Power, IT / facility", f"{row['it_mw']:,.2f} / {row['facility_mw']:,.2f} MW", f"PUE {row['pue']:g}")
     if not row["fits"]:
         return t
     for key, label_, scale, fmt in BANDED:
@@ -92,7 +109,16 @@ def table(row: dict[str, Any]):
         t.add_row(label_, fmt.format(v / scale), f"{fmt.format(lo / scale)}–{fmt.format(hi / scale)}")
     t.add_row("Step time (s)", f"{row['step_s']:.2f}", "")
     t.add_row("Price per GPU-hour", wording.price_text(row["price"], row["price_basis"]), "")
-    t.add_row("Goodput", f"{100 * row['goodput']:.0f}% of scheduled time trains", "")
+    if row["goodput_yours"]:
+        t.add_row("Goodput", f"{100 * row['goodput']:.0f}% (your input)", "")
+    else:
+        t.add_row("Goodput", f"{100 * row['goodput']:.1f}%", f"{100 * row['goodput_low']:.1f}–{100 * row['goodput_high']:.1f}%")
+        t.add_row("Failure, checkpoint", f"every {row['mtbf_h']:,.2f} h, {row['checkpoint_interval_s'] / 60:,.1f} min",
+                  f"write {row['checkpoint_s']:,.1f} s")
+    if row["owned_usd_per_gpu_hour"] is not None:
+        rent = row["rent_usd_per_gpu_hour_all_in"]
+        t.add_row("Owned / rented $/h", f"{row['owned_usd_per_gpu_hour']:.2f} / "
+                  + ("no price" if rent is None else f"{rent:.2f}"), "with energy")
     t.add_row("Energy in cost", "no (all-in price)" if row["price_includes_power"] else f"yes, ${row['usd_per_mwh']:g}/MWh", "")
     t.add_row("Out of sample", f"{row['regime']}: " + wording.regime_accuracy_text(
         {"oos_rows": row["regime_oos_runs"], "oos_median": row["regime_oos_median"],
