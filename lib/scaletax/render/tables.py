@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Sequence
 
+from scaletax.render import tablefit
 from scaletax.render.charts import _figures_dir, write_csv
 
 
@@ -100,16 +101,20 @@ def markdown(rows: Sequence[dict], columns: dict[str, str], *, label: str, capti
              widths: Sequence[int] | None = None, long: bool = False) -> str:
     """MyST list-table source for ``rows``; ``columns`` maps row key -> header text.
 
-    ``long=True`` lets the table break across PDF pages (LaTeX longtable).
+    ``long=True`` lets the table break across PDF pages (LaTeX longtable). ``widths``: the
+    columns' proportions, each raised to what its text needs in the PDF (:mod:`tablefit`; a
+    table too wide for that is set in a smaller font, class ``tablefit.SMALL_CLASS``).
     """
     formats = formats or {}
-    lines = [f"```{{list-table}} {caption}", f":name: {label}", ":header-rows: 1"]
-    if long:
-        lines.append(":class: longtable")
-    if widths:
-        lines.append(":widths: " + " ".join(str(w) for w in widths))
-    lines.append("")
     keys = list(columns)
+    fit = tablefit.layout([columns[k] for k in keys],
+                          [[formats.get(k, fmt)(row.get(k)) for k in keys] for row in rows], widths)
+    lines = [f"```{{list-table}} {caption}", f":name: {label}", ":header-rows: 1"]
+    classes = (["longtable"] if long else []) + ([tablefit.SMALL_CLASS] if fit.font == tablefit.SMALL else [])
+    if classes:
+        lines.append(":class: " + " ".join(classes))
+    lines.append(":widths: " + " ".join(str(w) for w in fit.widths))
+    lines.append("")
     lines.append("* - " + "\n  - ".join(_escape(columns[k]) for k in keys))
     for row in rows:
         cells = [formats.get(k, fmt)(row.get(k)) for k in keys]

@@ -29,7 +29,7 @@ import yaml
 from filelock import FileLock, Timeout
 
 from scaletax import ROOT, __version__, files
-from scaletax.render import charts
+from scaletax.render import charts, tablefit
 from scaletax.render.charts import VEGA_BUNDLE, vega_bundle
 from scaletax.report import chapters as toc
 from scaletax.report import escape, lifecycle
@@ -50,6 +50,8 @@ DROP_EXTENSIONS = {"sphinx_thebe", "sphinx_comments", "sphinx_jupyterbook_latex"
 NUMBERING_EXTENSION = "scaletax.report.numbering"
 #: Sphinx extension doing each repeated lookup of the build once (report/sphinx_once.py).
 ONCE_EXTENSION = "scaletax.report.sphinx_once"
+#: Sphinx extension setting the tables render/tablefit.py marks small in the smaller PDF font.
+TABLEFONT_EXTENSION = "scaletax.report.tablefont"
 CHART_CSS = "scaletax.css"
 #: The bibliography page already opens a chapter ("Bibliography"); Sphinx's bibliography
 #: environment would start a second, unnumbered one on a fresh page, leaving the first empty.
@@ -198,12 +200,12 @@ def _sphinx_conf(src: Path, info: dict) -> str:
                               cli_config={"latex_individualpages": False},
                               raise_on_invalid=True)
     cfg["extensions"] = ([e for e in cfg["extensions"] if e not in DROP_EXTENSIONS]
-                         + [ONCE_EXTENSION, NUMBERING_EXTENSION])
+                         + [ONCE_EXTENSION, NUMBERING_EXTENSION, TABLEFONT_EXTENSION])
     # a classic (deferred) script: a module script is refused from file://, drawing no chart
     cfg["html_js_files"] = [(VEGA_BUNDLE, {"defer": "defer"})]
     cfg["html_css_files"] = [CHART_CSS]
     latex = dict(cfg.get("latex_elements") or {})
-    latex["preamble"] = latex.get("preamble", "") + LATEX_PREAMBLE
+    latex["preamble"] = latex.get("preamble", "") + LATEX_PREAMBLE + tablefit.LATEX_TABLE_SETUP
     cfg["latex_elements"] = latex
     # The theme prints html_title unescaped in places (the navbar) and escaped in others (the
     # page <title>): it is given escaped, as markupsafe.Markup, which Jinja's |e leaves alone.
@@ -371,7 +373,9 @@ def _book_key(opts: BuildOptions, info: dict, cache: Path) -> str:
 def _up_to_date(final: Path, book_key: str, date: str) -> dict | None:
     """The published manifest, marked as checked now, if its inputs equal ours; else None.
 
-    The file itself is left as it is: it keeps the record of the build that made the book."""
+    The file itself is left as it is: it keeps the record of the build that made the book. Only
+    this in-memory copy carries ``up_to_date`` (the build found nothing to do); a published
+    manifest has no such key, so a reader of a fresh book never sees ``"up_to_date": false``."""
     path = final / "manifest.json"
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
@@ -647,7 +651,6 @@ def _build_in(stage: Path, logs: Path, opts: BuildOptions, progress) -> dict:
     manifest = {
         "name": opts.name,
         "book_sha256": book_key,
-        "up_to_date": False,
         "title": scen.title,
         "scenario": scen.to_plain(),
         "scenario_file": info["scenario_file"],
