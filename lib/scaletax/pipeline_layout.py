@@ -19,7 +19,9 @@ module reads it with Megatron-Core's own grammar (megatron-core 0.19.2,
   must equal the layout's ``vp`` (a blank one takes it).
 
 Public API: :class:`PipelineLayout` (``pp``, ``vp``, ``counts``: layers of each kind per rank and
-virtual stage, ``rank_layers()``), :func:`parse`, :func:`is_layout`, :class:`LayoutError` (one line).
+virtual stage, ``rank_layers()``), :func:`parse`, :func:`is_layout`, :class:`LayoutError` (one line);
+vectorized over pp: :func:`end_stage_layers` (the first and last stage's layers, what memory
+holds) and :func:`slowest_stage` (the rank with the most work, what sets the pipeline's pace).
 
 The MTP layers are placed and checked but not modelled as work: the catalog's architectures
 exclude the MTP module (DeepSeek-V3's 671B is counted without it, data/models.yaml), so an ``m``
@@ -148,5 +150,35 @@ def _parse(text: str, pp: int, layers: int | None, vp: int | None) -> PipelineLa
     return PipelineLayout(text=text, pp=pp, vp=nvp, counts=counts)
 
 
-__all__ = ["KINDS", "KIND_NAMES", "MAX_LAYERS", "MAX_TEXT", "LayoutError", "PipelineLayout", "expand", "is_layout",
-           "parse"]
+
+
+def end_stage_layers(text: str, pp) -> tuple[np.ndarray, np.ndarray]:
+    """(transformer layers of the first pipeline rank, of the last) of the layout ``text`` on ``pp``
+    ranks (float arrays of ``pp``'s shape): what the first and last stage hold in memory."""
+    pp = np.asarray(pp, dtype=np.float64)
+    first, last = np.zeros(pp.shape), np.zeros(pp.shape)
+    for p in np.unique(pp):
+        t = parse(text, int(p)).rank_layers()
+        first[pp == p], last[pp == p] = t[0], t[-1]
+    return first, last
+
+
+def slowest_stage(text: str, pp, head_layers) -> tuple[np.ndarray, np.ndarray]:
+    """(transformer layers, output layers 0 or 1) of the pipeline rank with the most work under the
+    layout ``text`` on ``pp`` ranks: rank r does t_r + ``head_layers`` x L_r layers' worth (the loss
+    rank also runs the output layer; E and m add none, module docstring). Arrays of the broadcast
+    shape of ``pp`` and ``head_layers``."""
+    pp, h = np.broadcast_arrays(np.asarray(pp, dtype=np.float64), np.asarray(head_layers, dtype=np.float64))
+    t_out, l_out = np.zeros(pp.shape), np.zeros(pp.shape)
+    for p in np.unique(pp):
+        lay = parse(text, int(p))
+        sel = pp == p
+        t, loss = lay.rank_layers().astype(np.float64), lay.rank_layers("L").astype(np.float64)
+        work = t[None, :] + h[sel][:, None] * loss[None, :]
+        r = np.argmax(work, axis=1)
+        t_out[sel], l_out[sel] = t[r], loss[r]
+    return t_out, l_out
+
+
+__all__ = ["KINDS", "KIND_NAMES", "MAX_LAYERS", "MAX_TEXT", "LayoutError", "PipelineLayout", "end_stage_layers", "expand",
+           "is_layout", "parse", "slowest_stage"]
