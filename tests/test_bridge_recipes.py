@@ -220,7 +220,7 @@ def test_recipe_probes_are_the_recipes_exact_configurations(recipe_rows):
         assert (p["fp8_param_gather"] == "true") == (rec["fp8_param_gather"] == "true"), p["run_id"]
         if p["moe_experts"]:
             assert p["ep"] == rec["ep"] and p["etp"] == (rec["etp"] or "1")
-            assert p["moe_dispatcher"] == ("deepep" if rec["moe_token_dispatcher_type"] == "flex" else "alltoall")
+            assert p["moe_dispatcher"] == ("flex" if rec["moe_token_dispatcher_type"] == "flex" else "alltoall")
             assert p["schedule"] == ("ep_overlap" if rec["overlap_moe_expert_parallel_comm"] == "true" else "1f1b")
     # every probe is accepted as a runs table and predicted (scaletax predict plans it the same way)
     plan = runs.plan_rows(runs.read_runs(DATA_DIR / "coverage_probes.csv"))
@@ -257,7 +257,7 @@ def test_calibration_rows_that_took_a_recipes_settings(recipe_rows):
             assert rec["recompute_granularity"] == ""
         assert (r.get("fp8_param_gather") == "true") == (rec["fp8_param_gather"] == "true"), r["run_id"]
         if r.get("moe_experts"):
-            assert r["moe_dispatcher"] == ("deepep" if rec["moe_token_dispatcher_type"] == "flex" else "alltoall")
+            assert r["moe_dispatcher"] == ("flex" if rec["moe_token_dispatcher_type"] == "flex" else "alltoall")
             assert r["schedule"] == ("ep_overlap" if rec["overlap_moe_expert_parallel_comm"] == "true" else "1f1b")
     # the 8-GPU H100 Llama 3 8B row lists FSDP, the 0.6.2 recipe does not: its recompute is not taken
     h100 = next(r for r in rows if r["run_id"] == "mbridge25.11-Llama3-DGX-H100-8-FP8-CS")

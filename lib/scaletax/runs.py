@@ -630,7 +630,9 @@ def _default_notes(row: dict[str, Any], gbs: int, vp: int, is_moe: bool, etp: in
     if _blank(row.get("gbs")):
         notes.append(f"gbs={gbs} (one sequence per GPU)")
     if _blank(row.get("vp")) and vp > 1:
-        notes.append(f"vp={vp} (assumed: {LAYERS_PER_VIRTUAL_STAGE} layers per virtual stage)")
+        pp = _int(row, "pp") or 1
+        notes.append(f"vp={vp} (the pp_split layout's {vp * pp} stages on pp {pp})" if _layout_vp(row, pp) else
+                     f"vp={vp} (assumed: {LAYERS_PER_VIRTUAL_STAGE} layers per virtual stage)")
     if is_moe and _blank(row.get("etp")):
         notes.append(f"etp={etp} (default: tp, Megatron-Core)")
     return notes
