@@ -78,7 +78,7 @@ def test_the_last_stage_runs_the_output_layer(tmp_path):
     with pytest.raises(runs.RunsTableError) as exc:
         runs.read_runs(_write(tmp_path, [row, {**row, "pp_split": "zigzag"}]))
     assert str(exc.value) == ("runs.csv: 1 bad row(s): row 3, column 'pp_split': must be one of auto, even, account, "
-                              "balanced or empty (got 'zigzag')")
+                              "balanced, a pipeline_model_parallel_layout (Et*4|(t*4|)*14tmL) or empty (got 'zigzag')")
 
 
 def test_unfused_attention_streams_the_score_matrix(tmp_path):
