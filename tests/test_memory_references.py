@@ -13,10 +13,7 @@ from scaletax.chapters import memory as ms
 REFS = references.section("memory")
 
 
-def _half_unit(value: float) -> float:
-    """Half a unit in the last decimal the paper prints (131.25 -> 0.005, 1.9 -> 0.05)."""
-    decimals = len(repr(float(value)).split(".")[1])
-    return 0.5 * 10.0 ** -decimals
+_half_unit = ms.half_printed_unit
 
 
 @pytest.fixture(scope="module")
@@ -77,3 +74,13 @@ def test_reference_rows_state_the_papers_setting():
     assert tp_only.model.seq_len == 2048 and tp_only.layout.n_micro >= tp_only.layout.pp
     sel = runs.plan_row(rows["korthikanti2022-1t-sp-selective"])
     assert (sel.layout.sequence_parallel, sel.layout.recompute) == (True, "selective")
+
+
+def test_the_chapter_says_how_the_values_agree():
+    rows = ms.reference_rows()
+    assert ms.half_printed_unit(131.25) == 0.005 and ms.half_printed_unit(120.0) == 0.05
+    assert ms.reference_agreement_text(rows) == (
+        "Every computed value rounds to the published one; the largest relative difference, 1.3%, is ZeRO stage 3 "
+        "(+ parameters): 1.875 GB against the 1.9 printed.")
+    off = [dict(rows[0], computed=121.0, error_pct=100 / 120)] + rows[1:]
+    assert ms.reference_agreement_text(off).startswith("6 of 7 computed values round to the published ones;")

@@ -156,6 +156,23 @@ def reference_rows() -> list[dict[str, Any]]:
     return rows
 
 
+def half_printed_unit(value: float) -> float:
+    """Half a unit in the last decimal a paper prints ``value`` with (131.25 -> 0.005, 1.9 -> 0.05,
+    120.0 -> 0.05): a computed value within it rounds to the printed one."""
+    decimals = len(repr(float(value)).split(".")[1])
+    return 0.5 * 10.0 ** -decimals
+
+
+def reference_agreement_text(rows: Sequence[dict[str, Any]]) -> str:
+    """How the computed reference values agree with the printed ones (rows of :func:`reference_rows`)."""
+    ok = [abs(r["computed"] - r["published"]) <= half_printed_unit(r["published"]) for r in rows]
+    worst = max(rows, key=lambda r: abs(r["error_pct"]))
+    lead = ("Every computed value rounds to the published one" if all(ok) else
+            f"{sum(ok)} of {len(rows)} computed values round to the published ones")
+    return (f"{lead}; the largest relative difference, {abs(worst['error_pct']):.1f}%, is {worst['what']}: "
+            f"{worst['computed']:g} {worst['unit']} against the {worst['published']:g} printed.")
+
+
 # --- assumptions and precision ---------------------------------------------------------------
 
 def precision_note(gpu_ids: Sequence[str], precision: str, allowed: Sequence[str] = recipes.TRAINING) -> str:
