@@ -7,7 +7,8 @@ import csv
 import pytest
 
 from conftest import run_cli
-from scaletax import references, runs
+from scaletax.inputs import references, runs
+from scaletax.model import runplan
 from scaletax.chapters import memory as ms
 
 REFS = references.section("memory")
@@ -67,12 +68,12 @@ def test_reference_rows_state_the_papers_setting():
     """What each row says is what the paper ran: unfused attention with dropout, no recompute or
     selective, fp32 gradients, the transformer layers only; the plan takes them as options."""
     rows = {r["run_id"]: r for r in runs.read_runs(ms.REFERENCE_RUNS_CSV)}
-    tp_only = runs.plan_row(rows["korthikanti2022-1t-tp"])
+    tp_only = runplan.plan_row(rows["korthikanti2022-1t-tp"])
     assert tp_only.options == {"attention": "paper", "grad_bytes": 4.0, "include_embeddings": False}
     assert (tp_only.layout.tp, tp_only.layout.pp, tp_only.layout.mbs, tp_only.layout.sequence_parallel,
             tp_only.layout.recompute) == (8, 64, 1, False, "none")
     assert tp_only.model.seq_len == 2048 and tp_only.layout.n_micro >= tp_only.layout.pp
-    sel = runs.plan_row(rows["korthikanti2022-1t-sp-selective"])
+    sel = runplan.plan_row(rows["korthikanti2022-1t-sp-selective"])
     assert (sel.layout.sequence_parallel, sel.layout.recompute) == (True, "selective")
 
 

@@ -1,8 +1,8 @@
-"""Megatron-Core's pipeline_model_parallel_layout grammar (scaletax.pipeline_layout)."""
+"""Megatron-Core's pipeline_model_parallel_layout grammar (scaletax.inputs.pipeline_layout)."""
 import numpy as np
 import pytest
 
-from scaletax import pipeline_layout as P
+from scaletax.inputs import pipeline_layout as P
 
 
 def test_megatron_docstring_example():

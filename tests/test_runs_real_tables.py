@@ -6,7 +6,9 @@ import csv
 import numpy as np
 import pytest
 
-from scaletax import DATA_DIR, memory, perf, pipeline_layout, runs
+from scaletax import DATA_DIR
+from scaletax.inputs import pipeline_layout, runs
+from scaletax.model import memory, perf, runplan
 from scaletax.report.predict import predict_rows
 
 TABLES = ("published_runs.csv", "heldout_runs.csv", "coverage_probes.csv", "production_moe_recipes.csv")
@@ -64,19 +66,19 @@ def test_prediction_unchanged_where_the_string_is_what_auto_chose(monkeypatch):
     same = 0
     for row in rows:
         auto = dict(row, pp_split="")
-        (t_str, t_auto) = [perf.evaluate(runs.plan_rows([r]).step_inputs()).step_s[0] for r in (row, auto)]
+        (t_str, t_auto) = [perf.evaluate(runplan.plan_rows([r]).step_inputs()).step_s[0] for r in (row, auto)]
         calls = []
         orig = perf.pipeline_split
         monkeypatch.setattr(perf, "pipeline_split",
                             lambda *a, **k: calls.append(orig(*a, **k)) or calls[-1])
-        runs.plan_rows([row]).step_inputs()
-        runs.plan_rows([auto]).step_inputs()
+        runplan.plan_rows([row]).step_inputs()
+        runplan.plan_rows([auto]).step_inputs()
         monkeypatch.setattr(perf, "pipeline_split", orig)
         s_str, s_auto = [(float(c[0][0]), float(c[1][0])) for c in (calls[0], calls[-1])]
         if s_str == s_auto:
             same += 1
             assert t_str == t_auto, row["run_id"]
-        m_str, m_auto = runs.plan_row(row).memory_gib, runs.plan_row(auto).memory_gib
+        m_str, m_auto = runplan.plan_row(row).memory_gib, runplan.plan_row(auto).memory_gib
         assert m_str <= m_auto + 1e-9, row["run_id"]  # ceil(L / pp) is the upper bound
     # every DeepSeek-V3 row and the Kimi K2 rows but one: the H100 recipe's last rank holds two
     # layers and the loss (Et|(tt|)*30L), which auto modelled as one
@@ -85,7 +87,7 @@ def test_prediction_unchanged_where_the_string_is_what_auto_chose(monkeypatch):
 
 def test_first_and_last_stage_memory_hold_the_layouts_layers():
     row = _row("recipe-deepseek-v3-1024xh100-bf16", "production_moe_recipes.csv")  # Et|(tt|)*30mL on PP8
-    plan = runs.plan_row(row)
+    plan = runplan.plan_row(row)
     assert plan.options["pp_layout"] == "Et|(tt|)*30mL" and plan.layout.vp == 4
     lay = plan.layout
     first, last = (memory.breakdown(plan.model, lay, "bf16", stage=s, **plan.options) for s in ("first", "last"))
@@ -99,8 +101,8 @@ def test_first_and_last_stage_memory_hold_the_layouts_layers():
 
 def test_blank_vp_takes_the_layouts():
     row = dict(_row(DSV3_GB200), vp="")
-    assert runs.plan_row(row).layout.vp == 4 == runs.plan_rows([row]).layouts().vp[0]  # 16 stages on PP4
-    assert "vp=4 (the pp_split layout's 16 stages on pp 4)" in runs.plan_row(row).assumptions
+    assert runplan.plan_row(row).layout.vp == 4 == runplan.plan_rows([row]).layouts().vp[0]  # 16 stages on PP4
+    assert "vp=4 (the pp_split layout's 16 stages on pp 4)" in runplan.plan_row(row).assumptions
 
 
 @pytest.mark.parametrize("cells, message", [
@@ -129,9 +131,9 @@ def test_a_layout_on_another_pp_is_read_for_that_pp():
     """One string fits every pp that divides its stages: Et|(tt|)*30mL is PP8 x VP4 or PP16 x VP2."""
     row = _row("recipe-deepseek-v3-1024xh100-bf16", "production_moe_recipes.csv")
     other = dict(row, pp=16, vp="", dp=row["dp"] // 2)
-    plan = runs.plan_row(other)
+    plan = runplan.plan_row(other)
     assert (plan.layout.pp, plan.layout.vp) == (16, 2)
-    assert runs.plan_rows([row, other]).layouts().vp.tolist() == [4, 2]
+    assert runplan.plan_rows([row, other]).layouts().vp.tolist() == [4, 2]
 
 
 # --- moe_dispatcher flex ---------------------------------------------------------------------
@@ -142,7 +144,7 @@ def test_flex_is_the_deduplicated_dispatch_of_deepep():
     row = _row(DSV3_GB200)
     assert row["moe_dispatcher"] == "flex" and runs.row_dispatch(row) == "dedup" == runs.row_dispatch(
         dict(row, moe_dispatcher="deepep"))
-    flex, deepep, a2a = (perf.evaluate(runs.plan_rows([dict(row, moe_dispatcher=d)]).step_inputs()).step_s[0]
+    flex, deepep, a2a = (perf.evaluate(runplan.plan_rows([dict(row, moe_dispatcher=d)]).step_inputs()).step_s[0]
                          for d in ("flex", "deepep", "alltoall"))
     assert flex == deepep != a2a
 
@@ -174,8 +176,8 @@ def _one_t(**cells):
 
 
 def test_memory_columns_change_only_what_they_say():
-    base = runs.plan_row(_one_t())
-    g = runs.plan_rows([_one_t(), _one_t(grad_reduce_in_fp32="false"), _one_t(include_embeddings=""),
+    base = runplan.plan_row(_one_t())
+    g = runplan.plan_rows([_one_t(), _one_t(grad_reduce_in_fp32="false"), _one_t(include_embeddings=""),
                         _one_t(dropout="false"), _one_t(attn_kernel="flash")]).memory_gib()
     # fp32 gradients: 4 bytes per parameter instead of 2; the optimizer's fp32 shard copy then is the gradient
     assert g["gradients"][0] == pytest.approx(2 * g["gradients"][1], rel=1e-12)
@@ -195,7 +197,7 @@ def test_memory_columns_change_only_what_they_say():
 
 def test_grad_reduce_in_fp32_sends_fp32_gradients():
     tp_row = dict(_one_t(), dp=2, gpu_count=1024, gbs=128)
-    fp32, half = (runs.plan_rows([dict(tp_row, grad_reduce_in_fp32=v)]).step_inputs().comm.groups["dp"].bytes[0]
+    fp32, half = (runplan.plan_rows([dict(tp_row, grad_reduce_in_fp32=v)]).step_inputs().comm.groups["dp"].bytes[0]
                   for v in ("true", "false"))
     assert fp32 == pytest.approx(2 * half, rel=1e-12) and half > 0
 
@@ -219,6 +221,6 @@ def test_predict_rows_with_layouts_and_flex_are_vectorized_as_row_by_row():
     rows = [r for name in TABLES for r in runs.read_runs(DATA_DIR / name)
             if pipeline_layout.is_layout(runs.row_pp_split(r)) or r.get("moe_dispatcher") == "flex"]
     rows += [_one_t(), _one_t(recompute="selective", sequence_parallel="true")]
-    assert runs._layout_table(rows) is not None
+    assert runs.layout_table(rows) is not None
     _assert_same(predict_rows(rows), _reference(rows))
     assert np.isfinite([float(r["predicted_step_time_s"]) for r in predict_rows(rows)]).all()
