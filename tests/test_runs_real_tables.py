@@ -11,6 +11,10 @@ from scaletax.inputs import pipeline_layout, runs
 from scaletax.model import memory, perf, runplan
 from scaletax.report.predict import predict_rows
 
+from objects import as_recipe
+
+BF16 = as_recipe("bf16")
+
 TABLES = ("published_runs.csv", "heldout_runs.csv", "coverage_probes.csv", "production_moe_recipes.csv")
 DSV3_GB200 = "mbridge26.04.01-DeepSeek-V3671B-DGX-GB200-256-MXFP8"
 
@@ -90,13 +94,13 @@ def test_first_and_last_stage_memory_hold_the_layouts_layers():
     plan = runplan.plan_row(row)
     assert plan.options["pp_layout"] == "Et|(tt|)*30mL" and plan.layout.vp == 4
     lay = plan.layout
-    first, last = (memory.breakdown(plan.model, lay, "bf16", stage=s, **plan.options) for s in ("first", "last"))
+    first, last = (memory.breakdown(plan.model, lay, BF16, stage=s, **plan.options) for s in ("first", "last"))
     ceil = {k: v for k, v in plan.options.items() if k != "pp_layout"}
-    first_c = memory.breakdown(plan.model, lay, "bf16", stage="first", **ceil)
+    first_c = memory.breakdown(plan.model, lay, BF16, stage="first", **ceil)
     # rank 0 holds 7 of the 61 layers (E t | t t | t t | t t), not ceil(61 / 8) = 8
     assert pipeline_layout.end_stage_layers("Et|(tt|)*30mL", 8) == (7.0, 6.0)
     assert float(first.weights[0]) < float(first_c.weights[0])
-    assert float(last.activations[0]) < float(memory.breakdown(plan.model, lay, "bf16", stage="last", **ceil).activations[0])
+    assert float(last.activations[0]) < float(memory.breakdown(plan.model, lay, BF16, stage="last", **ceil).activations[0])
 
 
 def test_blank_vp_takes_the_layouts():

@@ -154,18 +154,19 @@ class Plan:
                               price_includes_power=self.price_includes_power)
 
     def run_precision(self, gpu) -> str:
-        """The precision the GPU trains in (:func:`scaletax.inputs.recipes.training_precision` of the
-        scenario's precision and precisions)."""
-        return recipes.training_precision(_gpu(gpu), self.precision, self.precisions)
+        """The name of the precision the GPU trains in (:func:`scaletax.inputs.recipes.training_precision`
+        of the scenario's precision and precisions)."""
+        return recipes.training_precision(_gpu(gpu), self.precision, self.precisions).name
 
     def fastest_precision(self, gpu) -> str:
-        """The GPU's fastest native format among the scenario's precisions
+        """The name of the GPU's fastest native format among the scenario's precisions
         (:func:`scaletax.inputs.recipes.fastest_precision`)."""
-        return recipes.fastest_precision(_gpu(gpu), self.precision, self.precisions)
+        return recipes.fastest_precision(_gpu(gpu), self.precision, self.precisions).name
 
 
 def _gpu(gpu) -> hardware.GPU:
-    return hardware.get(gpu) if isinstance(gpu, str) else gpu
+    """A scenario's GPU id as the GPU (where this chapter's ids become objects); a GPU as is."""
+    return hardware.get(gpu) if isinstance(gpu, str) else hardware.check(gpu)
 
 
 def model_name(mid: str) -> str:
@@ -198,8 +199,8 @@ def best(model_id: str, gpu, precision: str, gpus: int, batch_tokens: int) -> se
     key = (model_id, g, precision, int(gpus), int(batch_tokens))
     res = _SEARCH_CACHE.get(key)
     if res is None:
-        res = search.cached_search(catalog.get(model_id), precision, g, int(gpus), tokens_per_step=batch_tokens,
-                                   pareto=False)
+        res = search.cached_search(catalog.get(model_id), recipes.training(precision), g, int(gpus),
+                                   tokens_per_step=batch_tokens, pareto=False)
         _SEARCH_CACHE[key] = res
     return res
 
@@ -501,7 +502,7 @@ def waterfall(plan: Plan, model_id: str, target: str, base: str | None = None, g
     n = int(gpus or plan.cluster_gpus)
     b, t = hardware.get(base or plan.baseline), hardware.get(target)
     prec = plan.run_precision(b)
-    if not t.supports(prec):
+    if not t.supports(recipes.training(prec)):
         prec = "bf16"
     cases = [("base", f"{b.label} {prec.upper()}", b, prec)]
     cur, fields = b, []
@@ -799,7 +800,7 @@ def tornado_rows(plan: Plan, rows: list[dict], outputs: Sequence[str] = ("cost_u
             return t[0] if t else float("nan")
 
         for o in outputs:
-            for s in cost.training_sensitivity(plan.tokens, r["tps"], r["gpus"], r["gpu"], plan.economics(r["gpu"]),
+            for s in cost.training_sensitivity(plan.tokens, r["tps"], r["gpus"], _gpu(r["gpu"]), plan.economics(r["gpu"]),
                                                low=r["tps_low"], high=r["tps_high"], output=o, tps_at_gpus=tps_at,
                                                options=options):
                 swing = 100 * abs(s["high_change"] - s["low_change"])

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
-from scaletax.inputs import hardware, models, runs
+from scaletax.inputs import hardware, models, recipes, runs
 from scaletax.model import efficiency
 from scaletax.fit import validate
 from scaletax.chapters.decision import (FACTORS, Plan, blackwell_ids, capacity, cheapest, decision_rows,
@@ -679,7 +679,7 @@ def nvl72_tax(plan: Plan) -> dict[str, Any]:
 
     gpu = sweep_gpu(plan.gpus)
     g = hardware.get(gpu)  # the resolved definition: the disk cache keys on its fields
-    prec = plan.run_precision(gpu)
+    prec = recipes.training(plan.run_precision(gpu))
     pairs = []
     for mid in plan.models:
         m = catalog.get(mid)

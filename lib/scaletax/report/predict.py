@@ -83,7 +83,7 @@ def _add_costs(out: list[dict[str, Any]], keep: list[int], tps: list[float]) -> 
             usd, src = None, ""
         todo.append((k, p))
         price.append(float("nan") if usd is None else usd)
-        tdp.append(float(hardware.get(hw).tdp_w))
+        tdp.append(float(runs.row_gpu(r).tdp_w))
         if usd is not None:
             r["cost_basis"] = f"{usd:g} USD per GPU-hour from {src}; goodput {econ.goodput:g}"
     if not todo:
@@ -108,8 +108,7 @@ def _searched(row: dict[str, Any]) -> tuple[dict[str, Any], str, bool]:
     model = runs.row_model(row)
     gbs = None if _blank(row.get("gbs")) else int(row["gbs"])
     tokens = None if gbs is not None else DEFAULT_TOKENS_PER_STEP
-    res = search.search(model, str(row["precision"]).strip().lower(), str(row["hardware"]).strip(),
-                        int(row["gpu_count"]), tokens_per_step=tokens, gbs=gbs, pareto=False)
+    res = search.search(model, runs.row_recipe(row), runs.row_gpu(row), int(row["gpu_count"]), tokens_per_step=tokens, gbs=gbs, pareto=False)
     if not res.fits:
         return dict(row), res.message, False
     lay = res.best
@@ -155,7 +154,7 @@ def predict_rows(rows: list[dict[str, Any]], band: efficiency.EfficiencyBand | N
             inp = plan.step_inputs()
         except hardware.UnsupportedPrecision as exc:
             bad = next(k for k in keep
-                       if not hardware.get(str(filled[k]["hardware"]).strip()).supports(str(filled[k]["precision"]).strip().lower()))
+                       if not runs.row_gpu(filled[k]).supports(runs.row_recipe(filled[k])))
             raise runs.RunsTableError(f"row {bad + 2}, column 'precision': {exc}") from None
         pred = perf.evaluate_band(inp, band)
         v, lo, hi = pred.value, pred.low.tokens_per_s_per_gpu, pred.high.tokens_per_s_per_gpu
