@@ -34,7 +34,7 @@ def make(**kw) -> d.Plan:
              cluster_gpus=4096, cluster_target_days=90, economics_prices=DEFAULT["economics"]["prices"],
              economics_energy=DEFAULT["economics"]["energy"], economics_usd_per_mwh=80,
              comparisons=DEFAULT["comparisons"], cluster_goodput=1.0,  # the formulas below: no lost time
-             economics_price_includes_power=False)
+             economics_price_includes_power=False, cluster_reliability=DEFAULT["cluster"]["reliability"])
     p.update(kw)
     return d.Plan.from_params(**p)
 
@@ -183,7 +183,7 @@ def test_breakeven_price_equalizes_cost_per_token(plan, rows):
     ref = next(r for r in rows if r["gpu"] == "h200_sxm")
     for r in be:
         x = next(q for q in rows if q["gpu"] == r["gpu"])
-        e = lambda g: cost.energy_mwh(1.0, hardware.get(g).tdp_w, plan.system_overhead, plan.utilization, plan.pue)
+        e = lambda g: cost.energy_mwh(1.0, hardware.get(g).system_w, plan.utilization, plan.pue)
         per_tok = lambda price, g, tps: (price + e(g) * plan.usd_per_mwh) / (tps * 3600)
         assert per_tok(r["breakeven"], r["gpu"], x["tps"]) == pytest.approx(per_tok(2.50, "h200_sxm", ref["tps"]))
         assert r["ratio"] == pytest.approx(x["tps"] / ref["tps"])
@@ -246,7 +246,7 @@ def test_tornado_rows(plan, rows):
     assert {r["gpu"] for r in tor} == {ref["gpu"]}
     costs = [r for r in tor if r["output"] == "cost_usd"]
     assert {r["input"] for r in costs} == {"tokens_per_s_per_gpu", "tokens", "usd_per_gpu_hour", "pue", "utilization",
-                                            "system_overhead", "gpus"}
+                                            "system_w", "gpus"}
     swings = [r["swing_pct"] for r in costs]
     # sorted by swing, largest first; inputs with the same swing (to rounding) in either order
     assert all(a >= b - 1e-9 * abs(b) for a, b in zip(swings, swings[1:]))
