@@ -359,3 +359,10 @@ def test_an_mfu_above_every_measured_run_is_named_with_why():
     assert "Blackwell's, carried over with no run on it" in s.mfu_validity_sentence([rubin])
     hopper = {**row, "label": "H100 SXM", "gpu": "h100_sxm", "mfu": best[("fp8", "hopper")] - 0.01}
     assert s.mfu_validity_sentence([hopper, {**row, "mfu": bw}]).startswith("No case runs above")
+
+
+def test_a_range_of_percentages_whose_ends_round_alike_is_one_percentage():
+    """Issue 33: "electricity is 4 to 4% of the cost" said nothing; a range whose ends round to
+    the same whole percent is that percent."""
+    assert s.pct_range_text(3.6, 4.4) == "4%"
+    assert s.pct_range_text(2.6, 5.2) == "3 to 5%"

@@ -82,3 +82,40 @@ def test_gpu_names_go_only_on_channels_with_a_guide():
     assert '"GB200 NVL72"' in enc["color"]["legend"]["labelExpr"]
     axis = charts.name_gpus(alt.Chart(charts.data(rows)).mark_bar().encode(x="gpu:N", y="gpus:Q").to_dict())
     assert '"H100 SXM"' in axis["encoding"]["x"]["axis"]["labelExpr"]
+
+
+#: A legend of a drawn chart (vl-convert's SVG): the groups after one ``role-legend`` mark.
+_LEGEND = re.compile(r'class="mark-group role-legend"')
+_LEGEND_LABEL = re.compile(r'role-legend-label"[^>]*>(?:<text[^>]*>([^<]*)</text>)+')
+
+
+def legend_labels(svg: str) -> list[list[str]]:
+    """The entry labels of each legend of a chart drawn as SVG, legend by legend."""
+    return [_LEGEND_LABEL.findall(part) for part in _LEGEND.split(svg)[1:]]
+
+
+def test_no_figure_draws_a_legend_twice(built_book):
+    """Fig 9.3 showed its legend twice (a colour legend and a shape legend of the same entries):
+    drawn as Vega draws it, no entry of a book figure appears in two legends."""
+    import vl_convert as vlc
+
+    specs = page_specs(built_book["dir"] / "html")
+    twice = {}
+    for label, spec in specs.items():
+        seen: dict[str, int] = {}
+        for i, labels in enumerate(legend_labels(vlc.vegalite_to_svg(spec))):
+            for text in labels:
+                if seen.setdefault(text, i) != i:
+                    twice.setdefault(label, []).append(text)
+    assert twice == {}
+
+
+def test_legend_labels_finds_a_legend_drawn_twice():
+    import vl_convert as vlc
+
+    rows = [{"x": 1, "y": 2, "kind": "a"}, {"x": 2, "y": 3, "kind": "b"}]
+    base = alt.Chart(charts.data(rows)).encode(x="x:Q", y="y:Q")
+    merged = base.mark_point().encode(color="kind:N", shape="kind:N")
+    split = base.mark_point().encode(color=alt.Color("kind:N", scale=alt.Scale(domain=["a", "b"])), shape="kind:N")
+    assert legend_labels(vlc.vegalite_to_svg(merged.to_dict())) == [["a", "b"]]
+    assert legend_labels(vlc.vegalite_to_svg(split.to_dict())) == [["a", "b"], ["a", "b"]]
