@@ -361,8 +361,15 @@ def test_an_mfu_above_every_measured_run_is_named_with_why():
     assert s.mfu_validity_sentence([hopper, {**row, "mfu": bw}]).startswith("No case runs above")
 
 
-def test_a_range_of_percentages_whose_ends_round_alike_is_one_percentage():
-    """Issue 33: "electricity is 4 to 4% of the cost" said nothing; a range whose ends round to
-    the same whole percent is that percent."""
-    assert s.pct_range_text(3.6, 4.4) == "4%"
-    assert s.pct_range_text(2.6, 5.2) == "3 to 5%"
+
+def test_the_energy_sentence_says_one_percent_when_both_ends_round_alike_and_names_no_fit():
+    """ "4 to 4%" says nothing; a scenario where no case fits has no share to state (no NaN crash)."""
+    from scaletax.chapters import summary
+    nan = float("nan")
+    one = summary.energy_sentence({"energy_swing_max": 1.23, "energy_share_min": 3.8, "energy_share_max": 4.2})
+    assert one == ("The energy inputs move it by at most 1.2%, because electricity is 4% of the cost of these "
+                   "cases at the scenario's prices.")
+    assert "3 to 5%" in summary.energy_sentence({"energy_swing_max": 1.0, "energy_share_min": 3.2,
+                                                 "energy_share_max": 4.9})
+    assert summary.energy_sentence({"energy_swing_max": nan, "energy_share_min": nan, "energy_share_max": nan}) == (
+        "No case fits on the scenario's cluster, so there is no cost for the energy inputs to move.")

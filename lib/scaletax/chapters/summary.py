@@ -286,6 +286,16 @@ def time_table(rows: list[dict]) -> list[dict]:
     return out
 
 
+def energy_sentence(notes: dict[str, float]) -> str:
+    """The tornado's energy sentence from :func:`decision.tornado_notes`: how far the energy inputs
+    move the cost (%), and electricity's share of it; says so when no case fits."""
+    if not (math.isfinite(notes["energy_swing_max"]) and math.isfinite(notes["energy_share_min"])):
+        return "No case fits on the scenario's cluster, so there is no cost for the energy inputs to move."
+    return (f"The energy inputs move it by at most {notes['energy_swing_max']:.1f}%, because electricity is "
+            f"{pct_range_text(notes['energy_share_min'], notes['energy_share_max'])} of the cost of these cases "
+            f"at the scenario's prices.")
+
+
 def pct_range_text(lo: float, hi: float) -> str:
     """A range of percentages in words, to whole percents: "3 to 5%", or "4%" when both ends round
     to the same ("4 to 4%" says nothing)."""
@@ -320,7 +330,7 @@ def mfu_validity_sentence(rows: list[dict]) -> str:
         fam = hardware.get(r["gpu"]).family
         basis = "blackwell" if fam in calibrate.TIED_FAMILIES else fam
         top = best.get((r["precision"], basis))
-        if top is None or r["mfu"] <= top:
+        if top is None or not r["mfu"] > top:  # a NaN MFU (no fit) is above nothing
             continue
         why = ("its family factor is Blackwell's times the ratio of rated power per peak FLOP, which no run on it checks"
                if fam in calibrate.DERIVED_FAMILIES else "its family factor is Blackwell's, carried over with no run on it"
