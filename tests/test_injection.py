@@ -1,6 +1,6 @@
 """Scenario text stays text: no markup, directive, file or command reaches the book from input.
 
-The escaping functions (report.escape) and the generated pages are checked by parsing them the
+The escaping functions (scaletax.escape) and the generated pages are checked by parsing them the
 way the book does (MyST through docutils), with raw HTML and file insertion still *enabled*, so
 that the escaping alone must hold; the Sphinx setting that disables both is checked on its own.
 """
@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 from myst_parser.parsers.docutils_ import Parser
 
 from scaletax import ROOT
-from scaletax.report import book, escape
+from scaletax import escape
+from scaletax.report import book
 from scaletax.report.scenario import resolve
 
 MYST = {"myst_enable_extensions": ["colon_fence", "dollarmath", "amsmath", "deflist", "substitution"],

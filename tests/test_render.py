@@ -4,6 +4,7 @@ import csv
 import altair as alt
 import pytest
 
+from scaletax import escape
 from scaletax.render import charts, tables
 
 
@@ -21,8 +22,8 @@ def test_table_is_a_numbered_list_table_and_writes_csv(tmp_path, monkeypatch):
     rows = [{"gpu": "h100_sxm", "tf": 989.4, "note": "a|b"}, {"gpu": "gb200", "tf": 2500.0, "note": "c"}]
     t = tables.table(rows, {"gpu": "GPU", "tf": "TFLOP/s", "note": "Note"}, label="tbl-x", caption="Cap.", long=True)
     md = t._repr_markdown_()
-    assert md.startswith("```{list-table} Cap.\n:name: tbl-x\n:header-rows: 1\n:class: longtable")
-    assert "a\\|b" in md and "2,500" in md
+    assert md.startswith("~~~{list-table} Cap\\.\n:name: tbl-x\n:header-rows: 1\n:class: longtable")
+    assert "a\\|b" in md and "2\\,500" in md  # every cell is MyST text (scaletax.escape.myst_cell)
     got = list(csv.DictReader(open(tmp_path / "tbl-x.csv")))
     assert got[1] == {"gpu": "gb200", "tf": "2500.0", "note": "c"}
     with pytest.raises(ValueError, match="no rows"):
@@ -161,7 +162,7 @@ def test_band_cells_show_text_and_export_numbers(tmp_path, monkeypatch):
     assert tables.band(None, 1, 2) == "–" and tables.band(1234.4, None, None) == "1,234"
     rows = [{"gpu": "H100", "days": b + " *"}, {"gpu": "B200", "days": tables.band(None, None, None)}]
     t = tables.table(rows, {"gpu": "GPU", "days": "Days"}, label="tbl-band", caption="c")
-    assert "13,312 (12,051–15,387) *" in t._repr_markdown_()
+    assert escape.myst_text("13,312 (12,051–15,387) *") in t._repr_markdown_()
     got = list(csv.DictReader(open(tmp_path / "tbl-band.csv")))
     assert list(got[0]) == ["gpu", "days", "days_low", "days_high"]
     assert float(got[0]["days"]) == 13312.4 and float(got[0]["days_high"]) == 15387.2

@@ -34,7 +34,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from scaletax import hardware, jobserver, memory, models, recipes, references, runs, search
+from scaletax import escape, hardware, jobserver, memory, models, recipes, references, runs, search
 from scaletax.models import Model
 from scaletax.layout import RECOMPUTE_CODE, RECOMPUTE_NAME, Layout, LayoutArray, label
 
@@ -131,7 +131,7 @@ def reference_rows() -> list[dict[str, Any]]:
     for ref in REFERENCES:
         calc = computed[ref.key] / unit[ref.unit]
         rows.append({"key": ref.key, "what": ref.what, "source": f"{ref.cite}, {ref.where}", "cite": ref.cite,
-                     "source_md": f"{{cite}}`{ref.cite}`, {ref.where}",
+                     "source_md": escape.markup(escape.myst_role("cite", ref.cite), f", {ref.where}"),
                      "unit": ref.unit, "published": ref.value, "computed": calc,
                      "error_pct": 100.0 * (calc - ref.value) / ref.value})
     return rows
