@@ -32,6 +32,21 @@ def test_table_is_a_numbered_list_table_and_writes_csv(tmp_path, monkeypatch):
     assert "* - no model fits\n  - –" in none._repr_markdown_()
 
 
+def test_link_and_citation_cells_are_markup_on_the_page_and_plain_text_in_the_csv(tmp_path, monkeypatch):
+    """Only a Markup cell (made by scaletax.escape) reaches the page as MyST; text that looks like
+    a link stays text. The CSV holds what each reads as."""
+    monkeypatch.setenv(charts.FIGURES_ENV, str(tmp_path))
+    link = escape.myst_link("arXiv:2104.04473", "https://arxiv.org/abs/2104.04473")
+    cite = escape.markup(escape.myst_role("cite", "narayanan2021"), ", Table 1")
+    md = tables.table([{"a": link, "b": cite, "c": "[x](https://y.invalid)"}], {"a": "A", "b": "B", "c": "C"},
+                      label="tbl-l", caption="c")._repr_markdown_()
+    assert "* - [arXiv\\:2104\\.04473](<https://arxiv.org/abs/2104.04473>)\n" in md
+    assert "  - {cite}`narayanan2021`\\, Table 1\n" in md and "  - \\[x\\]\\(https\\:\\/\\/y\\.invalid\\)\n" in md
+    got = list(csv.DictReader(open(tmp_path / "tbl-l.csv", newline="")))
+    assert got == [{"a": "arXiv:2104.04473 <https://arxiv.org/abs/2104.04473>", "b": "narayanan2021, Table 1",
+                    "c": "[x](https://y.invalid)"}]
+
+
 def test_figure_has_html_and_png_and_saves_png_csv(tmp_path, monkeypatch):
     monkeypatch.setenv(charts.FIGURES_ENV, str(tmp_path))
     charts.setup()

@@ -34,12 +34,26 @@ _WS = re.compile(r"\s+")
 class Markup(str):
     """MyST source the book's code wrote, any text in it escaped (:func:`markup`,
     :func:`myst_link`, :func:`myst_role`): a table cell or caption of this type is placed as it
-    is; a plain ``str`` is escaped as text (:func:`myst_cell`)."""
+    is; a plain ``str`` is escaped as text (:func:`myst_cell`). ``text`` is what it reads as in
+    plain text (an exported CSV's cell): a link's text and its URL, a citation's key."""
 
-    __slots__ = ()
+    text: str
+
+    def __new__(cls, source: str, text: str):
+        obj = super().__new__(cls, source)
+        obj.text = text
+        return obj
+
+    def __reduce__(self):
+        return (Markup, (str(self), self.text))
 
     def __repr__(self) -> str:
         return f"Markup({str.__repr__(self)})"
+
+
+def plain(value: Any) -> Any:
+    """``value`` as plain text where it is a :class:`Markup` (its ``text``), else unchanged."""
+    return value.text if isinstance(value, Markup) else value
 
 
 def _escape_punct(text: str) -> str:
@@ -69,7 +83,7 @@ def markup(*parts: Any) -> Markup:
     """MyST of ``parts`` joined: each :class:`Markup` part as written, every other part escaped
     as text (spaces kept at the joins)."""
     out = "".join(str(p) if isinstance(p, Markup) else _escape_punct(_WS.sub(" ", str(p))) for p in parts)
-    return Markup(out.strip())
+    return Markup(out.strip(), "".join(str(plain(p)) for p in parts).strip())
 
 
 _ROLES = frozenset({"cite", "cite:p", "cite:t", "numref", "ref", "doc"})
@@ -83,7 +97,7 @@ def myst_role(role: str, target: str) -> Markup:
         raise ValueError(f"myst_role: unknown role {role!r}")
     if not _TARGET.match(str(target)):
         raise ValueError(f"myst_role: {role} target {target!r} is not a key or label")
-    return Markup(f"{{{role}}}`{target}`")
+    return Markup(f"{{{role}}}`{target}`", str(target))
 
 
 #: Characters kept as they are in a link destination (RFC 3986 reserved and unreserved, and
@@ -99,7 +113,7 @@ def myst_link(text: Any, url: str) -> Markup:
     parts = urlsplit(url)
     if parts.scheme.lower() not in ("http", "https") or not parts.netloc:
         raise ValueError(f"myst_link: not an http(s) URL: {url[:80]!r}")
-    return Markup(f"[{myst_text(text)}](<{quote(url, safe=_URL_SAFE)}>)")
+    return Markup(f"[{myst_text(text)}](<{quote(url, safe=_URL_SAFE)}>)", f"{text} <{url}>" if str(text) != url else url)
 
 
 def myst_code(text: Any) -> str:
@@ -212,4 +226,4 @@ def _longest_run(text: str, ch: str) -> int:
 
 __all__ = ["FORMULA_START", "Markup", "csv_cell", "csv_line", "csv_value", "expr_string", "fence_for", "html_text", "latex_text",
            "markup", "myst_cell", "myst_code", "myst_fence", "myst_link", "myst_role", "myst_text",
-           "script_json", "shell_command", "shell_word"]
+           "plain", "script_json", "shell_command", "shell_word"]

@@ -44,7 +44,6 @@ import csv
 import io
 import itertools
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence

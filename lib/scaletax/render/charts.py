@@ -236,7 +236,8 @@ def _figures_dir() -> Path:
 
 def write_csv(path: Path, rows: Sequence[dict]) -> None:
     """Rows (dicts with the same keys) to CSV, column order from the first row. Text cells (and
-    headers) that a spreadsheet would read as a formula are neutralized (:func:`scaletax.escape.csv_cell`)."""
+    headers) that a spreadsheet would read as a formula are neutralized (:func:`scaletax.escape.csv_cell`);
+    a :class:`~scaletax.escape.Markup` cell (a link, a citation) is written as its plain text."""
     if not rows:
         raise ValueError(f"{path.name}: no rows to write")
     cols = list(rows[0])
@@ -257,8 +258,8 @@ def _plain(v: Any) -> Any:
         return repr(round(v, 10))
     if hasattr(v, "item"):  # numpy scalar
         return _plain(v.item())
-    if isinstance(v, str):
-        return escape.csv_cell(v)
+    if isinstance(v, str):  # a link or citation cell as its plain text, no text as a formula
+        return escape.csv_cell(escape.plain(v))
     return v
 
 

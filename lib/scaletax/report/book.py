@@ -51,6 +51,8 @@ DROP_EXTENSIONS = {"sphinx_thebe", "sphinx_comments", "sphinx_jupyterbook_latex"
 NUMBERING_EXTENSION = "scaletax.report.numbering"
 #: Sphinx extension doing each repeated lookup of the build once (report/sphinx_once.py).
 ONCE_EXTENSION = "scaletax.report.sphinx_once"
+#: Sphinx extension keeping a pasted text's blank lines out of the LaTeX (report/latex_paragraphs.py).
+PARAGRAPH_EXTENSION = "scaletax.report.latex_paragraphs"
 CHART_CSS = "scaletax.css"
 #: The bibliography page already opens a chapter ("Bibliography"); Sphinx's bibliography
 #: environment would start a second, unnumbered one on a fresh page, leaving the first empty.
@@ -199,7 +201,7 @@ def _sphinx_conf(src: Path, info: dict) -> str:
                               cli_config={"latex_individualpages": False},
                               raise_on_invalid=True)
     cfg["extensions"] = ([e for e in cfg["extensions"] if e not in DROP_EXTENSIONS]
-                         + [ONCE_EXTENSION, NUMBERING_EXTENSION])
+                         + [ONCE_EXTENSION, NUMBERING_EXTENSION, PARAGRAPH_EXTENSION])
     # a classic (deferred) script: a module script is refused from file://, drawing no chart
     cfg["html_js_files"] = [(VEGA_BUNDLE, {"defer": "defer"})]
     cfg["html_css_files"] = [CHART_CSS]
