@@ -35,7 +35,8 @@ from docutils.core import publish_doctree
 from myst_parser.parsers.docutils_ import Parser
 from pydantic import BaseModel
 
-from scaletax import ROOT, escape, hardware, models
+from scaletax import ROOT, escape
+from scaletax.inputs import hardware, models
 from scaletax.render import tables
 from scaletax.report import scenario as sc
 
