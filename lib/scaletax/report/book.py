@@ -201,7 +201,7 @@ def _sphinx_conf(src: Path, info: dict) -> str:
                               cli_config={"latex_individualpages": False},
                               raise_on_invalid=True)
     cfg["extensions"] = ([e for e in cfg["extensions"] if e not in DROP_EXTENSIONS]
-                         + [ONCE_EXTENSION, NUMBERING_EXTENSION, PARAGRAPH_EXTENSION])
+                         + [PARAGRAPH_EXTENSION, ONCE_EXTENSION, NUMBERING_EXTENSION])
     # a classic (deferred) script: a module script is refused from file://, drawing no chart
     cfg["html_js_files"] = [(VEGA_BUNDLE, {"defer": "defer"})]
     cfg["html_css_files"] = [CHART_CSS]
