@@ -26,7 +26,7 @@ import shlex
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any, get_args, get_origin
+from typing import Annotated, Any, get_args, get_origin
 
 import pytest
 import yaml
@@ -273,8 +273,13 @@ def test_latex_text_of_every_payload_compiles_and_typesets_as_typed(tmp_path, ca
 # The scenario's text fields, from the schema
 # ---------------------------------------------------------------------------------------
 def _is_text(field) -> bool:
-    """A scenario text field: a ``str`` with the scenario's text rule (``scenario.Text``)."""
-    return field.annotation is str and any(getattr(m, "func", None) is sc._plain_text for m in field.metadata)
+    """A scenario text field: a ``str`` with the scenario's text rule (``scenario.Text``), or an
+    optional one (``Text | None``)."""
+    if field.annotation is str:
+        return any(getattr(m, "func", None) is sc._plain_text for m in field.metadata)
+    return any(get_origin(a) is Annotated and get_args(a)[0] is str
+               and any(getattr(m, "func", None) is sc._plain_text for m in get_args(a)[1:])
+               for a in get_args(field.annotation))
 
 
 def scenario_text_fields(model: type[BaseModel] = sc.Scenario, data: dict | None = None, prefix: str = "") -> list[str]:
@@ -489,7 +494,8 @@ def test_fuzzed_book_and_comparison_hold_no_markup_file_or_formula_from_the_payl
             assert MARK in text, pdf
         first = subprocess.run(["pdftotext", "-l", "3", str(book / "fuzz.pdf"), "-"], capture_output=True,
                                text=True).stdout
-        assert _flat(first).startswith(_flat(texts["title"]))  # the title page: the title as typed
+        # the title page: the title as typed (TeX may break a long word at a hyphen)
+        assert re.sub(r"[\s-]", "", first).startswith(re.sub(r"[\s-]", "", texts["title"]))
 
 
 @pytest.mark.book

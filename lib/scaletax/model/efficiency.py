@@ -5,8 +5,8 @@ scale, each with its range (``data/efficiency.yaml``, written by ``scaletax.fit.
 - ``Efficiency`` (one point of the parameters), ``EfficiencyBand`` (value / low / high corners and
   the out-of-sample spread), ``load_efficiency(path=EFFICIENCY_YAML)``, ``default_band()``,
   ``default_efficiency()``.
-- ``format_class(precision)``: the ceiling a precision's GEMMs run at; ``power_per_flop(family)``:
-  the rated power per peak FLOP behind Blackwell Ultra's family factor.
+- ``power_per_flop(family)``: the rated power per peak FLOP behind Blackwell Ultra's family factor.
+  (The ceiling a recipe's GEMMs run at is its ``Recipe.format_class``.)
 """
 from __future__ import annotations
 
@@ -74,11 +74,11 @@ class Efficiency:
         if self.overlap_scale < 0:
             raise ValueError(f"overlap_scale must be >= 0 (got {self.overlap_scale})")
 
-    def ceiling(self, precision: str, family: str) -> float:
-        """Fraction of the dense peak of ``precision`` a large GEMM sustains on ``family``:
+    def ceiling(self, precision: recipes.Recipe, family: str) -> float:
+        """Fraction of the dense peak of ``precision`` (a recipe) a large GEMM sustains on ``family``:
         ``gemm_ceiling[class] * family_factor[family]`` for 16- and 8-bit formats, the 4-bit
         ceiling as is (FP4 tensor cores exist only from Blackwell on)."""
-        cls = format_class(precision)
+        cls = precision.format_class
         return self.gemm_ceiling[cls] * (1.0 if cls == "4bit" else self.family_factor[family])
 
     def overlap(self, base: Overlap | None = None) -> Overlap:
@@ -199,11 +199,6 @@ def default_efficiency() -> Efficiency:
     return default_band().value
 
 
-def format_class(precision: str) -> str:
-    """The GEMM format class of a training precision (its recipe's)."""
-    return recipes.training(precision).format_class
-
-
 def power_per_flop(family: str) -> float:
     """Rated board power per dense 16-bit TFLOP/s of a GPU family, W / (TFLOP/s): the mean of
     ``tdp_w / bf16 peak`` over the family's GPUs in ``data/hardware.csv``.
@@ -215,12 +210,13 @@ def power_per_flop(family: str) -> float:
     linear in clock (P = C V^2 f), so the sustained fraction of peak scales with power per peak
     FLOP (ASSUMPTION: linear DVFS regime; the ratio is only applied within one silicon generation).
     """
-    gpus = [g for g in hardware.catalog().values() if g.family == family and g.peak_flops("bf16")]
+    bf16 = recipes.training("bf16")
+    gpus = [g for g in hardware.catalog().values() if g.family == family and g.peak_flops(bf16)]
     if not gpus:
         raise ValueError(f"power_per_flop: no GPU of family {family!r} in the catalog")
-    return float(np.mean([g.tdp_w / (g.peak_flops("bf16") / 1e12) for g in gpus]))
+    return float(np.mean([g.tdp_w / (g.peak_flops(bf16) / 1e12) for g in gpus]))
 
 
 __all__ = ["EFFICIENCY_YAML", "FAMILIES", "FAMILY_CLASSES", "FORMAT_CLASSES", "FP4_CLASS", "PARAM_SIGN", "SAFE_LOADER",
-           "Efficiency", "EfficiencyBand", "default_band", "default_efficiency", "format_class", "load_efficiency",
+           "Efficiency", "EfficiencyBand", "default_band", "default_efficiency", "load_efficiency",
            "power_per_flop"]
