@@ -273,8 +273,8 @@ def test_latex_text_of_every_payload_compiles_and_typesets_as_typed(tmp_path, ca
 # The scenario's text fields, from the schema
 # ---------------------------------------------------------------------------------------
 def _is_text(field) -> bool:
-    """A scenario text field: a ``str`` with the scenario's text rule (``scenario.Text``), or an
-    optional one (``Text | None``)."""
+    """A scenario text field: a ``str`` with the scenario's text rule (``scenario.Text``, a fleet's
+    name), or an optional one (``Text | None``)."""
     if field.annotation is str:
         return any(getattr(m, "func", None) is sc._plain_text for m in field.metadata)
     return any(get_origin(a) is Annotated and get_args(a)[0] is str
@@ -282,20 +282,47 @@ def _is_text(field) -> bool:
                for a in get_args(field.annotation))
 
 
-def scenario_text_fields(model: type[BaseModel] = sc.Scenario, data: dict | None = None, prefix: str = "") -> list[str]:
-    """Dotted keys of every text field of the scenario schema (sections and the entries of map
-    fields such as the prices included), for the keys ``data`` (a resolved scenario) has."""
-    out = []
-    for name, field in model.model_fields.items():
-        ann = field.annotation
-        if _is_text(field):
-            out.append(prefix + name)
-        elif isinstance(ann, type) and issubclass(ann, BaseModel):
-            out += scenario_text_fields(ann, data[name], f"{prefix}{name}.")
-        elif get_origin(ann) is dict and isinstance(get_args(ann)[1], type) and issubclass(get_args(ann)[1], BaseModel):
-            for key in data[name]:
-                out += scenario_text_fields(get_args(ann)[1], data[name][key], f"{prefix}{name}.{key}.")
+def _max_length(field) -> int:
+    """The most characters a text field takes (its ``max_length``, from the field or its
+    ``Annotated`` type)."""
+    metas = list(field.metadata) + [m for a in get_args(field.annotation) if get_origin(a) is Annotated
+                                    for m in get_args(a)[1:]]
+    metas += [m for f in metas if hasattr(f, "metadata") for m in f.metadata]  # a Field(...) inside Annotated
+    return min((m.max_length for m in metas if getattr(m, "max_length", None)), default=10**9)
+
+
+def _sections(ann, data, prefix: str) -> dict[str, int]:
+    """The text fields under a value of type ``ann`` holding ``data`` (a resolved scenario's part):
+    a section (a schema), an optional one where ``data`` has it, every item of a list of sections
+    and every entry of a map of sections (an id, a number or a map of anything holds none)."""
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return _text_fields(ann, data, prefix) if isinstance(data, dict) else {}
+    args = get_args(ann)
+    if get_origin(ann) is list and args and isinstance(data, list):
+        return {k: n for i, item in enumerate(data) for k, n in _sections(args[0], item, f"{prefix}{i}.").items()}
+    if get_origin(ann) is dict and len(args) == 2 and isinstance(data, dict):
+        return {k: n for key, item in data.items() for k, n in _sections(args[1], item, f"{prefix}{key}.").items()}
+    out: dict[str, int] = {}
+    for a in args:  # a union (``Section | None``): the member ``data`` is
+        out.update(_sections(a, data, prefix))
     return out
+
+
+def _text_fields(model: type[BaseModel], data: dict, prefix: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for name, field in model.model_fields.items():
+        if _is_text(field):
+            out[prefix + name] = _max_length(field)
+        elif name in data:
+            out.update(_sections(field.annotation, data[name], f"{prefix}{name}."))
+    return out
+
+
+def scenario_text_fields(data: dict, model: type[BaseModel] = sc.Scenario) -> dict[str, int]:
+    """Dotted keys of every text field of the scenario schema, with the most characters each
+    takes, for the parts ``data`` (a scenario) has: the sections, optional sections, lists of
+    sections (``fleets.0.name``) and maps of sections (``economics.prices.<gpu>.source``)."""
+    return _text_fields(model, data, "")
 
 
 def inline_text_fields(schema: type[BaseModel], extra: tuple[str, ...] = ("source",)) -> list[str]:
@@ -307,11 +334,17 @@ def inline_text_fields(schema: type[BaseModel], extra: tuple[str, ...] = ("sourc
 
 def test_the_field_walk_finds_every_text_field():
     data = sc.resolve().to_plain()
-    found = scenario_text_fields(data=data)
-    assert {"title", "question", "training.tokens_source", "cluster.goodput_source", "economics.energy.source",
-            "economics.usd_per_mwh_source", "comparisons.source"} <= set(found)
+    found = scenario_text_fields(data)
+    assert {"title", "question", "training.tokens_source", "cluster.goodput_source", "cluster.power_mw_source",
+            "cluster.reliability.failures_source", "cluster.reliability.restart_source",
+            "cluster.reliability.storage_source", "economics.energy.source", "economics.usd_per_mwh_source",
+            "economics.ownership.depreciation_source", "economics.ownership.cost_of_capital_source",
+            "economics.ownership.facility_source", "economics.ownership.busy_source", "comparisons.source"} <= set(found)
     assert {f"economics.prices.{g}.source" for g in data["economics"]["prices"]} <= set(found)
-    assert "name" not in found  # a slug, not text
+    assert {f"economics.ownership.capex.{g}.source" for g in data["economics"]["ownership"]["capex"]} <= set(found)
+    assert data["fleets"] and {f"fleets.{i}.{k}" for i in range(len(data["fleets"])) for k in ("name", "source")} <= set(found)
+    assert found["fleets.0.name"] == 120 and found["title"] == 2000
+    assert "name" not in found and "fleets.0.gpu" not in found  # a slug and an id, not text
     # a text field added to either schema joins these (and the fuzz) without a change here
     assert {"name", "label", "hbm_basis", "verification", "sources", "conflicts", "assumptions", "system",
             "source"} <= set(inline_text_fields(hardware.GPU)) and "id" not in inline_text_fields(hardware.GPU)
@@ -321,14 +354,15 @@ def test_the_field_walk_finds_every_text_field():
 def _put(data: dict, dotted: str, value: Any) -> None:
     *head, last = dotted.split(".")
     for part in head:
-        data = data[part]
+        data = data[int(part)] if isinstance(data, list) else data[part]
     data[last] = value
 
 
 def fuzz_scenario(canary: Path) -> tuple[dict, dict[str, str]]:
-    """The default scenario (two GPUs, two models, a short experiment) with a payload in every text
-    field: each field gets three payloads, rotated so that each payload lands in three fields of
-    different kinds. Returns the scenario and {field: text}."""
+    """The default scenario (two GPUs, two models, a short experiment, a fleet and a system price of
+    the inline GPU) with a payload in every text field: each field gets three payloads (as many as
+    its length allows; a short one where none fits), rotated so that each payload lands in several
+    fields of different kinds. Returns the scenario and {field: text}."""
     data = yaml.safe_load((ROOT / "data/scenarios/default.yaml").read_text(encoding="utf-8"))
     data["name"] = "fuzz"
     data["precision"].update(experiment_steps=40, experiment_seeds=2)
@@ -340,19 +374,22 @@ def fuzz_scenario(canary: Path) -> tuple[dict, dict[str, str]]:
     data["economics"]["prices"] = {
         "h100_sxm": {"usd_per_gpu_hour": 2.35, "assumption": False, "source": "x"},
         "fz_gpu": {"usd_per_gpu_hour": 4.5, "assumption": True, "source": "x"}}
-    fields = scenario_text_fields(data=data)
-    fields += [f"gpus.1.{k}" for k in inline_text_fields(hardware.GPU)]
-    fields += [f"models.1.{k}" for k in inline_text_fields(models.Model)]
+    data["fleets"].append({"name": "fleet", "gpu": "fz_gpu", "count": 5000, "source": "x"})
+    data["economics"]["ownership"]["capex"]["fz_gpu"] = {"usd_per_system": 3e6, "assumption": True, "source": "x"}
+    fields = scenario_text_fields(data)
+    fields.update({f"gpus.1.{k}": 2000 for k in inline_text_fields(hardware.GPU)})
+    fields.update({f"models.1.{k}": 2000 for k in inline_text_fields(models.Model)})
+    fields["gpus.1.label"] = 16  # the GPU schema's 24, less the " (yours)" the book appends
     payloads = SCENARIO_PAYLOADS
     n = len(payloads)
     texts: dict[str, str] = {}
-    for i, field in enumerate(fields):
-        if field == "gpus.1.label":
-            text = SHORT[i % len(SHORT)]
-        else:
-            text = " ".join(_with_canary(payloads[(i + k * 9) % n], canary) for k in range(3))
-            if field == "gpus.1.sources" and "." not in text:
-                text += " ."  # the GPU schema wants a document or URL named
+    for i, (field, most) in enumerate(fields.items()):
+        picked = [_with_canary(payloads[(i + k * 9) % n], canary) for k in range(3)]
+        while picked and len(" ".join(picked)) > most:
+            picked.pop()
+        text = " ".join(picked) or SHORT[i % len(SHORT)]  # a field too short for any payload takes a short one
+        if field == "gpus.1.sources" and "." not in text:
+            text += " ."  # the GPU schema wants a document or URL named
         texts[field] = text
         if field.startswith(("gpus.1.", "models.1.")):
             (gpu if field.startswith("gpus") else model)[field.rsplit(".", 1)[1]] = text
@@ -376,7 +413,7 @@ def test_every_payload_lands_in_several_fields_and_the_scenario_takes_them(tmp_p
             continue
         node: Any = plain
         for part in field.split("."):
-            node = node[part]
+            node = node[int(part)] if isinstance(node, list) else node[part]
         assert node == text, field
     defs = scen.definitions()
     gpu, model = defs["gpus"]["fz_gpu"], defs["models"]["fz-model"]
