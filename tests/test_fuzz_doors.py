@@ -86,7 +86,10 @@ def _payloads() -> list[str]:
 PAYLOADS = _payloads()
 #: The payloads a scenario accepts as text (a carriage return is a control character it refuses).
 SCENARIO_PAYLOADS = [p for p in PAYLOADS if "\r" not in p]
-#: Payloads that fit a GPU label (16 characters; the book appends " (yours)").
+#: The GPU label's payload (16 characters; the book appends " (yours)"): HTML and math in the text
+#: that legends, table cells and chart tooltips show most.
+LABEL = f"<b>${MARK}\\in$</b>"
+#: Payloads for a text field too short for any of :data:`PAYLOADS`.
 SHORT = [f"<b>{MARK}</b>", f"${MARK}\\input$", f"{{raw}}`{MARK}`", f"`{MARK}` |", f"={MARK}+1", f"@{MARK}(1)"]
 
 
@@ -379,7 +382,6 @@ def fuzz_scenario(canary: Path) -> tuple[dict, dict[str, str]]:
     fields = scenario_text_fields(data)
     fields.update({f"gpus.1.{k}": 2000 for k in inline_text_fields(hardware.GPU)})
     fields.update({f"models.1.{k}": 2000 for k in inline_text_fields(models.Model)})
-    fields["gpus.1.label"] = 16  # the GPU schema's 24, less the " (yours)" the book appends
     payloads = SCENARIO_PAYLOADS
     n = len(payloads)
     texts: dict[str, str] = {}
@@ -388,6 +390,8 @@ def fuzz_scenario(canary: Path) -> tuple[dict, dict[str, str]]:
         while picked and len(" ".join(picked)) > most:
             picked.pop()
         text = " ".join(picked) or SHORT[i % len(SHORT)]  # a field too short for any payload takes a short one
+        if field == "gpus.1.label":
+            text = LABEL
         if field == "gpus.1.sources" and "." not in text:
             text += " ."  # the GPU schema wants a document or URL named
         texts[field] = text
@@ -535,11 +539,37 @@ def test_fuzzed_book_and_comparison_hold_no_markup_file_or_formula_from_the_payl
         assert re.sub(r"[\s-]", "", first).startswith(re.sub(r"[\s-]", "", texts["title"]))
 
 
+#: Shows every chart mark's tooltip (the pointer events Vega listens for, on each mark of each drawn
+#: chart) and reports the elements the tooltips held and how many showed payload text.
+HOVER_JS = """
+() => {
+  const tags = new Set(); let shown = 0; let marked = 0;
+  const marks = document.querySelectorAll('.scaletax-chart svg g[class*="mark-"] > path');
+  for (const el of marks) {
+    const r = el.getBoundingClientRect();
+    const at = {bubbles: true, cancelable: true, view: window, clientX: r.x + r.width / 2, clientY: r.y + r.height / 2};
+    el.dispatchEvent(new PointerEvent('pointermove', at));
+    el.dispatchEvent(new MouseEvent('mousemove', at));
+    const tip = document.getElementById('vg-tooltip-element');
+    if (!tip || !tip.classList.contains('visible')) continue;
+    shown++;
+    if (tip.textContent.includes('@MARK@')) marked++;
+    tip.querySelectorAll('*').forEach((e) => tags.add(e.tagName.toLowerCase()));
+  }
+  return {shown, marked, tags: Array.from(tags)};
+}
+""".replace("@MARK@", MARK)
+#: What a chart tooltip is made of (vega-tooltip: a heading and a table of keys and values).
+TOOLTIP_TAGS = {"h2", "table", "tbody", "tr", "td"}
+
+
 @pytest.mark.book
 @pytest.mark.browser
 def test_no_payload_script_runs_in_chromium(fuzz_book):
     """Every page of the fuzzed book and the comparison, opened from disk in Chromium with the
-    network blocked: no dialog, no ``window.zqx..`` set by a payload, no request a payload made."""
+    network blocked, every chart drawn and every chart mark's tooltip shown: no dialog, no script
+    error, no ``window.zqx..`` set by a payload, no request a payload made, and tooltips (which
+    vega-tooltip writes as HTML) holding the payload text only as text."""
     from conftest import require_tools
 
     require_tools("chromium")
@@ -549,13 +579,15 @@ def test_no_payload_script_runs_in_chromium(fuzz_book):
 
     pages = [p for p in _html_pages(fuzz_book["book"] / "html") + _html_pages(fuzz_book["compare"] / "html")
              if p.name not in ("search.html", "genindex.html")]
+    tips = {"shown": 0, "marked": 0, "tags": set()}
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         try:
             for path in pages:
                 page = browser.new_page()
-                dialogs, requests = [], []
+                dialogs, requests, errors = [], [], []
                 page.on("dialog", lambda d, dialogs=dialogs: (dialogs.append(d.message), d.dismiss()))
+                page.on("pageerror", lambda e, errors=errors: errors.append(str(e)[:200]))
 
                 def route(r, requests=requests):
                     url = r.request.url
@@ -570,10 +602,18 @@ def test_no_payload_script_runs_in_chromium(fuzz_book):
 
                 page.route("**/*", route)
                 page.goto(path.resolve().as_uri(), wait_until="load")
+                page.wait_for_function("() => Object.keys(window.__scaletaxViews || {}).length"
+                                       " >= document.querySelectorAll('.scaletax-chart').length", timeout=60_000)
                 page.wait_for_timeout(300)  # let handlers of broken images fire, if any were made
+                got = page.evaluate(HOVER_JS)
                 pwned = page.evaluate(f"() => Object.keys(window).filter(k => k.startsWith('{MARK}'))")
                 page.close()
-                assert dialogs == [] and pwned == [], (path.name, dialogs, pwned)
+                assert dialogs == [] and pwned == [] and errors == [], (path.name, dialogs, pwned, errors)
                 assert requests == [], (path.name, requests[:3])
+                tips["shown"] += got["shown"]
+                tips["marked"] += got["marked"]
+                tips["tags"] |= set(got["tags"])
         finally:
             browser.close()
+    assert tips["marked"] > 10 and tips["shown"] > tips["marked"]  # tooltips with the GPU label's payload were shown
+    assert tips["tags"] <= TOOLTIP_TAGS, tips["tags"]
