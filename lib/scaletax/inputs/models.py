@@ -457,9 +457,14 @@ def get(model_id: str) -> Model:
 
 def check_declared(m: Model) -> None:
     """Raise ValueError when a declared (published) parameter count differs from the
-    architecture's count by more than :data:`PARAM_TOLERANCE`; the message shows both."""
+    architecture's count by more than :data:`PARAM_TOLERANCE`; the message shows both.
+
+    A dense model's published active count is its size (publishers quote one number: the catalog's
+    Llama 3.1 8B declares 8 and 8), so it is compared with ``total_params``; ``active_params``,
+    which leaves out the input-embedding gather for the FLOPs convention, is compared only for an MoE."""
+    active = m.active_params if m.is_moe else m.total_params
     for kind, declared, computed in (("total", m.published_total_params_b, m.total_params),
-                                     ("active", m.published_active_params_b, m.active_params)):
+                                     ("active", m.published_active_params_b, active)):
         if declared is None:
             continue
         gap = computed / (declared * 1e9) - 1.0
@@ -471,7 +476,9 @@ def check_declared(m: Model) -> None:
 
 def define(spec: dict) -> Model:
     """A model from a scenario entry: ``id`` plus :class:`Model` fields (the schema of
-    ``data/models.yaml``), or ``base: <catalog id>`` plus the fields that differ.
+    ``data/models.yaml``: an entry copied whole from it is accepted, ``verified`` included, whose
+    true is kept as text in the source: a scenario's model is never marked verified), or
+    ``base: <catalog id>`` plus the fields that differ.
 
     Types are strict, as in the rest of the scenario (pydantic strict mode): ``true`` or ``"61"``
     is not a number, ``1e12`` is not an integer, and every number has bounds.
@@ -491,13 +498,20 @@ def define(spec: dict) -> Model:
         value = base_id if key == "base" else spec.get(key)
         if value is not None and not isinstance(value, str):
             raise ValueError(f"model {mid!r}: field {key!r}: Input should be a valid string (got {value!r})")
-    allowed = [f for f in Model.model_fields if f not in ("id", "verified")]
+    allowed = [f for f in Model.model_fields if f != "id"]
     for key in spec:
         if key not in allowed:
             near = difflib.get_close_matches(str(key), allowed, n=1)
             hint = f"; did you mean {near[0]!r}?" if near else ""
             raise ValueError(f"model {mid!r}: unknown field {key!r}{hint}")
+    # the catalog's own mark (an entry copied whole from data/models.yaml carries it): kept in the
+    # source text; a scenario's model is the user's input, never checked here (verified false)
+    stated = spec.pop("verified", None)
+    if stated is not None and not isinstance(stated, bool):
+        raise ValueError(f"model {mid!r}: field 'verified': expected true or false (got {stated!r})")
     note = spec.pop("source", "")
+    if stated:
+        note = f"{note + '; ' if note else ''}marked verified in your definition"
     fields: dict[str, Any] = {}
     if base_id is not None:
         cat = _data_catalog()
