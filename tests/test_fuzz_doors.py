@@ -26,7 +26,8 @@ import shlex
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Annotated, Any, get_args, get_origin
+from types import UnionType
+from typing import Annotated, Any, Union, get_args, get_origin
 
 import pytest
 import yaml
@@ -328,10 +329,37 @@ def scenario_text_fields(data: dict, model: type[BaseModel] = sc.Scenario) -> di
     return _text_fields(model, data, "")
 
 
+def schema_text_paths(ann: Any = sc.Scenario, prefix: str = "") -> set[str]:
+    """Every text field the schema can hold, as dotted patterns with ``*`` for an item of a list or
+    an entry of a map (``fleets.*.name``, ``economics.ownership.capex.*.source``), whether or not a
+    scenario has that part: what :func:`scenario_text_fields` must find in the fuzz scenario."""
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        out: set[str] = set()
+        for name, field in ann.model_fields.items():
+            out |= {prefix + name} if _is_text(field) else schema_text_paths(field.annotation, f"{prefix}{name}.")
+        return out
+    args = get_args(ann)
+    if get_origin(ann) is list and args:
+        return schema_text_paths(args[0], prefix + "*.")
+    if get_origin(ann) is dict and len(args) == 2:
+        return schema_text_paths(args[1], prefix + "*.")
+    return set().union(*(schema_text_paths(a, prefix) for a in args))  # a union or an Annotated type
+
+
+def _matches(pattern: str, field: str) -> bool:
+    return re.fullmatch(re.escape(pattern).replace(r"\*", r"[^.]+"), field) is not None
+
+
+def _is_inline_text(field) -> bool:
+    """A text field of an inline definition's schema: ``str`` or ``str | None`` (not a ``Literal``)."""
+    return field.annotation is str or (get_origin(field.annotation) in (Union, UnionType)
+                                       and set(get_args(field.annotation)) == {str, type(None)})
+
+
 def inline_text_fields(schema: type[BaseModel], extra: tuple[str, ...] = ("source",)) -> list[str]:
-    """The text fields an inline GPU or model may set (``str`` fields of its schema but the id),
+    """The text fields an inline GPU or model may set (text fields of its schema but the id),
     and the keys ``define`` takes besides the schema (``source``)."""
-    return [k for k, f in schema.model_fields.items() if f.annotation is str and k != "id"] + \
+    return [k for k, f in schema.model_fields.items() if _is_inline_text(f) and k != "id"] + \
         [k for k in extra if k not in schema.model_fields]
 
 
@@ -348,6 +376,13 @@ def test_the_field_walk_finds_every_text_field():
     assert data["fleets"] and {f"fleets.{i}.{k}" for i in range(len(data["fleets"])) for k in ("name", "source")} <= set(found)
     assert found["fleets.0.name"] == 120 and found["title"] == 2000
     assert "name" not in found and "fleets.0.gpu" not in found  # a slug and an id, not text
+    # the schema's patterns: the walk of the default scenario finds each, so a field added to a
+    # section the default has is fuzzed without a change here (the fuzz scenario's own check is in
+    # test_the_fuzz_scenario_fills_every_text_field_of_the_schema)
+    patterns = schema_text_paths()
+    assert {"title", "fleets.*.name", "economics.prices.*.source", "economics.ownership.capex.*.source",
+            "cluster.reliability.restart_source"} <= patterns and "fleets.*.gpu" not in patterns
+    assert [p for p in patterns if not any(_matches(p, f) for f in found)] == []
     # a text field added to either schema joins these (and the fuzz) without a change here
     assert {"name", "label", "hbm_basis", "verification", "sources", "conflicts", "assumptions", "system",
             "source"} <= set(inline_text_fields(hardware.GPU)) and "id" not in inline_text_fields(hardware.GPU)
@@ -400,6 +435,17 @@ def fuzz_scenario(canary: Path) -> tuple[dict, dict[str, str]]:
         else:
             _put(data, field, text)
     return data, texts
+
+
+def test_the_fuzz_scenario_fills_every_text_field_of_the_schema(canary):
+    """Every text field the scenario schema has (optional sections, lists and maps included) and
+    every text field of the inline GPU and model schemas holds a payload in the fuzz scenario. A new
+    optional section or list the fuzz scenario lacks fails here by name."""
+    _, texts = fuzz_scenario(canary)
+    missing = [p for p in sorted(schema_text_paths()) if not any(_matches(p, f) for f in texts)]
+    assert missing == [], f"no payload in {missing}: give fuzz_scenario a value of that part"
+    for kind, schema in (("gpus.1", hardware.GPU), ("models.1", models.Model)):
+        assert {f"{kind}.{k}" for k in inline_text_fields(schema)} <= set(texts)
 
 
 def test_every_payload_lands_in_several_fields_and_the_scenario_takes_them(tmp_path, canary):
