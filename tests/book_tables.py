@@ -22,7 +22,7 @@ def shown_tables(book: Path) -> Iterator[ShownTable]:
         for cell in json.loads(nb.read_text(encoding="utf-8"))["cells"]:
             for out in cell.get("outputs", []):
                 src = "".join(out.get("data", {}).get("text/markdown", ""))
-                if not src.startswith("```{list-table}"):
+                if not (src[:3] in ("```", "~~~") and src.lstrip("`~").startswith("{list-table}")):
                     continue
                 lines = src.splitlines()[1:-1]
                 label = next(ln.split()[1] for ln in lines if ln.startswith(":name:"))

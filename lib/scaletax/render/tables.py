@@ -3,12 +3,18 @@
 The table is emitted as a ``text/markdown`` output that myst-nb parses as MyST, so it is
 numbered ("Table N") and referencable in HTML and PDF alike; the same rows are saved as
 ``<label>.csv`` beside the figures.
+
+Every header, cell and caption is text (:func:`scaletax.escape.myst_cell`): a model name, a
+source or an assumption from a scenario shows as typed and never becomes markup. A cell that
+is meant as MyST (a link to a source, a citation) is a :class:`scaletax.escape.Markup`, made by
+the functions of :mod:`scaletax.escape`.
 """
 from __future__ import annotations
 
 import math
 from typing import Any, Callable, Sequence
 
+from scaletax import escape
 from scaletax.render import tablefit
 from scaletax.render.charts import _figures_dir, write_csv
 
@@ -31,7 +37,7 @@ def fmt(value: Any, digits: int = 3) -> str:
         mag = math.floor(math.log10(abs(value)))
         decimals = max(0, digits - 1 - mag)
         return f"{value:,.{decimals}f}"
-    return str(value)
+    return value if isinstance(value, str) else str(value)  # a Markup cell stays one
 
 
 class Band(str):
@@ -92,35 +98,33 @@ def csv_rows(rows: Sequence[dict]) -> list[dict]:
     return out
 
 
-def _escape(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
 def markdown(rows: Sequence[dict], columns: dict[str, str], *, label: str, caption: str,
              formats: dict[str, Callable[[Any], str]] | None = None,
              widths: Sequence[int] | None = None, long: bool = False) -> str:
     """MyST list-table source for ``rows``; ``columns`` maps row key -> header text.
 
+    Headers, cells and the caption are text unless they are :class:`~scaletax.escape.Markup`
+    (:func:`scaletax.escape.myst_cell`); the fence (tildes) is longer than any run of them inside.
     ``long=True`` lets the table break across PDF pages (LaTeX longtable). ``widths``: the
     columns' proportions, each raised to what its text needs in the PDF (:mod:`tablefit`; a
     table too wide for that is set in a smaller font, class ``tablefit.SMALL_CLASS``).
     """
     formats = formats or {}
     keys = list(columns)
-    fit = tablefit.layout([columns[k] for k in keys],
-                          [[formats.get(k, fmt)(row.get(k)) for k in keys] for row in rows], widths)
-    lines = [f"```{{list-table}} {caption}", f":name: {label}", ":header-rows: 1"]
+    fit = tablefit.layout([escape.myst_cell(columns[k]) for k in keys],  # the source: tablefit reads what shows
+                          [[escape.myst_cell(formats.get(k, fmt)(row.get(k))) for k in keys] for row in rows], widths)
+    head = [f":name: {label}", ":header-rows: 1"]
     classes = (["longtable"] if long else []) + ([tablefit.SMALL_CLASS] if fit.font == tablefit.SMALL else [])
     if classes:
-        lines.append(":class: " + " ".join(classes))
-    lines.append(":widths: " + " ".join(str(w) for w in fit.widths))
-    lines.append("")
-    lines.append("* - " + "\n  - ".join(_escape(columns[k]) for k in keys))
+        head.append(":class: " + " ".join(classes))
+    head.append(":widths: " + " ".join(str(w) for w in fit.widths))
+    body = ["* - " + "\n  - ".join(escape.myst_cell(columns[k]) or " " for k in keys)]
     for row in rows:
         cells = [formats.get(k, fmt)(row.get(k)) for k in keys]
-        lines.append("* - " + "\n  - ".join(_escape(c) or " " for c in cells))
-    lines.append("```")
-    return "\n".join(lines)
+        body.append("* - " + "\n  - ".join(escape.myst_cell(c) or " " for c in cells))
+    text = "\n".join([*head, "", *body])
+    fence = escape.fence_for(escape.myst_cell(caption) + "\n" + text, "~")  # the caption may hold backticks
+    return "\n".join([f"{fence}{{list-table}} {escape.myst_cell(caption)}", text, fence])
 
 
 class Table:
@@ -133,7 +137,7 @@ class Table:
         return self.source
 
     def __repr__(self) -> str:  # stable text/plain (no memory address: builds must be byte-identical)
-        return self.source.splitlines()[0].removeprefix("```{list-table} ")
+        return self.source.splitlines()[0].lstrip("~").removeprefix("{list-table} ")
 
 
 def table(rows: Sequence[dict], columns: dict[str, str], *, label: str, caption: str,
