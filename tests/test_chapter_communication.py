@@ -206,6 +206,28 @@ def test_applied_overlap_is_the_calibrated_one():
     assert scaled.tp == pytest.approx(min(1.0, Overlap().tp * efficiency.default_efficiency().overlap_scale))
 
 
+def test_step_times_at_the_largest_size_say_they_lie_beyond_the_measured_runs(tax):
+    """Issue 33: the 100,000-GPU step times were in fig-comm-tax.csv only; the prose states them,
+    fastest to slowest GPU per model, and how far past the largest measured runs they lie."""
+    from scaletax.chapters import validation as vs
+    from scaletax.inputs import runs
+
+    cal = max(int(r["gpu_count"]) for r in runs.read_runs(runs.RUNS_CSV))
+    checked = max(cal, *(int(r["gpu_count"]) for r in runs.read_runs(runs.HELDOUT_CSV)))
+    assert vs.measured_gpus_max([runs.RUNS_CSV]) == cal and vs.measured_gpus_max() == checked
+    assert 10_000 < cal < checked < 100_000  # the calibration's 11,616; Llama 3's held-out 16,384
+    text = cs.step_range_sentence(tax, 100000, cal, checked)
+    kimi = sorted((r for r in tax if r["model"] == "kimi_k2" and r["gpus"] == 100000), key=lambda r: r["t_step"])
+    assert f"one step of Kimi K2 takes {1e3 * kimi[0]['t_step']:,.0f} ms ({kimi[0]['label']}) to " \
+           f"{1e3 * kimi[-1]['t_step']:,.0f} ms ({kimi[-1]['label']})" in text
+    assert f"{100000 / cal:.1f} times the largest calibration run ({cal:,} GPUs)" in text
+    assert f"{100000 / checked:.1f} times the largest run the model is checked on at all ({checked:,} GPUs" in text
+    # within the measured range nothing is said about extrapolation
+    assert "largest" not in cs.step_range_sentence(tax, 1024, cal, checked)
+    none = [{**r, "fits": False} for r in tax]
+    assert "GPT 1T fits on no GPU type" in cs.step_range_sentence(none, 1024, cal, checked)
+
+
 def test_prose_helpers_without_nvl72_or_moe():
     assert cs.nvl72_gpu(["h100_sxm", "b200"]) is None
     assert cs.sweep_gpu(["h100_sxm", "b200"]) == "b200"

@@ -342,6 +342,26 @@ def test_searches_on_the_builds_free_slots_give_the_rows_of_the_plain_loop(plan,
     assert (d.waterfall(plan, DENSE, "gb200"), d.tornado_rows(plan, threaded)) == serial
 
 
+def test_an_mfu_above_every_measured_run_is_named_with_why():
+    """Issue 33: GB300 implied ~46% FP8 MFU, above the best measured Blackwell FP8 run, through a
+    power-per-FLOP factor no run checks; the decision chapter says so, and says nothing of a case
+    within the measured range."""
+    from scaletax.chapters import validation
+
+    best = {(r["precision"].lower(), r["family"]): r["measured_mfu_max"] for r in validation.mfu_by_precision()}
+    bw = best[("fp8", "blackwell")]
+    row = {"model_name": "GPT 1T", "label": "GB300 NVL72", "gpu": "gb300", "precision": "fp8", "mfu": bw + 0.02}
+    text = s.mfu_validity_sentence([row])
+    assert text.startswith(f"GPT 1T on GB300 NVL72 runs at {100 * (bw + 0.02):.1f}% MFU in FP8, above the best "
+                           f"measured Blackwell FP8 run ({100 * bw:.1f}%)")
+    assert "power per peak FLOP" in text
+    rubin = {**row, "label": "Rubin NVL72", "gpu": "rubin"}
+    assert "Blackwell's, carried over with no run on it" in s.mfu_validity_sentence([rubin])
+    hopper = {**row, "label": "H100 SXM", "gpu": "h100_sxm", "mfu": best[("fp8", "hopper")] - 0.01}
+    assert s.mfu_validity_sentence([hopper, {**row, "mfu": bw}]).startswith("No case runs above")
+
+
+
 def test_the_energy_sentence_says_one_percent_when_both_ends_round_alike_and_names_no_fit():
     """ "4 to 4%" says nothing; a scenario where no case fits has no share to state (no NaN crash)."""
     from scaletax.chapters import summary

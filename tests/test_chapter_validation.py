@@ -295,6 +295,13 @@ def test_coverage_counts_the_categories_the_table_lacks():
     extra = [{**l8, "seq_len": 65536}, {**l8, "hardware": "gb300"}, {**l8, "gpu_count": 512, "dp": 512}]
     cov2 = {c["category"]: c["rows"] for c in vs.coverage_rows(extra)}
     assert (cov2["long_context"], cov2["blackwell_ultra"], cov2["small_dense_dp"]) == (1, 1, 1)
+    # "small dense" is the regime's (runs.SMALL_DENSE_PARAMS_B), in this table as in Table 8.5
+    small_row = next(r for r in rows if runs_table.row_regime(r) == "small dense")
+    for size in (runs_table.SMALL_DENSE_PARAMS_B, runs_table.SMALL_DENSE_PARAMS_B + 1):
+        wide = {**small_row, "gpu_count": 512 * int(small_row["tp"]) * int(small_row["pp"]), "total_params_b": size}
+        small = runs_table.row_regime(wide) == "small dense"
+        assert small == (size <= runs_table.SMALL_DENSE_PARAMS_B)
+        assert {c["category"]: c["rows"] for c in vs.coverage_rows([wide])}["small_dense_dp"] == int(small)
 
 
 def test_probes_are_outside_the_table_and_interleaving_cuts_the_bubble():

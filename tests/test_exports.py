@@ -51,6 +51,19 @@ def test_stamp_exports_writes_citation_into_png_and_csv_sidecar(tmp_path):
     meta = json.loads((tmp_path / "tbl-dec-cost.csv-metadata.json").read_text())
     assert meta["url"] == "tbl-dec-cost.csv" and meta["dc:title"] == "Table 8.3: Cost."
     assert [c["datatype"] for c in meta["tableSchema"]["columns"]] == ["string", "number", "number", "number"]
+    assert [c.get("scaletax:unit") for c in meta["tableSchema"]["columns"]] == [None] + ["million USD"] * 3
     fig_meta = json.loads((tmp_path / "fig-mem-terms.csv-metadata.json").read_text())
     assert [c["datatype"] for c in fig_meta["tableSchema"]["columns"]] == ["string", "number", "string"]
+    assert fig_meta["tableSchema"]["columns"][1]["scaletax:unit"] == "GiB"
     assert index[0]["files"] == ["fig-mem-terms.png", "fig-mem-terms.csv", "fig-mem-terms.csv-metadata.json"]
+
+
+def test_a_column_unit_comes_from_its_file_then_its_name_then_its_ending():
+    from scaletax.report import units
+
+    assert units.unit("fig-comm-tax", "t_step") == "s"
+    assert units.unit("tbl-dec-time", "tps_low") == units.unit("tbl-dec-time", "tps") == "tokens/s per GPU"
+    assert units.unit("tbl-mem-min", "hbm_tib") == "TiB" and units.unit("x", "busbw_gb_s") == "GB/s"
+    # the same name, two meanings: GPUs in one file, a row number in another
+    assert units.unit("fig-comm-busbw", "n") == "GPUs" and units.unit("fig-val-mfu", "n") == "index (no unit)"
+    assert units.unit("tbl-x", "no_such_thing") is None

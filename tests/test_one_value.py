@@ -158,3 +158,31 @@ def test_one_value_per_quantity(books, name):
         assert shared(q, "run_mfu_max") > 0 and shared(q, "family_mfu_max") > 0
         fams = {k[1] for k in q if k[0] == "family_mfu_max"}
         assert fams <= {g.family for g in hardware.catalog().values()}
+
+
+@pytest.mark.parametrize("name", ["default", "mine"])
+def test_every_number_column_has_its_unit(books, name):
+    """Every number column of every exported CSV says its unit in the CSV's metadata
+    (``report/units.py``), e.g. ``t_step`` in s."""
+    import json
+
+    missing, metas = [], sorted(books[name].glob("*.csv-metadata.json"))
+    assert len(metas) == len(list(books[name].glob("*.csv")))
+    for meta in metas:
+        for col in json.loads(meta.read_text())["tableSchema"]["columns"]:
+            if col["datatype"] == "number" and not col.get("scaletax:unit"):
+                missing.append(f"{meta.name.removesuffix('.csv-metadata.json')}: {col['name']}")
+    assert missing == []
+
+
+@pytest.mark.parametrize("name", ["default", "mine"])
+def test_no_pdf_table_cell_is_wider_than_its_column(books, name):
+    """Tables 8.6, 8.21-8.22 and 4.1 showed "8,19", "16,3", "131,(" and "GB2( NVL": every table
+    of the book has each column as wide as its widest number or word (render/tablefit.py)."""
+    from book_tables import shown_tables
+    from scaletax.render import tablefit
+
+    found = list(shown_tables(books[name].parent))
+    assert len(found) > 20
+    bad = {t.label: tablefit.overflows(t.headers, t.rows, t.fit)[:3] for t in found}
+    assert {k: v for k, v in bad.items() if v} == {}

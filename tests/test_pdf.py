@@ -7,7 +7,9 @@ import subprocess
 
 import pytest
 
+from book_tables import shown_tables
 from conftest import require_tools
+from scaletax.render import tablefit
 from scaletax.report import chapters as toc
 from scaletax.report.exports import png_text
 
@@ -143,3 +145,37 @@ def test_no_page_holds_only_a_provenance_box_or_a_bare_chapter_title(built_book)
             assert len(body) > 4, f"page {number} holds only the provenance box: {body}"
         if body[:1] == ["CHAPTER"]:
             assert len(body) > 3, f"page {number} holds only a chapter title: {body}"
+
+
+def _joined_words(text):
+    """Whitespace words of ``text``, a line broken after a dash joined again (a cell's lines come
+    one after the other in the PDF's content order), quotes and compatibility forms normalized."""
+    import unicodedata
+
+    text = unicodedata.normalize("NFKC", text).replace("\u2019", "'").replace("\u2018", "'")
+    return re.sub(r"(\S[-\u2013\u2014])\s+", r"\1", text).split()
+
+
+def test_every_number_of_every_table_is_whole_in_the_pdf(built_book):
+    """Tables 8.6, 8.21-8.22 and 4.1 showed "8,19", "16,3", "131,(" and "GB2( NVL" (issue 33): a
+    cell wider than its column ran into the next one. Every word with a digit of every table cell
+    is found whole in the PDF's text, and LaTeX reports no table cell wider than its column."""
+    book = built_book["dir"]
+    pdf_words = set(_joined_words(subprocess.run(["pdftotext", "-raw", str(book / "small.pdf"), "-"],
+                                                 capture_output=True, text=True, check=True).stdout))
+    tables, checked, missing = list(shown_tables(book)), 0, {}
+    assert len(tables) > 20
+    for t in tables:
+        for cell in [c for row in [t.headers, *t.rows] for c in row]:
+            for w in _joined_words(tablefit.visible(cell)):
+                if any(ch.isdigit() for ch in w):
+                    checked += 1
+                    if w not in pdf_words:
+                        missing.setdefault(t.label, []).append(w)
+    assert checked > 1000 and missing == {}
+    # an overfull box set in a table font (footnotesize or scriptsize) is a cell wider than its column
+    log = (built_book["build_dir"] / ".logs" / "small" / "xelatex.log").read_text(encoding="utf-8", errors="replace")
+    sizes = {f"{f.size_pt:g}" for f in (tablefit.NORMAL, tablefit.SMALL)}
+    boxes = re.findall(r"Overfull \\hbox \([\d.]+pt too wide\) in paragraph[^\n]*\n([^\n]*)", log)
+    font_size = re.compile(r"/(\d+(?:\.\d+)?)[ |]")  # "\TU/FreeSerif(0)/m/n/8 8,192|": 8 pt
+    assert [box for box in boxes if (m := font_size.search(box)) and m.group(1) in sizes] == []

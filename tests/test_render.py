@@ -1,5 +1,6 @@
 """The figure and table renderers the chapters share."""
 import csv
+import re
 
 import altair as alt
 import pytest
@@ -30,6 +31,31 @@ def test_table_is_a_numbered_list_table_and_writes_csv(tmp_path, monkeypatch):
         tables.table([], {"a": "A"}, label="tbl-y", caption="c")
     none = tables.table([], {"a": "A", "b": "B"}, label="tbl-z", caption="c", empty="no model fits")
     assert "* - no model fits\n  - –" in none._repr_markdown_()
+
+
+def test_no_pdf_cell_is_wider_than_its_column():
+    """Table 8.6 showed "8,19" for 8,192 and Table 4.1 "GB2( NVL": a column narrower than its
+    widest number or word. The widths keep the author's proportions where they fit, raise a
+    column to its widest piece of text, and set a table too wide for the line smaller."""
+    from scaletax.render import tablefit
+
+    head = ["Run", "GPUs", "Source"]
+    rows = [["Llama 3 405B (Llama 3 paper, pre-training)", "16,384", "[arXiv:2407.21783](https://arxiv.org/x)"]]
+    given = [80, 5, 15]  # the author's: far too narrow for 16,384
+    assert tablefit.overflows(head, rows, tablefit.Layout(given, tablefit.NORMAL))
+    fit = tablefit.layout(head, rows, given)
+    assert fit.font == tablefit.NORMAL and tablefit.overflows(head, rows, fit) == []
+    assert fit.widths[0] > fit.widths[2] > fit.widths[1]  # still the author's order
+    # a link counts by its words, an escape by its character
+    assert tablefit.visible("[arXiv:1](https://a.b/c) a\\|b") == "arXiv:1 a|b"
+    # thirteen columns of 1,638,400 do not fit at the tables' font: the table is set smaller
+    head, rows = [f"C{i}" for i in range(13)], [["1,638,400"] * 13]
+    wide = tablefit.layout(head, rows)
+    assert wide.font == tablefit.SMALL and tablefit.overflows(head, rows, wide) == []
+    md = tables.markdown([{f"c{i}": 1638400 for i in range(13)}], {f"c{i}": f"C{i}" for i in range(13)},
+                         label="tbl-wide", caption="Wide.")
+    assert f":class: {tablefit.SMALL_CLASS}\n" in md and "ifscaletaxsmalltable" in tablefit.LATEX_TABLE_SETUP
+    assert tablefit.SMALL_CLASS not in tables.markdown([{"a": 1}], {"a": "A"}, label="tbl-narrow", caption="Narrow.")
 
 
 def test_link_and_citation_cells_are_markup_on_the_page_and_plain_text_in_the_csv(tmp_path, monkeypatch):
@@ -67,6 +93,54 @@ def test_vega_bundle_is_self_contained():
     js = charts.vega_bundle()
     assert "window.vegaEmbed" in js and "__scaletaxCharts" in js
     assert "import " not in js[:200]
+
+
+@pytest.fixture(scope="module")
+def bundle():
+    return charts.vega_bundle()
+
+
+@pytest.mark.parametrize("scheme", sorted(charts.TEXT_SWITCH))
+def test_numbers_on_heat_map_cells_reach_the_wcag_contrast_for_text(scheme, bundle):
+    """Fig 7.1 had black numbers on dark cells: on each colour scheme a heat map writes numbers
+    on, the colour charts.text_color picks has a WCAG 2 contrast of 4.5 or more with the cell,
+    along the whole scheme, as Vega draws it (its colours read from the Vega bundle)."""
+    hexes = re.search(rf'[,{{]{scheme}:"([0-9a-f]+)"', bundle, re.I).group(1)
+    colours = [tuple(int(hexes[i + j:i + j + 2], 16) / 255 for j in (0, 2, 4)) for i in range(0, len(hexes), 6)]
+
+    def luminance(t):  # Vega interpolates the scheme's samples in RGB
+        x = t * (len(colours) - 1)
+        i = min(int(x), len(colours) - 2)
+        rgb = [a + (x - i) * (b - a) for a, b in zip(colours[i], colours[i + 1])]
+        lin = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in rgb]
+        return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+    at, above = charts.TEXT_SWITCH[scheme]
+    for k in range(201):
+        t = k / 200
+        black = (t >= at) == (above == "black")
+        lum = luminance(t)
+        contrast = (lum + 0.05) / 0.05 if black else 1.05 / (lum + 0.05)
+        assert contrast >= 4.5, (scheme, t, "black" if black else "white", round(contrast, 2))
+    lin = charts.text_color(scheme, "v", 0, 40)
+    assert lin["condition"]["test"] == f"datum['v'] >= {at * 40!r}" and lin["condition"]["value"] == above
+    log = charts.text_color(scheme, "v", 1, 128, log=True)
+    assert log["condition"]["test"] == f"datum['v'] >= {128 ** at!r}"
+
+
+def test_gpu_count_axis_ticks_never_touch():
+    """Fig 6.2 printed "3k4k" where Vega's log ticks met: the axis ticks counts plotted, at least
+    3.5x apart, written 1k, 16k, 100k."""
+    import vl_convert as vlc
+
+    counts = [1024, 2048, 4096, 8192, 16384, 32768, 65536, 100000]
+    axis = charts.count_axis(counts)
+    assert axis.values == [1024, 4096, 16384, 65536]
+    spec = alt.Chart(alt.Data(values=[{"n": c, "y": 1} for c in counts])).mark_point().encode(
+        x=alt.X("n:Q", scale=alt.Scale(type="log"), axis=axis), y="y:Q").to_dict()
+    svg = vlc.vegalite_to_svg(spec)
+    labels = re.findall(r"<text[^>]*>([^<]*)</text>", svg)
+    assert [t for t in labels if t.endswith("k")] == ["1k", "4k", "16k", "64k"]
 
 
 def test_figure_without_rows_shows_a_note(tmp_path, monkeypatch):

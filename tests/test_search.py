@@ -217,3 +217,26 @@ def test_the_same_search_asked_two_ways_is_one_cache_entry(tmp_path, monkeypatch
     assert a.best == b.best == ref.best and a.metrics == ref.metrics and a.domain == ref.domain == 8
     search.cached_search(m, as_recipe("fp8"), as_gpu("h100_sxm"), 1024, tokens_per_step=2**22, pareto=False, space=SearchSpace(domain=16))
     assert memo.STATS["scaletax.model.search.search"] == {"miss": 2, "hit": 1}  # another domain: another search
+
+
+def test_the_search_keeps_to_the_settings_the_calibration_runs_used():
+    """One TP rule and one ZeRO rule for every chapter (issue 33): the search tries what the
+    published runs and NVIDIA's recipes in data/ use, TP up to 8 and ZeRO stage 1 or 3; a table
+    with a larger TP or another stage fails here before the search may pick one unmeasured."""
+    import csv
+
+    from scaletax import DATA_DIR
+
+    tps, zeros = set(), set()
+    for name in ("published_runs.csv", "heldout_runs.csv", "production_moe_recipes.csv", "coverage_probes.csv"):
+        with (DATA_DIR / name).open(newline="", encoding="utf-8") as fh:
+            for r in csv.DictReader(fh):
+                if r.get("tp"):
+                    tps.add(int(r["tp"]))
+                zeros.add(int(r.get("zero_stage") or (3 if (r.get("stack") or "") == "fsdp" else 1)))
+    with (DATA_DIR / "bridge_recipes.csv").open(newline="", encoding="utf-8") as fh:
+        tps |= {int(r["tp"]) for r in csv.DictReader(fh) if r.get("tp")}
+    assert max(tps) == max(search.TP_CHOICES) == 8 and set(search.TP_CHOICES) <= {1, 2, 4, 8}
+    assert zeros == set(search.ZERO_STAGES) == {1, 3}
+    la = search.candidates(models.get("megatron_1t"), 16384, search.SearchSpace(), 8192, domain=72)
+    assert int(la.tp.max()) == 8 and set(la.zero_stage.tolist()) == {1, 3}

@@ -394,6 +394,31 @@ def extremes(rows: list[dict], gpus: int, key: str = "share") -> dict:
     return {"min": lo[key], "max": hi[key], "min_where": where(lo), "max_where": where(hi)}
 
 
+def step_range_sentence(rows: list[dict], gpus: int, calibrated_max: int, checked_max: int) -> str:
+    """Per model, the step times of its fitting cells at ``gpus`` GPUs (ms, the fastest to the
+    slowest GPU), and whether ``gpus`` lies beyond the largest run of the calibration
+    (``calibrated_max``) and the largest measured run the model is checked on at all, held-out runs
+    included (``checked_max``): ``scaletax.chapters.validation.measured_gpus_max``."""
+    parts = []
+    for mid in dict.fromkeys(r["model"] for r in rows):
+        cells = [r for r in rows if r["model"] == mid and r["gpus"] == gpus and r["fits"]]
+        if not cells:
+            parts.append(f"{_model_name(mid)} fits on no GPU type")
+            continue
+        lo, hi = min(cells, key=lambda r: r["t_step"]), max(cells, key=lambda r: r["t_step"])
+        parts.append(f"one step of {_model_name(mid)} takes {1e3 * lo['t_step']:,.0f} ms ({lo['label']}) to "
+                     f"{1e3 * hi['t_step']:,.0f} ms ({hi['label']})")
+    text = f"At {gpus:,} GPUs " + "; ".join(parts) + "."
+    if gpus > checked_max:
+        text += (f" {gpus:,} GPUs is {gpus / calibrated_max:.1f} times the largest calibration run "
+                 f"({calibrated_max:,} GPUs)" + (
+                     f" and {gpus / checked_max:.1f} times the largest run the model is checked on at all "
+                     f"({checked_max:,} GPUs, held out)" if checked_max != calibrated_max else "")
+                 + ": these step times extrapolate its physics beyond the validated range, with no measurement "
+                   "at that scale behind them.")
+    return text
+
+
 def growth(rows: list[dict], small: int, large: int) -> dict:
     """Exposed share at ``large`` over the share at ``small`` GPUs: mean, min and max over the
     model x GPU cells that fit at both sizes."""
@@ -702,5 +727,6 @@ __all__ = ["DOMAIN_SWEEP", "LLAMA405B_LAYOUT", "MESSAGE_SIZES", "NIC_GROUP", "SC
            "busbw_summary", "calibration_rows", "domain_chart_rows", "domain_relative", "domain_rows",
            "dominant_group", "dp_rows", "dp_summary", "eight_gpu", "ep_compare", "ep_compare_text", "ep_rows",
            "ep_sizes", "ep_table", "extremes", "first_moe", "group_rows", "growth", "llama405b_traffic", "llama_rows",
+           "step_range_sentence",
            "model_name", "model_sentence", "nvl72_gpu", "nvl72_note", "nvl72_rows", "nvl72_sentence",
            "nvl72_summary", "sizes_with", "sweep_gpu", "tax_rows", "tax_table", "traffic_table"]

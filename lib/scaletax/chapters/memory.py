@@ -47,10 +47,10 @@ GIB = memory.GIB
 TERMS = memory.TERMS
 #: Largest GPU count searched for the smallest count that holds a model.
 MAX_GPUS = search.MAX_GPUS
-#: Largest tensor-parallel size tried (one HGX node).
-MAX_TP = 8
+#: Largest tensor-parallel size tried: the search's, one rule for every chapter (``search.TP_CHOICES``).
+MAX_TP = max(search.TP_CHOICES)
 #: The chapter's question to the layout search: the least model-parallel layout that fits, with
-#: tensor parallelism up to one HGX node (in whole NVLink domains), any pipeline depth, expert
+#: tensor parallelism up to the search's limit (in whole NVLink domains), any pipeline depth, expert
 #: parallelism over the divisors of the expert count with etp = tp (Megatron-Core's default), no
 #: context parallelism or interleaving, one sequence per micro-batch, ZeRO-1 (Megatron's
 #: distributed optimizer) and any recompute mode; the search's batch rule.
@@ -534,6 +534,34 @@ def capacity_rows(model_ids: Sequence[str], gpu_ids: Sequence[str]) -> list[dict
              "capacity_gib": float(hardware.get(g).hbm_gib)} for mid in model_ids for g in gpu_ids]
 
 
+#: Capacities closer than this (relative) share one label in the sweep charts: their lines
+#: are a few pixels apart and two labels would print over each other.
+CAPACITY_LABEL_MERGE = 0.08
+
+
+def capacity_labels(caps: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One label per group of close capacities (:data:`CAPACITY_LABEL_MERGE`) for each model of
+    :func:`capacity_rows`: ``model_short``, ``label_gib`` (the group's highest line, where the
+    label sits) and ``label_text`` ("H100 SXM 79.6 GiB"; "B200 (HGX) 179, GB200 NVL72 185 GiB")."""
+    out = []
+    for short in dict.fromkeys(c["model_short"] for c in caps):
+        group: list[dict] = []
+        for c in sorted((c for c in caps if c["model_short"] == short and c["capacity_gib"] > 0),
+                        key=lambda c: c["capacity_gib"]):
+            if group and c["capacity_gib"] > group[0]["capacity_gib"] * (1 + CAPACITY_LABEL_MERGE):
+                out.append(_capacity_label(short, group))
+                group = []
+            group.append(c)
+        if group:
+            out.append(_capacity_label(short, group))
+    return out
+
+
+def _capacity_label(short: str, group: list[dict]) -> dict[str, Any]:
+    text = ", ".join(f"{c['label']} {c['capacity_gib']:.3g}" for c in group) + " GiB"
+    return {"model_short": short, "label_gib": max(c["capacity_gib"] for c in group), "label_text": text}
+
+
 def reference_text(refs: dict[str, dict | None]) -> str:
     """Which layout the sensitivity sweeps hold fixed, per model."""
     parts = []
@@ -825,7 +853,7 @@ def buys_text(map_rows: Sequence[dict], limits: Sequence[dict], refs: dict[str, 
 __all__ = ["GIB", "MAX_GPUS", "MAX_TP", "MICRO_BATCHES", "RECOMPUTE", "RECOMPUTE_COLORS", "Reference",
            "REFERENCES", "SEQ_LENS", "TERM_COLORS", "TERMS", "ZERO_FIG1_MODEL", "announced_note",
            "assumptions", "batch_sequences", "bound_text", "breakdown_rows", "buys_text", "candidates",
-           "capacity_rows", "count_text", "extremes", "fit", "fit_map_rows", "forced_text",
+           "capacity_labels", "capacity_rows", "count_text", "extremes", "fit", "fit_map_rows", "forced_text",
            "layout_label", "limit_rows", "limit_table_rows", "map_text", "min_gpus", "min_gpus_rows", "min_gpus_text",
            "nofit_text", "precision_note", "recompute_phrase", "recompute_text", "reference_layout",
            "reference_rows", "reference_setup", "reference_text", "reserve_text", "run_rows", "run_table_rows",

@@ -24,7 +24,7 @@ from scaletax.inputs import failures, hardware, models, recipes
 from scaletax.model import efficiency
 from scaletax.model import plan as planning
 from scaletax.render.wording import bought_text, price_basis, price_text, regime_accuracy_text
-from scaletax.fit import validate
+from scaletax.fit import calibrate, validate
 from scaletax.chapters.decision import (FACTORS, Plan, blackwell_ids, capacity, cheapest, decision_rows,
                                         fastest, fitting, gpu_label, gpus_for_target, hopper_ids, main_source,
                                         model_name, top_input, waterfall, waterfall_targets)
@@ -54,6 +54,11 @@ def band_text(v, lo, hi, digits: int = 3) -> str:
     from scaletax.render.tables import band
 
     return band(v, lo, hi, digits)
+
+
+def _step_text(r: dict) -> str:
+    """A case's step time with its band, seconds (``plan.case``'s ``step_s``); "–" where it has none."""
+    return "–" if r.get("step_s") is None else band_text(r["step_s"], r.get("step_s_low"), r.get("step_s_high"))
 
 
 def _m(v, scale=1e6):
@@ -276,7 +281,7 @@ def time_table(rows: list[dict]) -> list[dict]:
         out.append({**case_keys(r), "model": r["model_name"], "gpu": r["label"], "precision": r["precision"].upper(),
                     "layout": r["layout"], "tps": band_text(r["tps"], r["tps_low"], r["tps_high"]),
                     "mfu": "–" if r["mfu"] is None else pct_band(r["mfu"], r["mfu_low"], r["mfu_high"]),
-                    "step": "–" if r.get("step_s") is None else band_text(r["step_s"], None, None),
+                    "step": _step_text(r),
                     "days": band_text(r["days"], r["days_low"], r["days_high"]), "need": need, "bought": bought})
     return out
 
@@ -303,6 +308,40 @@ def pct_band(v: float, lo: float, hi: float):
     from scaletax.render.tables import Band
 
     return Band(f"{100 * v:.1f}% ({100 * lo:.1f}–{100 * hi:.1f})", v, lo, hi)
+
+
+def measured_mfu_max() -> dict[tuple[str, str], float]:
+    """The best measured MFU per (precision, GPU family) of the published runs: the validation
+    chapter's (:func:`scaletax.chapters.validation.mfu_by_precision`)."""
+    from scaletax.chapters.validation import mfu_by_precision
+
+    return {(str(r["precision"]).lower(), r["family"]): r["measured_mfu_max"] for r in mfu_by_precision()}
+
+
+def mfu_validity_sentence(rows: list[dict]) -> str:
+    """The cases whose MFU is above every measured run of the same format on their family (or, for
+    a family whose factor is tied to Blackwell's, ``calibrate.TIED_FAMILIES``, on Blackwell): their
+    throughput rests on a calibration no run checks there."""
+    best = measured_mfu_max()
+    parts = []
+    for r in rows:
+        if r.get("mfu") is None:
+            continue
+        fam = hardware.get(r["gpu"]).family
+        basis = "blackwell" if fam in calibrate.TIED_FAMILIES else fam
+        top = best.get((r["precision"], basis))
+        if top is None or not r["mfu"] > top:  # a NaN MFU (no fit) is above nothing
+            continue
+        why = ("its family factor is Blackwell's times the ratio of rated power per peak FLOP, which no run on it checks"
+               if fam in calibrate.DERIVED_FAMILIES else "its family factor is Blackwell's, carried over with no run on it"
+               if fam in calibrate.TIED_FAMILIES else "it is beyond every measured run of that format")
+        parts.append(f"{r['model_name']} on {r['label']} runs at {100 * r['mfu']:.1f}% MFU in {r['precision'].upper()}, "
+                     f"above the best measured {basis.replace('_', ' ').title()} {r['precision'].upper()} run "
+                     f"({100 * top:.1f}%): {why}")
+    if not parts:
+        return ("No case runs above the best measured MFU of its format on its GPU family: every MFU in the table "
+                "is within what a published run reached.")
+    return "; ".join(parts) + ". Read these as the upper end of what the model allows, not as measured."
 
 
 def batch_sentence(rows: list[dict], plan: Plan) -> str:
@@ -416,7 +455,7 @@ def top_table(rows: list[dict]) -> list[dict]:
     return [{**case_keys(r), "model": r["model_name"], "gpu": r["label"], "layout": r["layout"],
              "tps": band_text(r["tps"], r["tps_low"], r["tps_high"]),
              "mfu": "–" if r.get("mfu") is None else pct_band(r["mfu"], r["mfu_low"], r["mfu_high"]),
-             "step": "–" if r.get("step_s") is None else band_text(r["step_s"], None, None),
+             "step": _step_text(r),
              "days": band_text(r["days"], r["days_low"], r["days_high"]),
              "per_day": band_text(_m(r["tokens_per_day"], 1e9), _m(r["tokens_per_day_low"], 1e9),
                                   _m(r["tokens_per_day_high"], 1e9)),
@@ -781,6 +820,6 @@ __all__ = ["NO_CASE", "PRICE_MARK", "assumed_prices_sentence", "batch_sentence",
            "regime_sentence", "power_sentence", "row_basis", "assumptions_sentence", "band_text", "breakeven_sentence",
            "breakeven_summary", "breakeven_table", "claim_sentence", "claim_table", "cost_table",
            "deadline_sentence", "headline", "headline_table", "heq_sentence", "heq_summary", "heq_table",
-           "join_labels", "nofit_sentence", "nvl72_sentence", "nvl72_tax", "pct_band", "pct_range_text", "precision_sentence",
+           "join_labels", "nofit_sentence", "nvl72_sentence", "nvl72_tax", "mfu_validity_sentence", "pct_band", "pct_range_text", "precision_sentence",
            "summary_model_sentence", "table_sentence", "target_sentence", "time_table", "top_sentence",
            "top_summary", "top_table", "tornado_sentence", "waterfall_sentence", "waterfall_table"]

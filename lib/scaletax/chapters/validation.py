@@ -431,8 +431,9 @@ COVERAGE: dict[str, tuple[str, str, Any]] = {
                  lambda r: runs.row_regime(r) == "fine-grained MoE"),
     "long_context": ("Long context", "sequence ≥ 32,768 tokens", lambda r: int(r["seq_len"]) >= 32768),
     "small_dense_dp": ("Small dense model at large data parallelism",
-                       "dense, ≤ 15 B parameters, ≥ 256 data-parallel ranks",
-                       lambda r: not (r.get("moe_experts") or 0) and float(r.get("total_params_b") or 1e9) <= 15.0
+                       f"dense, ≤ {runs.SMALL_DENSE_PARAMS_B:g} B parameters, ≥ 256 data-parallel ranks",
+                       lambda r: not (r.get("moe_experts") or 0)
+                       and float(r.get("total_params_b") or 1e9) <= runs.SMALL_DENSE_PARAMS_B
                        and int(r["gpu_count"]) // (int(r["tp"]) * int(r["pp"])) >= 256),
     "blackwell_ultra": ("Blackwell Ultra", "a B300 or GB300 row", lambda r: _row_gpu_family(r) == "blackwell_ultra"),
     "production": ("Runs at production scale", "≥ 2,048 GPUs", lambda r: int(r["gpu_count"]) >= 2048),
@@ -444,6 +445,12 @@ COVERAGE: dict[str, tuple[str, str, Any]] = {
 #: layout the memory model once failed to fit, issue 29: Mixtral 8x7B TP8 PP2 on 32 H100).
 PROBE_LABELS: dict[str, str] = {**{k: v[0] for k, v in COVERAGE.items()}, "production_moe": "Production MoE recipe",
                                 "memory_fit": "Memory-fit check"}
+
+
+def measured_gpus_max(paths: Sequence[Path | str] = (runs.RUNS_CSV, runs.HELDOUT_CSV)) -> int:
+    """The most GPUs of any measured run the model is checked on, calibration (``runs.RUNS_CSV``)
+    and held-out (:data:`HELDOUT_CSV`) alike: where its validated range of cluster sizes ends."""
+    return max(int(r["gpu_count"]) for p in paths for r in runs.read_runs(p))
 
 
 def coverage_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -858,7 +865,7 @@ __all__ = ["CAVEAT_WORDS", "COMPONENTS", "COMPONENT_COLORS", "GEMM_DTYPES", "SOU
            "hardware_rows", "mfu_by_precision", "mfu_rows", "stack_label", "stack_rows",
            "model_short", "parameter_rows", "pinned_fit", "recompute_whatif", "representative", "run_rows",
            "source_kind", "source_md", "spct", "target_rows", "targets_met", "worst_rows",
-           "COVERAGE", "HELDOUT_CSV", "PROBE_SOURCES", "RECIPE_NOTE", "coverage_rows", "heldout_group", "heldout_rows", "heldout_summary", "probe_fit_text", "probe_rows", "probe_sources",
+           "COVERAGE", "HELDOUT_CSV", "PROBE_SOURCES", "RECIPE_NOTE", "coverage_rows", "heldout_group", "heldout_rows", "heldout_summary", "measured_gpus_max", "probe_fit_text", "probe_rows", "probe_sources",
            "recipe_matched", "PROBE_LABELS", "PRODUCTION_MOE_CSV", "recipe_search_rows",
            "NO_REGIME_CALIBRATION", "NO_REGIME_RUN", "empty_regimes_text", "regime_goals_text", "regime_rows",
            "worst_regime_text"]

@@ -245,7 +245,8 @@ def case(terms: Terms, model: Model, gpu: hardware.GPU, gpus: int, recipe: recip
     """One model on ``gpus`` GPUs of ``gpu`` (in ``recipe``, default the one it trains in) as a row:
     model, gpu and precision (ids), gpus, fits, message, min_gpus, layout (a ``Layout`` or None),
     tps / tps_low / tps_high (tokens/s per GPU), mfu / mfu_low / mfu_high (the band of the
-    throughput: the FLOPs and the peak are fixed), step_s, comm_share (exposed communication /
+    throughput: the FLOPs and the peak are fixed), step_s / step_s_low / step_s_high (s; the band
+    of the throughput at the fixed batch), comm_share (exposed communication /
     step), sequences_per_gpu, system_w (all-in system power per GPU, W) and state_bytes (what a
     restart loads, :func:`scaletax.model.goodput.checkpoint_bytes`). No economics yet
     (:func:`add_costs`)."""
@@ -256,13 +257,15 @@ def case(terms: Terms, model: Model, gpu: hardware.GPU, gpus: int, recipe: recip
            "message": res.message, "min_gpus": res.min_gpus, "system_w": terms.system_w(gpu),
            "state_bytes": goodput.checkpoint_bytes(model.total_params), "layout": res.best,
            "tps": None, "tps_low": None, "tps_high": None, "mfu": None, "mfu_low": None, "mfu_high": None,
-           "step_s": None, "comm_share": None}
+           "step_s": None, "step_s_low": None, "step_s_high": None, "comm_share": None}
     if res.fits:
         m = res.metrics
         t, lo, hi = m["tokens_per_s_per_gpu"], m["tokens_per_s_per_gpu_low"], m["tokens_per_s_per_gpu_high"]
-        u = mfu(t, model, gpu, rec)
-        row.update(tps=t, tps_low=lo, tps_high=hi, mfu=u, mfu_low=u * lo / t, mfu_high=u * hi / t, step_s=m["step_s"],
-                   comm_share=m["exposed_comm_s"] / m["step_s"], sequences_per_gpu=res.sequences / n)
+        u, step = mfu(t, model, gpu, rec), m["step_s"]
+        # the step carries a fixed batch: its band is the throughput's, inverted
+        row.update(tps=t, tps_low=lo, tps_high=hi, mfu=u, mfu_low=u * lo / t, mfu_high=u * hi / t, step_s=step,
+                   step_s_low=step * t / hi, step_s_high=step * t / lo,
+                   comm_share=m["exposed_comm_s"] / step, sequences_per_gpu=res.sequences / n)
     return row
 
 

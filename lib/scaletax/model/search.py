@@ -62,8 +62,18 @@ from scaletax.inputs.models import Model
 from scaletax.model import comm, efficiency, memory, perf
 from scaletax.model.topology import Topology
 
-#: Tensor-parallel sizes the search tries (powers of two up to 64).
-TP_CHOICES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
+#: Tensor-parallel sizes the search tries: powers of two up to 8, one rule for every chapter. Every
+#: published run and NVIDIA benchmark recipe in data/ (published_runs.csv, heldout_runs.csv,
+#: bridge_recipes.csv, production_moe_recipes.csv, coverage_probes.csv) uses TP <= 8, on 8-GPU HGX
+#: nodes and 72-GPU NVL72 racks alike: beyond it the per-GPU GEMMs shrink and the TP collectives
+#: outgrow what hides under them, and nothing calibrates the model there (tests/test_search.py
+#: holds the rule to the tables).
+TP_CHOICES: tuple[int, ...] = (1, 2, 4, 8)
+#: ZeRO stages the search tries: those of the calibration runs, Megatron-Core's distributed
+#: optimizer (ZeRO-1, every Megatron-Core row of data/published_runs.csv) and Megatron-FSDP / PyTorch
+#: FSDP2 (ZeRO-3, the rows with zero_stage 3). No calibration run uses plain data parallelism
+#: (ZeRO-0) or ZeRO-2, so the search does not pick them (tests/test_search.py holds it to the table).
+ZERO_STAGES: tuple[int, ...] = (1, 3)
 #: Largest GPU count :func:`min_gpus` tries.
 MAX_GPUS = 65_536
 OBJECTIVES = ("fastest", "least_parallel")
@@ -87,7 +97,7 @@ class SearchSpace:
     etp_tp: tuple[bool, ...] = (False, True)  # MoE: etp = 1 (False) or etp = tp (True)
     vp: tuple[int, ...] = (1, 2, 3, 4, 6, 8)
     mbs: tuple[int, ...] = (1, 2, 4, 8)
-    zero_stage: tuple[int, ...] = (0, 1, 2, 3)
+    zero_stage: tuple[int, ...] = ZERO_STAGES
     recompute: tuple[str, ...] = ("none", "selective", "full")
     batch_tolerance: float | None = 0.10
     domain: int | None = None
@@ -678,6 +688,6 @@ def cached_search(model: Model, precision: recipes.Recipe, gpu, gpus: int | Sequ
 cached_min_gpus = memo.cached(min_gpus, data=SEARCH_DATA)
 
 
-__all__ = ["MAX_GPUS", "OBJECTIVES", "SEARCH_DATA", "SearchResult", "SearchSpace", "TP_CHOICES", "benchmark",
+__all__ = ["MAX_GPUS", "OBJECTIVES", "SEARCH_DATA", "SearchResult", "SearchSpace", "TP_CHOICES", "ZERO_STAGES", "benchmark",
            "cached_min_gpus", "cached_search", "candidate_grid", "candidates", "default_counts", "in_space", "layout_row", "min_gpus", "only",
            "pareto_mask", "rank_key", "search", "search_loop", "target_sequences"]

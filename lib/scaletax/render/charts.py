@@ -136,6 +136,8 @@ def _theme() -> dict:
             "font": font,
             "view": {"continuousWidth": 520, "continuousHeight": 300, "stroke": None},
             "axis": {"labelFontSize": 11, "titleFontSize": 12, "grid": True, "gridOpacity": 0.4},
+            # a category axis draws no grid: its lines would cross a heat map's cells and labels
+            "axisBand": {"grid": False},
             "legend": {"labelFontSize": 11, "titleFontSize": 12, "orient": "right"},
             "title": {"fontSize": 13, "anchor": "start"},
             "background": "white",
@@ -148,6 +150,40 @@ def setup() -> None:
     import altair as alt
 
     alt.theme.register("scaletax", enable=True)(_theme)
+
+
+#: Where a number written on a cell of a sequential colour scheme changes colour, as a share of
+#: the way along the scheme, and its colour from there up. At that point the cell's relative
+#: luminance is about 0.18, where black and white text both have a WCAG 2 contrast of 4.5 or more
+#: (the AA level for text); on either side the colour used keeps 4.5 or more (tests/test_render.py
+#: reads the schemes from the Vega bundle). Viridis is light at its top, the others dark.
+TEXT_SWITCH: dict[str, tuple[float, str]] = {"viridis": (0.43, "black"), "orangered": (0.755, "white"),
+                                             "blues": (0.74, "white")}
+
+
+def text_color(scheme: str, field: str, low: float, high: float, log: bool = False) -> dict:
+    """The colour of the number written on each cell of a ``scheme`` colour scale running ``low``
+    to ``high`` (``log``: a log scale) from field ``field``: :data:`TEXT_SWITCH`'s."""
+    import altair as alt
+
+    at, above = TEXT_SWITCH[scheme]
+    cut = low * (high / low) ** at if log else low + at * (high - low)
+    below = "white" if above == "black" else "black"
+    return alt.condition(f"datum[{field!r}] >= {cut!r}", alt.value(above), alt.value(below))
+
+
+def count_axis(counts: Iterable[float], min_ratio: float = 3.5) -> alt.Axis:
+    """A log axis of GPU counts ticked at counts plotted, no two closer than ``min_ratio``
+    (Vega's own log ticks print "3k4k" and "20k30k" where labels meet), written short:
+    "1k" for 1,024, "16k" for 16,384, "100k" for 100,000."""
+    import altair as alt
+
+    ticks: list[float] = []
+    for c in sorted(set(counts)):
+        if not ticks or c >= ticks[-1] * min_ratio:
+            ticks.append(c)
+    return alt.Axis(values=ticks, labelExpr="datum.value % 1024 === 0 ? (datum.value / 1024) + 'k' : "
+                                            "format(datum.value, '~s')")
 
 
 def gpu_color_scale(ids: Iterable[str]) -> alt.Scale:

@@ -15,6 +15,7 @@ import math
 from typing import Any, Callable, Sequence
 
 from scaletax import escape
+from scaletax.render import tablefit
 from scaletax.render.charts import _figures_dir, write_csv
 
 
@@ -104,15 +105,19 @@ def markdown(rows: Sequence[dict], columns: dict[str, str], *, label: str, capti
 
     Headers, cells and the caption are text unless they are :class:`~scaletax.escape.Markup`
     (:func:`scaletax.escape.myst_cell`); the fence (tildes) is longer than any run of them inside.
-    ``long=True`` lets the table break across PDF pages (LaTeX longtable).
+    ``long=True`` lets the table break across PDF pages (LaTeX longtable). ``widths``: the
+    columns' proportions, each raised to what its text needs in the PDF (:mod:`tablefit`; a
+    table too wide for that is set in a smaller font, class ``tablefit.SMALL_CLASS``).
     """
     formats = formats or {}
-    head = [f":name: {label}", ":header-rows: 1"]
-    if long:
-        head.append(":class: longtable")
-    if widths:
-        head.append(":widths: " + " ".join(str(int(w)) for w in widths))
     keys = list(columns)
+    fit = tablefit.layout([escape.myst_cell(columns[k]) for k in keys],  # the source: tablefit reads what shows
+                          [[escape.myst_cell(formats.get(k, fmt)(row.get(k))) for k in keys] for row in rows], widths)
+    head = [f":name: {label}", ":header-rows: 1"]
+    classes = (["longtable"] if long else []) + ([tablefit.SMALL_CLASS] if fit.font == tablefit.SMALL else [])
+    if classes:
+        head.append(":class: " + " ".join(classes))
+    head.append(":widths: " + " ".join(str(w) for w in fit.widths))
     body = ["* - " + "\n  - ".join(escape.myst_cell(columns[k]) or " " for k in keys)]
     for row in rows:
         cells = [formats.get(k, fmt)(row.get(k)) for k in keys]

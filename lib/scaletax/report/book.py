@@ -29,7 +29,7 @@ import yaml
 from filelock import FileLock, Timeout
 
 from scaletax import ROOT, __version__, files
-from scaletax.render import charts
+from scaletax.render import charts, tablefit
 from scaletax.render.charts import VEGA_BUNDLE, vega_bundle
 from scaletax.report import chapters as toc
 from scaletax import escape
@@ -51,6 +51,8 @@ DROP_EXTENSIONS = {"sphinx_thebe", "sphinx_comments", "sphinx_jupyterbook_latex"
 NUMBERING_EXTENSION = "scaletax.report.numbering"
 #: Sphinx extension doing each repeated lookup of the build once (report/sphinx_once.py).
 ONCE_EXTENSION = "scaletax.report.sphinx_once"
+#: Sphinx extension setting the tables render/tablefit.py marks small in the smaller PDF font.
+TABLEFONT_EXTENSION = "scaletax.report.tablefont"
 #: Sphinx extension keeping a pasted text's blank lines out of the LaTeX (report/latex_paragraphs.py).
 PARAGRAPH_EXTENSION = "scaletax.report.latex_paragraphs"
 CHART_CSS = "scaletax.css"
@@ -201,12 +203,12 @@ def _sphinx_conf(src: Path, info: dict) -> str:
                               cli_config={"latex_individualpages": False},
                               raise_on_invalid=True)
     cfg["extensions"] = ([e for e in cfg["extensions"] if e not in DROP_EXTENSIONS]
-                         + [PARAGRAPH_EXTENSION, ONCE_EXTENSION, NUMBERING_EXTENSION])
+                         + [TABLEFONT_EXTENSION, PARAGRAPH_EXTENSION, ONCE_EXTENSION, NUMBERING_EXTENSION])
     # a classic (deferred) script: a module script is refused from file://, drawing no chart
     cfg["html_js_files"] = [(VEGA_BUNDLE, {"defer": "defer"})]
     cfg["html_css_files"] = [CHART_CSS]
     latex = dict(cfg.get("latex_elements") or {})
-    latex["preamble"] = latex.get("preamble", "") + LATEX_PREAMBLE
+    latex["preamble"] = latex.get("preamble", "") + LATEX_PREAMBLE + tablefit.LATEX_TABLE_SETUP
     cfg["latex_elements"] = latex
     # The theme prints html_title unescaped in places (the navbar) and escaped in others (the
     # page <title>): it is given escaped, as markupsafe.Markup, which Jinja's |e leaves alone.
@@ -400,7 +402,9 @@ def _book_key(opts: BuildOptions, info: dict, cache: Path) -> str:
 def _up_to_date(final: Path, book_key: str, date: str) -> dict | None:
     """The published manifest, marked as checked now, if its inputs equal ours; else None.
 
-    The file itself is left as it is: it keeps the record of the build that made the book."""
+    The file itself is left as it is: it keeps the record of the build that made the book. Only
+    this in-memory copy carries ``up_to_date`` (the build found nothing to do); a published
+    manifest has no such key, so a reader of a fresh book never sees ``"up_to_date": false``."""
     path = final / "manifest.json"
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
@@ -676,7 +680,6 @@ def _build_in(stage: Path, logs: Path, opts: BuildOptions, progress) -> dict:
     manifest = {
         "name": opts.name,
         "book_sha256": book_key,
-        "up_to_date": False,
         "title": scen.title,
         "scenario": scen.to_plain(),
         "scenario_file": info["scenario_file"],

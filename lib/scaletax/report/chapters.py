@@ -89,7 +89,8 @@ CHAPTERS = (
             data=("hardware.csv", "models.yaml", "published_runs.csv", "references.yaml"), cold_seconds=11),
     Chapter("communication", reads=("models", "gpus", "cluster.sizes", "cluster.gpus", "training.precision",
                                     "training.precisions", "training.global_batch_tokens"),
-            data=("hardware.csv", "models.yaml", "collectives.csv", "efficiency.yaml"), cold_seconds=32),
+            data=("hardware.csv", "models.yaml", "collectives.csv", "efficiency.yaml", "published_runs.csv",
+                  "heldout_runs.csv"), cold_seconds=32),
     Chapter("precision", reads=("gpus", "training.precisions", "precision.seed", "precision.experiment_seeds",
                                 "precision.experiment_steps"),
             data=("hardware.csv", "published_runs.csv", "precision_vectors.json", "references.yaml"),
@@ -100,7 +101,7 @@ CHAPTERS = (
             cold_seconds=27),
     Chapter("decision", reads=("name", *_PLAN, "training.tokens_source", "economics.usd_per_mwh_source",
                                "cluster.goodput_source", "economics.ownership", "cluster.power_mw", "fleets"),
-            data=(*_MODEL_DATA, "references.yaml", "failures.csv"), cold_seconds=22),
+            data=(*_MODEL_DATA, "references.yaml", "failures.csv", "published_runs.csv"), cold_seconds=22),
 )
 _BY_SLUG = {c.slug: c for c in CHAPTERS}
 

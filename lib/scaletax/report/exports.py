@@ -3,9 +3,9 @@
 Every ``figures/<label>.png`` gets PNG text chunks (iTXt, UTF-8; PNG spec 1.2 section 4.2.3)
 naming its number, caption, scenario and commit; every ``figures/<label>.csv`` gets a sidecar
 ``<label>.csv-metadata.json`` in the W3C "CSV on the Web" convention (the name a CSVW reader
-looks for beside a CSV) with the same facts and the type of each column. The numbers are the
-book's own (``report/numbering.py``), so "Figure 3.2" in the file is Figure 3.2 in the HTML and
-in the PDF.
+looks for beside a CSV) with the same facts, the type of each column and the unit of each
+number column (``report/units.py``). The numbers are the book's own (``report/numbering.py``),
+so "Figure 3.2" in the file is Figure 3.2 in the HTML and in the PDF.
 """
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ import json
 import struct
 import zlib
 from pathlib import Path
+
+from scaletax.report import units
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 KIND_NAME = {"figure": "Figure", "table": "Table"}
@@ -90,8 +92,12 @@ def csv_metadata(csv_path: Path, cite: dict[str, str]) -> dict:
     with csv_path.open(newline="", encoding="utf-8") as fh:
         rows = list(csv.reader(fh))
     header, body = rows[0], rows[1:]
-    columns = [{"name": name, "titles": name, "datatype": _datatype([r[i] for r in body if i < len(r)])}
-               for i, name in enumerate(header)]
+    columns = []
+    for i, name in enumerate(header):
+        col = {"name": name, "titles": name, "datatype": _datatype([r[i] for r in body if i < len(r)])}
+        if col["datatype"] == "number":
+            col["scaletax:unit"] = units.unit(csv_path.stem, name)
+        columns.append(col)
     return {
         "@context": "http://www.w3.org/ns/csvw",
         "url": csv_path.name,
