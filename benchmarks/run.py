@@ -213,14 +213,15 @@ def _children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def _timed_build(args: list[str], build_dir: Path, name: str, root: Path = ROOT) -> dict:
+def _timed_build(args: list[str], build_dir: Path, name: str, root: Path = ROOT, env_extra=None) -> dict:
     before = _memo_files(build_dir)
     mf = build_dir / name / "manifest.json"
     stamp = mf.stat().st_mtime_ns if mf.exists() else None
     log = build_dir / f"memo-{name}.jsonl"
     log.unlink(missing_ok=True)
     c0, t0 = _children_cpu(), time.perf_counter()
-    _cli(["build", "--name", name, "--no-pdf", *args], build_dir, root=root, env_extra={"SCALETAX_MEMO_LOG": str(log)})
+    _cli(["build", "--name", name, "--no-pdf", *args], build_dir, root=root,
+         env_extra={"SCALETAX_MEMO_LOG": str(log), **(env_extra or {})})
     wall = time.perf_counter() - t0
     cpu = _children_cpu() - c0
     searched = _searched(log)
@@ -329,6 +330,67 @@ def bench_book(rounds: int) -> dict:
     out["ceiling_vs_jupyter_book_execute"] = statistics.median(ceiling)
     out["ceiling_vs_jupyter_book_execute_rounds"] = ceiling
     out["warm_speedup"] = out["cold_html_s"] / out["warm_s"]
+    return out
+
+
+# ------------------------------------------------------------------------------------------
+# Ablation: what each speed-only piece of the build saves
+# ------------------------------------------------------------------------------------------
+#: The paths a planner waits on: a cold build, then a price and a cluster-size rebuild on its cache.
+ABLATION_PATHS = (("cold", None), ("price", REBUILDS[0][1]), ("cluster_size", REBUILDS[1][1]))
+ABLATION = RESULTS / "ablation.json"
+
+
+def _ablation_config(off: str | None, env_off: str = "SCALETAX_WITHOUT") -> dict:
+    """The three paths in a fresh build folder with ``off`` switched off (None: everything on)."""
+    build_dir = Path(tempfile.mkdtemp(prefix="scaletax-ablation-"))
+    env = {env_off: off} if off else {}
+    try:
+        out = {}
+        for path, setting in ABLATION_PATHS:
+            r = _timed_build(["--set", setting] if setting else [], build_dir, f"ab-{path}", env_extra=env)
+            out[path] = {"wall_s": round(r["wall_s"], 2), "cpu_s": round(r["cpu_s"], 2), "executed": r["executed"]}
+        return out
+    finally:
+        shutil.rmtree(build_dir, ignore_errors=True)
+
+
+def bench_ablation(rounds: int, pieces: list[str] | None = None) -> dict:
+    """Each speed-only piece (``scaletax.speedups.PIECES``) switched off in turn, against the
+    build with everything on, on the three paths of :data:`ABLATION_PATHS`; ``rounds`` interleaved
+    rounds (every configuration once per round, the order rotated each round). For each piece and
+    path: the medians and ``saves`` = 1 - on / off (the fraction of the wall time without the
+    piece that it saves; negative: the build is faster without it), with every round's seconds."""
+    from scaletax import speedups
+
+    pieces = list(pieces or speedups.PIECES)
+    configs: list[str | None] = [None, *pieces]
+    runs: dict[str, list[dict]] = {c or "all_on": [] for c in configs}
+    loads = []
+    for r in range(rounds):
+        k = r % len(configs)
+        for c in configs[k:] + configs[:k]:
+            load0 = os.getloadavg()
+            res = _ablation_config(c)
+            res["load_average_start"] = list(load0)
+            runs[c or "all_on"].append(res)
+            print(f"  ablation round {r + 1}/{rounds} {c or 'all_on'}: "
+                  + ", ".join(f"{p} {res[p]['wall_s']:.1f} s" for p, _ in ABLATION_PATHS)
+                  + f" (load {load0[0]:.1f})", file=sys.stderr, flush=True)
+        loads.append(list(os.getloadavg()))
+    med = statistics.median
+    base = {p: med([x[p]["wall_s"] for x in runs["all_on"]]) for p, _ in ABLATION_PATHS}
+    out = {"rounds": rounds, "paths": {p: s for p, s in ABLATION_PATHS}, "all_on": {
+        p: {"median_s": base[p], "rounds_s": [x[p]["wall_s"] for x in runs["all_on"]]} for p, _ in ABLATION_PATHS},
+        "pieces": {}, "load_average_after_each_round": loads, "runs": runs}
+    for piece in pieces:
+        row = {"off_means": speedups.PIECES[piece]}
+        for p, _ in ABLATION_PATHS:
+            off = med([x[p]["wall_s"] for x in runs[piece]])
+            row[p] = {"median_off_s": off, "median_on_s": base[p], "saves": 1 - base[p] / off,
+                      "rounds_off_s": [x[p]["wall_s"] for x in runs[piece]]}
+        row["max_saves"] = max(row[p]["saves"] for p, _ in ABLATION_PATHS)
+        out["pieces"][piece] = row
     return out
 
 
@@ -743,6 +805,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the peer comparison")
     ap.add_argument("--book-rounds", type=int, default=3,
                     help="interleaved rounds of the book part (cold build, rebuilds, Jupyter Book); medians")
+    ap.add_argument("--ablation-rounds", type=int, default=3, help="interleaved rounds of the ablation")
+    ap.add_argument("--pieces", nargs="*", default=None, help="the ablation's pieces (default: all)")
     ap.add_argument("--out", type=Path, default=RESULTS / "latest.json")
     ap.add_argument("--readme", action="store_true", help="write the table into README.md's Performance section")
     ap.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)  # see _in_chapter_env
@@ -758,7 +822,8 @@ def main(argv=None) -> int:
                "predict": lambda: bench_predict(),
                "book": lambda: bench_book(args.book_rounds),
                "kernels": lambda: bench_kernels(args.repeats),
-               "chapters_scaling": lambda: bench_chapters_scaling(1)}
+               "chapters_scaling": lambda: bench_chapters_scaling(1),
+               "ablation": lambda: bench_ablation(args.ablation_rounds, args.pieces)}
     if not args.in_process:
         runners.update({part: (lambda part=part: _in_chapter_env(part, args)) for part in CHAPTER_ENV_PARTS})
     results["targets"] = TARGETS
@@ -769,6 +834,9 @@ def main(argv=None) -> int:
         results[name] = {**runners[name](), "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                          "load_average": {"start": list(load0), "end": list(os.getloadavg())}}
         args.out.write_text(json.dumps(results, indent=2, default=float) + "\n")  # after every part
+        if name == "ablation":
+            ABLATION.write_text(json.dumps({k: results[k] for k in ("machine", "date", "ablation")}, indent=2,
+                                           default=float) + "\n")
         if args.readme:
             write_readme(results)
     print(_table(results))

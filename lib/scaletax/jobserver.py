@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable, TypeVar
 
+from scaletax import speedups
+
 ENV = "SCALETAX_JOBSERVER"
 #: Environment variable with the build's ``--jobs``: the most slots one chapter's work may use.
 WORKERS_ENV = "SCALETAX_WORKERS"
@@ -178,7 +180,12 @@ def map(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:  # noqa: A001 (the
     results, and the exception raised (the first item's in order), are those of the plain loop.
     Without a build's jobserver, the plain loop."""
     items = list(items)
-    helpers = min(workers(), len(items)) - 1 if os.environ.get(ENV) else 0
+    if not speedups.on("jobserver") and speedups.on("threads") and min(workers(), len(items)) > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(min(workers(), len(items))) as pool:
+            return list(pool.map(fn, items))
+    helpers = min(workers(), len(items)) - 1 if os.environ.get(ENV) and speedups.on("threads") else 0
     if helpers <= 0:
         return [fn(x) for x in items]
     results: list = [None] * len(items)

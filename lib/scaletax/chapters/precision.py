@@ -47,7 +47,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from scaletax import DATA_DIR, hardware, jobserver, memo, recipes, references
+from scaletax import DATA_DIR, hardware, jobserver, memo, recipes, references, speedups
 from scaletax import lowp_training as L
 from scaletax import precision as P
 from scaletax import runs as runs_table
@@ -390,6 +390,8 @@ def start(base_seed: int, n_seeds: int, steps: int,
     """Start the experiment (:class:`Experiment`): every recipe trained from every seed."""
     cfg = task_config(steps, **overrides)
     n = jobserver.workers() if n_workers is None else max(1, int(n_workers))
+    if not speedups.on("training_workers"):
+        n = 1
     return Experiment(recipes, experiment_seeds(base_seed, n_seeds), cfg, n)
 
 

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import vl_convert as vlc
 
-from scaletax import files, memo
+from scaletax import files, memo, speedups
 from scaletax.render import pngserver
 
 if TYPE_CHECKING:
@@ -299,7 +299,7 @@ def png_of(spec: dict) -> bytes:
     (``scaletax.memo.ENV``) read from it when the same spec was drawn before by the same
     vl-convert (the PNG is a function of those, so the bytes are the same)."""
     root = os.environ.get(memo.ENV)
-    if not root:
+    if not root or not speedups.on("png_cache"):
         return _draw(spec)
     drawn = json.dumps({"vl_convert": vlc.__version__, "scale": PNG_SCALE, "spec": spec}, sort_keys=True)
     path = Path(root) / "png" / f"{hashlib.sha256(drawn.encode()).hexdigest()}.png"

@@ -28,7 +28,7 @@ import nbformat
 import yaml
 from filelock import FileLock, Timeout
 
-from scaletax import ROOT, __version__, files
+from scaletax import ROOT, __version__, files, speedups
 from scaletax.render import charts
 from scaletax.render.charts import VEGA_BUNDLE, vega_bundle
 from scaletax.report import chapters as toc
@@ -198,7 +198,7 @@ def _sphinx_conf(src: Path, info: dict) -> str:
                               cli_config={"latex_individualpages": False},
                               raise_on_invalid=True)
     cfg["extensions"] = ([e for e in cfg["extensions"] if e not in DROP_EXTENSIONS]
-                         + [ONCE_EXTENSION, NUMBERING_EXTENSION])
+                         + ([ONCE_EXTENSION] if speedups.on("sphinx_once") else []) + [NUMBERING_EXTENSION])
     # a classic (deferred) script: a module script is refused from file://, drawing no chart
     cfg["html_js_files"] = [(VEGA_BUNDLE, {"defer": "defer"})]
     cfg["html_css_files"] = [CHART_CSS]
@@ -240,7 +240,7 @@ def _vega_js(cache: Path | None) -> str:
     """:func:`scaletax.render.charts.vega_bundle`, kept in ``<cache>/vega/`` (:func:`_vega_path`):
     bundling costs about 2-5 CPU seconds and gives the same bytes every time. No cache: bundled
     afresh."""
-    if cache is None:
+    if cache is None or not speedups.on("vega_cache"):
         return vega_bundle()
     path = _vega_path(cache)
     with contextlib.suppress(OSError, UnicodeDecodeError):
@@ -260,7 +260,7 @@ def _start_vega_bundle(cache: Path) -> subprocess.Popen | None:
     the chapters."""
     from scaletax.report.execute import process_env
 
-    if _vega_path(cache).exists():
+    if _vega_path(cache).exists() or not speedups.on("vega_background") or not speedups.on("vega_cache"):
         return None
     code = "import sys; from pathlib import Path; from scaletax.report.book import _vega_js; _vega_js(Path(sys.argv[1]))"
     with lifecycle.Interrupts.deferred():  # an interrupt during the fork: once the handle is returned
@@ -310,7 +310,7 @@ def _warm_sphinx():
     while a core is free), or None (not Linux, or it could not start: the step starts Sphinx)."""
     from scaletax.report import prefork
 
-    if not sys.platform.startswith("linux"):
+    if not sys.platform.startswith("linux") or not speedups.on("warm_sphinx"):
         return None
     try:
         return prefork.Warm("sphinx", prefork.SPHINX_PRELOAD, _tool_env())
@@ -403,7 +403,7 @@ def build_html(src: Path, out: Path, logs: Path, warm=None, jobs: int = 1) -> No
     """The HTML of the sources in ``src`` (``warm``: a :func:`_warm_sphinx` to run it in), read
     and written by ``jobs`` processes (Sphinx's ``-j``: the pages are read in parallel, and
     resolved in the main process while another writes them; the same HTML, byte for byte)."""
-    parallel = ["-j", str(jobs)] if jobs > 1 else []
+    parallel = ["-j", str(jobs)] if jobs > 1 and speedups.on("sphinx_parallel") else []
     _run([sys.executable, "-m", "sphinx", "-b", "html", "-n", "-W", "--keep-going", "-q", *parallel,
           "-d", str(doctree_dir(src)), str(src), str(out)], src, logs / "html.log", "HTML build", warm=warm)
 

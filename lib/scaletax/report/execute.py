@@ -56,7 +56,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scaletax import DATA_DIR, files, hardware, jobserver
+from scaletax import DATA_DIR, files, hardware, jobserver, speedups
 from scaletax.report import lifecycle
 from scaletax.report.chapters import Chapter
 from scaletax.report.provenance import lib_hash, lock_hash, sha256_bytes
@@ -84,8 +84,9 @@ ALLOCATOR_ENV = {"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=268435456:glibc.
 def process_env(**extra: str) -> dict[str, str]:
     """Environment of a build process: ``os.environ`` with :data:`THREAD_ENV`,
     :data:`ALLOCATOR_ENV` (unless GLIBC_TUNABLES is set) and ``extra``."""
-    allocator = {} if "GLIBC_TUNABLES" in os.environ else ALLOCATOR_ENV
-    return {**os.environ, **THREAD_ENV, **allocator, **extra}
+    allocator = {} if "GLIBC_TUNABLES" in os.environ or not speedups.on("allocator") else ALLOCATOR_ENV
+    threads = THREAD_ENV if speedups.on("one_thread") else {}
+    return {**os.environ, **threads, **allocator, **extra}
 ENTRY_FILE = "entry.json"
 #: Data files a chapter that declares ``hardware.csv`` is keyed on through the rows it read.
 ROW_FILES = ("hardware.csv", "systems.csv")
@@ -245,7 +246,8 @@ def _execute_one(source: str, params_file: str, workdir: str, forked_kernel: boo
         pm.execute_notebook(nb, str(work / "notebook.ipynb"), parameters=parameters,
                             kernel_name=KERNEL, cwd=str(work), progress_bar=False,
                             log_output=False, execution_timeout=EXECUTION_TIMEOUT_S,
-                            request_save_on_cell_execute=False, shutdown_kernel="immediate", **engine)
+                            request_save_on_cell_execute=not speedups.on("papermill_write_once"),
+                            shutdown_kernel="immediate" if speedups.on("kernel_kill") else "graceful", **engine)
     except pm.PapermillExecutionError as exc:
         error, cell = f"{exc.ename}: {exc.evalue}".splitlines()[0][:300], exc.cell_index
     except Exception as exc:  # kernel died, timeout, unreadable notebook
@@ -293,7 +295,10 @@ def kernel_env(cache_dir: Path, jobs: int) -> dict[str, str]:
     may use for independent work, the build's ``--jobs``)."""
     from scaletax import memo
 
-    return process_env(**{memo.ENV: str(cache_dir / "memo"), jobserver.WORKERS_ENV: str(max(1, jobs))})
+    env = process_env(**{memo.ENV: str(cache_dir / "memo"), jobserver.WORKERS_ENV: str(max(1, jobs))})
+    if not speedups.on("memo"):
+        env.pop(memo.ENV)
+    return env
 
 
 def _start_server(env: dict[str, str], folder: Path, progress=None):
@@ -301,7 +306,7 @@ def _start_server(env: dict[str, str], folder: Path, progress=None):
     Linux, or it did not start: each chapter then starts afresh, with a note)."""
     from scaletax.report import prefork
 
-    if not sys.platform.startswith("linux"):
+    if not sys.platform.startswith("linux") or not speedups.on("prefork"):
         return None
     try:
         return prefork.Server(env, folder / "prefork.log")
@@ -317,6 +322,8 @@ def _bind_renderer() -> tuple[socket.socket, Path] | None:
     system's temporary directory (a socket path has at most 107 bytes): (socket, folder), or None
     where it cannot be made (each chapter then draws its own). Chapters may connect at once:
     :func:`_spawn_renderer` starts the server that answers."""
+    if not speedups.on("pngserver"):
+        return None
     sock_dir = Path(tempfile.mkdtemp(prefix="scaletax-render-"))
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -439,6 +446,8 @@ def schedule(chapters: list[Chapter], seconds: dict[str, float] | None = None) -
     for them to finish: :func:`_ready`)."""
     seconds = seconds or {}
     book = {ch.slug: i for i, ch in enumerate(chapters)}
+    if not speedups.on("critical_path"):
+        return list(chapters)
     path: dict[str, float] = {}
 
     def longest(ch: Chapter, seen: frozenset = frozenset()) -> float:
@@ -461,6 +470,28 @@ def schedule(chapters: list[Chapter], seconds: dict[str, float] | None = None) -
 def _ready(job: "_Job", waiting: list["_Job"]) -> bool:
     """Whether ``job`` may start: none of the chapters it runs ``after`` is still to finish."""
     return not set(job.chapter.after) & {j.chapter.slug for j in waiting}
+
+
+class _Count:
+    """The runner's slots without a jobserver: at most ``n`` chapters at once (ablation)."""
+
+    def __init__(self, n: int):
+        self.free, self.path = n, None
+
+    def take(self) -> bool:
+        if self.free:
+            self.free -= 1
+            return True
+        return False
+
+    def give(self) -> None:
+        self.free += 1
+
+    def want(self, wanted: bool) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 def execute_chapters(chapters: list[Chapter], scenario, cache_dir: Path, log_dir: Path,
@@ -503,10 +534,12 @@ def execute_chapters(chapters: list[Chapter], scenario, cache_dir: Path, log_dir
     failures: list[ChapterFailed] = []
     slots = server = renderer = bound = None
     try:
-        if pending:
+        if pending and speedups.on("jobserver"):
             slots = jobserver.Server(Path(tempfile.mkdtemp(prefix=lifecycle.temp_name(".tmp-jobs-"), dir=cache_dir))
                                      / "slots", max(1, jobs))
-        env = {**kernel_env(cache_dir, jobs), **({jobserver.ENV: str(slots.path)} if slots else {})}
+        elif pending:
+            slots = _Count(max(1, jobs))
+        env = {**kernel_env(cache_dir, jobs), **({jobserver.ENV: str(slots.path)} if slots and slots.path else {})}
         if pending:
             log_dir.mkdir(parents=True, exist_ok=True)
             bound = _bind_renderer()
@@ -556,7 +589,8 @@ def execute_chapters(chapters: list[Chapter], scenario, cache_dir: Path, log_dir
         _stop_renderer(renderer)
         if slots is not None:
             slots.close()
-            shutil.rmtree(slots.path.parent, ignore_errors=True)
+            if slots.path is not None:
+                shutil.rmtree(slots.path.parent, ignore_errors=True)
     if failures:
         raise failures[0]
     return [results[ch.slug] for ch in chapters]

@@ -19,7 +19,17 @@ from pathlib import Path
 
 from docutils import nodes
 
-from scaletax.report.sphinx_once import assign_figure_numbers, read_only
+from scaletax import speedups
+
+if speedups.on("sphinx_once"):
+    from scaletax.report.sphinx_once import assign_figure_numbers, read_only
+else:
+    from sphinx.environment.collectors.toctree import TocTreeCollector
+
+    assign_figure_numbers = TocTreeCollector.assign_figure_numbers
+
+    def read_only(env, docname):
+        return env.get_doctree(docname)
 
 NUMBERS_FILE = "numbers-{builder}.json"
 
@@ -97,7 +107,8 @@ def _write_numbers(app, exc) -> None:
 
 
 def setup(app):
-    app.setup_extension("scaletax.report.sphinx_once")  # the read-only doctrees it uses
+    if speedups.on("sphinx_once"):
+        app.setup_extension("scaletax.report.sphinx_once")  # the read-only doctrees it uses
     app.connect("env-get-updated", _renumber, priority=900)
     app.connect("build-finished", _write_numbers)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -1,0 +1,48 @@
+"""Switches for the build's speed-only pieces, read in this one place.
+
+``SCALETAX_WITHOUT=piece,piece`` turns pieces off; the book is the same either way, only slower
+or faster. ``benchmarks/run.py``'s ablation builds with each piece off in turn and records what
+it saves. An unknown name is an error (a typo would otherwise measure nothing).
+"""
+from __future__ import annotations
+
+import os
+
+ENV = "SCALETAX_WITHOUT"
+#: Each speed-only piece of the build, and what turning it off does instead.
+PIECES = {
+    "prefork": "each chapter worker and kernel starts as a new process (no fork server)",
+    "jobserver": "no shared job slots: the runner counts its chapters, trainings and searches take none",
+    "threads": "a chapter's independent searches run in a plain loop (no helper threads)",
+    "warm_sphinx": "Sphinx starts as a new process when the HTML step comes",
+    "sphinx_os_exit": "the warm Sphinx ends with the interpreter's teardown (no os._exit)",
+    "pngserver": "each chapter draws its own PNGs (no render server)",
+    "sphinx_parallel": "Sphinx reads and writes in one process (no -j)",
+    "papermill_write_once": "papermill saves the notebook at every cell (its default)",
+    "kernel_kill": "papermill shuts the kernel down gracefully (its default)",
+    "critical_path": "chapters start in book order (no critical-path schedule)",
+    "sphinx_once": "Sphinx unpickles a doctree at every lookup (no read-only doctree cache)",
+    "vega_background": "the chart bundle is made after the chapters, not beside them",
+    "vega_cache": "the chart bundle is made afresh by every build",
+    "allocator": "glibc malloc's default thresholds (no GLIBC_TUNABLES)",
+    "one_thread": "numeric libraries use their default thread pools",
+    "training_workers": "the precision experiment trains in the kernel, one at a time",
+    "png_cache": "every figure's PNG is drawn again (no memo/png)",
+    "memo": "no result cache: every search and training is computed again",
+}
+
+
+def off() -> frozenset[str]:
+    """The pieces turned off in this process's environment."""
+    names = frozenset(p.strip() for p in os.environ.get(ENV, "").split(",") if p.strip())
+    unknown = sorted(names - set(PIECES))
+    if unknown:
+        raise ValueError(f"{ENV}: unknown piece {unknown[0]!r}; pieces: {', '.join(PIECES)}")
+    return names
+
+
+def on(piece: str) -> bool:
+    """Whether ``piece`` (a key of :data:`PIECES`) is in use."""
+    if piece not in PIECES:
+        raise KeyError(piece)
+    return piece not in off()
