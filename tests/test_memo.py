@@ -46,7 +46,29 @@ def test_a_second_call_reads_the_file_and_returns_the_same_value(memo_dir):
     assert np.array_equal(a, b) and a.dtype == b.dtype
     files = list((memo_dir / f"{__name__}._square").glob("*.pkl"))
     assert len(files) == 1
-    assert np.array_equal(pickle.loads(files[0].read_bytes()), a)
+    status, payload = memo.read_entry(files[0])
+    assert status == "hit" and np.array_equal(pickle.loads(payload), a)
+
+
+@pytest.mark.parametrize("tamper", ["edited value, old record", "plain pickle, no record", "truncated", "empty"])
+def test_an_entry_whose_value_does_not_match_its_record_is_computed_again(memo_dir, tamper):
+    """Issue 35 item 10: an edited pickle is never used; the value is recomputed and rewritten."""
+    good = _square(np.arange(4.0))
+    path = next((memo_dir / f"{__name__}._square").glob("*.pkl"))
+    raw = path.read_bytes()
+    head, payload = raw[:raw.index(b"\n") + 1], raw[raw.index(b"\n") + 1:]
+    forged = pickle.dumps(np.full(4, 123456.0))
+    path.write_bytes({"edited value, old record": head + forged, "plain pickle, no record": forged,
+                      "truncated": raw[:-3], "empty": b""}[tamper])
+    assert memo.read_entry(path) == ("bad", None)
+    CALLS.clear()
+    again = _square(np.arange(4.0))
+    assert np.array_equal(again, good) and len(CALLS) == 1  # computed again, not the forged value
+    assert memo.read_entry(path) == ("hit", payload)  # and the file rewritten
+    assert memo.STATS[f"{__name__}._square"]["bad"] >= 1
+    assert _square.peek(np.arange(4.0))[0]
+    path.write_bytes(head + forged)
+    assert _square.peek(np.arange(4.0)) == (False, None)  # peek never returns a bad entry either
 
 
 def test_peek_reads_a_cached_result_and_computes_nothing(memo_dir, monkeypatch):
@@ -110,15 +132,6 @@ def test_an_argument_without_canonical_form_is_refused(memo_dir):
         _square(object())
 
 
-def test_a_corrupt_cache_file_is_recomputed(memo_dir):
-    _square(4)
-    (f,) = (memo_dir / f"{__name__}._square").glob("*.pkl")
-    f.write_bytes(b"not a pickle")
-    assert _square(4) == 16
-    assert len(CALLS) == 2
-    assert pickle.loads(f.read_bytes()) == 16
-
-
 def test_memory_and_communication_chapters_search_through_the_cache(memo_dir, monkeypatch):
     """The chapters' searches are cached on disk (search.cached_search / cached_min_gpus): a second
     process (here: the per-process caches emptied) reads them, and the results are the same."""
@@ -164,7 +177,7 @@ def test_a_call_waiting_for_another_process_to_compute_lends_its_job_slot(memo_d
     while not server.take():  # the waiting caller's slot becomes free
         assert time.monotonic() < deadline, "the waiting caller kept its slot"
         time.sleep(0.02)
-    (folder / f"{digest}.pkl").write_bytes(pickle.dumps(np.float64(36.0)))
+    memo.write_entry(folder / f"{digest}.pkl", pickle.dumps(np.float64(36.0)))
     server.give()
     fcntl.flock(lock, fcntl.LOCK_UN)
     lock.close()

@@ -194,6 +194,22 @@ def test_a_figure_drawn_before_is_read_from_the_result_cache(tmp_path, monkeypat
     assert len(drawn) == 3
 
 
+def test_a_cached_png_that_does_not_match_its_record_is_drawn_again(tmp_path, monkeypatch):
+    """Issue 35 item 10: a replaced memo/png file is never published; the figure is drawn again."""
+    from scaletax import memo
+
+    monkeypatch.setenv(memo.ENV, str(tmp_path / "memo"))
+    spec = alt.Chart(charts.data([{"x": 1, "y": 2}])).mark_point().encode(x="x:Q", y="y:Q").to_dict(validate=False)
+    good = charts.png_of(spec)
+    other = charts.png_of({**spec, "mark": "bar"})
+    (path,) = [p for p in (tmp_path / "memo" / "png").glob("*.png") if memo.read_entry(p)[1] == good]
+    raw = path.read_bytes()
+    for forged in (raw[:raw.index(b"\n") + 1] + other, other):  # record kept / a bare PNG put in its place
+        path.write_bytes(forged)
+        assert charts.png_of(spec) == good
+        assert memo.read_entry(path) == ("hit", good)
+
+
 @pytest.fixture
 def renderer(tmp_path, monkeypatch):
     """The build's render server (started as the runner starts it), named in the environment."""

@@ -18,6 +18,11 @@ are atomic (temporary file, then rename); a per-key lock makes a second process 
 same result while the first computes it wait and read it instead of computing it again (in a
 build it lends its job slot while it waits, ``scaletax.jobserver``: two chapters that need the
 same search leave no core idle).
+Each file records the sha256 of the pickled value it holds (:func:`write_entry`); a file whose
+value does not hash to it (edited, truncated, or written by other code) is never used: the value
+is computed again and the file rewritten (:func:`read_entry`; counted as "bad" in the log). The
+PNG cache of ``scaletax.render.charts`` keeps its files the same way. This catches corruption
+and an edit of the value alone; whoever rewrites both can also edit the code.
 Arguments of a type with no canonical form raise ``TypeError`` (never a silent wrong hit).
 ``fn.peek(*args)`` gives a cached result without computing anything (a caller that farms its
 misses out to worker processes starts none for its hits).
@@ -29,7 +34,7 @@ read from the chapter runner's record). A function that declares ``hardware.csv`
 keyed on the whole file and records a read of the whole catalog on every call, hit or miss.
 
 Every call is counted in :data:`STATS` (this process); with ``SCALETAX_MEMO_LOG`` naming a file,
-each cached call also appends one JSON line to it (function, key, "hit" or "miss", seconds,
+each cached call also appends one JSON line to it (function, key, "hit", "miss" or "bad", seconds,
 process id, and the canonical arguments of a miss): the benchmark reads which calls missed.
 """
 from __future__ import annotations
@@ -191,7 +196,7 @@ def key(fn: Callable, args: tuple, kwargs: dict, data: tuple[str, ...] = (), nam
 
 def _count(name: str, what: str, digest: str = "", seconds: float = 0.0, args: Any = None) -> None:
     with _STATS_LOCK:
-        STATS.setdefault(name, {"hit": 0, "miss": 0})[what] += 1
+        STATS.setdefault(name, {"hit": 0, "miss": 0, "bad": 0})[what] += 1
     log = os.environ.get(LOG_ENV)
     if log:
         line = {"fn": name, "key": digest, "what": what, "seconds": round(seconds, 4), "pid": os.getpid()}
@@ -201,12 +206,46 @@ def _count(name: str, what: str, digest: str = "", seconds: float = 0.0, args: A
             f.write(json.dumps(line, sort_keys=True) + "\n")
 
 
-def _load(path: Path):
+#: A cache file is this line, the sha256 of the rest in hex, a newline, then the rest (the pickled
+#: value, or a PNG's bytes): a file whose rest does not hash to it is never used.
+_HEAD = b"scaletax-memo sha256="
+_DIGEST = 64
+
+
+def write_entry(path: Path, payload: bytes) -> None:
+    """Write ``payload`` to the cache file ``path`` with its sha256 (atomically)."""
+    digest = hashlib.sha256(payload).hexdigest().encode()
+    files.replace_atomically(path, _HEAD + digest + b"\n" + payload, prefix=".tmp-", suffix=path.suffix)
+
+
+def read_entry(path: Path) -> tuple[str, bytes | None]:
+    """("hit", payload) when ``path`` holds a payload that hashes to its recorded sha256;
+    ("missing", None) when there is no file; ("bad", None) when it is unreadable, has no record
+    or does not match it (edited or corrupt: the caller computes the value again and rewrites it)."""
     try:
-        with path.open("rb") as f:
-            return True, pickle.load(f)
-    except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError):
-        return False, None
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return "missing", None
+    except OSError:
+        return "bad", None
+    n = len(_HEAD)
+    if raw[:n] != _HEAD or raw[n + _DIGEST:n + _DIGEST + 1] != b"\n":
+        return "bad", None
+    payload = raw[n + _DIGEST + 1:]
+    if hashlib.sha256(payload).hexdigest().encode() != raw[n:n + _DIGEST]:
+        return "bad", None
+    return "hit", payload
+
+
+def _load(path: Path) -> tuple[str, Any]:
+    """(:func:`read_entry`'s status, the unpickled value or None)."""
+    status, payload = read_entry(path)
+    if status != "hit":
+        return status, None
+    try:
+        return "hit", pickle.loads(payload)
+    except (EOFError, pickle.UnpicklingError, AttributeError, ImportError):  # pickled by other code
+        return "bad", None
 
 
 def _compute(f: Callable, name: str, args: tuple, kwargs: dict, whole_catalog: bool):
@@ -237,10 +276,10 @@ def cached(fn: Callable | None = None, *, data: tuple[str, ...] = (), name: str 
             t0 = time.perf_counter()
             digest = key(f, args, kwargs, data, label)
             path = Path(root) / label / f"{digest}.pkl"
-            ok, value = _load(path)
-            if ok:
-                _count(label, "hit", digest, time.perf_counter() - t0)
-            return digest, path, ok, value
+            status, value = _load(path)
+            if status != "missing":
+                _count(label, status, digest, time.perf_counter() - t0)
+            return digest, path, status == "hit", value
 
         def peek(*args, **kwargs) -> tuple[bool, Any]:
             """(True, the cached result) when it is in the cache, else (False, None): nothing is
@@ -267,13 +306,12 @@ def cached(fn: Callable | None = None, *, data: tuple[str, ...] = (), name: str 
                 except BlockingIOError:  # another process computing it: wait (slot lent), then read
                     with jobserver.lend():
                         fcntl.flock(lock, fcntl.LOCK_EX)
-                ok, value = _load(path)
-                if ok:
+                status, value = _load(path)
+                if status == "hit":
                     _count(label, "hit", digest, time.perf_counter() - t0)
                     return value
                 value = _compute(f, label, args, kwargs, whole_catalog)
-                files.replace_atomically(path, pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL),
-                                         prefix=".tmp-", suffix=".pkl")
+                write_entry(path, pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
             _count(label, "miss", digest, time.perf_counter() - t0,
                    _arguments(f, args, kwargs) if os.environ.get(LOG_ENV) else None)
             return value

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import vl_convert as vlc
 
-from scaletax import files, memo, speedups
+from scaletax import memo, speedups
 from scaletax.render import pngserver
 
 if TYPE_CHECKING:
@@ -303,14 +303,13 @@ def png_of(spec: dict) -> bytes:
         return _draw(spec)
     drawn = json.dumps({"vl_convert": vlc.__version__, "scale": PNG_SCALE, "spec": spec}, sort_keys=True)
     path = Path(root) / "png" / f"{hashlib.sha256(drawn.encode()).hexdigest()}.png"
-    try:
-        return path.read_bytes()
-    except OSError:
-        pass
+    status, png = memo.read_entry(path)  # used only when the bytes hash to the sha256 recorded with them
+    if status == "hit":
+        return png
     png = _draw(spec)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        files.replace_atomically(path, png, prefix=".tmp-", suffix=".png")
+        memo.write_entry(path, png)
     except OSError:  # a cache that cannot be written only costs the time
         pass
     return png
