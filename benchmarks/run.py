@@ -38,7 +38,7 @@ TARGETS = {
     "warm_rebuild_speedup": 10.0,          # cold / warm
     "cold_vs_jupyter_book_execute": 3.0,   # JB force / ours, cold HTML, 2 cores
     "search_speedup_vs_loop": 100.0,
-    "search_speedup_vs_calculon_fully_evaluated_logging_off": 1000.0,
+    "search_speedup_vs_calculon_every_layout_logging_off": 1000.0,
     "search_speedup_vs_llm_analysis": 200.0,
     "predict_rows_per_s": 10_000.0,
 }
@@ -529,7 +529,8 @@ def bench_search(rounds: int) -> dict:
                                                      "tuples": 2}))
         lla.append(_peer("llm-analysis", "search", {"procs": PEER_GPUS, "batch": PEER_BATCH}))
     med = statistics.median
-    ours_rate = med([res.n_layouts / t["cpu_s"] for t in ours])
+    ours_rate = med([res.n_layouts / t["cpu_s"] for t in ours])  # every layout evaluated, per CPU s
+    ours_valid_rate = med([res.n_fit / t["cpu_s"] for t in ours])  # those that fit, per CPU s spent on all
     rate = lambda rs, k: med([r[k] / r["cpu_s"] for r in rs])  # noqa: E731
     cal = {"shipped_executions_per_s": rate(cal_ship, "executions"),
            "shipped_fully_evaluated_per_s": rate(cal_ship, "fully_evaluated"),
@@ -560,14 +561,19 @@ def bench_search(rounds: int) -> dict:
     return {
         "space": f"megatron_1t, {PEER_PRECISION}, {PEER_GPUS:,} H100, {PEER_BATCH:,} sequences per step",
         "rounds": rounds, "n_layouts": res.n_layouts, "n_fit": res.n_fit,
-        "vectorized_layouts_per_s": ours_rate, "vectorized_cpu_s": med([t["cpu_s"] for t in ours]),
+        "vectorized_layouts_per_s": ours_rate, "vectorized_valid_layouts_per_s": ours_valid_rate,
+        "vectorized_cpu_s": med([t["cpu_s"] for t in ours]),
         "vectorized_wall_s": med([t["wall_s"] for t in ours]),
         "loop_layouts_per_s": loop["n_layouts"] / loop_cpu, "loop_cpu_s": loop_cpu,
         "speedup_vs_loop": ours_rate / (loop["n_layouts"] / loop_cpu),
         "best_vectorized": label(res.best),
         "best_loop": label(loop["best"]) if loop["best"] is not None else None, "same_best": same,
         "calculon": cal, "llm_analysis": {"configurations_per_s": lla_rate, "rounds": lla},
-        "speedup_vs_calculon_fully_evaluated_logging_off": ours_rate / cal["warning_fully_evaluated_per_s"],
+        # like with like: every layout on both sides (our candidates, Calculon's executions), or the
+        # valid ones on both sides (ours that fit, Calculon's fully evaluated), each per CPU second
+        # spent on all of them
+        "speedup_vs_calculon_every_layout_logging_off": ours_rate / cal["warning_executions_per_s"],
+        "speedup_vs_calculon_valid_layouts_logging_off": ours_valid_rate / cal["warning_fully_evaluated_per_s"],
         "speedup_vs_calculon_executions_shipped": ours_rate / cal["shipped_executions_per_s"],
         "speedup_vs_llm_analysis": ours_rate / lla_rate,
         "same_layouts": side,
@@ -749,13 +755,14 @@ def _table(results: dict) -> str:
     if s:
         c, la = s["calculon"], s["llm_analysis"]
         lines += [
-            f"| layout search, vectorized ({s['space']}) | {_n(s['vectorized_layouts_per_s'])} layouts/s per core | |",
+            f"| layout search, vectorized ({s['space']}) | {_n(s['vectorized_layouts_per_s'])} layouts/s per core, "
+            f"{_n(s['vectorized_valid_layouts_per_s'])} of them valid (fit) | |",
             f"| the project's per-layout loop, same space | {_n(s['loop_layouts_per_s'])} layouts/s ({s['speedup_vs_loop']:,.0f}x slower) | >= 100x |",
             f"| same best layout (vectorized vs loop) | {s['same_best']} ({s['best_vectorized']}) | yes |",
-            f"| Calculon, as shipped, every execution | {_n(c['shipped_executions_per_s'])} /s ({s['speedup_vs_calculon_executions_shipped']:,.0f}x slower) | |",
+            f"| Calculon, as shipped, every execution | {_n(c['shipped_executions_per_s'])} /s ({s['speedup_vs_calculon_executions_shipped']:,.0f}x slower, every layout on both sides) | |",
             f"| Calculon, as shipped, fully evaluated | {_n(c['shipped_fully_evaluated_per_s'])} /s | |",
-            f"| Calculon, logging at WARNING, every execution | {_n(c['warning_executions_per_s'])} /s | |",
-            f"| Calculon, logging at WARNING, fully evaluated | {_n(c['warning_fully_evaluated_per_s'])} /s ({s['speedup_vs_calculon_fully_evaluated_logging_off']:,.0f}x slower) | >= 1,000x |",
+            f"| Calculon, logging at WARNING, every execution | {_n(c['warning_executions_per_s'])} /s ({s['speedup_vs_calculon_every_layout_logging_off']:,.0f}x slower, every layout on both sides) | >= 1,000x |",
+            f"| Calculon, logging at WARNING, fully evaluated | {_n(c['warning_fully_evaluated_per_s'])} /s ({s['speedup_vs_calculon_valid_layouts_logging_off']:,.0f}x slower, valid layouts on both sides, per CPU s spent on all) | |",
             f"| llm-analysis 0.2.2, configurations | {_n(la['configurations_per_s'])} /s ({s['speedup_vs_llm_analysis']:,.0f}x slower) | >= 200x |",
         ]
     sc = results.get("search_scaling")
