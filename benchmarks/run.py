@@ -375,6 +375,7 @@ def bench_ablation(rounds: int, pieces: list[str] | None = None) -> dict:
             res = _ablation_config(c)
             res["load_average_start"] = list(load0)
             runs[c or "all_on"].append(res)
+            ABLATION.write_text(json.dumps({"partial": True, "runs": runs}, indent=1) + "\n")  # a crash keeps what ran
             print(f"  ablation round {r + 1}/{rounds} {c or 'all_on'}: "
                   + ", ".join(f"{p} {res[p]['wall_s']:.1f} s" for p, _ in ABLATION_PATHS)
                   + f" (load {load0[0]:.1f})", file=sys.stderr, flush=True)
