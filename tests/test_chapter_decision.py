@@ -356,13 +356,3 @@ def test_a_price_that_changes_the_cheapest_gpu_searches_nothing(tmp_path, monkey
     assert {r["gpu"] for r in tor} == {"h200_sxm"}
     assert sum(v["miss"] for v in memo.STATS.values()) == 0 and memo.STATS["scaletax.search.search"]["hit"] > 0
     d.clear_cache()
-
-
-def test_searches_on_the_builds_free_slots_give_the_rows_of_the_plain_loop(plan, rows, free_slot):
-    """In a build the rows' searches run side by side on free job slots (jobserver.map, threads):
-    the same rows, waterfall and sensitivity as one after the other."""
-    serial = (d.waterfall(plan, DENSE, "gb200"), d.tornado_rows(plan, rows))
-    d.clear_cache()  # searched again, in threads
-    threaded = d.decision_rows(plan)
-    assert threaded == rows
-    assert (d.waterfall(plan, DENSE, "gb200"), d.tornado_rows(plan, threaded)) == serial

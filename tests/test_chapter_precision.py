@@ -312,27 +312,6 @@ def test_budget_and_worth_text(tiny):
     assert "never" in ps.worth_text(none)
 
 
-def test_experiment_workers_share_the_builds_job_slots(tmp_path, monkeypatch):
-    """In a build (scaletax.jobserver) the chapter lends its slot to its workers, which take
-    one per training: with one slot the two workers train one at a time, the results are the
-    serial ones, and the chapter holds its slot again afterwards."""
-    from scaletax import jobserver
-
-    monkeypatch.delenv("SCALETAX_MEMO_DIR", raising=False)
-    serial, _ = ps.run(5, 2, 6, ("bf16", "nvfp4"), n_workers=1, **TINY)
-    server = jobserver.Server(tmp_path / "slots", 1)
-    try:
-        assert server.take()  # the chapter's own slot, as the runner takes it
-        monkeypatch.setenv(jobserver.ENV, str(server.path))
-        shared, _ = ps.run(5, 2, 6, ("bf16", "nvfp4"), n_workers=2, **TINY)
-        assert not server.take()  # back in the chapter's hands, none left over
-    finally:
-        server.close()
-    for name, r in serial.items():
-        assert np.array_equal(shared[name].curves, r.curves)
-        assert np.array_equal(shared[name].final_loss, r.final_loss)
-
-
 def test_experiment_results_do_not_depend_on_the_number_of_workers(tmp_path, monkeypatch):
     """Seeded trainings split across processes give the serial results bit for bit, and the
     cached copies (scaletax.memo) are the same values again."""

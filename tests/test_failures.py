@@ -153,10 +153,9 @@ def _signal_builds(built_book, tmp_path, sigkill: bool):
     try:
         assert _wait_for(lambda: list((build_dir / ".cache").glob(".tmp-hardware-*"))), "slow build never started"
         # the slow chapter's kernel (working in its .tmp-hardware-* folder) is up: every process
-        # the build started (prefork server, workers, kernels, training workers) is a descendant
+        # the build started (kernels, their training workers, Sphinx) is a descendant
         assert _wait_for(lambda: any(".tmp-hardware-" in _cwd(p) for p in _descendants(second.pid)), 60)
         family = _descendants(second.pid)
-        assert len(family) >= 3, family  # at least a worker and its kernel besides the server
         second.kill()
         second.communicate(timeout=60)
     finally:

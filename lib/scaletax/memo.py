@@ -15,9 +15,7 @@
 Without ``SCALETAX_MEMO_DIR`` in the environment the function is simply called (tests, library
 use). The build runner sets it to ``_build/.cache/memo``, shared by chapters and builds. Writes
 are atomic (temporary file, then rename); a per-key lock makes a second process that needs the
-same result while the first computes it wait and read it instead of computing it again (in a
-build it lends its job slot while it waits, ``scaletax.jobserver``: two chapters that need the
-same search leave no core idle).
+same result while the first computes it wait and read it instead of computing it again.
 Each file records the sha256 of the pickled value it holds (:func:`write_entry`); a file whose
 value does not hash to it (edited, truncated, or written by other code) is never used: the value
 is computed again and the file rewritten (:func:`read_entry`; counted as "bad" in the log). The
@@ -58,7 +56,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from scaletax import DATA_DIR, files, hardware, jobserver
+from scaletax import DATA_DIR, files, hardware
 
 #: Environment variable naming the cache folder; unset = no caching.
 ENV = "SCALETAX_MEMO_DIR"
@@ -67,9 +65,7 @@ LOG_ENV = "SCALETAX_MEMO_LOG"
 _PKG = "scaletax"
 #: This process's counts per function: {"module.name": {"hit": n, "miss": n}}.
 STATS: dict[str, dict[str, int]] = {}
-_STATS_LOCK = threading.Lock()  # cached calls of one chapter run in threads (scaletax.jobserver.map)
-#: Modules of the functions made cached in this process (:func:`cached`), which :func:`warm` hashes.
-_MODULES: set[str] = set()
+_STATS_LOCK = threading.Lock()  # a chapter may call cached functions from threads
 
 
 def _module_file(name: str) -> Path | None:
@@ -124,14 +120,6 @@ def code_hash(module: str) -> str:
         f = _module_file(name)
         h.update(name.encode() + b"\0" + (f.read_bytes() if f else b"") + b"\0")
     return h.hexdigest()
-
-
-def warm() -> None:
-    """Compute the :func:`code_hash` of every cached function's module now: a process that forks
-    the build's chapters (``report/prefork.py``) hashes the library code once for all of them
-    (about 0.5 CPU s each) instead of each chapter hashing the same sources again."""
-    for module in sorted(_MODULES):
-        code_hash(module)
 
 
 def canonical(obj: Any) -> Any:
@@ -267,7 +255,6 @@ def cached(fn: Callable | None = None, *, data: tuple[str, ...] = (), name: str 
     def wrap(f: Callable) -> Callable:
         label = name or f"{f.__module__}.{f.__qualname__}"
         whole_catalog = "hardware.csv" in data
-        _MODULES.add(f.__module__)
 
         def _lookup(root: str, args: tuple, kwargs: dict):
             """(key, its file, loaded?, the cached value or None); a hit is counted."""
@@ -303,9 +290,8 @@ def cached(fn: Callable | None = None, *, data: tuple[str, ...] = (), name: str 
             with open(path.with_suffix(".lock"), "a") as lock:
                 try:
                     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:  # another process computing it: wait (slot lent), then read
-                    with jobserver.lend():
-                        fcntl.flock(lock, fcntl.LOCK_EX)
+                except BlockingIOError:  # another process computing it: wait, then read
+                    fcntl.flock(lock, fcntl.LOCK_EX)
                 status, value = _load(path)
                 if status == "hit":
                     _count(label, "hit", digest, time.perf_counter() - t0)

@@ -11,15 +11,10 @@ import os
 ENV = "SCALETAX_WITHOUT"
 #: Each speed-only piece of the build, and what turning it off does instead.
 PIECES = {
-    "prefork": "each chapter worker and kernel starts as a new process (no fork server)",
-    "jobserver": "no shared job slots: the runner counts its chapters, trainings and searches take none",
-    "threads": "a chapter's independent searches run in a plain loop (no helper threads)",
     "warm_sphinx": "Sphinx starts as a new process when the HTML step comes",
     "sphinx_os_exit": "the warm Sphinx ends with the interpreter's teardown (no os._exit)",
-    "pngserver": "each chapter draws its own PNGs (no render server)",
     "sphinx_parallel": "Sphinx reads and writes in one process (no -j)",
-    "papermill_write_once": "papermill saves the notebook at every cell (its default)",
-    "kernel_kill": "papermill shuts the kernel down gracefully (its default)",
+    "kernel_kill": "nbclient shuts the kernel down gracefully (its default)",
     "critical_path": "chapters start in book order (no critical-path schedule)",
     "sphinx_once": "Sphinx unpickles a doctree at every lookup (no read-only doctree cache)",
     "vega_background": "the chart bundle is made after the chapters, not beside them",

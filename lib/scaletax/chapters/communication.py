@@ -27,7 +27,7 @@ from typing import Sequence
 
 import numpy as np
 
-from scaletax import comm, hardware, jobserver, perf, recipes, search
+from scaletax import comm, hardware, perf, recipes, search
 from scaletax.comm import GROUPS, Overlap, WireFormat
 from scaletax.models import Model
 from scaletax.layout import Layout, LayoutArray, group_strides, label
@@ -141,7 +141,7 @@ def tax_rows(model_ids, gpu_ids, sizes, *, batch_tokens: int, precision: str = "
         r = best_layout(m, gid, n, batch_tokens=batch_tokens, precision=precision, allowed=allowed)
         return _fill(r, m, gid, n, hardware.get(gid).nvlink_domain)
 
-    return jobserver.map(cell, [(_models.get(mid), gid, int(n)) for mid in model_ids for gid in gpu_ids for n in sizes])
+    return [cell((_models.get(mid), gid, int(n))) for mid in model_ids for gid in gpu_ids for n in sizes]
 
 
 def _fill(row, model, gpu_id, n, domain) -> dict:
@@ -163,7 +163,7 @@ def domain_rows(model_ids, gpu_id: str, sizes, domains=DOMAIN_SWEEP, *, batch_to
         r = best_layout(m, gpu_id, n, batch_tokens=batch_tokens, domain=d, precision=precision, allowed=allowed)
         return _fill(r, m, gpu_id, n, d)
 
-    return jobserver.map(cell, [(_models.get(mid), int(n), int(d)) for mid in model_ids for n in sizes for d in domains])
+    return [cell((_models.get(mid), int(n), int(d))) for mid in model_ids for n in sizes for d in domains]
 
 
 def nvl72_rows(rows: list[dict], small: int = 8, large: int = 72) -> list[dict]:
@@ -235,7 +235,7 @@ def ep_rows(model: Model, gpu_ids, gpus: int, eps=(8, 64), domains=(), *, batch_
     for gid in gpu_ids:
         own = hardware.get(gid).nvlink_domain
         cells += [(gid, d, e, own) for d in sorted(set(domains) | {own}) for e in eps]
-    return jobserver.map(cell, cells)
+    return [cell(c) for c in cells]
 
 
 def ep_sizes(model: Model, largest: int = 512) -> list[int]:

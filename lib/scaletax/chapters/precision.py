@@ -47,7 +47,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from scaletax import DATA_DIR, hardware, jobserver, memo, recipes, references, speedups
+from scaletax import DATA_DIR, hardware, memo, recipes, references, speedups
 from scaletax import lowp_training as L
 from scaletax import precision as P
 from scaletax import runs as runs_table
@@ -311,8 +311,20 @@ train = memo.cached(L.train)
 
 
 #: What a training worker takes from the caller's environment now (the forkserver, started once
-#: per process, holds the environment of its start): the result cache and the job slots.
-_WORKER_ENV = (memo.ENV, jobserver.ENV)
+#: per process, holds the environment of its start): the result cache.
+_WORKER_ENV = (memo.ENV,)
+#: Environment variable with the build's ``--jobs`` (set in every chapter kernel by
+#: ``report/execute.py``): the most training processes the experiment starts.
+WORKERS_ENV = "SCALETAX_WORKERS"
+
+
+def workers() -> int:
+    """Training processes the experiment may use: ``SCALETAX_WORKERS`` (the build's ``--jobs``),
+    else 1 (a notebook run by hand, the tests: no split)."""
+    try:
+        return max(1, int(os.environ.get(WORKERS_ENV, "1")))
+    except ValueError:
+        return 1
 
 
 def _worker_init(env: dict[str, str | None]) -> None:
@@ -324,23 +336,19 @@ def _worker_init(env: dict[str, str | None]) -> None:
 
 
 def _train_job(job: tuple[str, int, L.TaskConfig]) -> L.RunResult:
-    """One training in a worker process, holding one of the build's job slots while it runs."""
-    with jobserver.slot():
-        return train(*job)
+    """One training in a worker process."""
+    return train(*job)
 
 
 class Experiment:
     """The experiment's trainings, started (:func:`start`); :meth:`result` waits for them.
 
     The recipe x seed trainings are independent: they run in ``n_workers`` processes (default
-    :func:`scaletax.jobserver.workers`) and each is cached (:data:`train`); the results do not depend on the
+    :func:`workers`) and each is cached (:data:`train`); the results do not depend on the
     number of workers (every training is seeded by its own seed). With more than one worker
-    they run while the caller goes on (the chapter draws its other figures meanwhile); in a
-    build each training holds one of the build's job slots, and the caller lends its own while
-    it waits in :meth:`result` (``scaletax.jobserver``), so the workers use exactly the cores
-    the other chapters leave free. Trainings already in the cache are read here, before any
-    worker starts: a rebuild that reuses them all (a GPU list, a price) starts no worker and
-    waits for no slot.
+    they run while the caller goes on (the chapter draws its other figures meanwhile).
+    Trainings already in the cache are read here, before any worker starts: a rebuild that
+    reuses them all (a GPU list, a price) starts no worker.
     """
 
     def __init__(self, recipes: Sequence[str], seeds: list[int], cfg: L.TaskConfig, n_workers: int):
@@ -355,7 +363,7 @@ class Experiment:
                 self._done[i] = run
         todo = [i for i in range(len(self._jobs)) if i not in self._done]
         self._futures: dict[int, Any] = {}
-        if min(len(todo), n_workers) <= 1:  # in this process, in the caller's own slot
+        if min(len(todo), n_workers) <= 1:  # in this process
             for i in todo:
                 self._done[i] = train(*self._jobs[i])
             self._runs = [self._done[i] for i in range(len(self._jobs))]
@@ -374,12 +382,11 @@ class Experiment:
 
     def result(self):
         """(results as ``lowp_training.run_experiment`` returns, TaskConfig), once every
-        training is done (the caller's job slot is lent while it waits)."""
+        training is done."""
         if self._runs is None:
             try:
-                with jobserver.lend():
-                    self._runs = [self._done[i] if i in self._done else self._futures[i].result()
-                                  for i in range(len(self._jobs))]
+                self._runs = [self._done[i] if i in self._done else self._futures[i].result()
+                              for i in range(len(self._jobs))]
             finally:
                 self._pool.shutdown(cancel_futures=True)
         return L.collect(self.recipes, self.seeds, self._runs), self.cfg
@@ -389,7 +396,7 @@ def start(base_seed: int, n_seeds: int, steps: int,
           recipes: Sequence[str] = L.DEFAULT_RECIPES, *, n_workers: int | None = None, **overrides) -> Experiment:
     """Start the experiment (:class:`Experiment`): every recipe trained from every seed."""
     cfg = task_config(steps, **overrides)
-    n = jobserver.workers() if n_workers is None else max(1, int(n_workers))
+    n = workers() if n_workers is None else max(1, int(n_workers))
     if not speedups.on("training_workers"):
         n = 1
     return Experiment(recipes, experiment_seeds(base_seed, n_seeds), cfg, n)

@@ -306,21 +306,21 @@ def _tool_env() -> dict[str, str]:
 
 
 def _warm_sphinx():
-    """A :class:`prefork.Warm` ``python -m sphinx`` for a build step to come (its imports done
+    """A :class:`warm.Warm` ``python -m sphinx`` for a build step to come (its imports done
     while a core is free), or None (not Linux, or it could not start: the step starts Sphinx)."""
-    from scaletax.report import prefork
+    from scaletax.report import warm
 
     if not sys.platform.startswith("linux") or not speedups.on("warm_sphinx"):
         return None
     try:
-        return prefork.Warm("sphinx", prefork.SPHINX_PRELOAD, _tool_env())
+        return warm.Warm("sphinx", warm.SPHINX_PRELOAD, _tool_env())
     except OSError:
         return None
 
 
 def _run(cmd: list[str], cwd: Path, log: Path, step: str, timeout: float = 1800, warm=None) -> None:
     """Run one build tool in its own process group, killed with the build (whatever kills it).
-    ``warm``: a :class:`prefork.Warm` of ``cmd``'s ``python -m`` module, run instead of a new
+    ``warm``: a :class:`warm.Warm` of ``cmd``'s ``python -m`` module, run instead of a new
     process (same environment, arguments, directory and log)."""
     proc = None
     with contextlib.ExitStack() as stack:

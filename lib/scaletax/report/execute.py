@@ -1,4 +1,4 @@
-"""Execute chapter notebooks with papermill, in parallel, cached by content hash.
+"""Execute chapter notebooks, cached by content hash: the build's chapter runner.
 
 The cache key of a chapter is the sha256 of its jupytext source, its parameters, the
 library code, the data files it declares and the lock file. A hit reuses the executed
@@ -24,22 +24,16 @@ rename, so concurrent builds of the same chapter both succeed. The cache is held
 size cap (``SCALETAX_CACHE_MAX_MB``, default :data:`CACHE_MAX_BYTES`) by evicting the least
 recently used entries; ``scaletax cache prune`` does the same on demand.
 
-Schedule: the chapters to execute start longest first (:func:`schedule`: each chapter's last
-executed seconds, recorded in ``<cache>/seconds.json``, else its ``cold_seconds``; a chapter
-waits for those it runs ``after``), so the longest chapter does not start last. Every process
-of the build shares ``jobs`` slots (``scaletax.jobserver``): the runner takes one per chapter,
-and a chapter that splits its work over processes (the precision experiment) lends its own
-and holds one per piece of work, so the cores are neither oversubscribed nor idle while work
-is left. The order changes when chapters run, never what they compute.
-
-Workers are forked by one prefork server per build (``report/prefork.py``), which imported what
-a worker and a chapter's kernel import; each worker forks its kernel before papermill starts
-(its log: ``<logs>/prefork.log``). Where it cannot run, each worker starts as a new process.
-The chapters' figures are drawn by one render server per build (``scaletax.render.pngserver``,
-its log: ``<logs>/render.log``); where it cannot run, each chapter draws its own.
+Execution: the build process drives up to ``jobs`` notebooks at once with nbclient on one
+asyncio event loop (:func:`_execute_all`); each chapter gets a fresh ipykernel process of its
+own (own session, SIGKILL when the build dies: ``lifecycle.die_with_parent``), its parameters
+injected by papermill's ``parameterize_notebook`` first. A signal cancels the loop
+(``lifecycle.run_async``): every running kernel is shut down, its process group killed, and
+the unfinished work folders removed. Chapters start longest first (:func:`schedule`).
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import hashlib
@@ -48,15 +42,13 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scaletax import DATA_DIR, files, hardware, jobserver, speedups
+from scaletax import DATA_DIR, files, hardware, speedups
 from scaletax.report import lifecycle
 from scaletax.report.chapters import Chapter
 from scaletax.report.provenance import lib_hash, lock_hash, sha256_bytes
@@ -64,18 +56,21 @@ from scaletax.report.scenario import canonical_json
 
 EXECUTION_TIMEOUT_S = 1800
 KERNEL = "python3"
-#: Thread pools of the numeric libraries in every chapter process (worker, kernel and the
-#: kernel's own worker processes): one thread each, so that ``--jobs`` chapters (and the
-#: precision chapter's training workers) share the cores without oversubscribing them. A
-#: 2-thread OpenBLAS GEMM of the training experiment's size on 2 busy cores is ~10x slower
-#: than a 1-thread one; results are byte-identical.
+#: Environment variable with the build's ``--jobs``: the processes a chapter may use for
+#: independent work (the precision experiment's trainings).
+WORKERS_ENV = "SCALETAX_WORKERS"
+#: Thread pools of the numeric libraries in every chapter process (kernel and the kernel's own
+#: worker processes): one thread each, so that ``--jobs`` chapters (and the precision chapter's
+#: training workers) share the cores without oversubscribing them. A 2-thread OpenBLAS GEMM of
+#: the training experiment's size on 2 busy cores is ~10x slower than a 1-thread one; results
+#: are byte-identical.
 THREAD_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-#: glibc malloc settings of every build process (chapter worker, kernel and its training workers,
-#: Sphinx): blocks up to 256 MiB come from the heap, and free memory at the heap's top is kept up
-#: to 1 GiB. glibc's defaults (mallopt(3): M_MMAP_THRESHOLD 128 KiB, raised dynamically to at most
-#: 32 MiB; M_TRIM_THRESHOLD twice that) give each numpy temporary of a few MiB fresh pages from
-#: mmap, which the kernel zeroes and faults in on every use. Measured on the communication
-#: chapter alone: 1.84 M -> 0.19 M minor page faults, 6.6 -> 1.4 s system CPU, the same peak RSS.
+#: glibc malloc settings of every build process (kernel and its training workers, Sphinx): blocks
+#: up to 256 MiB come from the heap, and free memory at the heap's top is kept up to 1 GiB.
+#: glibc's defaults (mallopt(3): M_MMAP_THRESHOLD 128 KiB, raised dynamically to at most 32 MiB;
+#: M_TRIM_THRESHOLD twice that) give each numpy temporary of a few MiB fresh pages from mmap,
+#: which the kernel zeroes and faults in on every use. Measured on the communication chapter
+#: alone: 1.84 M -> 0.19 M minor page faults, 6.6 -> 1.4 s system CPU, the same peak RSS.
 #: Placement of allocations only: results are byte-identical. A GLIBC_TUNABLES already set in the
 #: environment is kept as it is; other C libraries ignore the variable.
 ALLOCATOR_ENV = {"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=268435456:glibc.malloc.trim_threshold=1073741824"}
@@ -87,11 +82,15 @@ def process_env(**extra: str) -> dict[str, str]:
     allocator = {} if "GLIBC_TUNABLES" in os.environ or not speedups.on("allocator") else ALLOCATOR_ENV
     threads = THREAD_ENV if speedups.on("one_thread") else {}
     return {**os.environ, **threads, **allocator, **extra}
+
+
 ENTRY_FILE = "entry.json"
 #: Data files a chapter that declares ``hardware.csv`` is keyed on through the rows it read.
 ROW_FILES = ("hardware.csv", "systems.csv")
 #: Where a chapter kernel records its catalog reads (in its work folder; not kept in the entry).
 READS_FILE = "hardware_reads.txt"
+#: The kernel's own stdout and stderr (in its work folder; not kept in the entry).
+KERNEL_LOG = "kernel.log"
 #: Folder of the cache holding the record of reads by base key.
 READS_DIR = "reads"
 #: Default size cap of the execution cache (bytes); ``SCALETAX_CACHE_MAX_MB`` overrides.
@@ -205,78 +204,47 @@ def _write_reads_index(cache_dir: Path, base: str, key: str, reads: tuple[str, .
                              prefix=lifecycle.temp_name(".tmp-"), suffix="")  # pid in the name: remove_stale
 
 
-def _execute_one(source: str, params_file: str, workdir: str, forked_kernel: bool = False) -> int:
-    """Worker entry point (own process and session): papermill one notebook.
+# --------------------------------------------------------------------------------------
+# Executing
+# --------------------------------------------------------------------------------------
+def kernel_env(cache_dir: Path, jobs: int) -> dict[str, str]:
+    """Environment of every chapter kernel (:func:`process_env`): the shared result cache
+    (``scaletax.memo``, ``<cache_dir>/memo``), :data:`WORKERS_ENV` (the build's ``--jobs``) and a
+    fixed hash seed."""
+    from scaletax import memo
 
-    Writes ``status.json`` (seconds, error, cell) into ``workdir``; returns 0 or 1. With
-    ``forked_kernel`` (a worker forked by the prefork server, its modules imported) the kernel
-    is forked from this process (``prefork.plant_seed``) instead of started afresh.
-    """
+    env = process_env(**{memo.ENV: str(cache_dir / "memo"), WORKERS_ENV: str(max(1, jobs)), "PYTHONHASHSEED": "0"})
+    if not speedups.on("memo"):
+        env.pop(memo.ENV)
+    return env
+
+
+def _notebook(source: Path, parameters: dict):
+    """The chapter's notebook with ``parameters`` (if any) injected after its ``parameters`` cell,
+    by papermill (a cell tagged ``injected-parameters``)."""
     import jupytext
-    import papermill as pm
+    from papermill.parameterize import parameterize_notebook
 
-    work = Path(workdir)
-    figures = work / "figures"
-    figures.mkdir(parents=True, exist_ok=True)
-    os.environ["SCALETAX_FIGURES_DIR"] = str(figures)
-    os.environ[hardware.READS_ENV] = str(work / READS_FILE)  # the kernel and its workers append here
-    os.environ["PYTHONHASHSEED"] = "0"
-    defs = work / "definitions.json"
-    if defs.exists():  # GPUs / models defined in the scenario: hardware.get / models.get read them
-        os.environ["SCALETAX_DEFINITIONS"] = str(defs)
-    parameters = json.loads(Path(params_file).read_text(encoding="utf-8"))
     nb = jupytext.read(source)
-    t0 = time.perf_counter()
-    error, cell = None, None
-    seed, engine = None, {}
-    if forked_kernel:
-        from scaletax.report import prefork
-
-        with contextlib.suppress(prefork.Unavailable):  # else papermill starts a kernel afresh
-            seed = prefork.plant_seed()
-            engine["kernel_manager_class"] = prefork.seeded_kernel_manager(seed)
-    try:
-        # request_save_on_cell_execute=False: papermill's default rewrites (and validates) the whole
-        # output notebook at every cell's start and end, megabytes of figures each time (about 2 s
-        # of the decision chapter's 6 s); it still writes it at the end, and on an error first.
-        # shutdown_kernel="immediate": the notebook has run (every output is in); the kernel and
-        # its process group (the precision experiment's forkserver and resource tracker) are
-        # killed at once. A graceful shutdown SIGTERMs those children and waits for the resource
-        # tracker, which ignores SIGTERM, until jupyter_client kills the kernel after 2.5 s.
-        pm.execute_notebook(nb, str(work / "notebook.ipynb"), parameters=parameters,
-                            kernel_name=KERNEL, cwd=str(work), progress_bar=False,
-                            log_output=False, execution_timeout=EXECUTION_TIMEOUT_S,
-                            request_save_on_cell_execute=not speedups.on("papermill_write_once"),
-                            shutdown_kernel="immediate" if speedups.on("kernel_kill") else "graceful", **engine)
-    except pm.PapermillExecutionError as exc:
-        error, cell = f"{exc.ename}: {exc.evalue}".splitlines()[0][:300], exc.cell_index
-    except Exception as exc:  # kernel died, timeout, unreadable notebook
-        error = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
-    finally:
-        if seed is not None:
-            seed.close()  # unused (papermill failed before starting a kernel): it exits
-    _stable_ids(work / "notebook.ipynb")
-    status = {"seconds": time.perf_counter() - t0, "error": error, "cell": cell}
-    (work / "status.json").write_text(json.dumps(status), encoding="utf-8")
-    return 0 if error is None else 1
+    if not parameters:
+        return nb
+    for cell in nb.cells:  # what papermill's own reader adds before it parameterizes
+        cell.metadata.setdefault("tags", [])
+    nb.metadata["papermill"] = {"default_parameters": {}, "parameters": {}, "environment_variables": {}}
+    return parameterize_notebook(nb, parameters, kernel_name=KERNEL, language="python")
 
 
-def _execute_forked(source: str, params_file: str, workdir: str) -> int:
-    """:func:`_execute_one` in a worker forked by the prefork server (its kernel forked too)."""
-    return _execute_one(source, params_file, workdir, forked_kernel=True)
+def _failed_cell(nb) -> int | None:
+    """Index of the first code cell with an error output."""
+    return next((i for i, c in enumerate(nb.cells) if c.cell_type == "code"
+                 and any(o.get("output_type") == "error" for o in c.get("outputs", []))), None)
 
 
-def _stable_ids(path: Path) -> None:
-    """Replace the random cell ids (jupytext, papermill) by their position, so that the same
-    inputs give byte-identical notebooks apart from papermill's timestamps."""
-    import nbformat
-
-    if not path.exists():
-        return
-    nb = nbformat.read(path, as_version=4)
+def _stable_ids(nb) -> None:
+    """Replace the random cell ids (jupytext) by their position, so that the same inputs give
+    byte-identical notebooks."""
     for i, cell in enumerate(nb.cells):
         cell["id"] = f"cell-{i:03d}"
-    nbformat.write(nb, path)
 
 
 @dataclass
@@ -284,137 +252,91 @@ class _Job:
     chapter: Chapter
     params: dict
     key: str  # the base key (:func:`base_key`)
-    work: Path
-    proc: "subprocess.Popen | prefork.Child | None" = None
     definitions: dict = field(default_factory=dict)
+    work: Path = Path()
 
 
-def kernel_env(cache_dir: Path, jobs: int) -> dict[str, str]:
-    """Environment of a chapter process (:func:`process_env`): the shared result cache
-    (``scaletax.memo``, ``<cache_dir>/memo``) and ``SCALETAX_WORKERS`` (processes a chapter
-    may use for independent work, the build's ``--jobs``)."""
-    from scaletax import memo
+async def _execute(job: _Job, env: dict[str, str], kernels: set) -> dict:
+    """Run ``job``'s notebook in a fresh kernel (its work folder ready); write the executed
+    notebook there. Returns {"seconds", "error", "cell"}."""
+    import nbformat
+    from jupyter_client.manager import AsyncKernelManager
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
 
-    env = process_env(**{memo.ENV: str(cache_dir / "memo"), jobserver.WORKERS_ENV: str(max(1, jobs))})
-    if not speedups.on("memo"):
-        env.pop(memo.ENV)
-    return env
-
-
-def _start_server(env: dict[str, str], folder: Path, progress=None):
-    """The build's prefork server (``report/prefork.py``), or None where it cannot run (not
-    Linux, or it did not start: each chapter then starts afresh, with a note)."""
-    from scaletax.report import prefork
-
-    if not sys.platform.startswith("linux") or not speedups.on("prefork"):
-        return None
+    work = job.work
+    figures = work / "figures"
+    figures.mkdir()
+    kenv = {**env, "SCALETAX_FIGURES_DIR": str(figures), hardware.READS_ENV: str(work / READS_FILE)}
+    if job.definitions.get("gpus") or job.definitions.get("models"):  # read by hardware.get / models.get
+        (work / "definitions.json").write_text(canonical_json(job.definitions), encoding="utf-8")
+        kenv["SCALETAX_DEFINITIONS"] = str(work / "definitions.json")
+    t0 = time.perf_counter()
+    error, cell, nb = None, None, None
+    km = AsyncKernelManager(kernel_name=KERNEL)
+    kernels.add(km)
     try:
-        return prefork.Server(env, folder / "prefork.log")
-    except prefork.Unavailable as exc:
-        if progress:
-            progress("book", f"{exc}: each chapter starts a new process")
-        return None
-
-
-def _bind_renderer() -> tuple[socket.socket, Path] | None:
-    """The socket of the build's render server (``scaletax.render.pngserver``: one vl-convert
-    engine draws every chapter's figures), bound and listening in a private folder of the
-    system's temporary directory (a socket path has at most 107 bytes): (socket, folder), or None
-    where it cannot be made (each chapter then draws its own). Chapters may connect at once:
-    :func:`_spawn_renderer` starts the server that answers."""
-    if not speedups.on("pngserver"):
-        return None
-    sock_dir = Path(tempfile.mkdtemp(prefix="scaletax-render-"))
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        listener.bind(str(sock_dir / "png.sock"))
-        listener.listen(64)
-    except OSError:
-        listener.close()
-        shutil.rmtree(sock_dir, ignore_errors=True)
-        return None
-    return listener, sock_dir
-
-
-def _spawn_renderer(bound: tuple[socket.socket, Path] | None, env: dict[str, str],
-                    folder: Path) -> tuple[subprocess.Popen | None, Path] | None:
-    """Start the render server on the socket of :func:`_bind_renderer` (its log:
-    ``<folder>/render.log``): (process, socket folder); the process is None where it could not
-    start (a chapter's request then finds no server and it draws its own)."""
-    if bound is None:
-        return None
-    listener, sock_dir = bound
-    proc = None
-    try:
-        fd = listener.fileno()
-        with (folder / "render.log").open("w", encoding="utf-8") as log, lifecycle.Interrupts.deferred():
-            proc = subprocess.Popen([sys.executable, "-m", "scaletax.render.pngserver", str(fd)], pass_fds=(fd,),
-                                    env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True, preexec_fn=lifecycle.die_with_parent())
-    except OSError:
-        pass
+        nb = _notebook(job.chapter.source, job.params)
+        # shutdown_kernel="immediate": the last cell has run (every output is in); the kernel's
+        # process group (the precision experiment's workers) goes at once
+        client = NotebookClient(nb, km=km, timeout=EXECUTION_TIMEOUT_S, kernel_name=KERNEL,
+                                shutdown_kernel="immediate" if speedups.on("kernel_kill") else "graceful",
+                                resources={"metadata": {"path": str(work)}})
+        with (work / KERNEL_LOG).open("w", encoding="utf-8") as log:
+            await client.async_execute(env=kenv, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                                       preexec_fn=lifecycle.die_with_parent())
+    except CellExecutionError as exc:
+        error, cell = f"{exc.ename}: {exc.evalue}".splitlines()[0][:300], _failed_cell(nb)
+    except Exception as exc:  # noqa: BLE001 (kernel died, timeout, unreadable notebook: one line)
+        error = f"{type(exc).__name__}: {exc}".splitlines()[0][:300] if str(exc) else type(exc).__name__
     finally:
-        listener.close()  # the server holds the listening socket now (without one, requests are refused)
-    return proc, sock_dir
+        kernels.discard(km)
+        _kill_kernel(km)
+    if nb is not None:
+        _stable_ids(nb)
+        nbformat.write(nb, work / "notebook.ipynb")
+    return {"seconds": time.perf_counter() - t0, "error": error, "cell": cell}
 
 
-def _stop_renderer(renderer: tuple[subprocess.Popen | None, Path] | None) -> None:
-    if renderer is not None:
-        proc, sock_dir = renderer
-        if proc is not None:
-            proc.kill()
-            proc.wait()
-        shutil.rmtree(sock_dir, ignore_errors=True)
+def _kill_kernel(km) -> None:
+    """Kill the process group of ``km``'s kernel if it still runs (a cancelled or failed chapter)."""
+    proc = getattr(getattr(km, "provisioner", None), "process", None)
+    if proc is not None and proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
-def _start(job: _Job, env: dict[str, str], server: "prefork.Server | None" = None) -> "prefork.Server | None":
-    """Start ``job``'s worker: forked by ``server`` when there is one, else a new process.
-    Returns the server to use for the next job (None once it failed)."""
-    from scaletax.report import prefork
+async def _execute_all(jobs_: list[_Job], env: dict[str, str], jobs: int, cache_dir: Path, finish, progress) -> None:
+    """Run ``jobs_`` in their order, ``jobs`` at a time; ``finish(job, status)`` for each as it
+    ends. The first failure (or a cancellation: a signal) cancels the rest; what was started is
+    stopped and its work folder removed."""
+    slots = asyncio.Semaphore(max(1, jobs))
+    kernels: set = set()
 
-    params_file = job.work / "parameters.json"
-    params_file.write_text(canonical_json(job.params), encoding="utf-8")
-    if job.definitions.get("gpus") or job.definitions.get("models"):
-        (job.work / "definitions.json").write_text(canonical_json(job.definitions), encoding="utf-8")
-    if server is not None:
-        try:
-            with lifecycle.Interrupts.deferred():  # an interrupt during the fork: once job.proc is set
-                job.proc = server.spawn(f"{__name__}:_execute_forked",
-                                        [str(job.chapter.source), str(params_file), str(job.work)],
-                                        job.work / "worker.log")
-            return server
-        except prefork.Unavailable:  # the server is gone: this chapter and the next start afresh
-            server.close()
-            server = None
-    log = (job.work / "worker.log").open("w", encoding="utf-8")
+    async def one(job: _Job) -> None:
+        async with slots:
+            job.work = Path(tempfile.mkdtemp(prefix=lifecycle.temp_name(f".tmp-{job.chapter.slug}-"), dir=cache_dir))
+            try:
+                if progress:
+                    progress(job.chapter.slug, "executing")
+                status = await _execute(job, env, kernels)
+                if asyncio.current_task().cancelling():  # stopped, not failed
+                    raise asyncio.CancelledError
+                finish(job, status)  # raises ChapterFailed
+            finally:
+                shutil.rmtree(job.work, ignore_errors=True)
+
     try:
-        # An interrupt during the fork waits until the worker exists and job.proc names it (the
-        # build then stops it): raised inside the fork's own hooks it would be lost.
-        with lifecycle.Interrupts.deferred():
-            job.proc = subprocess.Popen(
-                [sys.executable, "-m", "scaletax.report.execute", str(job.chapter.source), str(params_file),
-                 str(job.work)],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=env,
-                preexec_fn=lifecycle.die_with_parent())
+        async with asyncio.TaskGroup() as group:
+            for job in jobs_:
+                group.create_task(one(job))
+    except BaseExceptionGroup as group_error:
+        failed = [e for e in group_error.exceptions if isinstance(e, ChapterFailed)]
+        raise (failed[0] if failed else group_error.exceptions[0]) from None
     finally:
-        log.close()
-    return server
-
-
-def _kill(job: _Job) -> None:
-    """Stop a worker and its kernel (they share the worker's process group)."""
-    if job.proc is None or job.proc.poll() is not None:
-        return
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(job.proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            job.proc.wait(timeout=5)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+        for km in list(kernels):
+            _kill_kernel(km)
 
 
 def recorded_seconds(cache_dir: Path) -> dict[str, float]:
@@ -439,70 +361,21 @@ def _record_seconds(cache_dir: Path, slug: str, seconds: float) -> None:
 
 
 def schedule(chapters: list[Chapter], seconds: dict[str, float] | None = None) -> list[Chapter]:
-    """The order to start ``chapters`` in: the longest estimated path to the end first (a
-    chapter's execution, ``seconds``, the recorded seconds, else its ``cold_seconds``, plus the
-    longest path of the chapters that run ``after`` it: list scheduling by critical path), ties in
-    book order, and a chapter after those of the list it runs ``after`` (the runner also waits
-    for them to finish: :func:`_ready`)."""
-    seconds = seconds or {}
-    book = {ch.slug: i for i, ch in enumerate(chapters)}
+    """The order to start ``chapters`` in: longest first (``seconds``, the recorded seconds of
+    each chapter's last execution, else its ``cold_seconds``), ties in book order."""
     if not speedups.on("critical_path"):
         return list(chapters)
-    path: dict[str, float] = {}
-
-    def longest(ch: Chapter, seen: frozenset = frozenset()) -> float:
-        if ch.slug not in path:
-            later = [c for c in chapters if ch.slug in c.after and c.slug not in seen]  # seen: a cycle
-            path[ch.slug] = seconds.get(ch.slug, ch.cold_seconds) + max(
-                (longest(c, seen | {ch.slug}) for c in later), default=0.0)
-        return path[ch.slug]
-
-    left = sorted(chapters, key=lambda ch: (-longest(ch), book[ch.slug]))
-    order: list[Chapter] = []
-    while left:
-        todo = {ch.slug for ch in left}
-        ch = next((c for c in left if not set(c.after) & todo), left[0])  # left[0]: a cycle
-        left.remove(ch)
-        order.append(ch)
-    return order
-
-
-def _ready(job: "_Job", waiting: list["_Job"]) -> bool:
-    """Whether ``job`` may start: none of the chapters it runs ``after`` is still to finish."""
-    return not set(job.chapter.after) & {j.chapter.slug for j in waiting}
-
-
-class _Count:
-    """The runner's slots without a jobserver: at most ``n`` chapters at once (ablation)."""
-
-    def __init__(self, n: int):
-        self.free, self.path = n, None
-
-    def take(self) -> bool:
-        if self.free:
-            self.free -= 1
-            return True
-        return False
-
-    def give(self) -> None:
-        self.free += 1
-
-    def want(self, wanted: bool) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
+    seconds = seconds or {}
+    return sorted(chapters, key=lambda ch: -seconds.get(ch.slug, ch.cold_seconds))
 
 
 def execute_chapters(chapters: list[Chapter], scenario, cache_dir: Path, log_dir: Path,
                      jobs: int = 1, progress=None, work_dir: Path | None = None) -> list[Result]:
     """Execute (or reuse) every chapter, ``jobs`` at a time. Raises ChapterFailed.
 
-    Each notebook runs in its own process session, so an interrupted build can stop the
-    worker and its kernel together; unfinished work folders are removed. With ``work_dir``
-    every result is a checked private copy there (what the book is built from). Chapters to
-    execute start in the order of :func:`schedule`, each holding one of ``jobs`` slots
-    (module docstring); the results come back in the order of ``chapters``.
+    With ``work_dir`` every result is a checked private copy there (what the book is built
+    from). Chapters to execute start in the order of :func:`schedule`; the results come back in
+    the order of ``chapters``.
     """
     cache_dir.mkdir(parents=True, exist_ok=True)
     code = lib_hash()
@@ -526,73 +399,12 @@ def execute_chapters(chapters: list[Chapter], scenario, cache_dir: Path, log_dir
             continue
         if problem and progress:
             progress(ch.slug, f"cache entry discarded ({problem}): executing again")
-        pending.append(_Job(ch, params, base, Path(), definitions=defs))
-
-    order = {ch.slug: i for i, ch in enumerate(schedule([j.chapter for j in pending], recorded_seconds(cache_dir)))}
-    pending.sort(key=lambda j: order[j.chapter.slug])
-    running: list[_Job] = []
-    failures: list[ChapterFailed] = []
-    slots = server = renderer = bound = None
-    try:
-        if pending and speedups.on("jobserver"):
-            slots = jobserver.Server(Path(tempfile.mkdtemp(prefix=lifecycle.temp_name(".tmp-jobs-"), dir=cache_dir))
-                                     / "slots", max(1, jobs))
-        elif pending:
-            slots = _Count(max(1, jobs))
-        env = {**kernel_env(cache_dir, jobs), **({jobserver.ENV: str(slots.path)} if slots and slots.path else {})}
-        if pending:
-            log_dir.mkdir(parents=True, exist_ok=True)
-            bound = _bind_renderer()
-            if bound is not None:
-                from scaletax.render import pngserver
-
-                renderer = (None, bound[1])  # removed with the build whatever happens next
-                env[pngserver.ENV] = str(bound[1] / "png.sock")
-            server = _start_server(env, log_dir, progress)
-            # its engine starts once the server has imported, which every chapter waits for
-            renderer = _spawn_renderer(bound, env, log_dir)
-        while pending or running:
-            while not failures:
-                job = next((j for j in pending if _ready(j, pending + running)), None)
-                if job is None and pending and not running:  # a cycle of ``after``: start anyway
-                    job = pending[0]
-                if job is None or not slots.take():
-                    slots.want(job is not None)  # a ready chapter goes before the next worker's piece
-                    break
-                slots.want(False)
-                pending.remove(job)
-                job.work = Path(tempfile.mkdtemp(prefix=lifecycle.temp_name(f".tmp-{job.chapter.slug}-"),
-                                                 dir=cache_dir))
-                running.append(job)
-                server = _start(job, env, server)
-                if progress:
-                    progress(job.chapter.slug, "executing")
-            if failures and not running:
-                break
-            time.sleep(0.1)
-            for job in [j for j in running if j.proc.poll() is not None]:
-                running.remove(job)
-                slots.give()
-                failure = _finish(job, cache_dir, log_dir, results, progress, work_dir)
-                if failure:
-                    failures.append(failure)
-                    pending.clear()
-                    slots.want(False)
-    finally:
-        for job in running:
-            _kill(job)
-            shutil.rmtree(job.work, ignore_errors=True)
-        if server is not None:
-            server.close()
-        if bound is not None:
-            bound[0].close()
-        _stop_renderer(renderer)
-        if slots is not None:
-            slots.close()
-            if slots.path is not None:
-                shutil.rmtree(slots.path.parent, ignore_errors=True)
-    if failures:
-        raise failures[0]
+        pending.append(_Job(ch, params, base, definitions=defs))
+    if pending:
+        order = {ch.slug: i for i, ch in enumerate(schedule([j.chapter for j in pending], recorded_seconds(cache_dir)))}
+        pending.sort(key=lambda j: order[j.chapter.slug])
+        finish = lambda job, status: _finish(job, status, cache_dir, log_dir, results, progress, work_dir)  # noqa: E731
+        lifecycle.run_async(_execute_all(pending, kernel_env(cache_dir, jobs), jobs, cache_dir, finish, progress))
     return [results[ch.slug] for ch in chapters]
 
 
@@ -717,18 +529,11 @@ def _install(work: Path, entry: Path) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _finish(job: _Job, cache_dir: Path, log_dir: Path, results: dict, progress,
-            work_dir: Path | None = None) -> ChapterFailed | None:
+def _finish(job: _Job, status: dict, cache_dir: Path, log_dir: Path, results: dict, progress,
+            work_dir: Path | None = None) -> None:
+    """Seal and install a chapter that ran to the end (its result into ``results``), or raise
+    :class:`ChapterFailed` with its executed notebook (or kernel log) copied into ``log_dir``."""
     slug, work = job.chapter.slug, job.work
-    try:
-        status = json.loads((work / "status.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        try:
-            tail = (work / "worker.log").read_text(encoding="utf-8", errors="replace").strip().splitlines()
-        except OSError:
-            tail = []
-        status = {"seconds": 0.0, "cell": None,
-                  "error": (tail[-1] if tail else f"worker exited with status {job.proc.returncode}")[:300]}
     reads = hardware.read_file(work / READS_FILE)
     if status["error"] is None and reads and not reads_rows(job.chapter):
         status = {"seconds": status["seconds"], "cell": None,
@@ -738,7 +543,7 @@ def _finish(job: _Job, cache_dir: Path, log_dir: Path, results: dict, progress,
         reads = reads if reads_rows(job.chapter) else None
         key = job.key if reads is None else entry_key(job.key, reads)
         entry = cache_dir / key
-        for name in ("status.json", "parameters.json", "worker.log", "definitions.json", READS_FILE):
+        for name in (KERNEL_LOG, "definitions.json", READS_FILE):
             (work / name).unlink(missing_ok=True)
         record = _seal(work, key, slug, status["seconds"], job.key, reads)
         where = work
@@ -757,7 +562,7 @@ def _finish(job: _Job, cache_dir: Path, log_dir: Path, results: dict, progress,
         _record_seconds(cache_dir, slug, status["seconds"])
         if progress:
             progress(slug, f"executed in {status['seconds']:.1f} s")
-        return None
+        return
     log_dir.mkdir(parents=True, exist_ok=True)
     log = log_dir / f"{slug}.ipynb"
     if (work / "notebook.ipynb").exists():
@@ -765,18 +570,18 @@ def _finish(job: _Job, cache_dir: Path, log_dir: Path, results: dict, progress,
     else:
         log = log_dir / f"{slug}.log"
         try:
-            shutil.copyfile(work / "worker.log", log)
+            shutil.copyfile(work / KERNEL_LOG, log)
         except OSError:
             log.write_text(status["error"] + "\n", encoding="utf-8")
-    shutil.rmtree(work, ignore_errors=True)
     if progress:
         progress(slug, "FAILED")
-    return ChapterFailed(slug, status["cell"], status["error"], log)
+    raise ChapterFailed(slug, status["cell"], status["error"], log)
 
 
 # --------------------------------------------------------------------------------------
 # Size cap
 # --------------------------------------------------------------------------------------
+_KEY = re.compile(r"[0-9a-f]{64}")
 _KEY = re.compile(r"[0-9a-f]{64}")
 
 
@@ -841,7 +646,3 @@ def _prune_reads_index(cache_dir: Path) -> None:
             key = None
         if not isinstance(key, str) or not _KEY.fullmatch(key) or not (cache_dir / key).is_dir():
             path.unlink(missing_ok=True)
-
-
-if __name__ == "__main__":
-    sys.exit(_execute_one(*sys.argv[1:4]))

@@ -1,11 +1,14 @@
 """Process lifetime and temporary folders of a build: nothing outlives it, nothing is left behind.
 
-- :func:`die_with_parent` (a ``preexec_fn``): a worker, Sphinx or latexmk gets SIGKILL when the
-  build process dies, whatever killed it (``prctl(PR_SET_PDEATHSIG)``, Linux); a kernel
-  started by a worker exits when its parent goes (ipykernel's parent poller).
+- :func:`die_with_parent` (a ``preexec_fn``): a kernel, Sphinx or latexmk gets SIGKILL when the
+  build process dies, whatever killed it (``prctl(PR_SET_PDEATHSIG)``, Linux);
+  :func:`forks_die_with_me` gives every process forked later by the calling one the same (Sphinx's
+  ``-j`` workers, which run ``python -m scaletax.report.lifecycle sphinx ...``).
 - :class:`Interrupts`: SIGINT, SIGTERM and SIGHUP become one :class:`Interrupted` exception
   (later signals are recorded, not raised, so clean-up cannot be cut short), and
-  :meth:`Interrupts.deferred` holds them back during a step that must not be cut in half.
+  :meth:`Interrupts.deferred` holds them back during a step that must not be cut in half;
+  :func:`run_async` runs an asyncio coroutine (the chapters) with the same signals cancelling it
+  at a step of its event loop, so its ``finally`` blocks stop what it started.
 - :func:`temp_name` / :func:`remove_stale`: temporary folders carry the pid of the build that
   made them (``<prefix>p<pid>-<random>``); the next build removes those whose build is gone.
 """
@@ -50,6 +53,73 @@ def die_with_parent():
             os._exit(1)
 
     return setup
+
+
+def _die_with_parent_now() -> None:
+    with contextlib.suppress(AttributeError, OSError):
+        _prctl()(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+
+
+def forks_die_with_me() -> None:
+    """Every process forked from this one from now on gets SIGKILL when this one dies (Linux; at
+    fork, so multiprocessing's "fork" workers of Sphinx's ``-j`` too: without it, a SIGKILL of the
+    build left them blocked on their result pipe forever)."""
+    os.register_at_fork(after_in_child=_die_with_parent_now)
+
+
+def run_async(main):
+    """``asyncio.run(main)``, cancelled by SIGINT, SIGTERM or SIGHUP, then :class:`Interrupted`
+    (inside an :class:`Interrupts` block, whose handlers it puts back). The signals are blocked
+    for the run and taken by a thread (``sigtimedwait``), which cancels ``main`` on the event
+    loop: never raised inside a fork, and out of reach of handlers a library adds to the loop
+    (nbclient's would kill its kernel and let the build go on). Children started meanwhile
+    unblock them (:func:`die_with_parent`)."""
+    import asyncio
+    import threading
+
+    got: list[str] = []
+    done = threading.Event()
+    watcher = None
+
+    async def guarded():
+        nonlocal watcher
+        loop, task = asyncio.get_running_loop(), asyncio.current_task()
+
+        def watch() -> None:
+            while not done.is_set():
+                info = signal.sigtimedwait(SIGNALS, 0.1)
+                if info is not None:
+                    got.append(signal.Signals(info.si_signo).name)
+                    loop.call_soon_threadsafe(task.cancel)
+
+        watcher = threading.Thread(target=watch, name="scaletax-signals", daemon=True)
+        watcher.start()  # created with the signals blocked, as every thread started in the run
+        return await main
+
+    saved = {s: signal.getsignal(s) for s in SIGNALS}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+    result = None
+    try:
+        result = asyncio.run(guarded())
+    except BaseException:
+        if not got:  # not a signal's cancellation (what it ended with, e.g. a dead kernel, is its effect)
+            raise
+    finally:
+        done.set()
+        if watcher is not None:
+            watcher.join()
+        for s, handler in saved.items():
+            signal.signal(s, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a signal since the run ends is handled here
+    if not got:
+        return result
+    cur = Interrupts.current
+    if cur is not None:
+        cur.received.extend(got)
+        if not cur.armed:
+            return None
+        cur.raised = True
+    raise Interrupted(got[0])
 
 
 class Interrupted(BaseException):
@@ -162,4 +232,19 @@ def _remove(path: Path) -> None:
             path.unlink()
 
 
-__all__ = ["Interrupted", "Interrupts", "die_with_parent", "remove_stale", "temp_name"]
+def _run_module() -> None:
+    """``python -m scaletax.report.lifecycle MODULE ARGS``: ``python -m MODULE ARGS`` in a process whose
+    forks die with it (:func:`forks_die_with_me`)."""
+    import runpy
+    import sys
+
+    forks_die_with_me()
+    sys.argv = sys.argv[1:]
+    runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+
+
+__all__ = ["Interrupted", "Interrupts", "die_with_parent", "forks_die_with_me", "remove_stale", "run_async",
+           "temp_name"]
+
+if __name__ == "__main__":
+    _run_module()
