@@ -334,6 +334,70 @@ def bench_book(rounds: int) -> dict:
 
 
 # ------------------------------------------------------------------------------------------
+# This code against main's at the start of the build-layer work, side by side
+# ------------------------------------------------------------------------------------------
+#: main when issue 37's work began: the build with the fork server, the jobserver, the render
+#: server and the warm Sphinx, which the rounds below run beside this code.
+BASELINE_COMMIT = "d90d9c4b64c21f7c00e21c1795dbc514743e4b9d"
+#: The quick answer the README shows (``scaletax plan``), timed from a new process.
+PLAN_ARGS = ["plan", "--model", "kimi_k2", "--gpu", "gb200", "--gpus", "5376", "--json"]
+
+
+def _baseline_repo(commit: str = BASELINE_COMMIT) -> Path:
+    """The repository at ``commit`` (``git archive``) in a temporary folder."""
+    dest = Path(tempfile.mkdtemp(prefix="scaletax-bench-base-")) / "repo"
+    dest.mkdir()
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    return dest
+
+
+def _timed_plan(root: Path) -> dict:
+    """Wall and CPU seconds (the process and its children) of ``scaletax plan`` from ``root``."""
+    c0, t0 = _children_cpu(), time.perf_counter()
+    _cli(PLAN_ARGS, Path(tempfile.gettempdir()), root=root)
+    return {"wall_s": time.perf_counter() - t0, "cpu_s": _children_cpu() - c0}
+
+
+def bench_versus_main(rounds: int) -> dict:
+    """The planner's paths with this code and with :data:`BASELINE_COMMIT`'s, interleaved (which
+    goes first alternates by round): a cold build, a price and a cluster-size rebuild on its cache
+    (:data:`ABLATION_PATHS`), and ``scaletax plan`` (median of 3 per round). Ratios are ours over
+    main's medians (below 1: faster)."""
+    base = _baseline_repo()
+    sides = {"ours": ROOT, "main": base}
+    out: dict = {"baseline_commit": BASELINE_COMMIT, "rounds": rounds,
+                 "runs": {side: [] for side in sides}}
+    try:
+        for side, root in sides.items():  # untimed: numba's compiled loops of each tree, the file cache
+            _ablation_config(None, root=root)
+        for r in range(rounds):
+            for side in (("ours", "main") if r % 2 == 0 else ("main", "ours")):
+                load0 = os.getloadavg()
+                res = _ablation_config(None, root=sides[side])
+                plans = [_timed_plan(sides[side]) for _ in range(3)]
+                res["plan"] = {"wall_s": statistics.median(p["wall_s"] for p in plans),
+                               "cpu_s": statistics.median(p["cpu_s"] for p in plans)}
+                res["load_average_start"] = list(load0)
+                out["runs"][side].append(res)
+                print(f"  versus main round {r + 1}/{rounds} {side}: "
+                      + ", ".join(f"{p} {res[p]['wall_s']:.1f} s" for p in (*(p for p, _ in ABLATION_PATHS), "plan"))
+                      + f" (load {load0[0]:.1f})", file=sys.stderr, flush=True)
+    finally:
+        shutil.rmtree(base.parent, ignore_errors=True)
+    med = statistics.median
+    for path in (*(p for p, _ in ABLATION_PATHS), "plan"):
+        row = {}
+        for side in sides:
+            row[side] = {k: med(x[path][k] for x in out["runs"][side]) for k in ("wall_s", "cpu_s")}
+            row[side]["rounds_wall_s"] = [round(x[path]["wall_s"], 2) for x in out["runs"][side]]
+        row["ratio_wall"] = row["ours"]["wall_s"] / row["main"]["wall_s"]
+        row["ratio_cpu"] = row["ours"]["cpu_s"] / row["main"]["cpu_s"]
+        out[path] = row
+    return out
+
+
+# ------------------------------------------------------------------------------------------
 # Ablation: what each speed-only piece of the build saves
 # ------------------------------------------------------------------------------------------
 #: The paths a planner waits on: a cold build, then a price and a cluster-size rebuild on its cache.
@@ -341,14 +405,17 @@ ABLATION_PATHS = (("cold", None), ("price", REBUILDS[0][1]), ("cluster_size", RE
 ABLATION = RESULTS / "ablation.json"
 
 
-def _ablation_config(off: str | None, env_off: str = "SCALETAX_WITHOUT") -> dict:
-    """The three paths in a fresh build folder with ``off`` switched off (None: everything on)."""
+def _ablation_config(off: str | None, root: Path = ROOT) -> dict:
+    """The three paths in a fresh build folder with ``off`` switched off (None: everything on),
+    with the code of the repository at ``root``."""
+    from scaletax import speedups
+
     build_dir = Path(tempfile.mkdtemp(prefix="scaletax-ablation-"))
-    env = {env_off: off} if off else {}
+    env = {speedups.ENV: off or ""}
     try:
         out = {}
         for path, setting in ABLATION_PATHS:
-            r = _timed_build(["--set", setting] if setting else [], build_dir, f"ab-{path}", env_extra=env)
+            r = _timed_build(["--set", setting] if setting else [], build_dir, f"ab-{path}", root=root, env_extra=env)
             out[path] = {"wall_s": round(r["wall_s"], 2), "cpu_s": round(r["cpu_s"], 2), "executed": r["executed"]}
         return out
     finally:
@@ -832,7 +899,8 @@ def main(argv=None) -> int:
                "book": lambda: bench_book(args.book_rounds),
                "kernels": lambda: bench_kernels(args.repeats),
                "chapters_scaling": lambda: bench_chapters_scaling(1),
-               "ablation": lambda: bench_ablation(args.ablation_rounds, args.pieces)}
+               "ablation": lambda: bench_ablation(args.ablation_rounds, args.pieces),
+               "versus_main": lambda: bench_versus_main(args.book_rounds)}
     if not args.in_process:
         runners.update({part: (lambda part=part: _in_chapter_env(part, args)) for part in CHAPTER_ENV_PARTS})
     results["targets"] = TARGETS

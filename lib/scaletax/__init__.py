@@ -4,13 +4,23 @@ Model modules (hardware, models, layout, memory, comm, precision, perf, search,
 validate) are plain numpy; `scaletax.report` drives notebooks and the book and is
 the only part that imports papermill or Jupyter Book.
 """
-from importlib.metadata import PackageNotFoundError, version as _version
 from pathlib import Path
 
-try:
-    __version__ = _version("scaletax")
-except PackageNotFoundError:  # running from a source tree without install
-    __version__ = "0.0.0+src"
+
+def __getattr__(name: str):
+    """``__version__``, read from the installed metadata on first use (importlib.metadata costs
+    about 0.08 CPU s of every process's start: the CLI's, each kernel's)."""
+    if name != "__version__":
+        raise AttributeError(f"module 'scaletax' has no attribute {name!r}")
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        value = version("scaletax")
+    except PackageNotFoundError:  # running from a source tree without install
+        value = "0.0.0+src"
+    globals()["__version__"] = value
+    return value
+
 
 #: Repository root (lib/scaletax/__init__.py -> ../../).
 ROOT = Path(__file__).resolve().parents[2]

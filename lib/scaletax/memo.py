@@ -63,7 +63,7 @@ ENV = "SCALETAX_MEMO_DIR"
 #: Environment variable naming a JSON-lines file of every cached call; unset = no log.
 LOG_ENV = "SCALETAX_MEMO_LOG"
 _PKG = "scaletax"
-#: This process's counts per function: {"module.name": {"hit": n, "miss": n}}.
+#: This process's counts per function: {"module.name": {"hit": n, "miss": n[, "bad": n]}}.
 STATS: dict[str, dict[str, int]] = {}
 _STATS_LOCK = threading.Lock()  # a chapter may call cached functions from threads
 
@@ -184,7 +184,8 @@ def key(fn: Callable, args: tuple, kwargs: dict, data: tuple[str, ...] = (), nam
 
 def _count(name: str, what: str, digest: str = "", seconds: float = 0.0, args: Any = None) -> None:
     with _STATS_LOCK:
-        STATS.setdefault(name, {"hit": 0, "miss": 0, "bad": 0})[what] += 1
+        counts = STATS.setdefault(name, {"hit": 0, "miss": 0})
+        counts[what] = counts.get(what, 0) + 1  # "bad" only once one was found
     log = os.environ.get(LOG_ENV)
     if log:
         line = {"fn": name, "key": digest, "what": what, "seconds": round(seconds, 4), "pid": os.getpid()}

@@ -67,6 +67,10 @@ TEX_PACKAGES = ("texlive-xetex", "texlive-latex-extra", "texlive-fonts-recommend
 DOCUTILS_CONF = "[general]\nraw_enabled: false\nfile_insertion_enabled: false\n"
 
 
+#: ``python -m`` for a tool whose forked workers must die with it (Sphinx's ``-j``): lifecycle.forks_die_with_me.
+RUN_MODULE = [sys.executable, "-m", "scaletax.report.lifecycle"]
+
+
 class BuildError(RuntimeError):
     """A build step failed; the message names the step and its log."""
 
@@ -325,9 +329,9 @@ def _run(cmd: list[str], cwd: Path, log: Path, step: str, timeout: float = 1800,
     proc = None
     with contextlib.ExitStack() as stack:
         try:
-            if warm is not None and cmd[:3] == [sys.executable, "-m", warm.module]:
+            if warm is not None and cmd[:3] == RUN_MODULE and cmd[3] == warm.module:
                 with contextlib.suppress(OSError):  # it died: a new process instead
-                    proc = warm.run(cmd[3:], cwd, log)
+                    proc = warm.run(cmd[4:], cwd, log)
             if proc is None:
                 fh = stack.enter_context(log.open("w", encoding="utf-8"))
                 with lifecycle.Interrupts.deferred():  # an interrupt during the fork: once proc is set
@@ -404,7 +408,7 @@ def build_html(src: Path, out: Path, logs: Path, warm=None, jobs: int = 1) -> No
     and written by ``jobs`` processes (Sphinx's ``-j``: the pages are read in parallel, and
     resolved in the main process while another writes them; the same HTML, byte for byte)."""
     parallel = ["-j", str(jobs)] if jobs > 1 and speedups.on("sphinx_parallel") else []
-    _run([sys.executable, "-m", "sphinx", "-b", "html", "-n", "-W", "--keep-going", "-q", *parallel,
+    _run([*RUN_MODULE, "sphinx", "-b", "html", "-n", "-W", "--keep-going", "-q", *parallel,
           "-d", str(doctree_dir(src)), str(src), str(out)], src, logs / "html.log", "HTML build", warm=warm)
 
 
@@ -412,7 +416,7 @@ def build_pdf(src: Path, pdf: Path, logs: Path, warm=None) -> None:
     """The PDF of the sources in ``src``: after :func:`build_html` of the same sources (whose
     doctrees it reuses), or alone (``warm``: a :func:`_warm_sphinx` for the LaTeX step)."""
     latex = src.parent / "latex"
-    _run([sys.executable, "-m", "sphinx", "-b", "latex", "-n", "-W", "--keep-going", "-q",
+    _run([*RUN_MODULE, "sphinx", "-b", "latex", "-n", "-W", "--keep-going", "-q",
           "-d", str(doctree_dir(src)), str(src), str(latex)], src, logs / "latex.log", "LaTeX build",
          warm=warm)
     _run(["latexmk", "-pdfxe", "-interaction=nonstopmode", "-halt-on-error", "-file-line-error",

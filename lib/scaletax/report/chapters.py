@@ -33,10 +33,6 @@ class Chapter:
     #: seconds of a cold execution: the schedule's estimate (longest first) while the cache has
     #: no record of an execution of this chapter (``report/execute.py: schedule``)
     cold_seconds: float = 10.0
-    #: chapters that compute what this one reuses from the result cache (``scaletax.memo``): in
-    #: a build that executes both it starts only once they have finished (so it reads their
-    #: results instead of waiting on them with a job slot); its output does not depend on it
-    after: tuple[str, ...] = ()
 
     @property
     def source(self):
@@ -79,7 +75,7 @@ _PLAN = ("models", "gpus", "training.tokens", "training.global_batch_tokens", "t
 #: each chapter's execution in the reference cold build (main at 977c27e, 2026-12-01, idle
 #: machine, ``--jobs 2``), rounded. The summary asks the decision chapter's searches (all 61 of
 #: its ``search()`` calls); the two may run side by side: a search one of them computes, the other
-#: waits for and reads (``scaletax.memo``'s per-key lock, its job slot lent meanwhile).
+#: waits for and reads (``scaletax.memo``'s per-key lock).
 CHAPTERS = (
     Chapter("summary", reads=("name", *_PLAN, "cluster.goodput_source"),
             data=(*_MODEL_DATA, "references.yaml", "published_runs.csv"), cold_seconds=22),
