@@ -10,12 +10,16 @@ import numpy as np
 import pytest
 import yaml
 
-from scaletax import ROOT, cost, hardware, search
-from scaletax.layout import label
-from scaletax import models as catalog
+from scaletax import ROOT
+from scaletax.inputs import hardware
+from scaletax.inputs import models as catalog
+from scaletax.inputs.layout import label
+from scaletax.model import cost, search
 from scaletax.chapters import decision as d
 from scaletax.chapters import summary as s
 from scaletax.report.chapters import chapter, default_parameters
+
+from objects import as_gpu, as_recipe
 
 DEFAULT = yaml.safe_load((ROOT / "data" / "scenarios" / "default.yaml").read_text())
 # fast models for most tests: dense searches take ~0.01-0.05 s
@@ -70,10 +74,10 @@ def test_round_count(n):
 def test_rows_match_search_and_cost(plan, rows):
     assert [(r["model"], r["gpu"]) for r in rows] == [(DENSE, g) for g in plan.gpus]
     for r in rows:
-        res = search.search(catalog.get(DENSE), r["precision"], r["gpu"], plan.cluster_gpus,
+        res = search.search(catalog.get(DENSE), as_recipe(r["precision"]), as_gpu(r["gpu"]), plan.cluster_gpus,
                             tokens_per_step=plan.batch_tokens, pareto=False)
         assert r["tps"] == pytest.approx(res.metrics["tokens_per_s_per_gpu"])
-        est = cost.train_estimate(plan.tokens, r["tps"], r["gpus"], r["gpu"], plan.economics(r["gpu"]),
+        est = cost.train_estimate(plan.tokens, r["tps"], r["gpus"], as_gpu(r["gpu"]), plan.economics(r["gpu"]),
                                   low=r["tps_low"], high=r["tps_high"])
         for k in ("days", "gpu_hours", "energy_mwh", "cost_usd"):
             assert r[k] == pytest.approx(est[k]) and r[k + "_low"] == pytest.approx(est[k + "_low"])
@@ -354,5 +358,5 @@ def test_a_price_that_changes_the_cheapest_gpu_searches_nothing(tmp_path, monkey
     tor = d.tornado_rows(p1, rows1)
     assert d.cheapest(rows0, DENSE)["gpu"] != "h200_sxm" and d.cheapest(rows1, DENSE)["gpu"] == "h200_sxm"
     assert {r["gpu"] for r in tor} == {"h200_sxm"}
-    assert sum(v["miss"] for v in memo.STATS.values()) == 0 and memo.STATS["scaletax.search.search"]["hit"] > 0
+    assert sum(v["miss"] for v in memo.STATS.values()) == 0 and memo.STATS["scaletax.model.search.search"]["hit"] > 0
     d.clear_cache()

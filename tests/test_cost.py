@@ -6,7 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scaletax import cost, hardware
+from scaletax.inputs import hardware
+from scaletax.model import cost
+
+from objects import as_gpu, as_recipe
 
 ECON = cost.Economics(usd_per_gpu_hour=2.35, system_overhead=1.7, utilization=0.9, pue=1.2, usd_per_mwh=80.0)
 
@@ -49,7 +52,7 @@ def test_gpu_hours_energy_and_cost_arithmetic():
 
 
 def test_train_estimate_and_band():
-    est = cost.train_estimate(15e12, 400.0, 16384, "h100_sxm", ECON, target_days=90, low=350.0, high=450.0)
+    est = cost.train_estimate(15e12, 400.0, 16384, as_gpu("h100_sxm"), ECON, target_days=90, low=350.0, high=450.0)
     assert est["days"] == pytest.approx(cost.days_to_train(15e12, 400.0, 16384))
     assert est["gpu_hours"] == pytest.approx(15e12 / 400 / 3600)
     assert est["energy_mwh"] == pytest.approx(est["gpu_hours"] * 700 * 1.7 * 0.9 * 1.2 / 1e6)
@@ -60,11 +63,11 @@ def test_train_estimate_and_band():
     assert est["days_high"] == pytest.approx(cost.days_to_train(15e12, 350.0, 16384))  # low throughput: more days
     assert est["tdp_w"] == hardware.get("h100_sxm").tdp_w
     with pytest.raises(ValueError, match="band"):
-        cost.train_estimate(1e12, 400.0, 8, "h100_sxm", ECON, low=500.0)
+        cost.train_estimate(1e12, 400.0, 8, as_gpu("h100_sxm"), ECON, low=500.0)
 
 
 def test_sensitivity_rows_sorted_by_swing():
-    rows = cost.training_sensitivity(15e12, 400.0, 16384, "gb200", ECON, low=320.0, high=460.0)
+    rows = cost.training_sensitivity(15e12, 400.0, 16384, as_gpu("gb200"), ECON, low=320.0, high=460.0)
     names = [r["input"] for r in rows]
     assert set(names) == {"tokens_per_s_per_gpu", "tokens", "usd_per_gpu_hour", "pue", "utilization",
                           "system_overhead", "gpus"}
@@ -75,12 +78,12 @@ def test_sensitivity_rows_sorted_by_swing():
     assert by["tokens"]["output_high"] > base > by["tokens"]["output_low"]  # more tokens, more cost
     assert by["tokens_per_s_per_gpu"]["output_low"] > base > by["tokens_per_s_per_gpu"]["output_high"]
     assert by["gpus"]["swing"] == 0.0  # cluster size does not change cost at fixed per-GPU throughput
-    days = cost.training_sensitivity(15e12, 400.0, 16384, "gb200", ECON, low=320.0, high=460.0, output="days")
+    days = cost.training_sensitivity(15e12, 400.0, 16384, as_gpu("gb200"), ECON, low=320.0, high=460.0, output="days")
     d = {r["input"]: r for r in days}
     assert d["gpus"]["output_low"] == pytest.approx(2 * d["gpus"]["output_base"], rel=1e-3)
     assert d["usd_per_gpu_hour"]["swing"] == 0.0
     # with a throughput model for other cluster sizes, cluster size moves cost too
-    slower = cost.training_sensitivity(15e12, 400.0, 16384, "gb200", ECON, low=320.0, high=460.0,
+    slower = cost.training_sensitivity(15e12, 400.0, 16384, as_gpu("gb200"), ECON, low=320.0, high=460.0,
                                        tps_at_gpus=lambda n: 400.0 * (16384 / n) ** 0.05)
     assert {r["input"]: r for r in slower}["gpus"]["swing"] > 0
 

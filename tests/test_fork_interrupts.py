@@ -50,7 +50,7 @@ def _reap(proc: subprocess.Popen) -> None:
 def test_a_signal_while_the_chapters_run_cancels_them_then_raises(tmp_path):
     """The chapters run on an event loop (``lifecycle.run_async``): a SIGTERM cancels it at a step
     of the loop (its ``finally`` stops what it started), then raises Interrupted; a kernel started
-    meanwhile has the signals unblocked, and the build's mask and handlers are back afterwards."""
+    meanwhile has the signals unblocked, and the build's handlers are back afterwards."""
     import asyncio
 
     seen: dict = {}

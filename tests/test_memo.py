@@ -7,7 +7,8 @@ import time
 import numpy as np
 import pytest
 
-from scaletax import hardware, memo
+from scaletax import memo
+from scaletax.inputs import hardware, recipes
 
 CALLS: list[tuple] = []
 
@@ -118,13 +119,13 @@ def test_a_gpu_argument_is_keyed_by_its_fields():
 
 
 def test_the_code_hash_covers_exactly_the_imported_library_modules():
-    mods = set(memo.closure("scaletax.lowp_training"))
-    assert {"scaletax", "scaletax.lowp_training", "scaletax.precision"} <= mods
-    assert not mods & {"scaletax.search", "scaletax.perf", "scaletax.cost", "scaletax.hardware"}
+    mods = set(memo.closure("scaletax.model.lowp_training"))
+    assert {"scaletax", "scaletax.model.lowp_training", "scaletax.model.precision"} <= mods
+    assert not mods & {"scaletax.model.search", "scaletax.model.perf", "scaletax.model.cost", "scaletax.inputs.hardware"}
     assert not [m for m in mods if m.startswith(("scaletax.chapters", "scaletax.report", "scaletax.render"))]
-    search_mods = memo.closure("scaletax.search")
-    assert {"scaletax.perf", "scaletax.memory", "scaletax.hardware"} <= set(search_mods)
-    assert "scaletax.cost" not in search_mods and "scaletax.chapters.decision" not in search_mods
+    search_mods = memo.closure("scaletax.model.search")
+    assert {"scaletax.model.perf", "scaletax.model.memory", "scaletax.inputs.hardware"} <= set(search_mods)
+    assert "scaletax.model.cost" not in search_mods and "scaletax.chapters.decision" not in search_mods
 
 
 def test_an_argument_without_canonical_form_is_refused(memo_dir):
@@ -135,20 +136,21 @@ def test_an_argument_without_canonical_form_is_refused(memo_dir):
 def test_memory_and_communication_chapters_search_through_the_cache(memo_dir, monkeypatch):
     """The chapters' searches are cached on disk (search.cached_search / cached_min_gpus): a second
     process (here: the per-process caches emptied) reads them, and the results are the same."""
-    from scaletax import models
+    from scaletax.inputs import models
     from scaletax.chapters import communication as cc
     from scaletax.chapters import memory as cm
 
     model = models.get("llama31_405b")
     memo.STATS.clear()
-    fit1 = cm.fit(model, 1024, ["h100_sxm", "b200"], {"h100_sxm": "fp8", "b200": "fp8"}, batch_seqs=4096)
+    fp8 = recipes.training("fp8")
+    fit1 = cm.fit(model, 1024, ["h100_sxm", "b200"], {"h100_sxm": fp8, "b200": fp8}, batch_seqs=4096)
     mg1 = cm.min_gpus(model, "b200", "fp8", batch_tokens=16 * 2**20)
     best1 = cc.best_search(model, "h100_sxm", 1024, batch_tokens=16 * 2**20)
     misses = {k: v["miss"] for k, v in memo.STATS.items()}
-    assert misses["scaletax.search.search"] >= 3 and misses["scaletax.search.min_gpus"] == 1
+    assert misses["scaletax.model.search.search"] >= 3 and misses["scaletax.model.search.min_gpus"] == 1
     monkeypatch.setattr(cc, "_BEST", {})
     memo.STATS.clear()
-    assert cm.fit(model, 1024, ["h100_sxm", "b200"], {"h100_sxm": "fp8", "b200": "fp8"}, batch_seqs=4096) == fit1
+    assert cm.fit(model, 1024, ["h100_sxm", "b200"], {"h100_sxm": fp8, "b200": fp8}, batch_seqs=4096) == fit1
     assert cm.min_gpus(model, "b200", "fp8", batch_tokens=16 * 2**20) == mg1
     assert cc.best_search(model, "h100_sxm", 1024, batch_tokens=16 * 2**20).best == best1.best
     assert all(v["miss"] == 0 and v["hit"] > 0 for v in memo.STATS.values()), memo.STATS

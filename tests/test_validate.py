@@ -8,7 +8,11 @@ import numpy as np
 import pytest
 import yaml
 
-from scaletax import calibrate, models, perf, runs, validate
+from scaletax.inputs import hardware, models
+from scaletax.model import efficiency, perf, runplan
+from scaletax.fit import calibrate, validate
+
+from objects import as_gpu, as_recipe
 
 
 @pytest.fixture(scope="module")
@@ -85,18 +89,18 @@ def test_row_keys():
 
 def test_efficiency_file_is_the_calibration_output(prepared):
     """data/efficiency.yaml equals a fresh calibration. If this fails after a model change, run
-    `.venv/bin/python -m scaletax.calibrate` and review."""
+    `.venv/bin/python -m scaletax.fit.calibrate` and review."""
     ranges = calibrate.efficiency_ranges(prepared)
-    raw = yaml.safe_load(perf.EFFICIENCY_YAML.read_text())
+    raw = yaml.safe_load(efficiency.EFFICIENCY_YAML.read_text())
     data = raw["parameters"]
-    from scaletax import comm, topology
+    from scaletax.model import comm, topology
     fit = comm.fit_calibration()  # the communication efficiencies are written there too
     for n in calibrate.COLLECTIVE_PARAMS:
         assert raw["collectives"][n]["value"] == pytest.approx(fit[n], abs=1e-4), n
     assert topology.NVLINK_EFF == raw["collectives"]["nvlink_eff"]["value"]
     spread = calibrate.out_of_sample_spread(prepared)  # the band is the leave-one-family-out spread
     assert raw["band"]["relative_half_width"] == pytest.approx(spread["relative_half_width"], abs=2e-4)
-    assert perf.default_band().spread == raw["band"]["relative_half_width"]
+    assert efficiency.default_band().spread == raw["band"]["relative_half_width"]
     regimes = calibrate.regime_spread(prepared)  # the out-of-sample accuracy per regime
     assert list(raw["regimes"])[1:] == list(regimes)  # after its method
     for reg, r in regimes.items():
@@ -113,7 +117,7 @@ def test_calibration_is_deterministic_and_uses_few_parameters(prepared):
     b = calibrate.calibrate(prepared=prepared)
     assert a.params == b.params
     assert len(a.fitted) <= 6 < len(a.rows)
-    entries = perf.default_band().meta["parameters"]
+    entries = efficiency.default_band().meta["parameters"]
     for n in a.fitted:  # every fitted value lies inside its stated range
         assert entries[n]["low"] <= a.params[n] * (1 + 1e-3) and a.params[n] <= entries[n]["high"] * (1 + 1e-3)
         assert entries[n]["kind"] == "calibrated"
@@ -124,11 +128,11 @@ def test_gemm_measurement_fit():
     assert 0 < g["gemm_roofline"] < 3 and 0.5 < g["ceiling_bf16"] < 1 and 0.5 < g["ceiling_fp8"] < 1
     assert g["points"] > 50
     # the fitted rule reproduces a large square GEMM within the fit's scatter
-    from scaletax import hardware
+    from scaletax.inputs import hardware
 
     h200 = hardware.get("h200_sxm")
     n = 8192
-    pred = g["ceiling_bf16"] / (1 + g["gemm_roofline"] * perf.gemm_reference_size(h200, "bf16") / n)
+    pred = g["ceiling_bf16"] / (1 + g["gemm_roofline"] * perf.gemm_reference_size(as_gpu(h200), as_recipe("bf16")) / n)
     assert pred * h200.peak_flops("bf16") / 1e12 == pytest.approx(725, rel=0.15)
 
 
@@ -153,14 +157,14 @@ def test_row_conventions(prepared):
     ds = by["mbridge25.09-DeepSeek-V3671B-DGX-H100-1024-FP8"]
     # the row states the recipe's expert_tensor_parallel_size=1, so no default is assumed for it
     assert ds.layout.etp == 1 and not any("etp" in a for a in ds.assumptions)
-    blank = runs.plan_row({**ds.row, "etp": None})  # blank: Megatron-Core's default, the TP size
+    blank = runplan.plan_row({**ds.row, "etp": None})  # blank: Megatron-Core's default, the TP size
     assert blank.layout.etp == ds.layout.tp == 2 and any("etp=2 (default: tp" in a for a in blank.assumptions)
     kor = by["korthikanti2022-530B"]
     assert kor.layout.gbs == 2240 and kor.layout.n_micro == 280  # one sequence per GPU
     nar = by["narayanan2021-1T"]
     assert nar.layout.recompute == "full" and nar.recompute_fraction == 1.0 and not nar.assumptions
     for s in setups:
-        assert s.memory_gib <= validate.hardware.get(s.row["hardware"]).hbm_gib + 1e-9, s.row["run_id"]
+        assert s.memory_gib <= hardware.get(s.row["hardware"]).hbm_gib + 1e-9, s.row["run_id"]
         if s.row["recompute"] == "unknown":
             assert any(a.startswith("recompute assumed") for a in s.assumptions)
 
@@ -169,7 +173,7 @@ def test_calibrate_on_a_subset_predicts_the_rest(prepared):
     """A simple hold-out: fit on the rows with an even index, predict the odd ones."""
     inp, setups = prepared
     train = list(range(0, len(setups), 2))
-    cal = calibrate.calibrate(prepared=prepared, subset=train, fixed={"gemm_ceiling_4bit": perf.default_efficiency().gemm_ceiling["4bit"]})
+    cal = calibrate.calibrate(prepared=prepared, subset=train, fixed={"gemm_ceiling_4bit": efficiency.default_efficiency().gemm_ceiling["4bit"]})
     st = perf.evaluate(inp, cal.efficiency)
     err = [abs(st.tokens_per_s_per_gpu[i] / setups[i].measured - 1) for i in range(1, len(setups), 2)]
     assert np.median(err) <= 0.12 and max(err) <= 0.40
@@ -202,7 +206,7 @@ def test_predict_rows_adds_throughput_columns_and_searches_missing_layouts():
 
 
 def test_predict_rows_names_the_row_of_an_unsupported_precision():
-    from scaletax import runs
+    from scaletax.inputs import runs
     from scaletax.report.predict import predict_rows
 
     rows = validate.load_rows()

@@ -69,48 +69,46 @@ def forks_die_with_me() -> None:
 
 def run_async(main):
     """``asyncio.run(main)``, cancelled by SIGINT, SIGTERM or SIGHUP, then :class:`Interrupted`
-    (inside an :class:`Interrupts` block, whose handlers it puts back). The signals are blocked
-    for the run and taken by a thread (``sigtimedwait``), which cancels ``main`` on the event
-    loop: never raised inside a fork, and out of reach of handlers a library adds to the loop
-    (nbclient's would kill its kernel and let the build go on). Children started meanwhile
-    unblock them (:func:`die_with_parent`)."""
+    (inside an :class:`Interrupts` block, whose handlers it puts back). The handlers only
+    schedule the cancellation on the event loop, so nothing is raised inside a fork, and the loop
+    refuses handlers of its own (nbclient adds some that kill its kernel and let the run go on):
+    the ``finally`` blocks of ``main`` stop what it started."""
     import asyncio
-    import threading
+
+    class Loop(asyncio.SelectorEventLoop):
+        def add_signal_handler(self, sig, callback, *args):
+            raise RuntimeError("run_async handles the signals")  # nbclient then adds none
 
     got: list[str] = []
-    done = threading.Event()
-    watcher = None
-
-    async def guarded():
-        nonlocal watcher
-        loop, task = asyncio.get_running_loop(), asyncio.current_task()
-
-        def watch() -> None:
-            while not done.is_set():
-                info = signal.sigtimedwait(SIGNALS, 0.1)
-                if info is not None:
-                    got.append(signal.Signals(info.si_signo).name)
-                    loop.call_soon_threadsafe(task.cancel)
-
-        watcher = threading.Thread(target=watch, name="scaletax-signals", daemon=True)
-        watcher.start()  # created with the signals blocked, as every thread started in the run
-        return await main
-
     saved = {s: signal.getsignal(s) for s in SIGNALS}
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
     result = None
-    try:
-        result = asyncio.run(guarded())
-    except BaseException:
-        if not got:  # not a signal's cancellation (what it ended with, e.g. a dead kernel, is its effect)
-            raise
-    finally:
-        done.set()
-        if watcher is not None:
-            watcher.join()
-        for s, handler in saved.items():
-            signal.signal(s, handler)
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a signal since the run ends is handled here
+    with asyncio.Runner(loop_factory=Loop) as runner:
+        loop = runner.get_loop()
+        task = None
+
+        def handler(signum, frame) -> None:
+            got.append(signal.Signals(signum).name)
+            if task is not None:
+                loop.call_soon_threadsafe(task.cancel)
+
+        async def guarded():
+            nonlocal task
+            task = asyncio.current_task()
+            if got:  # a signal before the task existed
+                main.close()
+                raise asyncio.CancelledError
+            return await main
+
+        try:
+            for s in SIGNALS:
+                signal.signal(s, handler)
+            result = runner.run(guarded())
+        except BaseException:
+            if not got:  # not a signal's cancellation (what it ended with, e.g. a dead kernel, is its effect)
+                raise
+        finally:
+            for s, h in saved.items():
+                signal.signal(s, h)
     if not got:
         return result
     cur = Interrupts.current

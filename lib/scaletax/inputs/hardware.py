@@ -29,7 +29,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from scaletax import DATA_DIR, recipes, unknown_id
+from scaletax import DATA_DIR, memo, unknown_id
+from scaletax.inputs import recipes
 
 HARDWARE_CSV = DATA_DIR / "hardware.csv"
 SYSTEMS_CSV = DATA_DIR / "systems.csv"
@@ -134,26 +135,36 @@ class GPU(BaseModel):
         """GPUs in the smallest unit sold (a node or rack); the NVLink domain when not listed."""
         return self.system_gpus or self.nvlink_domain
 
-    def supports(self, precision: str) -> bool:
-        """True when the GPU runs ``precision`` natively on its tensor cores (:func:`recipes.runs_on`)."""
-        return recipes.runs_on(self, precision)
+    def supports(self, recipe: recipes.Recipe | str) -> bool:
+        """True when the GPU runs ``recipe`` (a recipe or its name) natively on its tensor cores
+        (:func:`recipes.runs_on`); False for a name no recipe has."""
+        if isinstance(recipe, str) and recipe not in recipes.RECIPES:
+            return False
+        return recipes.runs_on(self, _recipe(recipe))
 
-    def peak_flops(self, precision: str) -> float:
-        """Dense peak FLOP/s for ``precision`` (its recipe's column); raises UnsupportedPrecision if not native."""
-        if precision not in recipes.RECIPES:
-            raise HardwareError(
-                f"unknown precision {precision!r}; valid: {', '.join(recipes.NAMES)}"
-            )
-        if not self.supports(precision):
+    def peak_flops(self, recipe: recipes.Recipe | str) -> float:
+        """Dense peak FLOP/s of ``recipe`` (a recipe or its name: the catalog's column of its
+        format); raises UnsupportedPrecision if not native."""
+        r = _recipe(recipe)
+        if not self.supports(r):
             raise UnsupportedPrecision(
-                f"{self.id} has no native {precision} tensor cores"
-                f" (supported: {', '.join(p for p in recipes.NAMES if self.supports(p))})"
+                f"{self.id} has no native {r.name} tensor cores"
+                f" (supported: {', '.join(p for p, x in recipes.RECIPES.items() if self.supports(x))})"
             )
-        return getattr(self, recipes.get(precision).peak_column) * 1e12
+        return getattr(self, r.peak_column) * 1e12
 
-    def ridge_point(self, precision: str) -> float:
+    def ridge_point(self, recipe: recipes.Recipe | str) -> float:
         """Roofline ridge point, FLOP per byte of HBM traffic (peak FLOP/s / HBM B/s)."""
-        return self.peak_flops(precision) / self.hbm_bw
+        return self.peak_flops(recipe) / self.hbm_bw
+
+
+def _recipe(recipe: recipes.Recipe | str) -> recipes.Recipe:
+    """A recipe, or the recipe of a precision name (a catalog query by format; the model passes recipes)."""
+    if isinstance(recipe, recipes.Recipe):
+        return recipe
+    if recipe not in recipes.RECIPES:
+        raise HardwareError(f"unknown precision {recipe!r}; valid: {', '.join(recipes.NAMES)}")
+    return recipes.RECIPES[recipe]
 
 
 def _parse_cell(value: str):
@@ -297,6 +308,10 @@ def read_file(path: Path | str) -> tuple[str, ...]:
     return (ALL,) if ALL in lines else tuple(sorted(set(lines)))
 
 
+#: A cached call (``scaletax.memo``) reads GPUs only through its arguments: memo checks it with these.
+memo.guard_catalog(reads_during, lambda: catalog())
+
+
 def catalog() -> dict[str, GPU]:
     """The project catalog (``data/hardware.csv`` + ``data/systems.csv``), then the GPUs a
     scenario defined (:func:`register`). Records a read of the whole catalog (:data:`ALL`):
@@ -348,6 +363,15 @@ def get(gpu_id: str) -> GPU:
         return cat[gpu_id]
     valid = [*cat, *_USER]
     raise UnknownHardware(f"{_unknown(gpu_id, valid)}; valid ids: {', '.join(valid)}")
+
+
+def check(gpu: GPU) -> GPU:
+    """``gpu`` itself when it is a :class:`GPU`; a TypeError otherwise: the model takes GPUs,
+    looked up from their ids once where the ids come in (:func:`get`)."""
+    if not isinstance(gpu, GPU):
+        raise TypeError(f"expected a hardware.GPU, got {type(gpu).__name__} {gpu!r}: look a GPU id up once "
+                        "where it comes in (hardware.get)")
+    return gpu
 
 
 def known(gpu_id: str) -> bool:

@@ -4,14 +4,14 @@ of them, into ``data/efficiency.yaml`` (the communication efficiencies included)
 ``validate`` only compares predictions with measurements; everything fitted is fitted here.
 Regenerate the file after a model change with::
 
-    .venv/bin/python -m scaletax.calibrate
+    .venv/bin/python -m scaletax.fit.calibrate
 
 Public API
 ----------
 - ``fit_gemm_measurements(path, min_m=1024) -> dict``: Hopper GEMM ceilings and the roofline
   constant from ``data/measured/gemm_h200.csv``.
 - ``prepare_rows(rows) -> (StepInputs, [RowPlan])``, ``load_rows(path)``: the runs table as one
-  vectorized input (``runs.plan_row`` + ``runs.step_inputs``).
+  vectorized input (``runplan.plan_row`` + ``runplan.step_inputs``).
 - ``calibrate(rows=None, fit=FIT_PARAMS, fixed=None, subset=None) -> Calibration``: the
   run-calibrated parameters (Levenberg-Marquardt on log errors, numpy only); ``subset`` and
   ``fixed`` serve the cross-validation folds of ``validate``.
@@ -31,8 +31,11 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from scaletax import DATA_DIR, comm, hardware, perf, runs
-from scaletax.runs import ROW_CONVENTIONS, RowPlan
+from scaletax import DATA_DIR
+from scaletax.inputs import hardware, recipes, runs
+from scaletax.inputs.runs import ROW_CONVENTIONS
+from scaletax.model import comm, efficiency, perf, runplan
+from scaletax.model.runplan import RowPlan
 
 GEMM_CSV = DATA_DIR / "measured" / "gemm_h200.csv"
 
@@ -43,15 +46,15 @@ def load_rows(path: Path | str = runs.RUNS_CSV) -> list[dict[str, Any]]:
 
 
 def prepare_rows(rows: Iterable[dict[str, Any]]) -> tuple[perf.StepInputs, list[RowPlan]]:
-    """Every row planned (``runs.plan_row``) and its step-time inputs, concatenated."""
-    plans = [runs.plan_row(r) for r in rows]
-    return runs.step_inputs(plans), plans
+    """Every row planned (``runplan.plan_row``) and its step-time inputs, concatenated."""
+    plans = [runplan.plan_row(r) for r in rows]
+    return runplan.step_inputs(plans), plans
 
 
 # =========================================================================================
 # Measured GEMMs -> Hopper ceilings and the roofline constant
 # =========================================================================================
-_GEMM_DTYPE = {"bf16": "bf16", "fp8_e4m3": "fp8"}
+_GEMM_DTYPE = {"bf16": recipes.training("bf16"), "fp8_e4m3": recipes.training("fp8")}
 
 
 
@@ -87,7 +90,7 @@ def _fit_gemm(text: str, path: str, min_m: int, g: hardware.GPU) -> dict[str, fl
         pts.append((d, eff, perf.gemm_reference_size(g, d) / n_hm))
     if not pts:
         raise ValueError(f"{path}: no GEMM rows with m >= {min_m}")
-    dt = np.array([p[0] for p in pts])
+    dt = np.array([p[0].name for p in pts])
     eff = np.array([p[1] for p in pts])
     x = np.array([p[2] for p in pts])
     best = None
@@ -140,7 +143,8 @@ def _fp8_over_bf16_max(text: str, path: str, g: hardware.GPU) -> float:
     for r in csv.DictReader(io.StringIO(text, newline="")):
         if r["dtype"] in ("bf16", "fp8_e4m3", "fp8_e4m3_fastaccum"):
             by.setdefault((r["label"], r["m"], r["n"], r["k"]), {})[r["dtype"]] = float(r["tflops"]) * 1e12
-    ratios = [v[d] / g.peak_flops("fp8") / (v["bf16"] / g.peak_flops("bf16"))
+    fp8, bf16 = recipes.training("fp8"), recipes.training("bf16")
+    ratios = [v[d] / g.peak_flops(fp8) / (v["bf16"] / g.peak_flops(bf16))
               for v in by.values() if "bf16" in v for d in ("fp8_e4m3", "fp8_e4m3_fastaccum") if d in v]
     if not ratios:
         raise ValueError(f"{path}: no shape measured in both BF16 and FP8")
@@ -160,7 +164,7 @@ def fit_bounds() -> dict[str, tuple[float, float]]:
 
 
 #: Families without rows in the table take the Blackwell factor (stated, not calibrated); Blackwell
-#: Ultra times its power headroom over Blackwell (:data:`DERIVED_FAMILIES`, ``perf.power_per_flop``).
+#: Ultra times its power headroom over Blackwell (:data:`DERIVED_FAMILIES`, ``efficiency.power_per_flop``).
 TIED_FAMILIES: tuple[str, ...] = ("blackwell_ultra", "rubin")
 #: Families whose factor is Blackwell's times the ratio of rated power per peak FLOP (same silicon).
 DERIVED_FAMILIES: dict[str, str] = {"blackwell_ultra": "blackwell"}
@@ -177,11 +181,10 @@ PRIORS: dict[str, Any] = {
 }
 #: Which rows identify a parameter (a cross-validation fold without such a row uses the prior).
 IDENTIFIED_BY: dict[str, Any] = {
-    "family_factor_ampere": lambda su: hardware.get(su.row["hardware"]).family == "ampere",
-    "family_factor_blackwell": lambda su: hardware.get(su.row["hardware"]).family == "blackwell",
+    "family_factor_ampere": lambda su: su.gpu.family == "ampere",
+    "family_factor_blackwell": lambda su: su.gpu.family == "blackwell",
     # Hopper is the basis (factor 1): only Hopper 8-bit rows separate the 8-bit ceiling from a factor
-    "gemm_ceiling_8bit": lambda su: (perf.format_class(str(su.row["precision"]).lower()) == "8bit"
-                                     and hardware.get(su.row["hardware"]).family == "hopper"),
+    "gemm_ceiling_8bit": lambda su: su.precision.format_class == "8bit" and su.gpu.family == "hopper",
 }
 
 
@@ -191,7 +194,7 @@ def measured_base() -> dict[str, float]:
     m = fit_gemm_measurements()
     base = {f"gemm_ceiling_{k}": v for k, v in (("16bit", m["ceiling_bf16"]), ("8bit", m["ceiling_fp8"]),
                                                  ("4bit", 0.6))}
-    base.update({f"family_factor_{f}": 1.0 for f in perf.FAMILIES})
+    base.update({f"family_factor_{f}": 1.0 for f in efficiency.FAMILIES})
     base.update(gemm_roofline=m["gemm_roofline"], memory_overhead=2.0, overlap_scale=1.0)
     return base
 
@@ -205,7 +208,7 @@ def _tie(p: dict[str, float], ratios: dict[str, float] | None = None) -> dict[st
     ratios = tie_ratios() if ratios is None else ratios
     q = dict(p)
     cap = (1.0 - 1e-9) / max(q["gemm_ceiling_16bit"], q["gemm_ceiling_8bit"])  # no ceiling x factor above 1
-    for f in perf.FAMILIES:
+    for f in efficiency.FAMILIES:
         q[f"family_factor_{f}"] = min(q[f"family_factor_{f}"], cap)
     for f in TIED_FAMILIES:
         q[f"family_factor_{f}"] = min(q["family_factor_blackwell"] * ratios[f], cap)
@@ -220,16 +223,16 @@ def tie_ratios() -> dict[str, float]:
 
 def power_ratio(family: str) -> float:
     """Multiplier on Blackwell's factor for a tied family: rated power per peak FLOP over
-    Blackwell's for :data:`DERIVED_FAMILIES` (``perf.power_per_flop``), else 1 (tied)."""
+    Blackwell's for :data:`DERIVED_FAMILIES` (``efficiency.power_per_flop``), else 1 (tied)."""
     ref = DERIVED_FAMILIES.get(family)
     if ref is None:
         return 1.0
-    return perf.power_per_flop(family) / perf.power_per_flop(ref)
+    return efficiency.power_per_flop(family) / efficiency.power_per_flop(ref)
 
 
 def _residuals(inp: perf.StepInputs, measured: np.ndarray, p: dict[str, float],
                ratios: dict[str, float] | None = None) -> np.ndarray:
-    st = perf.evaluate(inp, perf.Efficiency.from_params(_tie(p, ratios)))
+    st = perf.evaluate(inp, efficiency.Efficiency.from_params(_tie(p, ratios)))
     return np.log(st.tokens_per_s_per_gpu / measured)
 
 
@@ -244,8 +247,8 @@ class Calibration:
     fitted: tuple[str, ...]
 
     @property
-    def efficiency(self) -> perf.Efficiency:
-        return perf.Efficiency.from_params(self.params)
+    def efficiency(self) -> efficiency.Efficiency:
+        return efficiency.Efficiency.from_params(self.params)
 
 
 def _lm(inp, meas, names, base, idx, iters=80, ratios=None):
@@ -326,7 +329,7 @@ class FoldFit:
     priors: tuple[str, ...]
 
     @property
-    def efficiency(self) -> perf.Efficiency:
+    def efficiency(self) -> efficiency.Efficiency:
         return self.calibration.efficiency
 
 
@@ -396,18 +399,18 @@ def abs_error_stats(errors: Sequence[float]) -> tuple[float | None, float | None
     return float(np.median(a)), float(np.mean(a <= 0.25)), float(a.max())
 
 
-def heldout_predictions(path: Path | str = runs.HELDOUT_CSV, band: perf.EfficiencyBand | None = None
-                        ) -> tuple[list[dict[str, Any]], runs.TablePlan, perf.Prediction]:
+def heldout_predictions(path: Path | str = runs.HELDOUT_CSV, band: efficiency.EfficiencyBand | None = None
+                        ) -> tuple[list[dict[str, Any]], runplan.TablePlan, perf.Prediction]:
     """The rows of ``path`` (runs-table schema, with measurements; default the held-out runs), their
-    plan (``runs.plan_rows``: blank columns take their documented defaults) and their prediction
+    plan (``runplan.plan_rows``: blank columns take their documented defaults) and their prediction
     with ``band`` (default the calibrated one; ``perf.evaluate_band``): out of sample by
     construction, no row is in the calibration table."""
     rows = runs.read_runs(path)
-    plan = runs.plan_rows(rows)
+    plan = runplan.plan_rows(rows)
     return rows, plan, perf.evaluate_band(plan.step_inputs(), band)
 
 
-def heldout_errors(path: Path | str = runs.HELDOUT_CSV, band: perf.EfficiencyBand | None = None) -> list[dict[str, Any]]:
+def heldout_errors(path: Path | str = runs.HELDOUT_CSV, band: efficiency.EfficiencyBand | None = None) -> list[dict[str, Any]]:
     """Per row of ``path`` (:func:`heldout_predictions`): ``run_id``, ``regime``
     (``runs.row_regime``) and ``error``, predicted (the band's central value) / measured tokens/s
     per GPU - 1 (the measurement converted as ``runs.measured_tokens_per_s`` says)."""
@@ -417,7 +420,7 @@ def heldout_errors(path: Path | str = runs.HELDOUT_CSV, band: perf.EfficiencyBan
             for i, r in enumerate(rows)]
 
 
-def regime_spread(prepared=None, band: perf.EfficiencyBand | None = None,
+def regime_spread(prepared=None, band: efficiency.EfficiencyBand | None = None,
                   heldout: Path | str = runs.HELDOUT_CSV) -> dict[str, dict[str, Any]]:
     """Out-of-sample accuracy per regime of ``runs.REGIMES`` (``runs.row_regime``), in order:
     ``rows`` (calibration rows with a measurement, each predicted by a calibration without its
@@ -508,7 +511,7 @@ def efficiency_ranges(prepared=None) -> dict[str, Any]:
     return out
 
 
-def band_from_ranges(ranges: dict[str, Any], digits: int | None = None) -> perf.EfficiencyBand:
+def band_from_ranges(ranges: dict[str, Any], digits: int | None = None) -> efficiency.EfficiencyBand:
     """The band of :func:`efficiency_ranges`' parameters; ``digits``: each rounded as
     ``data/efficiency.yaml`` writes it (4), so predictions made with it are those of the file."""
     names = [k for k in ranges if not k.startswith("_")]
@@ -516,7 +519,7 @@ def band_from_ranges(ranges: dict[str, Any], digits: int | None = None) -> perf.
     def r(x: float) -> float:
         return x if digits is None else round(x, digits)
 
-    return perf.EfficiencyBand.from_ranges({n: r(ranges[n]["value"]) for n in names},
+    return efficiency.EfficiencyBand.from_ranges({n: r(ranges[n]["value"]) for n in names},
                                            {n: r(ranges[n]["low"]) for n in names},
                                            {n: r(ranges[n]["high"]) for n in names})
 
@@ -543,7 +546,7 @@ _SOURCES = {
                                "relative to Hopper (clocks under tensor-core load, kernel maturity).",
     "family_factor_blackwell_ultra": "DERIVED: family_factor_blackwell x {ultra_ratio:.3f}, the ratio of rated power per "
                                      "dense BF16 TFLOP/s of Blackwell Ultra (B300, GB300) over Blackwell (B200, GB200) in "
-                                     "data/hardware.csv (perf.power_per_flop: same silicon, same peaks, more power; "
+                                     "data/hardware.csv (efficiency.power_per_flop: same silicon, same peaks, more power; "
                                      "sustained clock linear in power at the voltage floor); range Blackwell's widened 10%. "
                                      "No B300/GB300 row.",
     "family_factor_rubin": "TIED to family_factor_blackwell (Rubin is announced, not measured); range widened 10%.",
@@ -586,11 +589,11 @@ def efficiency_yaml_text(ranges: dict[str, Any] | None = None, prepared=None) ->
     spread = out_of_sample_spread(prepared)
     regimes = regime_spread(prepared, band_from_ranges(ranges, digits=4))  # held out: the file's parameters
     lines = [
-        "# Efficiency parameters of the step-time model (scaletax.perf), with ranges.",
-        "# GENERATED by scaletax.calibrate (every fitted parameter of the model) from data/published_runs.csv,",
+        "# Efficiency parameters of the step-time model (scaletax.model.efficiency, used by scaletax.model.perf), with ranges.",
+        "# GENERATED by scaletax.fit.calibrate (every fitted parameter of the model) from data/published_runs.csv,",
         "# data/measured/gemm_h200.csv and data/collectives.csv, with its accuracy out of sample (band, regimes;",
         "# data/heldout_runs.csv too); do not edit by hand (a test checks this file against a refit).",
-        "# Regenerate: .venv/bin/python -m scaletax.calibrate",
+        "# Regenerate: .venv/bin/python -m scaletax.fit.calibrate",
         "# Predictions use `value`; the band uses every parameter at the end of its range that lowers",
         "# (low) or raises (high) throughput.",
         "parameters:",
@@ -638,7 +641,7 @@ def efficiency_yaml_text(ranges: dict[str, Any] | None = None, prepared=None) ->
     ]
     lines += [
         "regimes:",
-        "  method: \"per regime (scaletax.runs.row_regime): its rows of data/published_runs.csv each predicted by a "
+        "  method: \"per regime (scaletax.inputs.runs.row_regime): its rows of data/published_runs.csv each predicted by a "
         "calibration without the whole regime (calibrate.fold_predictions), and its rows of data/heldout_runs.csv "
         "predicted with these parameters; median |predicted / measured - 1| and the share within 25% over both "
         "(calibrate.regime_spread)\"",
@@ -657,11 +660,11 @@ def efficiency_yaml_text(ranges: dict[str, Any] | None = None, prepared=None) ->
     return "\n".join(lines) + "\n"
 
 
-def write_efficiency_yaml(path: Path | str = perf.EFFICIENCY_YAML) -> Path:
+def write_efficiency_yaml(path: Path | str = efficiency.EFFICIENCY_YAML) -> Path:
     """Recalibrate and write ``data/efficiency.yaml``; returns the path."""
     path = Path(path)
     path.write_text(efficiency_yaml_text(), encoding="utf-8")
-    perf.default_band.cache_clear()
+    efficiency.default_band.cache_clear()
     return path
 
 

@@ -2,32 +2,32 @@
 
 Public API:
 
-- ``breakdown(model, layouts, precision="bf16", *, reserve_gib=RESERVE_GIB, stage="max",
+- ``breakdown(model, layouts, precision=BF16, *, reserve_gib=RESERVE_GIB, stage="max",
   **options) -> Memory``: bytes per GPU of the heaviest pipeline stage by term (``weights,
   gradients, optimizer, activations, reserve``) and ``total``, float64 arrays over a
   ``LayoutArray`` (a single ``Layout`` gives length 1). Pure numpy broadcasting, no Python
   loop over layouts (1e6 layouts in ~0.3 s on one core).
-- ``grid_total(model, grid, precision="bf16", *, reserve_gib=RESERVE_GIB, **options)``: the
+- ``grid_total(model, grid, precision=BF16, *, reserve_gib=RESERVE_GIB, **options)``: the
   ``total`` of ``breakdown`` (same bits, same order) for a ``layout.LayoutGrid``, each term that
   depends on neither ZeRO stage nor recompute computed once per base layout (the search's grid).
-- ``fits(model, layouts, gpu, precision="bf16", **options) -> bool array``; ``gpu`` is a
-  capacity in GiB, a ``hardware`` GPU object (``hbm_gib``) or a hardware id.
+- ``fits(model, layouts, gpu, precision=BF16, **options) -> bool array``; ``gpu`` is a
+  capacity in GiB or a ``hardware.GPU`` (``hbm_gib``).
 - ``least_recompute(model, layouts, gpu, precision, **options) -> int array``: the smallest
   recompute code (0 none, 1 selective, 2 full) that fits each layout, -1 if none does.
 - ``max_micro_batch(model, layouts, gpu, precision, **options) -> int array``.
 - The smallest GPU count and the least model-parallel layout that fits are questions to the
-  layout search (:func:`scaletax.search.min_gpus`, ``SearchSpace(objective="least_parallel")``).
+  layout search (:func:`scaletax.model.search.min_gpus`, ``SearchSpace(objective="least_parallel")``).
 - ``activation_items(model, precision, attention, dropout)``: the per-layer activation terms.
 - ``resolve_options(precision, **options)``: the options below with their defaults filled.
 
 Options (keywords of every function above): ``attention`` "flash" (default: modern runs use
 flash attention) | "paper" (Korthikanti's stored attention scores, to reproduce the paper);
 ``dropout`` (default True with "paper", False with "flash"); ``param_bytes``, ``grad_bytes``,
-``optimizer_bytes`` per parameter (defaults: the recipe's, :mod:`scaletax.recipes`; optimizer 12,
+``optimizer_bytes`` per parameter (defaults: the recipe's, :mod:`scaletax.inputs.recipes`; optimizer 12,
 or 16 with 16-bit gradients); ``lowp_weight_copy`` (True); ``lowp_params`` (False: True models
 fp8/fp4 "param gather", linear weights kept only in the low-precision format);
-``selective_modules`` (what "selective" recomputes: ``SELECTIVE_MODULES``, or
-``SELECTIVE_MODULES_PAPER`` with "paper"); ``include_embeddings`` (True; False reproduces the
+``selective_modules`` (what "selective" recomputes: ``options.SELECTIVE_MODULES``, or
+``options.SELECTIVE_MODULES_PAPER`` with "paper"); ``include_embeddings`` (True; False reproduces the
 papers' transformer-layers-only accounting); ``fsdp_prefetch_layers``; ``gather_bytes`` (bytes
 per parameter of the ZeRO-3 gathered layers; default the stored linear-weight bytes: a stack that
 stores fp32 and gathers bf16, FSDP2's mixed precision, states 2).
@@ -67,7 +67,7 @@ V vocab, L layers, p pipeline size, v virtual stages):
   "selective" frees what ``selective_modules`` recompute, "full" keeps each layer's 2 s b h
   input (Table 2; / t with sequence parallelism) plus one layer's activations for the
   recomputation.
-- Reserve: ``RESERVE_GIB`` per GPU (ASSUMPTION) for the CUDA context, NCCL buffers and
+- Reserve: ``options.RESERVE_GIB`` per GPU (ASSUMPTION) for the CUDA context, NCCL buffers and
   allocator fragmentation.
 
 The heaviest stage is the larger of the first and the last pipeline stage (middle stages
@@ -82,15 +82,13 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from scaletax import recipes
-from scaletax.models import Model
-from scaletax.layout import Layout, LayoutArray, LayoutGrid
+from scaletax.inputs import recipes
+from scaletax.inputs.layout import Layout, LayoutArray, LayoutGrid
+from scaletax.inputs.models import Model
+from scaletax.inputs.options import RECOMPUTE_MODULES, RESERVE_GIB, SELECTIVE_MODULES, SELECTIVE_MODULES_PAPER
 
 GIB = 2**30
 
-#: ASSUMPTION: bytes per GPU kept free for the CUDA context (~0.5-1 GiB), NCCL communicator
-#: buffers (~1-2 GiB at scale) and caching-allocator fragmentation. Not from a source.
-RESERVE_GIB = 4.0
 #: ASSUMPTION: with ZeRO-3/FSDP, this many layers' parameters are held unsharded at once
 #: (the layer being computed and the prefetched next one).
 FSDP_PREFETCH_LAYERS = 2
@@ -99,8 +97,10 @@ FSDP_PREFETCH_LAYERS = 2
 ACT_BYTES = 2
 
 #: The precisions the memory model trains in (the recipe registry's); their parameter, gradient,
-#: optimizer and quantized-copy bytes are the recipes' (:mod:`scaletax.recipes`).
+#: optimizer and quantized-copy bytes are the recipes' (:mod:`scaletax.inputs.recipes`).
 PRECISIONS: tuple[str, ...] = recipes.TRAINING
+#: The default recipe of the functions below (16-bit mixed precision).
+BF16 = recipes.training("bf16")
 
 TERMS: tuple[str, ...] = ("weights", "gradients", "optimizer", "activations", "reserve")
 _STAGE_TERMS = TERMS[:4]  # what a pipeline stage holds (the reserve is per GPU)
@@ -139,17 +139,15 @@ class Memory:
 # --- helpers ------------------------------------------------------------------------------
 
 def capacity_gib(gpu: Any) -> float:
-    """Usable memory in GiB of ``gpu``: a number (GiB), an object with ``hbm_gib`` or an id."""
+    """Usable memory in GiB of ``gpu``: a number (GiB) or a ``hardware.GPU`` (its ``hbm_gib``)."""
     if isinstance(gpu, (int, float, np.integer, np.floating)) and not isinstance(gpu, bool):
         if gpu <= 0:
             raise ValueError(f"capacity: must be positive GiB (got {gpu})")
         return float(gpu)
-    if isinstance(gpu, str):
-        from scaletax import hardware  # imported lazily: memory does not need the catalog otherwise
-        return float(hardware.get(gpu).hbm_gib)
     if hasattr(gpu, "hbm_gib"):
         return float(gpu.hbm_gib)
-    raise TypeError(f"gpu: expected GiB, a GPU object or a hardware id (got {type(gpu).__name__})")
+    raise TypeError(f"gpu: expected GiB or a hardware.GPU (got {type(gpu).__name__} {gpu!r}): look a GPU id up "
+                    "once where it comes in (hardware.get)")
 
 
 def _as_array(layouts: Layout | LayoutArray | Iterable[Layout]) -> LayoutArray:
@@ -160,26 +158,18 @@ def _as_array(layouts: Layout | LayoutArray | Iterable[Layout]) -> LayoutArray:
     return LayoutArray.from_layouts(list(layouts))
 
 
-def _check_precision(precision: str) -> None:
-    recipes.training(precision)
+def _check_precision(precision: recipes.Recipe) -> None:
+    if not recipes.check(precision).trains:
+        raise ValueError(f"precision: the memory model does not train in {precision.name}; valid: "
+                         f"{', '.join(recipes.TRAINING)}")
 
-
-#: Megatron-Core ``recompute_modules`` names this model understands (transformer_config.py).
-RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn", "layernorm", "mla_up_proj", "moe_act", "mlp", "shared_experts")
-#: ASSUMPTION: what "selective" recomputes with flash attention -- the modules whose
-#: recomputation needs no large GEMM: the attention core (Korthikanti 2022 §5), the norms and
-#: the MLA up-projection (DeepSeek-V3 arXiv 2412.19437 §3.2.3 recomputes exactly these two),
-#: and the expert activation function (Megatron-Core "moe_act").
-SELECTIVE_MODULES: tuple[str, ...] = ("core_attn", "layernorm", "mla_up_proj", "moe_act")
-#: "selective" with ``attention="paper"``: the paper's selective recompute (attention core).
-SELECTIVE_MODULES_PAPER: tuple[str, ...] = ("core_attn",)
 
 #: ASSUMPTION: every transformer GEMM runs in the recipe precision, and Transformer Engine saves
 #: the quantized input -- column-wise, with its block scales, ``Recipe.operand_bytes`` -- for the
 #: weight-gradient GEMM; norms, activation-function inputs and attention Q/K/V/O stay 16-bit.
 
 
-def activation_items(model: Model, precision: str = "bf16", attention: str = "flash",
+def activation_items(model: Model, precision: recipes.Recipe = BF16, attention: str = "flash",
                      dropout: bool = False) -> list[tuple[str, float, str, str, frozenset]]:
     """Saved activations of one layer, bytes per token, term by term.
 
@@ -209,7 +199,7 @@ def activation_items(model: Model, precision: str = "bf16", attention: str = "fl
     _check_precision(precision)
     h, a, g, s = model.hidden, model.heads, model.kv_heads, model.seq_len
     dqk, dv = model.qk_head_dim, model.v_head_dim_eff
-    B, q = ACT_BYTES, recipes.training(precision).operand_bytes
+    B, q = ACT_BYTES, precision.operand_bytes
     up = frozenset({"mla_up_proj"}) if model.attention == "mla" else frozenset()
     ln = frozenset({"layernorm"})
     none = frozenset()
@@ -385,7 +375,7 @@ def _stage(model: Model, la: LayoutArray, last: bool, o: dict[str, Any], c: dict
     return {"weights": weights, "gradients": gradients, "optimizer": optimizer, "activations": acts}
 
 
-def resolve_options(precision: str = "bf16", *, attention: str = "flash", dropout: bool | None = None,
+def resolve_options(precision: recipes.Recipe = BF16, *, attention: str = "flash", dropout: bool | None = None,
                     param_bytes: float | None = None, grad_bytes: float | None = None,
                     optimizer_bytes: float | None = None, lowp_weight_copy: bool = True,
                     lowp_params: bool = False, selective_modules: Sequence[str] | None = None,
@@ -395,7 +385,7 @@ def resolve_options(precision: str = "bf16", *, attention: str = "flash", dropou
     _check_precision(precision)
     if attention not in ("flash", "paper"):
         raise ValueError(f"attention: must be 'flash' or 'paper' (got {attention!r})")
-    rec = recipes.training(precision)
+    rec = precision
     pb = rec.param_bytes
     gb = rec.grad_bytes if grad_bytes is None else float(grad_bytes)
     # the fp32 copy of the gradient shard (16-bit grads) lives only from the optimizer step to the
@@ -427,7 +417,7 @@ def resolve_options(precision: str = "bf16", *, attention: str = "flash", dropou
 
 # --- public functions ---------------------------------------------------------------------
 
-def breakdown(model: Model, layouts: Layout | LayoutArray | Iterable[Layout], precision: str = "bf16", *,
+def breakdown(model: Model, layouts: Layout | LayoutArray | Iterable[Layout], precision: recipes.Recipe = BF16, *,
               reserve_gib: float | np.ndarray = RESERVE_GIB, stage: str = "max", **options: Any) -> Memory:
     """Bytes per GPU by term for every layout (see the module docstring for the model).
 
@@ -435,7 +425,7 @@ def breakdown(model: Model, layouts: Layout | LayoutArray | Iterable[Layout], pr
     the two by total, per layout). ``reserve_gib`` may be an array. Options:
     ``attention`` "flash" (default) | "paper"; ``dropout`` (default True for "paper");
     ``param_bytes``/``grad_bytes``/``optimizer_bytes`` per parameter (defaults: the recipe's,
-    :mod:`scaletax.recipes`: optimizer 12, or 16 with 16-bit gradients); ``lowp_weight_copy``
+    :mod:`scaletax.inputs.recipes`: optimizer 12, or 16 with 16-bit gradients); ``lowp_weight_copy``
     (True: keep the quantized weight copies of FP8/MX/NVFP4 recipes); ``lowp_params`` (False; True = fp8/fp4
     param gather, no 16-bit linear weights); ``selective_modules`` (what "selective"
     recomputes, default ``SELECTIVE_MODULES``, ``SELECTIVE_MODULES_PAPER`` with "paper");
@@ -476,7 +466,7 @@ def _terms(model: Model, la, o: dict[str, Any], stage: str):
     return {k: np.where(use_last, lastd[k], first[k]) for k in _STAGE_TERMS}, use_last
 
 
-def grid_total(model: Model, grid: LayoutGrid, precision: str = "bf16", *, reserve_gib: float = RESERVE_GIB,
+def grid_total(model: Model, grid: LayoutGrid, precision: recipes.Recipe = BF16, *, reserve_gib: float = RESERVE_GIB,
                **options: Any) -> np.ndarray:
     """``breakdown(model, grid.expand(), precision, ...).total`` (bytes, same value in every
     bit, same order), computed on the grid: the terms that depend on neither the ZeRO stage nor
@@ -490,14 +480,14 @@ def grid_total(model: Model, grid: LayoutGrid, precision: str = "bf16", *, reser
 
 
 def fits(model: Model, layouts: Layout | LayoutArray | Iterable[Layout], gpu: Any,
-         precision: str = "bf16", **options: Any) -> np.ndarray:
-    """True where the layout's heaviest stage fits in ``gpu`` (GiB, GPU object or hardware id)."""
+         precision: recipes.Recipe = BF16, **options: Any) -> np.ndarray:
+    """True where the layout's heaviest stage fits in ``gpu`` (GiB or a ``hardware.GPU``)."""
     cap = capacity_gib(gpu) * GIB
     return breakdown(model, layouts, precision, **options).total <= cap
 
 
 def least_recompute(model: Model, layouts: Layout | LayoutArray | Iterable[Layout], gpu: Any,
-                    precision: str = "bf16", **options: Any) -> np.ndarray:
+                    precision: recipes.Recipe = BF16, **options: Any) -> np.ndarray:
     """Smallest recompute code (0 none, 1 selective, 2 full) that fits; -1 where none fits.
 
     The layouts' own ``recompute`` is ignored.
@@ -511,7 +501,7 @@ def least_recompute(model: Model, layouts: Layout | LayoutArray | Iterable[Layou
 
 
 def max_micro_batch(model: Model, layouts: Layout | LayoutArray | Iterable[Layout], gpu: Any,
-                    precision: str = "bf16", *, limit: int = 4096, **options: Any) -> np.ndarray:
+                    precision: recipes.Recipe = BF16, *, limit: int = 4096, **options: Any) -> np.ndarray:
     """Largest micro-batch (sequences) that fits each layout, 0 if even 1 does not.
 
     The number of micro-batches per step is held at the layout's value (gbs scales with mbs).
@@ -540,8 +530,6 @@ def max_micro_batch(model: Model, layouts: Layout | LayoutArray | Iterable[Layou
     return np.where(t1, lo, 0)
 
 
-__all__ = ["ACT_BYTES", "FSDP_PREFETCH_LAYERS", "GIB", "PRECISIONS",
-           "RECOMPUTE_MODULES", "RESERVE_GIB", "SELECTIVE_MODULES", "SELECTIVE_MODULES_PAPER",
-           "TERMS", "Memory", "activation_items", "breakdown", "capacity_gib", "grid_total",
+__all__ = ["ACT_BYTES", "FSDP_PREFETCH_LAYERS", "GIB", "PRECISIONS", "TERMS", "Memory", "activation_items", "breakdown", "capacity_gib", "grid_total",
            "fits", "least_recompute", "max_micro_batch",
            "resolve_options"]

@@ -51,7 +51,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from scaletax import hardware
+from scaletax.inputs import hardware
 
 SECONDS_PER_DAY = 86_400.0
 
@@ -192,9 +192,9 @@ def train_estimate(tokens: float, tokens_per_s_per_gpu: float, gpus: int, gpu, e
 
     ``low`` / ``high``: the throughput band (tokens/s per GPU). Every output gets ``_low`` and
     ``_high`` versions: the range over the band (low throughput gives more days, GPU-hours,
-    energy and cost). ``gpu``: hardware id or GPU object (for its TDP).
+    energy and cost). ``gpu``: a ``hardware.GPU`` (for its TDP).
     """
-    g = hardware.get(gpu) if isinstance(gpu, str) else gpu
+    g = hardware.check(gpu)
     mid = _one(tokens, tokens_per_s_per_gpu, gpus, g.tdp_w, economics, target_days)
     out: dict[str, Any] = {"tokens": float(tokens), "gpus": int(gpus), "gpu": g.id, "tdp_w": g.tdp_w,
                            **asdict(economics), **mid}
@@ -261,7 +261,7 @@ def training_sensitivity(tokens: float, tokens_per_s_per_gpu: float, gpus: int, 
     :data:`SENSITIVITY_DEFAULTS`, overridden by ``options``.
     """
     o = {**SENSITIVITY_DEFAULTS, **(options or {})}
-    g = hardware.get(gpu) if isinstance(gpu, str) else gpu
+    g = hardware.check(gpu)
     base = {"tokens_per_s_per_gpu": tokens_per_s_per_gpu, "tokens": tokens, "usd_per_gpu_hour": economics.usd_per_gpu_hour,
             "pue": economics.pue, "utilization": economics.utilization, "system_overhead": economics.system_overhead,
             "gpus": gpus}
