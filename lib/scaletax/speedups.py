@@ -12,12 +12,8 @@ ENV = "SCALETAX_WITHOUT"
 #: Each speed-only piece of the build, and what turning it off does instead.
 PIECES = {
     "warm_sphinx": "Sphinx starts as a new process when the HTML step comes",
-    "sphinx_os_exit": "the warm Sphinx ends with the interpreter's teardown (no os._exit)",
     "sphinx_parallel": "Sphinx reads and writes in one process (no -j)",
-    "kernel_kill": "nbclient shuts the kernel down gracefully (its default)",
-    "critical_path": "chapters start in book order (no critical-path schedule)",
     "sphinx_once": "Sphinx unpickles a doctree at every lookup (no read-only doctree cache)",
-    "vega_background": "the chart bundle is made after the chapters, not beside them",
     "vega_cache": "the chart bundle is made afresh by every build",
     "allocator": "glibc malloc's default thresholds (no GLIBC_TUNABLES)",
     "one_thread": "numeric libraries use their default thread pools",

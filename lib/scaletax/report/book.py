@@ -257,29 +257,6 @@ def _vega_js(cache: Path | None) -> str:
     return js
 
 
-def _start_vega_bundle(cache: Path) -> subprocess.Popen | None:
-    """Bundle the chart JavaScript into ``cache`` in a process of its own while the chapters
-    execute, when it is not there yet (its 2-5 CPU s would otherwise come after the last chapter,
-    before the HTML step); None when it is cached. It holds no job slot: a few seconds beside
-    the chapters."""
-    from scaletax.report.execute import process_env
-
-    if _vega_path(cache).exists() or not speedups.on("vega_background") or not speedups.on("vega_cache"):
-        return None
-    code = "import sys; from pathlib import Path; from scaletax.report.book import _vega_js; _vega_js(Path(sys.argv[1]))"
-    with lifecycle.Interrupts.deferred():  # an interrupt during the fork: once the handle is returned
-        return subprocess.Popen([sys.executable, "-c", code, str(cache)], env=process_env(),
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                start_new_session=True, preexec_fn=lifecycle.die_with_parent())
-
-
-def _end(proc: subprocess.Popen) -> None:
-    """Kill a background process the build no longer needs (if it still runs) and reap it."""
-    if proc.poll() is None:
-        proc.kill()
-    proc.wait()
-
-
 def stage_sources(src: Path, results: list[Result], info: dict, cache: Path | None = None) -> None:
     """Copy pages and executed notebooks into ``src`` and write toc, conf and generated pages
     (``cache``: the build cache, which keeps the chart bundle between builds)."""
@@ -608,16 +585,11 @@ def _build_in(stage: Path, logs: Path, opts: BuildOptions, progress) -> dict:
             progress("book", "up to date (no input changed): nothing executed or rebuilt")
         return current
     with contextlib.ExitStack() as helpers:  # background processes, ended with the build's steps
-        bundler = _start_vega_bundle(cache)
-        if bundler is not None:
-            helpers.callback(_end, bundler)
-        warm_html = _warm_sphinx()  # its imports run beside the prefork server's, on the other core
+        warm_html = _warm_sphinx()  # its imports run beside the chapters
         if warm_html is not None:
             helpers.callback(warm_html.close)
         results = execute_chapters(list(toc.CHAPTERS), scen, cache, logs, jobs=opts.jobs, progress=progress,
                                    work_dir=stage / "chapters")
-        if bundler is not None:
-            bundler.wait()  # a failed bundler only costs the time: stage_sources bundles then
         t_exec = time.perf_counter() - t0
 
         src = stage / "src"

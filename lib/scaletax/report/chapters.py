@@ -30,9 +30,6 @@ class Chapter:
     reads: tuple[str, ...]
     #: data files (relative to ``data/``) it reads; ``hardware.csv``: keyed on the rows it reads
     data: tuple[str, ...]
-    #: seconds of a cold execution: the schedule's estimate (longest first) while the cache has
-    #: no record of an execution of this chapter (``report/execute.py: schedule``)
-    cold_seconds: float = 10.0
 
     @property
     def source(self):
@@ -71,32 +68,28 @@ _PLAN = ("models", "gpus", "training.tokens", "training.global_batch_tokens", "t
          "economics.prices", "economics.energy", "economics.usd_per_mwh", "economics.price_includes_power",
          "comparisons")
 
-#: Executed chapters, in book order (the summary is the book's first page). ``cold_seconds``:
-#: each chapter's execution in the reference cold build (main at 977c27e, 2026-12-01, idle
-#: machine, ``--jobs 2``), rounded. The summary asks the decision chapter's searches (all 61 of
+#: Executed chapters, in book order (the summary is the book's first page). The summary asks the decision chapter's searches (all 61 of
 #: its ``search()`` calls); the two may run side by side: a search one of them computes, the other
 #: waits for and reads (``scaletax.memo``'s per-key lock).
 CHAPTERS = (
     Chapter("summary", reads=("name", *_PLAN, "cluster.goodput_source"),
-            data=(*_MODEL_DATA, "references.yaml", "published_runs.csv"), cold_seconds=22),
-    Chapter("hardware", reads=("gpus",), data=("hardware.csv",), cold_seconds=4),
+            data=(*_MODEL_DATA, "references.yaml", "published_runs.csv")),
+    Chapter("hardware", reads=("gpus",), data=("hardware.csv",)),
     Chapter("memory", reads=("models", "gpus", "cluster.sizes", "cluster.gpus", "training.precision",
                              "training.precisions", "training.global_batch_tokens"),
-            data=("hardware.csv", "models.yaml", "published_runs.csv", "references.yaml"), cold_seconds=11),
+            data=("hardware.csv", "models.yaml", "published_runs.csv", "references.yaml")),
     Chapter("communication", reads=("models", "gpus", "cluster.sizes", "cluster.gpus", "training.precision",
                                     "training.precisions", "training.global_batch_tokens"),
-            data=("hardware.csv", "models.yaml", "collectives.csv", "efficiency.yaml"), cold_seconds=32),
+            data=("hardware.csv", "models.yaml", "collectives.csv", "efficiency.yaml")),
     Chapter("precision", reads=("gpus", "training.precisions", "precision.seed", "precision.experiment_seeds",
                                 "precision.experiment_steps"),
-            data=("hardware.csv", "published_runs.csv", "precision_vectors.json", "references.yaml"),
-            cold_seconds=63),
+            data=("hardware.csv", "published_runs.csv", "precision_vectors.json", "references.yaml")),
     Chapter("validation", reads=(),
             data=("hardware.csv", "models.yaml", "published_runs.csv", "efficiency.yaml", "collectives.csv",
-                  "measured/gemm_h200.csv", "coverage_probes.csv", "production_moe_recipes.csv", "heldout_runs.csv"),
-            cold_seconds=27),
+                  "measured/gemm_h200.csv", "coverage_probes.csv", "production_moe_recipes.csv", "heldout_runs.csv")),
     Chapter("decision", reads=("name", *_PLAN, "training.tokens_source", "economics.usd_per_mwh_source",
                                "cluster.goodput_source"),
-            data=(*_MODEL_DATA, "references.yaml"), cold_seconds=22),
+            data=(*_MODEL_DATA, "references.yaml")),
 )
 _BY_SLUG = {c.slug: c for c in CHAPTERS}
 

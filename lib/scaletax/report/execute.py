@@ -29,7 +29,7 @@ asyncio event loop (:func:`_execute_all`); each chapter gets a fresh ipykernel p
 own (own session, SIGKILL when the build dies: ``lifecycle.die_with_parent``), its parameters
 injected by papermill's ``parameterize_notebook`` first. A signal cancels the loop
 (``lifecycle.run_async``): every running kernel is shut down, its process group killed, and
-the unfinished work folders removed. Chapters start longest first (:func:`schedule`).
+the unfinished work folders removed.
 """
 from __future__ import annotations
 
@@ -96,8 +96,6 @@ KERNEL_LOG = "kernel.log"
 READS_DIR = "reads"
 #: Default size cap of the execution cache (bytes); ``SCALETAX_CACHE_MAX_MB`` overrides.
 CACHE_MAX_BYTES = 2 * 1024**3
-#: File of the cache recording each chapter's last executed seconds (the schedule's estimate).
-SECONDS_FILE = "seconds.json"
 
 
 class ChapterFailed(RuntimeError):
@@ -278,10 +276,7 @@ async def _execute(job: _Job, env: dict[str, str], kernels: set) -> dict:
     kernels.add(km)
     try:
         nb = _notebook(job.chapter.source, job.params)
-        # shutdown_kernel="immediate": the last cell has run (every output is in); the kernel's
-        # process group (the precision experiment's workers) goes at once
         client = NotebookClient(nb, km=km, timeout=EXECUTION_TIMEOUT_S, kernel_name=KERNEL,
-                                shutdown_kernel="immediate" if speedups.on("kernel_kill") else "graceful",
                                 resources={"metadata": {"path": str(work)}})
         with (work / KERNEL_LOG).open("w", encoding="utf-8") as log:
             await client.async_execute(env=kenv, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
@@ -340,43 +335,12 @@ async def _execute_all(jobs_: list[_Job], env: dict[str, str], jobs: int, cache_
             _kill_kernel(km)
 
 
-def recorded_seconds(cache_dir: Path) -> dict[str, float]:
-    """{slug: seconds of its last execution} from the cache ({} when none is readable)."""
-    try:
-        rec = json.loads((cache_dir / SECONDS_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(rec, dict):
-        return {}
-    return {k: float(v) for k, v in rec.items()
-            if isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0}
-
-
-def _record_seconds(cache_dir: Path, slug: str, seconds: float) -> None:
-    """Record ``slug``'s executed seconds in :data:`SECONDS_FILE` (one rename; a concurrent
-    build may win the race: the record is only an estimate)."""
-    rec = recorded_seconds(cache_dir)
-    rec[slug] = round(float(seconds), 2)
-    files.replace_atomically(cache_dir / SECONDS_FILE, json.dumps(rec, indent=1, sort_keys=True),
-                             prefix=lifecycle.temp_name(".tmp-seconds-"), suffix="")
-
-
-def schedule(chapters: list[Chapter], seconds: dict[str, float] | None = None) -> list[Chapter]:
-    """The order to start ``chapters`` in: longest first (``seconds``, the recorded seconds of
-    each chapter's last execution, else its ``cold_seconds``), ties in book order."""
-    if not speedups.on("critical_path"):
-        return list(chapters)
-    seconds = seconds or {}
-    return sorted(chapters, key=lambda ch: -seconds.get(ch.slug, ch.cold_seconds))
-
-
 def execute_chapters(chapters: list[Chapter], scenario, cache_dir: Path, log_dir: Path,
                      jobs: int = 1, progress=None, work_dir: Path | None = None) -> list[Result]:
-    """Execute (or reuse) every chapter, ``jobs`` at a time. Raises ChapterFailed.
+    """Execute (or reuse) every chapter, ``jobs`` at a time, in book order. Raises ChapterFailed.
 
     With ``work_dir`` every result is a checked private copy there (what the book is built
-    from). Chapters to execute start in the order of :func:`schedule`; the results come back in
-    the order of ``chapters``.
+    from). The results come back in the order of ``chapters``.
     """
     cache_dir.mkdir(parents=True, exist_ok=True)
     code = lib_hash()
@@ -402,8 +366,6 @@ def execute_chapters(chapters: list[Chapter], scenario, cache_dir: Path, log_dir
             progress(ch.slug, f"cache entry discarded ({problem}): executing again")
         pending.append(_Job(ch, params, base, definitions=defs))
     if pending:
-        order = {ch.slug: i for i, ch in enumerate(schedule([j.chapter for j in pending], recorded_seconds(cache_dir)))}
-        pending.sort(key=lambda j: order[j.chapter.slug])
         finish = lambda job, status: _finish(job, status, cache_dir, log_dir, results, progress, work_dir)  # noqa: E731
         lifecycle.run_async(_execute_all(pending, kernel_env(cache_dir, jobs), jobs, cache_dir, finish, progress))
     return [results[ch.slug] for ch in chapters]
@@ -560,7 +522,6 @@ def _finish(job: _Job, status: dict, cache_dir: Path, log_dir: Path, results: di
         results[slug] = Result(slug, key, where / "notebook.ipynb", where / "figures",
                                reused=False, seconds=status["seconds"], parameters=job.params,
                                execution=record["execution"], hardware_reads=reads)
-        _record_seconds(cache_dir, slug, status["seconds"])
         if progress:
             progress(slug, f"executed in {status['seconds']:.1f} s")
         return

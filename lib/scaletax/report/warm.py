@@ -100,19 +100,6 @@ def _warm_main(preload: list[str]) -> int:
     return 0
 
 
-if __name__ == "__main__" and sys.argv[1:2] == ["--warm"]:
+if __name__ == "__main__":  # python -m scaletax.report.warm --warm MODULE...
     code = _warm_main(sys.argv[2:])
-    import atexit
-
-    atexit._run_exitfuncs()  # what a finishing interpreter runs (logging's flush among them)
-    with contextlib.suppress(Exception):
-        sys.stdout.flush()
-        sys.stderr.flush()
-    # no teardown: freeing Sphinx's modules and build environment one object at a time took
-    # 0.55 s of the HTML step's 4.2 (and 0.6 CPU s), after every file was written and closed
-    # (the same HTML, byte for byte, measured 2026-12-02 on the default book)
-    from scaletax import speedups
-
-    if not speedups.on("sphinx_os_exit"):
-        sys.exit(code)
-    os._exit(code)
+    sys.exit(code)
