@@ -576,17 +576,17 @@ def bench_search(rounds: int) -> dict:
     """The project's vectorized search against its own per-layout loop, Calculon (as shipped and
     with logging at WARNING; every execution and fully evaluated ones) and llm-analysis, on the
     same problem, in interleaved rounds; CPU seconds of one process (per core) and wall."""
-    from scaletax.inputs import models
+    from scaletax.inputs import hardware, models, recipes
     from scaletax.inputs.layout import LayoutArray, label
     from scaletax.model import memory, perf, search
 
     dense = models.get("megatron_1t")
+    h100, bf16 = hardware.get("h100_sxm"), recipes.training(PEER_PRECISION)
     tokens = PEER_BATCH * dense.seq_len
-    run = lambda: search.search(dense, PEER_PRECISION, "h100_sxm", PEER_GPUS, tokens_per_step=tokens,  # noqa: E731
-                                pareto=False)
+    run = lambda: search.search(dense, bf16, h100, PEER_GPUS, tokens_per_step=tokens, pareto=False)  # noqa: E731
     res = run()
     c0 = time.process_time()
-    loop = search.search_loop(dense, PEER_PRECISION, "h100_sxm", PEER_GPUS, tokens_per_step=tokens)
+    loop = search.search_loop(dense, bf16, h100, PEER_GPUS, tokens_per_step=tokens)
     loop_cpu = time.process_time() - c0
     same = loop["best"] is not None and label(loop["best"]) == label(res.best)
     ours, cal_ship, cal_warn, lla = [], [], [], []
@@ -611,8 +611,8 @@ def bench_search(rounds: int) -> dict:
     # the same layouts, evaluated by all three
     lays = _peer_layouts()
     la = LayoutArray.from_layouts(lays)
-    st = perf.evaluate(perf.prepare(dense, la, PEER_PRECISION, "h100_sxm"))
-    mem = memory.breakdown(dense, la, PEER_PRECISION).total
+    st = perf.evaluate(perf.prepare(dense, la, bf16, h100))
+    mem = memory.breakdown(dense, la, bf16).total
     cal_rows = _peer("calculon", "layouts", {"procs": PEER_GPUS, "layouts": [
         {"tp": x.tp, "pp": x.pp, "dp": x.dp, "vp": x.vp, "mbs": x.mbs, "gbs": x.gbs, "sp": bool(x.sequence_parallel), "zero": x.zero_stage,
          "recompute": {"none": "none", "selective": "attn_only", "full": "full"}[x.recompute]} for x in lays]})["rows"]
@@ -652,11 +652,12 @@ def bench_search(rounds: int) -> dict:
 
 def bench_search_scaling(repeats: int) -> dict:
     """Time of the vectorized evaluation against the number of layouts (10^3 .. 10^6)."""
-    from scaletax.inputs import models
+    from scaletax.inputs import hardware, models, recipes
     from scaletax.inputs.layout import LayoutArray
     from scaletax.model import memory, perf, search
 
     moe = models.get("kimi_k2")
+    fp8, gb200 = recipes.training("fp8"), hardware.get("gb200")
     tokens = 16 * 2**20
     la = search.candidates(moe, 16384, search.SearchSpace(), search.target_sequences(moe, tokens, None))
     big_la = LayoutArray.concat([la] * int(np.ceil(1e6 / len(la))))
@@ -665,8 +666,8 @@ def bench_search_scaling(repeats: int) -> dict:
         sub = big_la[np.arange(n)]
 
         def run(sub=sub):
-            memory.breakdown(moe, sub, "fp8")
-            perf.evaluate(perf.prepare(moe, sub, "fp8", "gb200", ep_dispatch="dedup"))
+            memory.breakdown(moe, sub, fp8)
+            perf.evaluate(perf.prepare(moe, sub, fp8, gb200, ep_dispatch="dedup"))
 
         t, _ = _cpu_and_wall(run, max(1, repeats if n < 1_000_000 else 1))
         sizes.append(n)
@@ -692,7 +693,7 @@ def bench_kernels(repeats: int) -> dict:
     """The vectorized model kernels on many layouts (moved here from wall-clock asserts in tests):
     memory.breakdown on 10^6 layouts, comm.step_traffic + exposed_comm on 10^5, and the
     communication chapter's tax sweep (2 models x 3 GPUs x 3 cluster sizes)."""
-    from scaletax.inputs import models
+    from scaletax.inputs import hardware, models, recipes
     from scaletax.model import comm, memory
     from scaletax.model.topology import Topology
     from scaletax.chapters import communication as cs
@@ -700,8 +701,8 @@ def bench_kernels(repeats: int) -> dict:
     moe, dense = models.get(models.MOE_1T), models.get("llama31_405b")
     la6 = _random_layouts(1_000_000)
     la5 = _random_layouts(100_000, seed=2).replace(ep=1, etp=1)
-    topo = Topology.from_gpu("h100_sxm")
-    mem, _ = _cpu_and_wall(lambda: memory.breakdown(moe, la6, "mxfp8"), repeats)
+    topo = Topology.from_gpu(hardware.get("h100_sxm"))
+    mem, _ = _cpu_and_wall(lambda: memory.breakdown(moe, la6, recipes.training("mxfp8")), repeats)
     step, _ = _cpu_and_wall(lambda: comm.exposed_comm(comm.step_traffic(dense, la5, topo), 30.0), repeats)
     sweep, _ = _cpu_and_wall(lambda: cs.tax_rows(["megatron_1t", "kimi_k2"], ["h100_sxm", "b200", "gb200"],
                                                  [1024, 16384, 100000], batch_tokens=16 * 2**20), repeats)

@@ -25,7 +25,8 @@ size cap (``SCALETAX_CACHE_MAX_MB``, default :data:`CACHE_MAX_BYTES`) by evictin
 recently used entries; ``scaletax cache prune`` does the same on demand.
 
 Execution: the build process drives up to ``jobs`` notebooks at once with nbclient on one
-asyncio event loop (:func:`_execute_all`); each chapter gets a fresh ipykernel process of its
+asyncio event loop (:func:`_execute_all`), longest first (``Chapter.cold_seconds``: the longest
+does not start last); each chapter gets a fresh ipykernel process of its
 own (own session, SIGKILL when the build dies: ``lifecycle.die_with_parent``), its parameters
 injected by papermill's ``parameterize_notebook`` first. A signal cancels the loop
 (``lifecycle.run_async``): every running kernel is shut down, its process group killed, and
@@ -255,7 +256,7 @@ class _Job:
     work: Path = Path()
 
 
-async def _execute(job: _Job, env: dict[str, str], kernels: set) -> dict:
+async def _execute(job: _Job, env: dict[str, str]) -> dict:
     """Run ``job``'s notebook in a fresh kernel (its work folder ready); write the executed
     notebook there. Returns {"seconds", "error", "cell"}."""
     import nbformat
@@ -273,7 +274,6 @@ async def _execute(job: _Job, env: dict[str, str], kernels: set) -> dict:
     t0 = time.perf_counter()
     error, cell, nb = None, None, None
     km = AsyncKernelManager(kernel_name=KERNEL)
-    kernels.add(km)
     try:
         nb = _notebook(job.chapter.source, job.params)
         client = NotebookClient(nb, km=km, timeout=EXECUTION_TIMEOUT_S, kernel_name=KERNEL,
@@ -285,8 +285,7 @@ async def _execute(job: _Job, env: dict[str, str], kernels: set) -> dict:
         error, cell = f"{exc.ename}: {exc.evalue}".splitlines()[0][:300], _failed_cell(nb)
     except Exception as exc:  # noqa: BLE001 (kernel died, timeout, unreadable notebook: one line)
         error = f"{type(exc).__name__}: {exc}".splitlines()[0][:300] if str(exc) else type(exc).__name__
-    finally:
-        kernels.discard(km)
+    finally:  # cancelled (a signal, another chapter's failure) or failed: its process group goes
         _kill_kernel(km)
     if nb is not None:
         _stable_ids(nb)
@@ -305,10 +304,9 @@ def _kill_kernel(km) -> None:
 
 async def _execute_all(jobs_: list[_Job], env: dict[str, str], jobs: int, cache_dir: Path, finish, progress) -> None:
     """Run ``jobs_`` in their order, ``jobs`` at a time; ``finish(job, status)`` for each as it
-    ends. The first failure (or a cancellation: a signal) cancels the rest; what was started is
-    stopped and its work folder removed."""
+    ends. The first failure (or a cancellation: a signal) cancels the rest; each started one's
+    kernel is killed and its work folder removed."""
     slots = asyncio.Semaphore(max(1, jobs))
-    kernels: set = set()
 
     async def one(job: _Job) -> None:
         async with slots:
@@ -316,7 +314,7 @@ async def _execute_all(jobs_: list[_Job], env: dict[str, str], jobs: int, cache_
             try:
                 if progress:
                     progress(job.chapter.slug, "executing")
-                status = await _execute(job, env, kernels)
+                status = await _execute(job, env)
                 if asyncio.current_task().cancelling():  # stopped, not failed
                     raise asyncio.CancelledError
                 finish(job, status)  # raises ChapterFailed
@@ -330,14 +328,11 @@ async def _execute_all(jobs_: list[_Job], env: dict[str, str], jobs: int, cache_
     except BaseExceptionGroup as group_error:
         failed = [e for e in group_error.exceptions if isinstance(e, ChapterFailed)]
         raise (failed[0] if failed else group_error.exceptions[0]) from None
-    finally:
-        for km in list(kernels):
-            _kill_kernel(km)
 
 
 def execute_chapters(chapters: list[Chapter], scenario, cache_dir: Path, log_dir: Path,
                      jobs: int = 1, progress=None, work_dir: Path | None = None) -> list[Result]:
-    """Execute (or reuse) every chapter, ``jobs`` at a time, in book order. Raises ChapterFailed.
+    """Execute (or reuse) every chapter, ``jobs`` at a time, longest first. Raises ChapterFailed.
 
     With ``work_dir`` every result is a checked private copy there (what the book is built
     from). The results come back in the order of ``chapters``.
@@ -366,6 +361,8 @@ def execute_chapters(chapters: list[Chapter], scenario, cache_dir: Path, log_dir
             progress(ch.slug, f"cache entry discarded ({problem}): executing again")
         pending.append(_Job(ch, params, base, definitions=defs))
     if pending:
+        if speedups.on("longest_first"):  # the longest chapter does not start last (a stable sort: ties in book order)
+            pending.sort(key=lambda j: -j.chapter.cold_seconds)
         finish = lambda job, status: _finish(job, status, cache_dir, log_dir, results, progress, work_dir)  # noqa: E731
         lifecycle.run_async(_execute_all(pending, kernel_env(cache_dir, jobs), jobs, cache_dir, finish, progress))
     return [results[ch.slug] for ch in chapters]
