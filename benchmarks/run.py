@@ -427,7 +427,8 @@ def bench_ablation(rounds: int, pieces: list[str] | None = None) -> dict:
     build with everything on, on the three paths of :data:`ABLATION_PATHS`; ``rounds`` interleaved
     rounds (every configuration once per round, the order rotated each round). For each piece and
     path: the medians and ``saves`` = 1 - on / off (the fraction of the wall time without the
-    piece that it saves; negative: the build is faster without it), with every round's seconds."""
+    piece that it saves; negative: the build is faster without it), ``saves_cpu`` the same of the
+    CPU seconds of the build's process tree, with every round's seconds."""
     from scaletax import speedups
 
     pieces = list(pieces or speedups.PIECES)
@@ -447,17 +448,32 @@ def bench_ablation(rounds: int, pieces: list[str] | None = None) -> dict:
                   + ", ".join(f"{p} {res[p]['wall_s']:.1f} s" for p, _ in ABLATION_PATHS)
                   + f" (load {load0[0]:.1f})", file=sys.stderr, flush=True)
         loads.append(list(os.getloadavg()))
+    return ablation_summary(runs, rounds, loads)
+
+
+def ablation_summary(runs: dict[str, list[dict]], rounds: int, loads: list | None = None,
+                     off_means: dict[str, str] | None = None) -> dict:
+    """The ablation's medians from its rounds (``runs``: configuration -> each round's paths);
+    ``off_means``: what each piece off does (default ``scaletax.speedups.PIECES``)."""
+    from scaletax import speedups
+
+    off_means = off_means or speedups.PIECES
+    pieces = [k for k in runs if k != "all_on" and runs[k]]
     med = statistics.median
     base = {p: med([x[p]["wall_s"] for x in runs["all_on"]]) for p, _ in ABLATION_PATHS}
+    base_cpu = {p: med([x[p]["cpu_s"] for x in runs["all_on"]]) for p, _ in ABLATION_PATHS}
     out = {"rounds": rounds, "paths": {p: s for p, s in ABLATION_PATHS}, "all_on": {
-        p: {"median_s": base[p], "rounds_s": [x[p]["wall_s"] for x in runs["all_on"]]} for p, _ in ABLATION_PATHS},
-        "pieces": {}, "load_average_after_each_round": loads, "runs": runs}
+        p: {"median_s": base[p], "median_cpu_s": base_cpu[p], "rounds_s": [x[p]["wall_s"] for x in runs["all_on"]]}
+        for p, _ in ABLATION_PATHS},
+        "pieces": {}, "load_average_after_each_round": loads or [], "runs": runs}
     for piece in pieces:
-        row = {"off_means": speedups.PIECES[piece]}
+        row = {"off_means": off_means[piece]}
         for p, _ in ABLATION_PATHS:
             off = med([x[p]["wall_s"] for x in runs[piece]])
+            off_cpu = med([x[p]["cpu_s"] for x in runs[piece]])
             row[p] = {"median_off_s": off, "median_on_s": base[p], "saves": 1 - base[p] / off,
-                      "rounds_off_s": [x[p]["wall_s"] for x in runs[piece]]}
+                      "rounds_off_s": [x[p]["wall_s"] for x in runs[piece]],
+                      "median_off_cpu_s": off_cpu, "median_on_cpu_s": base_cpu[p], "saves_cpu": 1 - base_cpu[p] / off_cpu}
         row["max_saves"] = max(row[p]["saves"] for p, _ in ABLATION_PATHS)
         out["pieces"][piece] = row
     return out
@@ -824,6 +840,26 @@ def _table(results: dict) -> str:
                       "hardware_edit": "only what reads that GPU"}.get(key, "")
             lines.append(f"| rebuild after {label} ({what}) | {b['rebuild_s'][key]:.0f} s; executed "
                          f"{', '.join(r['executed']) or 'nothing'}; computed: {comp} | {target} |")
+    v = results.get("versus_main")
+    if v:
+        targets = {"cold": "<= 1.25x main's", "price": "<= 3 s", "cluster_size": "", "plan": "<= 0.5 s"}
+        names = {"cold": "cold build, HTML (`--jobs 2`)", "price": f"rebuild after a price (`{REBUILDS[0][1]}`)",
+                 "cluster_size": f"rebuild after the cluster size (`{REBUILDS[1][1]}`)",
+                 "plan": "`scaletax " + " ".join(PLAN_ARGS) + "` (median of 3 per round)"}
+        for path, label in names.items():
+            r = v[path]
+            rounds = lambda side: ", ".join(f"{x:.1f}" for x in r[side]["rounds_wall_s"])  # noqa: E731
+            lines.append(f"| {label}: this code / main at `{v['baseline_commit'][:7]}`, median of {v['rounds']} "
+                         f"interleaved | {r['ours']['wall_s']:.1f} s ({rounds('ours')}) / {r['main']['wall_s']:.1f} s "
+                         f"({rounds('main')}) wall: {r['ratio_wall']:.2f}x; {r['ours']['cpu_s']:.1f} / "
+                         f"{r['main']['cpu_s']:.1f} CPU s: {r['ratio_cpu']:.2f}x | {targets[path]} |")
+    a = results.get("ablation")
+    if a:
+        for piece, r in a["pieces"].items():
+            saves = ", ".join(f"{p.replace('_', ' ')} {100 * r[p]['saves']:+.0f}%" for p, _ in ABLATION_PATHS)
+            cpu = ", ".join(f"{100 * r[p]['saves_cpu']:+.0f}%" for p, _ in ABLATION_PATHS)
+            lines.append(f"| without `{piece}` ({r['off_means']}), median of {a['rounds']} | wall saved: {saves}; "
+                         f"CPU saved: {cpu} | >= 15% on some path |")
     s = results.get("search")
     if s:
         c, la = s["calculon"], s["llm_analysis"]
