@@ -6,7 +6,7 @@ import pytest
 
 from scaletax.inputs import models
 from scaletax.inputs.layout import Layout, label
-from scaletax.model import comm, efficiency, memory, perf, search
+from scaletax.model import comm, efficiency, memory, perf, plan, search
 from scaletax.model.comm import GROUPS, Overlap
 from scaletax.model.topology import Topology
 from scaletax.chapters import communication as cs

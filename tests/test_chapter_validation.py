@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from scaletax.inputs import hardware
+from scaletax.inputs import runs as runs_table
 from scaletax.model import efficiency
 from scaletax.fit import calibrate, validate
 from scaletax.chapters import validation as vs
@@ -272,9 +273,12 @@ def test_coverage_counts_the_categories_the_table_lacks():
     rows = validate.load_rows()
     cov = {c["category"]: c for c in vs.coverage_rows(rows)}
     assert list(cov) == list(vs.COVERAGE)
-    # issue 12: the table has no long-context, GB300/B300, fine-grained MoE or small-dense-at-large-DP row
-    for k in ("fine_moe", "long_context", "small_dense_dp", "blackwell_ultra"):
+    # issue 12: the table has no long-context, GB300/B300 or small-dense-at-large-DP row; its only
+    # fine-grained MoE rows (the regime's definition, issue 33) are the three DeepSeek-V3 ones
+    for k in ("long_context", "small_dense_dp", "blackwell_ultra"):
         assert cov[k]["rows"] == 0 and cov[k]["sources"] == "–", k
+    fine = [r for r in rows if runs_table.row_regime(r) == "fine-grained MoE"]
+    assert cov["fine_moe"]["rows"] == len(fine) == 3 and all("DeepSeek" in r["model"] for r in fine)
     assert cov["production"]["rows"] == sum(int(r["gpu_count"]) >= 2048 for r in rows) > 0
     # a row of each kind is counted: an 8B row stretched to 64k tokens, moved to GB300, spread over 512 GPUs
     l8 = next(r for r in rows if r["run_id"] == "mbridge25.11-Llama3-DGX-H100-8-FP8-CS")

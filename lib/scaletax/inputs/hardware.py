@@ -88,6 +88,13 @@ class GPU(BaseModel):
     #: The system capacity is bought in (``data/systems.csv``): its name and GPUs per system.
     system: str = ""
     system_gpus: int | None = Field(default=None, gt=0, le=100_000)
+    #: Power of the system beyond its GPUs' TDP, per GPU, W (host CPUs and memory, NICs, NVLink
+    #: switches, fans, conversion losses): the system's maximum power (``data/systems.csv``,
+    #: ``system_kw``) / GPUs per system - TDP. A GPU derived with ``base:`` keeps its base's, so a
+    #: new ``tdp_w`` moves the system power by the TDP's change. None: no system power known.
+    non_gpu_w: float | None = Field(default=None, ge=0, le=1e5)
+    #: Where the system power comes from (``data/systems.csv`` ``power_source``).
+    power_source: str = ""
     #: Fields a scenario set (empty for a catalog row): what the book marks as the user's.
     user_fields: tuple[str, ...] = ()
 
@@ -129,6 +136,12 @@ class GPU(BaseModel):
     def user_defined(self) -> bool:
         """True for a GPU defined or changed in a scenario (not a catalog row)."""
         return bool(self.user_fields)
+
+    @property
+    def system_w(self) -> float | None:
+        """All-in system power per GPU, W: TDP + :attr:`non_gpu_w` (the system's maximum power
+        over its GPUs); None when no system power is known."""
+        return None if self.non_gpu_w is None else self.tdp_w + self.non_gpu_w
 
     @property
     def gpus_per_system(self) -> int:
@@ -205,10 +218,11 @@ def load_catalog(path: Path | str = HARDWARE_CSV) -> dict[str, GPU]:
     return catalog
 
 
-def load_systems(path: Path | str = SYSTEMS_CSV) -> dict[str, tuple[str, int]]:
-    """GPU id -> (system name, GPUs per system) from a systems CSV (sourced rows)."""
+def load_systems(path: Path | str = SYSTEMS_CSV) -> dict[str, tuple[str, int, float, str]]:
+    """GPU id -> (system name, GPUs per system, maximum system power in kW, its source) from a
+    systems CSV (sourced rows)."""
     path = Path(path)
-    out: dict[str, tuple[str, int]] = {}
+    out: dict[str, tuple[str, int, float, str]] = {}
     for rownum, row in enumerate(csv.DictReader(path.read_text(encoding="utf-8").splitlines()), start=2):
         try:
             n = int(row["gpus_per_system"])
@@ -216,7 +230,13 @@ def load_systems(path: Path | str = SYSTEMS_CSV) -> dict[str, tuple[str, int]]:
             raise HardwareError(f"{path.name}: row {rownum}, column 'gpus_per_system': expected an integer") from None
         if n <= 0 or not (row.get("source") or "").strip():
             raise HardwareError(f"{path.name}: row {rownum}: needs a positive gpus_per_system and a source")
-        out[row["gpu"]] = (row["system"], n)
+        try:
+            kw = float(row["system_kw"])
+        except (KeyError, TypeError, ValueError):
+            raise HardwareError(f"{path.name}: row {rownum}, column 'system_kw': expected a number") from None
+        if not 0 < kw < 1e5 or not (row.get("power_source") or "").strip():
+            raise HardwareError(f"{path.name}: row {rownum}: needs a positive system_kw and a power_source")
+        out[row["gpu"]] = (row["system"], n, kw, row["power_source"].strip())
     return out
 
 
@@ -224,10 +244,15 @@ def load_systems(path: Path | str = SYSTEMS_CSV) -> dict[str, tuple[str, int]]:
 def _data_catalog() -> dict[str, GPU]:
     cat = load_catalog(HARDWARE_CSV)
     systems = load_systems(SYSTEMS_CSV) if SYSTEMS_CSV.exists() else {}
-    for gid, (system, n) in systems.items():
+    for gid, (system, n, kw, power_source) in systems.items():
         if gid not in cat:
             raise HardwareError(f"{SYSTEMS_CSV.name}: unknown GPU id {gid!r}")
-        cat[gid] = cat[gid].model_copy(update={"system": system, "system_gpus": n})
+        other = kw * 1e3 / n - cat[gid].tdp_w
+        if other < 0:
+            raise HardwareError(f"{SYSTEMS_CSV.name}: {gid}: system_kw {kw:g} is less than {n} x its TDP "
+                                f"({cat[gid].tdp_w:g} W)")
+        cat[gid] = cat[gid].model_copy(update={"system": system, "system_gpus": n, "non_gpu_w": other,
+                                               "power_source": power_source})
     return cat
 
 
