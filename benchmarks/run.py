@@ -434,13 +434,18 @@ def bench_ablation(rounds: int, pieces: list[str] | None = None) -> dict:
     pieces = list(pieces or speedups.PIECES)
     configs: list[str | None] = [None, *pieces]
     runs: dict[str, list[dict]] = {c or "all_on": [] for c in configs}
-    loads = []
+    loads, failed = [], {}
     _ablation_config(None)  # untimed: numba's compiled loops and the file cache, as every later build finds them
     for r in range(rounds):
         k = r % len(configs)
         for c in configs[k:] + configs[:k]:
             load0 = os.getloadavg()
-            res = _ablation_config(c)
+            try:
+                res = _ablation_config(c)
+            except RuntimeError as exc:  # a configuration that fails is recorded, the others go on
+                print(f"  ablation round {r + 1}/{rounds} {c or 'all_on'} FAILED: {exc}", file=sys.stderr, flush=True)
+                failed.setdefault(c or "all_on", []).append(str(exc)[-600:])
+                continue
             res["load_average_start"] = list(load0)
             runs[c or "all_on"].append(res)
             ABLATION.write_text(json.dumps({"partial": True, "runs": runs}, indent=1) + "\n")  # a crash keeps what ran
@@ -448,7 +453,7 @@ def bench_ablation(rounds: int, pieces: list[str] | None = None) -> dict:
                   + ", ".join(f"{p} {res[p]['wall_s']:.1f} s" for p, _ in ABLATION_PATHS)
                   + f" (load {load0[0]:.1f})", file=sys.stderr, flush=True)
         loads.append(list(os.getloadavg()))
-    return ablation_summary(runs, rounds, loads)
+    return {**ablation_summary(runs, rounds, loads), "failed": failed}
 
 
 def ablation_summary(runs: dict[str, list[dict]], rounds: int, loads: list | None = None,

@@ -12,6 +12,7 @@ ENV = "SCALETAX_WITHOUT"
 #: Each speed-only piece of the build, and what turning it off does instead.
 PIECES = {
     "warm_sphinx": "Sphinx starts as a new process when the HTML step comes",
+    "chapter_parallel": "chapters execute one at a time (not --jobs at once)",
     "longest_first": "chapters start in book order (not longest first)",
     "sphinx_parallel": "Sphinx reads and writes in one process (no -j)",
     "sphinx_once": "Sphinx unpickles a doctree at every lookup (no read-only doctree cache)",

@@ -306,7 +306,7 @@ async def _execute_all(jobs_: list[_Job], env: dict[str, str], jobs: int, cache_
     """Run ``jobs_`` in their order, ``jobs`` at a time; ``finish(job, status)`` for each as it
     ends. The first failure (or a cancellation: a signal) cancels the rest; each started one's
     kernel is killed and its work folder removed."""
-    slots = asyncio.Semaphore(max(1, jobs))
+    slots = asyncio.Semaphore(max(1, jobs) if speedups.on("chapter_parallel") else 1)
 
     async def one(job: _Job) -> None:
         async with slots:
