@@ -244,7 +244,8 @@ def _jb_force(build_dir: Path) -> float:
     from scaletax.report.scenario import resolve
 
     scen = resolve()
-    results = execute_chapters(list(chapters.CHAPTERS), scen, build_dir / ".cache", build_dir / "logs", jobs=2)
+    results = execute_chapters(list(chapters.CHAPTERS), scen, build_dir / ".cache", build_dir / "logs",
+                               build_dir / "jb" / "chapters", jobs=2)
     src = build_dir / "jb" / "src"
     info = book.page_info("bench", scen, chapters.ROOT / "data/scenarios/default.yaml", (), "bench", "bench")
     book.stage_sources(src, results, info)

@@ -1,41 +1,33 @@
-"""Execute chapter notebooks, cached by content hash: the build's chapter runner.
+"""Execute the chapters' notebooks, reusing a cached result when none of a chapter's inputs changed.
 
-The cache key of a chapter is the sha256 of its jupytext source, its parameters, the
-library code, the data files it declares and the lock file. A hit reuses the executed
-notebook and its figures from ``_build/.cache/<key>/``; a miss executes into a temporary
-folder that is renamed into the cache only when the notebook ran to the end.
+Running (:func:`execute_chapters`): the build process drives up to ``jobs`` notebooks at once with
+nbclient on one asyncio event loop, longest first (``Chapter.cold_seconds``). Each runs in a fresh
+ipykernel process (own process group, SIGKILL when the build dies), its parameters injected by
+papermill's ``parameterize_notebook``, in a work folder ``<cache>/.tmp-<slug>-p<pid>-*`` that gets
+the executed notebook and its figures. A signal cancels the loop (``lifecycle.run_async``): every
+running kernel's process group is killed and its work folder removed.
 
-Of the GPU catalog (:data:`ROW_FILES`: ``hardware.csv`` and the ``systems.csv`` merged into
-its rows) a chapter that declares ``hardware.csv`` is keyed on exactly the rows it read: its
-kernel records every catalog read (``scaletax.inputs.hardware``, the file named by
-``SCALETAX_HARDWARE_READS`` in its work folder), and the entry's key is its
-:func:`base_key` (every other input) plus :func:`rows_hash` of those ids' resolved rows now (a
-missing id as missing; the whole files when it read the whole catalog). The record is kept in
-the entry (``entry.json``) and in an index by base key (``<cache>/reads/<base key>.json``), so
-a later build finds the ids from the base key, hashes those rows as they are now and reuses the
-entry only when they are unchanged: an edit of one GPU's row re-executes only the chapters that
-read that GPU. A chapter that reads the catalog without declaring ``hardware.csv`` fails.
+Cache: ``<cache>/<key>/`` holds ``notebook.ipynb``, ``figures/`` and ``entry.json`` (the sha256 of
+every file). The key (:func:`base_key`) hashes the chapter's source, its parameters, the scenario's
+GPU and model definitions it reads, the library code, the lock file and its data files. A chapter
+that declares ``hardware.csv`` is keyed instead on the catalog rows it read (:func:`entry_key`;
+:data:`ROW_FILES`): its kernel records every catalog lookup (``scaletax.inputs.hardware``), the
+ids are kept by base key in ``<cache>/reads/``, and the next build hashes those ids' rows as they
+are now, so an edit of one GPU's row re-executes only the chapters that read that GPU. A chapter
+that reads the catalog without declaring ``hardware.csv`` fails.
 
-An entry is trusted only after checking it: ``entry.json`` lists the sha256 of every file
-it holds, and a reused entry is copied into the build's own folder and checked there (so
-neither an edit nor a removal of the cache during the build reaches the book). A bad entry
-is discarded and the chapter executed again, with a one-line note. Entries appear by one
-rename, so concurrent builds of the same chapter both succeed. The cache is held under a
-size cap (``SCALETAX_CACHE_MAX_MB``, default :data:`CACHE_MAX_BYTES`) by evicting the least
-recently used entries; ``scaletax cache prune`` does the same on demand.
-
-Execution: the build process drives up to ``jobs`` notebooks at once with nbclient on one
-asyncio event loop (:func:`_execute_all`), longest first (``Chapter.cold_seconds``: the longest
-does not start last); each chapter gets a fresh ipykernel process of its
-own (own session, SIGKILL when the build dies: ``lifecycle.die_with_parent``), its parameters
-injected by papermill's ``parameterize_notebook`` first. A signal cancels the loop
-(``lifecycle.run_async``): every running kernel is shut down, its process group killed, and
-the unfinished work folders removed.
+Trust: an entry is copied into the build's own folder and checked there against its
+``entry.json`` (:func:`check_entry`) before use, so neither an edit nor a removal of the cache
+reaches the book; a bad entry is discarded and the chapter executed again, with a one-line note. A
+finished work folder enters the cache by one rename, so two builds of one chapter both succeed.
+The cache stays under ``SCALETAX_CACHE_MAX_MB`` (default :data:`CACHE_MAX_BYTES`) by evicting the
+least recently used entries (:func:`prune`, also ``scaletax cache prune``).
 """
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import errno
 import hashlib
 import json
@@ -77,6 +69,18 @@ THREAD_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THRE
 #: environment is kept as it is; other C libraries ignore the variable.
 ALLOCATOR_ENV = {"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=268435456:glibc.malloc.trim_threshold=1073741824"}
 
+ENTRY_FILE = "entry.json"
+#: Data files a chapter that declares ``hardware.csv`` is keyed on through the rows it read.
+ROW_FILES = ("hardware.csv", "systems.csv")
+#: Files of a work folder that are not kept in its entry: the kernel's record of catalog reads,
+#: the scenario's definitions it was handed, and its own stdout and stderr.
+READS_FILE, DEFINITIONS_FILE, KERNEL_LOG = "hardware_reads.txt", "definitions.json", "kernel.log"
+#: Folder of the cache holding the catalog ids each base key read (``<base key>.json``).
+READS_DIR = "reads"
+#: Default size cap of the execution cache (bytes); ``SCALETAX_CACHE_MAX_MB`` overrides.
+CACHE_MAX_BYTES = 2 * 1024**3
+_KEY = re.compile(r"[0-9a-f]{64}")
+
 
 def process_env(**extra: str) -> dict[str, str]:
     """Environment of a build process: ``os.environ`` with :data:`THREAD_ENV`,
@@ -86,17 +90,16 @@ def process_env(**extra: str) -> dict[str, str]:
     return {**os.environ, **threads, **allocator, **extra}
 
 
-ENTRY_FILE = "entry.json"
-#: Data files a chapter that declares ``hardware.csv`` is keyed on through the rows it read.
-ROW_FILES = ("hardware.csv", "systems.csv")
-#: Where a chapter kernel records its catalog reads (in its work folder; not kept in the entry).
-READS_FILE = "hardware_reads.txt"
-#: The kernel's own stdout and stderr (in its work folder; not kept in the entry).
-KERNEL_LOG = "kernel.log"
-#: Folder of the cache holding the record of reads by base key.
-READS_DIR = "reads"
-#: Default size cap of the execution cache (bytes); ``SCALETAX_CACHE_MAX_MB`` overrides.
-CACHE_MAX_BYTES = 2 * 1024**3
+def kernel_env(cache_dir: Path, jobs: int) -> dict[str, str]:
+    """Environment of every chapter kernel (:func:`process_env`): the shared result cache
+    (``scaletax.memo``, ``<cache_dir>/memo``), :data:`WORKERS_ENV` (the build's ``--jobs``) and a
+    fixed hash seed."""
+    from scaletax import memo
+
+    env = process_env(**{memo.ENV: str(cache_dir / "memo"), WORKERS_ENV: str(max(1, jobs)), "PYTHONHASHSEED": "0"})
+    if not speedups.on("memo"):
+        env.pop(memo.ENV)
+    return env
 
 
 class ChapterFailed(RuntimeError):
@@ -124,6 +127,9 @@ class Result:
     hardware_reads: tuple[str, ...] | None = None
 
 
+# --------------------------------------------------------------------------------------
+# Keys
+# --------------------------------------------------------------------------------------
 def reads_rows(ch: Chapter) -> bool:
     """Whether ``ch`` is keyed on the catalog rows it read (it declares ``hardware.csv``)."""
     return "hardware.csv" in ch.data
@@ -142,11 +148,9 @@ def base_key(ch: Chapter, parameters: dict, code_hash: str | None = None,
         h.update(b"definitions\0" + canonical_json(definitions).encode())
     h.update(b"lib\0" + (code_hash or lib_hash()).encode())
     h.update(b"lock\0" + lock_hash().encode())
-    rows = reads_rows(ch)
     for name in sorted(ch.data):
-        if rows and name in ROW_FILES:
-            continue
-        h.update(b"data\0" + name.encode() + b"\0" + sha256_bytes((DATA_DIR / name).read_bytes()).encode())
+        if not (reads_rows(ch) and name in ROW_FILES):
+            h.update(b"data\0" + name.encode() + b"\0" + sha256_bytes((DATA_DIR / name).read_bytes()).encode())
     return h.hexdigest()
 
 
@@ -179,16 +183,11 @@ def inputs_key(ch: Chapter, parameters: dict, code_hash: str | None = None,
     return entry_key(key, (hardware.ALL,)) if reads_rows(ch) else key
 
 
-def _reads_index(cache_dir: Path, base: str) -> Path:
-    return cache_dir / READS_DIR / f"{base}.json"
-
-
 def recorded_reads(cache_dir: Path, base: str) -> tuple[str, ...] | None:
     """The catalog reads recorded for ``base`` by the last execution, or None (never executed,
     or an unreadable record)."""
     try:
-        rec = json.loads(_reads_index(cache_dir, base).read_text(encoding="utf-8"))
-        reads = rec["hardware_reads"]
+        reads = json.loads((cache_dir / READS_DIR / f"{base}.json").read_text(encoding="utf-8"))["hardware_reads"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
     if not isinstance(reads, list) or not all(isinstance(r, str) for r in reads):
@@ -198,122 +197,76 @@ def recorded_reads(cache_dir: Path, base: str) -> tuple[str, ...] | None:
 
 def _write_reads_index(cache_dir: Path, base: str, key: str, reads: tuple[str, ...]) -> None:
     """Record ``reads`` (and the entry they made) for ``base``, in one rename."""
-    path = _reads_index(cache_dir, base)
+    path = cache_dir / READS_DIR / f"{base}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     files.replace_atomically(path, json.dumps({"hardware_reads": list(reads), "key": key}),
                              prefix=lifecycle.temp_name(".tmp-"), suffix="")  # pid in the name: remove_stale
 
 
 # --------------------------------------------------------------------------------------
-# Executing
+# The build's chapters: reused or executed
 # --------------------------------------------------------------------------------------
-def kernel_env(cache_dir: Path, jobs: int) -> dict[str, str]:
-    """Environment of every chapter kernel (:func:`process_env`): the shared result cache
-    (``scaletax.memo``, ``<cache_dir>/memo``), :data:`WORKERS_ENV` (the build's ``--jobs``) and a
-    fixed hash seed."""
-    from scaletax import memo
-
-    env = process_env(**{memo.ENV: str(cache_dir / "memo"), WORKERS_ENV: str(max(1, jobs)), "PYTHONHASHSEED": "0"})
-    if not speedups.on("memo"):
-        env.pop(memo.ENV)
-    return env
-
-
-def _notebook(source: Path, parameters: dict):
-    """The chapter's notebook with ``parameters`` (if any) injected after its ``parameters`` cell,
-    by papermill (a cell tagged ``injected-parameters``)."""
-    import jupytext
-    from papermill.parameterize import parameterize_notebook
-
-    nb = jupytext.read(source)
-    if not parameters:
-        return nb
-    for cell in nb.cells:  # what papermill's own reader adds before it parameterizes
-        cell.metadata.setdefault("tags", [])
-    nb.metadata["papermill"] = {"default_parameters": {}, "parameters": {}, "environment_variables": {}}
-    return parameterize_notebook(nb, parameters, kernel_name=KERNEL, language="python")
-
-
-def _failed_cell(nb) -> int | None:
-    """Index of the first code cell with an error output."""
-    return next((i for i, c in enumerate(nb.cells) if c.cell_type == "code"
-                 and any(o.get("output_type") == "error" for o in c.get("outputs", []))), None)
-
-
-def _stable_ids(nb) -> None:
-    """Replace the random cell ids (jupytext) by their position, so that the same inputs give
-    byte-identical notebooks."""
-    for i, cell in enumerate(nb.cells):
-        cell["id"] = f"cell-{i:03d}"
-
-
 @dataclass
 class _Job:
     chapter: Chapter
     params: dict
-    key: str  # the base key (:func:`base_key`)
-    definitions: dict = field(default_factory=dict)
-    work: Path = Path()
+    definitions: dict
+    base: str  # :func:`base_key`
+    work: Path = Path()  # its work folder, once it runs
 
 
-async def _execute(job: _Job, env: dict[str, str]) -> dict:
-    """Run ``job``'s notebook in a fresh kernel (its work folder ready); write the executed
-    notebook there. Returns {"seconds", "error", "cell"}."""
-    import nbformat
-    from jupyter_client.manager import AsyncKernelManager
-    from nbclient import NotebookClient
-    from nbclient.exceptions import CellExecutionError
+def execute_chapters(chapters: list[Chapter], scenario, cache_dir: Path, log_dir: Path, work_dir: Path,
+                     jobs: int = 1, progress=None) -> list[Result]:
+    """Every chapter reused from the cache or executed, ``jobs`` at a time, each result a checked
+    private copy in ``work_dir/<slug>`` (what the book is built from), in the order of
+    ``chapters``. Raises ChapterFailed (the first failure stops the others)."""
+    note = progress or (lambda slug, message: None)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    code = lib_hash()
+    results: dict[str, Result] = {}
+    pending: list[_Job] = []
+    for ch in chapters:
+        params, defs = ch.parameters(scenario), ch.definitions(scenario)
+        job = _Job(ch, params, defs, base_key(ch, params, code, defs))
+        res, problem = _reuse(job, cache_dir, work_dir)
+        if res is not None:
+            results[ch.slug] = res
+            reads = res.hardware_reads
+            note(ch.slug, "reused (inputs unchanged)" if not reads else
+                 "reused (inputs and the whole GPU catalog unchanged)" if hardware.ALL in reads else
+                 f"reused (inputs and the {len(reads)} GPU row(s) it read unchanged)")
+            continue
+        if problem:
+            note(ch.slug, f"cache entry discarded ({problem}): executing again")
+        pending.append(job)
+    if speedups.on("longest_first"):  # the longest chapter does not start last (a stable sort: ties in book order)
+        pending.sort(key=lambda j: -j.chapter.cold_seconds)
 
-    work = job.work
-    figures = work / "figures"
-    figures.mkdir()
-    kenv = {**env, "SCALETAX_FIGURES_DIR": str(figures), hardware.READS_ENV: str(work / READS_FILE)}
-    if job.definitions.get("gpus") or job.definitions.get("models"):  # read by hardware.get / models.get
-        (work / "definitions.json").write_text(canonical_json(job.definitions), encoding="utf-8")
-        kenv["SCALETAX_DEFINITIONS"] = str(work / "definitions.json")
-    t0 = time.perf_counter()
-    error, cell, nb = None, None, None
-    km = AsyncKernelManager(kernel_name=KERNEL)
-    try:
-        nb = _notebook(job.chapter.source, job.params)
-        client = NotebookClient(nb, km=km, timeout=EXECUTION_TIMEOUT_S, kernel_name=KERNEL,
-                                resources={"metadata": {"path": str(work)}})
-        with (work / KERNEL_LOG).open("w", encoding="utf-8") as log:
-            await client.async_execute(env=kenv, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
-                                       preexec_fn=lifecycle.die_with_parent())
-    except CellExecutionError as exc:
-        error, cell = f"{exc.ename}: {exc.evalue}".splitlines()[0][:300], _failed_cell(nb)
-    except Exception as exc:  # noqa: BLE001 (kernel died, timeout, unreadable notebook: one line)
-        error = f"{type(exc).__name__}: {exc}".splitlines()[0][:300] if str(exc) else type(exc).__name__
-    finally:  # cancelled (a signal, another chapter's failure) or failed: its process group goes
-        _kill_kernel(km)
-    if nb is not None:
-        _stable_ids(nb)
-        nbformat.write(nb, work / "notebook.ipynb")
-    return {"seconds": time.perf_counter() - t0, "error": error, "cell": cell}
+    def finish(job: _Job, status: dict) -> None:
+        try:
+            results[job.chapter.slug] = _finish(job, status, cache_dir, log_dir, work_dir)
+        except ChapterFailed:
+            note(job.chapter.slug, "FAILED")
+            raise
+        note(job.chapter.slug, f"executed in {status['seconds']:.1f} s")
 
-
-def _kill_kernel(km) -> None:
-    """Kill the process group of ``km``'s kernel if it still runs (a cancelled or failed chapter)."""
-    proc = getattr(getattr(km, "provisioner", None), "process", None)
-    if proc is not None and proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    if pending:
+        slots = max(1, jobs) if speedups.on("chapter_parallel") else 1
+        lifecycle.run_async(_execute_all(pending, kernel_env(cache_dir, jobs), slots, cache_dir, finish, note))
+    return [results[ch.slug] for ch in chapters]
 
 
-async def _execute_all(jobs_: list[_Job], env: dict[str, str], jobs: int, cache_dir: Path, finish, progress) -> None:
-    """Run ``jobs_`` in their order, ``jobs`` at a time; ``finish(job, status)`` for each as it
-    ends. The first failure (or a cancellation: a signal) cancels the rest; each started one's
-    kernel is killed and its work folder removed."""
-    slots = asyncio.Semaphore(max(1, jobs) if speedups.on("chapter_parallel") else 1)
+async def _execute_all(pending: list[_Job], env: dict[str, str], jobs: int, cache_dir: Path, finish, note) -> None:
+    """Execute ``pending`` in their order, ``jobs`` at a time, each in a work folder of its own;
+    ``finish(job, status)`` for each as it ends. The first failure (or a cancellation: a signal)
+    cancels the rest; each started one's kernel is killed and its work folder removed."""
+    slots = asyncio.Semaphore(jobs)
 
     async def one(job: _Job) -> None:
         async with slots:
             job.work = Path(tempfile.mkdtemp(prefix=lifecycle.temp_name(f".tmp-{job.chapter.slug}-"), dir=cache_dir))
             try:
-                if progress:
-                    progress(job.chapter.slug, "executing")
+                note(job.chapter.slug, "executing")
                 status = await _execute(job, env)
                 if asyncio.current_task().cancelling():  # stopped, not failed
                     raise asyncio.CancelledError
@@ -323,49 +276,103 @@ async def _execute_all(jobs_: list[_Job], env: dict[str, str], jobs: int, cache_
 
     try:
         async with asyncio.TaskGroup() as group:
-            for job in jobs_:
+            for job in pending:
                 group.create_task(one(job))
     except BaseExceptionGroup as group_error:
         failed = [e for e in group_error.exceptions if isinstance(e, ChapterFailed)]
         raise (failed[0] if failed else group_error.exceptions[0]) from None
 
 
-def execute_chapters(chapters: list[Chapter], scenario, cache_dir: Path, log_dir: Path,
-                     jobs: int = 1, progress=None, work_dir: Path | None = None) -> list[Result]:
-    """Execute (or reuse) every chapter, ``jobs`` at a time, longest first. Raises ChapterFailed.
+async def _execute(job: _Job, env: dict[str, str]) -> dict:
+    """Run ``job``'s notebook in a fresh kernel and write the executed notebook into its work
+    folder (whatever happened). Returns {"seconds", "error" (one line, or None), "cell"}."""
+    import jupytext
+    import nbformat
+    from jupyter_client.manager import AsyncKernelManager
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+    from papermill.parameterize import parameterize_notebook
 
-    With ``work_dir`` every result is a checked private copy there (what the book is built
-    from). The results come back in the order of ``chapters``.
-    """
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    code = lib_hash()
-    results: dict[str, Result] = {}
-    pending: list[_Job] = []
-    for ch in chapters:
-        params = ch.parameters(scenario)
-        defs = ch.definitions(scenario)
-        base = base_key(ch, params, code, defs)
-        reads = recorded_reads(cache_dir, base) if reads_rows(ch) else None
-        res, problem = None, None
-        if not reads_rows(ch) or reads is not None:
-            key = base if reads is None else entry_key(base, reads)
-            res, problem = _reuse(ch.slug, key, cache_dir / key, params, work_dir, reads)
-        if res is not None:
-            results[ch.slug] = res
-            if progress:
-                progress(ch.slug, "reused (inputs unchanged)" if not reads else
-                         "reused (inputs and the whole GPU catalog unchanged)" if hardware.ALL in reads else
-                         f"reused (inputs and the {len(reads)} GPU row(s) it read unchanged)")
-            continue
-        if problem and progress:
-            progress(ch.slug, f"cache entry discarded ({problem}): executing again")
-        pending.append(_Job(ch, params, base, definitions=defs))
-    if pending:
-        if speedups.on("longest_first"):  # the longest chapter does not start last (a stable sort: ties in book order)
-            pending.sort(key=lambda j: -j.chapter.cold_seconds)
-        finish = lambda job, status: _finish(job, status, cache_dir, log_dir, results, progress, work_dir)  # noqa: E731
-        lifecycle.run_async(_execute_all(pending, kernel_env(cache_dir, jobs), jobs, cache_dir, finish, progress))
-    return [results[ch.slug] for ch in chapters]
+    work = job.work
+    (work / "figures").mkdir()
+    kenv = {**env, "SCALETAX_FIGURES_DIR": str(work / "figures"), hardware.READS_ENV: str(work / READS_FILE)}
+    if job.definitions.get("gpus") or job.definitions.get("models"):  # read by hardware.get / models.get
+        (work / DEFINITIONS_FILE).write_text(canonical_json(job.definitions), encoding="utf-8")
+        kenv["SCALETAX_DEFINITIONS"] = str(work / DEFINITIONS_FILE)
+    t0 = time.perf_counter()
+    error, cell, nb = None, None, None
+    km = AsyncKernelManager(kernel_name=KERNEL)
+    try:
+        nb = jupytext.read(job.chapter.source)
+        if job.params:  # papermill's cell tagged injected-parameters, after the parameters cell
+            for c in nb.cells:
+                c.metadata.setdefault("tags", [])
+            nb.metadata["papermill"] = {"default_parameters": {}, "parameters": {}, "environment_variables": {}}
+            nb = parameterize_notebook(nb, job.params, kernel_name=KERNEL, language="python")
+        client = NotebookClient(nb, km=km, timeout=EXECUTION_TIMEOUT_S, kernel_name=KERNEL,
+                                resources={"metadata": {"path": str(work)}})
+        with (work / KERNEL_LOG).open("w", encoding="utf-8") as log:
+            await client.async_execute(env=kenv, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                                       preexec_fn=lifecycle.die_with_parent())
+    except CellExecutionError as exc:
+        error = f"{exc.ename}: {exc.evalue}".splitlines()[0][:300]
+        cell = next((i for i, c in enumerate(nb.cells) if c.cell_type == "code"
+                     and any(o.get("output_type") == "error" for o in c.get("outputs", []))), None)
+    except Exception as exc:  # noqa: BLE001 (kernel died, timeout, unreadable notebook: one line)
+        error = f"{type(exc).__name__}: {exc}".splitlines()[0][:300] if str(exc) else type(exc).__name__
+    finally:  # cancelled (a signal, another chapter's failure) or failed: its process group goes
+        proc = getattr(km.provisioner, "process", None)
+        if proc is not None and proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    if nb is not None:
+        for i, c in enumerate(nb.cells):  # jupytext's random cell ids by position: the same bytes every time
+            c["id"] = f"cell-{i:03d}"
+        nbformat.write(nb, work / "notebook.ipynb")
+    return {"seconds": time.perf_counter() - t0, "error": error, "cell": cell}
+
+
+def _finish(job: _Job, status: dict, cache_dir: Path, log_dir: Path, work_dir: Path) -> Result:
+    """The result of a chapter that ran to the end: its work folder sealed and installed in the
+    cache, copied to ``work_dir/<slug>``. Raises :class:`ChapterFailed` with the executed notebook
+    (or the kernel's log) copied into ``log_dir`` when it did not."""
+    slug, work = job.chapter.slug, job.work
+    reads = hardware.read_file(work / READS_FILE)
+    if status["error"] is None and reads and not reads_rows(job.chapter):
+        what = "whole GPU catalog" if hardware.ALL in reads else f"rows of {', '.join(reads)}"
+        status = {**status, "cell": None, "error": f"it read the GPU catalog ({what}) but does not declare "
+                  "hardware.csv in its data (report/chapters.py): its cache key would not cover those rows"}
+    if status["error"] is not None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        log = log_dir / f"{slug}.ipynb"
+        if (work / "notebook.ipynb").exists():
+            shutil.copyfile(work / "notebook.ipynb", log)
+        else:
+            log = log_dir / f"{slug}.log"
+            try:
+                shutil.copyfile(work / KERNEL_LOG, log)
+            except OSError:
+                log.write_text(status["error"] + "\n", encoding="utf-8")
+        raise ChapterFailed(slug, status["cell"], status["error"], log)
+    reads = reads if reads_rows(job.chapter) else None
+    key = job.base if reads is None else entry_key(job.base, reads)
+    for name in (KERNEL_LOG, DEFINITIONS_FILE, READS_FILE):
+        (work / name).unlink(missing_ok=True)
+    record = {"key": key, "chapter": slug, "files": _files(work),
+              "execution": {"executed_at": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+                            "seconds": round(status["seconds"], 2)}}
+    if reads is not None:
+        record.update(base_key=job.base, hardware_reads=list(reads))
+    (work / ENTRY_FILE).write_text(json.dumps(record, indent=1, sort_keys=True), encoding="utf-8")
+    where = work_dir / slug
+    shutil.rmtree(where, ignore_errors=True)
+    shutil.copytree(work, where)
+    _install(work, cache_dir / key)
+    if reads is not None:
+        _write_reads_index(cache_dir, job.base, key, reads)
+    return Result(slug, key, where / "notebook.ipynb", where / "figures", reused=False, seconds=status["seconds"],
+                  parameters=job.params, execution=record["execution"], hardware_reads=reads)
 
 
 # --------------------------------------------------------------------------------------
@@ -382,35 +389,13 @@ def _files(folder: Path) -> dict[str, str]:
     return out
 
 
-def _rows_note(reads: tuple[str, ...]) -> str:
-    """"rows of gb200, h100_sxm" / "whole GPU catalog": what a chapter was keyed on."""
-    if hardware.ALL in reads:
-        return "whole GPU catalog"
-    return f"rows of {', '.join(reads)}" if reads else "GPU catalog (none read)"
-
-
-def _seal(work: Path, key: str, slug: str, seconds: float, base: str | None = None,
-          reads: tuple[str, ...] | None = None) -> dict:
-    """Write ``entry.json`` (the hash of every output file, and for a chapter keyed on catalog
-    rows its base key and the ids it read) into a finished work folder."""
-    import datetime as dt
-
-    record = {"key": key, "chapter": slug, "files": _files(work),
-              "execution": {"executed_at": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
-                            "seconds": round(seconds, 2)}}
-    if reads is not None:
-        record.update(base_key=base, hardware_reads=list(reads))
-    (work / ENTRY_FILE).write_text(json.dumps(record, indent=1, sort_keys=True), encoding="utf-8")
-    return record
-
-
 def check_entry(folder: Path, key: str | None = None) -> tuple[dict | None, str | None]:
     """(record, None) when ``folder`` holds exactly the files its ``entry.json`` lists, with
     those hashes (and the key, when given); else (None, what is wrong)."""
     try:
         record = json.loads((folder / ENTRY_FILE).read_text(encoding="utf-8"))
-        files = record["files"]
-        if not isinstance(files, dict) or "notebook.ipynb" not in files:
+        listed = record["files"]
+        if not isinstance(listed, dict) or "notebook.ipynb" not in listed:
             return None, "no notebook in its record"
     except FileNotFoundError:
         return None, "no entry record"
@@ -422,42 +407,40 @@ def check_entry(folder: Path, key: str | None = None) -> tuple[dict | None, str 
         actual = _files(folder)
     except (OSError, ValueError) as exc:
         return None, str(exc)
-    if actual != files:
-        changed = sorted(set(actual) ^ set(files)) or sorted(f for f in files if actual[f] != files[f])
-        return None, f"{changed[0]} {'changed' if changed[0] in files and changed[0] in actual else 'missing or added'}"
+    if actual != listed:
+        changed = sorted(set(actual) ^ set(listed)) or sorted(f for f in listed if actual[f] != listed[f])
+        return None, f"{changed[0]} {'changed' if changed[0] in listed and changed[0] in actual else 'missing or added'}"
     return record, None
 
 
-def _reuse(slug: str, key: str, entry: Path, params: dict, work_dir: Path | None,
-           reads: tuple[str, ...] | None = None):
-    """(Result, None) for a good cache entry (for a chapter keyed on catalog rows: one whose
-    record names the same ``reads``); (None, problem) for a bad one (discarded); (None, None)
-    when there is none."""
+def _reuse(job: _Job, cache_dir: Path, work_dir: Path) -> tuple[Result | None, str | None]:
+    """(Result, None) for a good cache entry of ``job``, copied to ``work_dir/<slug>`` and
+    checked there (for a chapter keyed on catalog rows: the entry of the rows it read last time,
+    as they are now); (None, problem) for a bad one (discarded); (None, None) when there is none."""
+    reads = recorded_reads(cache_dir, job.base) if reads_rows(job.chapter) else None
+    if reads_rows(job.chapter) and reads is None:
+        return None, None
+    key = job.base if reads is None else entry_key(job.base, reads)
+    entry, where = cache_dir / key, work_dir / job.chapter.slug
     if not entry.exists():
         return None, None
-    if work_dir is None:
-        record, problem = check_entry(entry, key)
-        where = entry
-    else:
-        where = work_dir / slug
+    shutil.rmtree(where, ignore_errors=True)
+    try:
+        shutil.copytree(entry, where, symlinks=True)
+    except (OSError, shutil.Error):
         shutil.rmtree(where, ignore_errors=True)
-        try:
-            shutil.copytree(entry, where, symlinks=True)
-        except (OSError, shutil.Error):
-            shutil.rmtree(where, ignore_errors=True)
-            return None, "could not be copied"
-        record, problem = check_entry(where, key)  # the copy is what the book uses
+        return None, "could not be copied"
+    record, problem = check_entry(where, key)  # the copy is what the book uses
     if record is not None and reads is not None and record.get("hardware_reads") != list(reads):
         record, problem = None, "its record of GPU rows differs"
     if record is None:
         _discard(entry)
-        if work_dir is not None:
-            shutil.rmtree(where, ignore_errors=True)
+        shutil.rmtree(where, ignore_errors=True)
         return None, problem
     with contextlib.suppress(OSError):
         os.utime(entry)  # last use, for the size cap
-    return Result(slug, key, where / "notebook.ipynb", where / "figures", reused=True, seconds=0.0,
-                  parameters=params, execution=record.get("execution", {}), hardware_reads=reads), None
+    return Result(job.chapter.slug, key, where / "notebook.ipynb", where / "figures", reused=True, seconds=0.0,
+                  parameters=job.params, execution=record.get("execution", {}), hardware_reads=reads), None
 
 
 def _discard(entry: Path) -> None:
@@ -489,61 +472,9 @@ def _install(work: Path, entry: Path) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _finish(job: _Job, status: dict, cache_dir: Path, log_dir: Path, results: dict, progress,
-            work_dir: Path | None = None) -> None:
-    """Seal and install a chapter that ran to the end (its result into ``results``), or raise
-    :class:`ChapterFailed` with its executed notebook (or kernel log) copied into ``log_dir``."""
-    slug, work = job.chapter.slug, job.work
-    reads = hardware.read_file(work / READS_FILE)
-    if status["error"] is None and reads and not reads_rows(job.chapter):
-        status = {"seconds": status["seconds"], "cell": None,
-                  "error": f"it read the GPU catalog ({_rows_note(reads)}) but does not declare hardware.csv "
-                           "in its data (report/chapters.py): its cache key would not cover those rows"}
-    if status["error"] is None:
-        reads = reads if reads_rows(job.chapter) else None
-        key = job.key if reads is None else entry_key(job.key, reads)
-        entry = cache_dir / key
-        for name in (KERNEL_LOG, "definitions.json", READS_FILE):
-            (work / name).unlink(missing_ok=True)
-        record = _seal(work, key, slug, status["seconds"], job.key, reads)
-        where = work
-        if work_dir is not None:
-            where = work_dir / slug
-            shutil.rmtree(where, ignore_errors=True)
-            shutil.copytree(work, where)
-        _install(work, entry)
-        if reads is not None:
-            _write_reads_index(cache_dir, job.key, key, reads)
-        if work_dir is None:
-            where = entry
-        results[slug] = Result(slug, key, where / "notebook.ipynb", where / "figures",
-                               reused=False, seconds=status["seconds"], parameters=job.params,
-                               execution=record["execution"], hardware_reads=reads)
-        if progress:
-            progress(slug, f"executed in {status['seconds']:.1f} s")
-        return
-    log_dir.mkdir(parents=True, exist_ok=True)
-    log = log_dir / f"{slug}.ipynb"
-    if (work / "notebook.ipynb").exists():
-        shutil.copyfile(work / "notebook.ipynb", log)
-    else:
-        log = log_dir / f"{slug}.log"
-        try:
-            shutil.copyfile(work / KERNEL_LOG, log)
-        except OSError:
-            log.write_text(status["error"] + "\n", encoding="utf-8")
-    if progress:
-        progress(slug, "FAILED")
-    raise ChapterFailed(slug, status["cell"], status["error"], log)
-
-
 # --------------------------------------------------------------------------------------
 # Size cap
 # --------------------------------------------------------------------------------------
-_KEY = re.compile(r"[0-9a-f]{64}")
-_KEY = re.compile(r"[0-9a-f]{64}")
-
-
 def cache_max_bytes() -> int:
     """The cache's size cap: ``SCALETAX_CACHE_MAX_MB`` (MiB) or :data:`CACHE_MAX_BYTES`."""
     raw = os.environ.get("SCALETAX_CACHE_MAX_MB")
@@ -554,54 +485,40 @@ def cache_max_bytes() -> int:
     return int(raw) * 1024**2
 
 
-def _size(folder: Path) -> int:
-    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
-
-
 def prune(cache_dir: Path, max_bytes: int, keep: frozenset[str] = frozenset(), check: bool = False) -> dict:
     """Hold the cache under ``max_bytes``: remove temporary folders of dead builds, entries
     that fail their check (``check=True``), then the least recently used entries (never
-    those in ``keep``) until the rest fits. Returns counts and bytes."""
+    those in ``keep``) until the rest fits, and the records of reads whose entry is gone.
+    Returns counts and bytes."""
     removed = {"stale": len(lifecycle.remove_stale(cache_dir, (".tmp-*",))), "bad": 0, "evicted": 0}
-    entries = []
     if not cache_dir.is_dir():
         return {**removed, "entries": 0, "bytes": 0}
+    entries = []
     for entry in cache_dir.iterdir():
         if not _KEY.fullmatch(entry.name) or not entry.is_dir():
-            continue  # temporary folders, and other caches kept here (memo/)
+            continue  # temporary folders, and other caches kept here (memo/, reads/, vega/)
         if check and check_entry(entry, entry.name)[0] is None:
             _discard(entry)
             removed["bad"] += 1
             continue
-        try:
-            entries.append((entry.stat().st_mtime, _size(entry), entry))
-        except OSError:
-            continue
+        with contextlib.suppress(OSError):
+            size = sum(p.stat().st_size for p in entry.rglob("*") if p.is_file() and not p.is_symlink())
+            entries.append((entry.stat().st_mtime, size, entry))
     total = sum(size for _, size, _ in entries)
     for _, size, entry in sorted(entries, key=lambda e: e[0]):
         if total <= max_bytes:
             break
-        if entry.name in keep:
-            continue
-        _discard(entry)
-        total -= size
-        removed["evicted"] += 1
-    _prune_reads_index(cache_dir)
-    return {**removed, "entries": len(entries) - removed["evicted"], "bytes": total}
-
-
-def _prune_reads_index(cache_dir: Path) -> None:
-    """Drop the records of reads whose entry is gone (and temporary files of dead builds)."""
+        if entry.name not in keep:
+            _discard(entry)
+            total -= size
+            removed["evicted"] += 1
     index = cache_dir / READS_DIR
-    if not index.is_dir():
-        return
     lifecycle.remove_stale(index, (".tmp-*",))
-    for path in index.glob("*.json"):
-        if path.name.startswith("."):
-            continue
+    for path in index.glob("[!.]*.json") if index.is_dir() else ():
         try:
             key = json.loads(path.read_text(encoding="utf-8"))["key"]
         except (OSError, ValueError, KeyError, TypeError):
             key = None
         if not isinstance(key, str) or not _KEY.fullmatch(key) or not (cache_dir / key).is_dir():
             path.unlink(missing_ok=True)
+    return {**removed, "entries": len(entries) - removed["evicted"], "bytes": total}
