@@ -128,6 +128,48 @@ def test_the_code_hash_covers_exactly_the_imported_library_modules():
     assert "scaletax.model.cost" not in search_mods and "scaletax.chapters.decision" not in search_mods
 
 
+def _imports_by_syntax_tree(name: str, source: str) -> set[str]:
+    """The scaletax modules ``name`` imports, from a walk of its whole syntax tree (the reference)."""
+    import ast
+
+    f = memo._module_file(name)
+    pkg = name if f is not None and f.name == "__init__.py" else name.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = pkg.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+            out |= {base, *(f"{base}.{a.name}" for a in node.names)}
+    return {m for m in out if m == "scaletax" or m.startswith("scaletax.")}
+
+
+def test_the_import_scan_finds_what_the_syntax_tree_holds_in_every_library_module():
+    import importlib
+
+    root = memo._module_file("scaletax").parent
+    names = sorted(".".join(p.relative_to(root.parent).with_suffix("").parts).removesuffix(".__init__")
+                   for p in root.rglob("*.py"))
+    assert len(names) > 40
+    for name in names:
+        importlib.import_module(name)
+        source = memo._module_file(name).read_text(encoding="utf-8")
+        assert memo._imports(name, source) == _imports_by_syntax_tree(name, source), name
+    tricky = ("from scaletax.model import (\n    perf,  # the model\n    memory)\n"
+              "if TYPE_CHECKING: import scaletax.inputs.layout\n"
+              "import os; from scaletax import files\n"
+              "from scaletax.fit import \\\n    validate\n"
+              "def f():\n    from ..inputs import hardware\n"
+              "x = 'label: import scaletax.nothing'  # words in a string\n")
+    found = memo._imports("scaletax.report.probe", tricky)
+    assert found == _imports_by_syntax_tree("scaletax.report.probe", tricky)
+    assert {"scaletax.model.perf", "scaletax.model.memory", "scaletax.inputs.layout", "scaletax.files",
+            "scaletax.fit.validate", "scaletax.inputs.hardware"} <= found
+
+
 def test_an_argument_without_canonical_form_is_refused(memo_dir):
     with pytest.raises(TypeError, match="memo: no canonical form for an argument of type object"):
         _square(object())

@@ -40,8 +40,7 @@ from scaletax.report.provenance import (data_hashes, git_commit, keyed_rows, key
                                         lock_hash, package_versions, sha256_bytes, short_commit)
 from scaletax.report.scenario import Scenario
 
-#: Where books, the execution cache and logs go (``SCALETAX_BUILD_DIR`` overrides, e.g. in tests).
-BUILD_ROOT = Path(os.environ.get("SCALETAX_BUILD_DIR", ROOT / "_build"))
+BUILD_ROOT = toc.BUILD_ROOT
 CONFIG_YML = ROOT / "_config.yml"
 #: Sphinx extensions JB1 adds that the book does not want: thebe and comments load
 #: scripts from the network; the jupyterbook-latex preamble needs bbm.sty (texlive-fonts-extra).

@@ -20,6 +20,8 @@ from scaletax import ROOT
 #: Chapter sources (``SCALETAX_NOTEBOOKS`` overrides it, for tests of failing chapters).
 NOTEBOOK_DIR = Path(os.environ.get("SCALETAX_NOTEBOOKS", ROOT / "notebooks"))
 BOOK_DIR = ROOT / "book"
+#: Where books, the execution cache and logs go (``SCALETAX_BUILD_DIR`` overrides, e.g. in tests).
+BUILD_ROOT = Path(os.environ.get("SCALETAX_BUILD_DIR", ROOT / "_build"))
 
 
 @dataclass(frozen=True)
