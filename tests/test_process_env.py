@@ -14,17 +14,16 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_kernel_env_sets_threads_and_allocator(monkeypatch, tmp_path):
     monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
-    env = execute.kernel_env(tmp_path, jobs=2)
+    env = execute.kernel_env(tmp_path)
     assert env["OPENBLAS_NUM_THREADS"] == env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == "1"
     assert env["GLIBC_TUNABLES"] == ("glibc.malloc.mmap_threshold=268435456:"
                                      "glibc.malloc.trim_threshold=1073741824")
-    assert env["SCALETAX_WORKERS"] == "2"
     assert env["SCALETAX_MEMO_DIR"] == str(tmp_path / "memo")
 
 
 def test_a_users_glibc_tunables_are_kept(monkeypatch, tmp_path):
     monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=1")
-    assert execute.kernel_env(tmp_path, jobs=1)["GLIBC_TUNABLES"] == "glibc.malloc.arena_max=1"
+    assert execute.kernel_env(tmp_path)["GLIBC_TUNABLES"] == "glibc.malloc.arena_max=1"
     assert execute.process_env(PYTHONHASHSEED="0")["GLIBC_TUNABLES"] == "glibc.malloc.arena_max=1"
 
 

@@ -19,7 +19,6 @@ PIECES = {
     "vega_cache": "the chart bundle is made afresh by every build",
     "allocator": "glibc malloc's default thresholds (no GLIBC_TUNABLES)",
     "one_thread": "numeric libraries use their default thread pools",
-    "training_workers": "the precision experiment trains in the kernel, one at a time",
     "png_cache": "every figure's PNG is drawn again (no memo/png)",
     "memo": "no result cache: every search and training is computed again",
 }

@@ -50,12 +50,8 @@ from scaletax.report.scenario import canonical_json
 
 EXECUTION_TIMEOUT_S = 1800
 KERNEL = "python3"
-#: Environment variable with the build's ``--jobs``: the processes a chapter may use for
-#: independent work (the precision experiment's trainings).
-WORKERS_ENV = "SCALETAX_WORKERS"
-#: Thread pools of the numeric libraries in every chapter process (kernel and the kernel's own
-#: worker processes): one thread each, so that ``--jobs`` chapters (and the precision chapter's
-#: training workers) share the cores without oversubscribing them. A 2-thread OpenBLAS GEMM of
+#: Thread pools of the numeric libraries in every chapter kernel: one thread each, so that
+#: ``--jobs`` chapters share the cores without oversubscribing them. A 2-thread OpenBLAS GEMM of
 #: the training experiment's size on 2 busy cores is ~10x slower than a 1-thread one; results
 #: are byte-identical.
 THREAD_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -90,13 +86,12 @@ def process_env(**extra: str) -> dict[str, str]:
     return {**os.environ, **threads, **allocator, **extra}
 
 
-def kernel_env(cache_dir: Path, jobs: int) -> dict[str, str]:
+def kernel_env(cache_dir: Path) -> dict[str, str]:
     """Environment of every chapter kernel (:func:`process_env`): the shared result cache
-    (``scaletax.memo``, ``<cache_dir>/memo``), :data:`WORKERS_ENV` (the build's ``--jobs``) and a
-    fixed hash seed."""
+    (``scaletax.memo``, ``<cache_dir>/memo``) and a fixed hash seed."""
     from scaletax import memo
 
-    env = process_env(**{memo.ENV: str(cache_dir / "memo"), WORKERS_ENV: str(max(1, jobs)), "PYTHONHASHSEED": "0"})
+    env = process_env(**{memo.ENV: str(cache_dir / "memo"), "PYTHONHASHSEED": "0"})
     if not speedups.on("memo"):
         env.pop(memo.ENV)
     return env
@@ -252,7 +247,7 @@ def execute_chapters(chapters: list[Chapter], scenario, cache_dir: Path, log_dir
 
     if pending:
         slots = max(1, jobs) if speedups.on("chapter_parallel") else 1
-        lifecycle.run_async(_execute_all(pending, kernel_env(cache_dir, jobs), slots, cache_dir, finish, note))
+        lifecycle.run_async(_execute_all(pending, kernel_env(cache_dir), slots, cache_dir, finish, note))
     return [results[ch.slug] for ch in chapters]
 
 
