@@ -126,3 +126,12 @@ def test_a_case_asked_again_is_read_from_the_builds_result_cache(tmp_path, monke
     assert [s["what"] for s in searches if s["fn"] == "scaletax.model.search.search"] == ["miss", "hit"]
     assert list((tmp_path / ".cache" / "memo" / "scaletax.model.search.search").glob("*.pkl"))
     assert memo.ENV not in __import__("os").environ  # the process is left as it was
+
+
+def test_a_model_name_with_rich_markup_is_printed_as_typed():
+    """The table prints names as text: ``[/bold]`` in a model name raised MarkupError (exit 1)."""
+    name = "[red]M[/red] [/bold] :warning:"
+    res = _plan("--model", "pm", "--gpu", "h100_sxm", "--gpus", "8",
+                "--set", f'models=[kimi_k2, {{id: pm, base: megatron_1t, name: "{name}"}}]')
+    assert res.exit_code == 0, res.output
+    assert f"{name} (yours) on 8 x H100 SXM" in " ".join(res.output.split())

@@ -39,7 +39,7 @@ SPHINX_PRELOAD = (
     "sphinx.ext.intersphinx", "myst_parser", "myst_nb", "myst_nb.sphinx_ext", "jupyter_book",
     "sphinx_book_theme", "pydata_sphinx_theme", "sphinx_togglebutton", "sphinx_copybutton", "sphinx_design",
     "sphinx_external_toc", "sphinxcontrib.bibtex", "sphinx_multitoc_numbering",
-    "scaletax.report.sphinx_once", "scaletax.report.numbering",
+    "scaletax.report.sphinx_once", "scaletax.report.numbering", "scaletax.report.latex_paragraphs",
 )
 
 
