@@ -67,20 +67,6 @@ def test_an_entry_whose_value_does_not_match_its_record_is_computed_again(memo_d
     assert np.array_equal(again, good) and len(CALLS) == 1  # computed again, not the forged value
     assert memo.read_entry(path) == ("hit", payload)  # and the file rewritten
     assert memo.STATS[f"{__name__}._square"]["bad"] >= 1
-    assert _square.peek(np.arange(4.0))[0]
-    path.write_bytes(head + forged)
-    assert _square.peek(np.arange(4.0)) == (False, None)  # peek never returns a bad entry either
-
-
-def test_peek_reads_a_cached_result_and_computes_nothing(memo_dir, monkeypatch):
-    assert _square.peek(4) == (False, None)
-    assert CALLS == [] and not memo_dir.exists()  # a miss computes, locks and writes nothing
-    value = _square(4, scale=2.0)
-    hit, got = _square.peek(x=4, scale=2.0)  # bound like a call: same key
-    assert hit and np.array_equal(got, value) and len(CALLS) == 1
-    assert memo.STATS[f"{__name__}._square"]["hit"] >= 1
-    monkeypatch.delenv(memo.ENV)
-    assert _square.peek(4, scale=2.0) == (False, None)  # no cache in use: nothing to read
 
 
 def test_arguments_are_bound_by_name_and_defaults_applied(memo_dir):

@@ -22,8 +22,6 @@ is computed again and the file rewritten (:func:`read_entry`; counted as "bad" i
 PNG cache of ``scaletax.render.charts`` keeps its files the same way. This catches corruption
 and an edit of the value alone; whoever rewrites both can also edit the code.
 Arguments of a type with no canonical form raise ``TypeError`` (never a silent wrong hit).
-``fn.peek(*args)`` gives a cached result without computing anything (a caller that farms its
-misses out to worker processes starts none for its hits).
 
 The GPU catalog is read only through the arguments: a cached call that looks a GPU up itself
 (``hardware.get`` / ``catalog``, recorded by :func:`scaletax.inputs.hardware.reads_during`, which
@@ -333,15 +331,6 @@ def cached(fn: Callable | None = None, *, data: tuple[str, ...] = (), name: str 
                 _count(label, status, digest, time.perf_counter() - t0)
             return digest, path, status == "hit", value
 
-        def peek(*args, **kwargs) -> tuple[bool, Any]:
-            """(True, the cached result) when it is in the cache, else (False, None): nothing is
-            computed, waited for or locked (a caller decides where to compute the misses)."""
-            root = os.environ.get(ENV)
-            if not root:
-                return False, None
-            _, _, ok, value = _lookup(root, args, kwargs)
-            return ok, value
-
         @functools.wraps(f)
         def inner(*args, **kwargs):
             root = os.environ.get(ENV)
@@ -368,7 +357,6 @@ def cached(fn: Callable | None = None, *, data: tuple[str, ...] = (), name: str 
             return value
 
         inner.memo_name = label
-        inner.peek = peek
         return inner
 
     return wrap(fn) if fn is not None else wrap
