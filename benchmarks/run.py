@@ -38,7 +38,7 @@ TARGETS = {
     "warm_rebuild_speedup": 10.0,          # cold / warm
     "cold_vs_jupyter_book_execute": 3.0,   # JB force / ours, cold HTML, 2 cores
     "search_speedup_vs_loop": 100.0,
-    "search_speedup_vs_calculon_fully_evaluated_logging_off": 1000.0,
+    "search_speedup_vs_calculon_every_layout_logging_off": 1000.0,
     "search_speedup_vs_llm_analysis": 200.0,
     "predict_rows_per_s": 10_000.0,
 }
@@ -213,14 +213,15 @@ def _children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def _timed_build(args: list[str], build_dir: Path, name: str, root: Path = ROOT) -> dict:
+def _timed_build(args: list[str], build_dir: Path, name: str, root: Path = ROOT, env_extra=None) -> dict:
     before = _memo_files(build_dir)
     mf = build_dir / name / "manifest.json"
     stamp = mf.stat().st_mtime_ns if mf.exists() else None
     log = build_dir / f"memo-{name}.jsonl"
     log.unlink(missing_ok=True)
     c0, t0 = _children_cpu(), time.perf_counter()
-    _cli(["build", "--name", name, "--no-pdf", *args], build_dir, root=root, env_extra={"SCALETAX_MEMO_LOG": str(log)})
+    _cli(["build", "--name", name, "--no-pdf", *args], build_dir, root=root,
+         env_extra={"SCALETAX_MEMO_LOG": str(log), **(env_extra or {})})
     wall = time.perf_counter() - t0
     cpu = _children_cpu() - c0
     searched = _searched(log)
@@ -243,7 +244,8 @@ def _jb_force(build_dir: Path) -> float:
     from scaletax.report.scenario import resolve
 
     scen = resolve()
-    results = execute_chapters(list(chapters.CHAPTERS), scen, build_dir / ".cache", build_dir / "logs", jobs=2)
+    results = execute_chapters(list(chapters.CHAPTERS), scen, build_dir / ".cache", build_dir / "logs",
+                               build_dir / "jb" / "chapters", jobs=2)
     src = build_dir / "jb" / "src"
     info = book.page_info("bench", scen, chapters.ROOT / "data/scenarios/default.yaml", (), "bench", "bench")
     book.stage_sources(src, results, info)
@@ -329,6 +331,208 @@ def bench_book(rounds: int) -> dict:
     out["ceiling_vs_jupyter_book_execute"] = statistics.median(ceiling)
     out["ceiling_vs_jupyter_book_execute_rounds"] = ceiling
     out["warm_speedup"] = out["cold_html_s"] / out["warm_s"]
+    return out
+
+
+# ------------------------------------------------------------------------------------------
+# This code against main's at the start of the build-layer work, side by side
+# ------------------------------------------------------------------------------------------
+#: main when issue 37's work began: the build with the fork server, the jobserver, the render
+#: server and the warm Sphinx, which the rounds below run beside this code.
+BASELINE_COMMIT = "d90d9c4b64c21f7c00e21c1795dbc514743e4b9d"
+#: The quick answer the README shows (``scaletax plan``), timed from a new process.
+PLAN_ARGS = ["plan", "--model", "kimi_k2", "--gpu", "gb200", "--gpus", "5376", "--json"]
+#: What the side-by-side with main times: the ablation's three build paths and ``scaletax plan``.
+VERSUS_MAIN_PATHS = ("cold", "price", "cluster_size", "plan", "plan_again")
+
+
+def _baseline_repo(commit: str = BASELINE_COMMIT) -> Path:
+    """The repository at ``commit`` (``git archive``) in a temporary folder."""
+    dest = Path(tempfile.mkdtemp(prefix="scaletax-bench-base-")) / "repo"
+    dest.mkdir()
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    return dest
+
+
+def _timed_plan(root: Path, build_dir: Path) -> dict:
+    """Wall and CPU seconds (the process and its children) of ``scaletax plan`` from ``root``."""
+    c0, t0 = _children_cpu(), time.perf_counter()
+    _cli(PLAN_ARGS, build_dir, root=root)
+    return {"wall_s": time.perf_counter() - t0, "cpu_s": _children_cpu() - c0}
+
+
+def _plans(root: Path) -> dict:
+    """``scaletax plan`` asked for the first time (an empty build folder) and asked again (the
+    median of two more: this code reads the search the first stored in the build folder's result
+    cache; main's computes it every time)."""
+    build_dir = Path(tempfile.mkdtemp(prefix="scaletax-bench-plan-"))
+    try:
+        first = _timed_plan(root, build_dir)
+        again = [_timed_plan(root, build_dir) for _ in range(2)]
+    finally:
+        shutil.rmtree(build_dir, ignore_errors=True)
+    return {"plan": first, "plan_again": {k: statistics.median(a[k] for a in again) for k in ("wall_s", "cpu_s")}}
+
+
+def bench_versus_main(rounds: int) -> dict:
+    """The planner's paths with this code and with :data:`BASELINE_COMMIT`'s, interleaved (which
+    goes first alternates by round): a cold build, a price and a cluster-size rebuild on its cache
+    (:data:`ABLATION_PATHS`), and ``scaletax plan`` asked first and again (:func:`_plans`). The
+    baseline is ``git archive`` of the commit, run with this venv (``requirements.lock`` is the same
+    file at both commits) and its own ``lib`` first on the path. Ratios are ours over main's
+    medians (below 1: faster)."""
+    base = _baseline_repo()
+    sides = {"ours": ROOT, "main": base}
+    out: dict = {"baseline_commit": BASELINE_COMMIT, "rounds": rounds,
+                 "runs": {side: [] for side in sides}}
+    try:
+        for side, root in sides.items():  # untimed: numba's compiled loops of each tree, the file cache
+            _ablation_config(None, root=root)
+        for r in range(rounds):
+            for side in (("ours", "main") if r % 2 == 0 else ("main", "ours")):
+                load0 = os.getloadavg()
+                res = {**_ablation_config(None, root=sides[side]), **_plans(sides[side])}
+                res["load_average_start"] = list(load0)
+                out["runs"][side].append(res)
+                print(f"  versus main round {r + 1}/{rounds} {side}: "
+                      + ", ".join(f"{p} {res[p]['wall_s']:.1f} s" for p in VERSUS_MAIN_PATHS)
+                      + f" (load {load0[0]:.1f})", file=sys.stderr, flush=True)
+    finally:
+        shutil.rmtree(base.parent, ignore_errors=True)
+    med = statistics.median
+    for path in VERSUS_MAIN_PATHS:
+        row = {}
+        for side in sides:
+            row[side] = {k: med(x[path][k] for x in out["runs"][side]) for k in ("wall_s", "cpu_s")}
+            row[side]["rounds_wall_s"] = [round(x[path]["wall_s"], 2) for x in out["runs"][side]]
+        row["ratio_wall"] = row["ours"]["wall_s"] / row["main"]["wall_s"]
+        row["ratio_cpu"] = row["ours"]["cpu_s"] / row["main"]["cpu_s"]
+        out[path] = row
+    return out
+
+
+# ------------------------------------------------------------------------------------------
+# Ablation: what each speed-only piece of the build saves
+# ------------------------------------------------------------------------------------------
+#: The paths a planner waits on: a cold build, then a price and a cluster-size rebuild on its cache.
+ABLATION_PATHS = (("cold", None), ("price", REBUILDS[0][1]), ("cluster_size", REBUILDS[1][1]))
+ABLATION = RESULTS / "ablation.json"
+
+
+#: Pieces whose work is in a cold build's chapters only (a rebuild executes few or none of
+#: them): each also gets a cold build of its own with the piece off.
+COLD_PIECES = ("chapter_parallel", "training_workers")
+
+
+def _ablation_config(off: str | None, root: Path = ROOT, seed: Path | None = None) -> dict:
+    """The three paths in a fresh build folder with ``off`` switched off (None: everything on),
+    with the code of the repository at ``root``; ``seed``: a build folder after an all-on cold
+    build, copied, and only the two rebuilds timed on it (its caches are keyed by content, and no
+    piece changes what they hold)."""
+    from scaletax import speedups
+
+    build_dir = Path(tempfile.mkdtemp(prefix="scaletax-ablation-"))
+    env = {speedups.ENV: off or ""}
+    try:
+        if seed is not None:
+            shutil.copytree(seed, build_dir, symlinks=True, dirs_exist_ok=True)
+        out = {}
+        for path, setting in ABLATION_PATHS:
+            if seed is not None and setting is None:
+                continue
+            r = _timed_build(["--set", setting] if setting else [], build_dir, f"ab-{path}", root=root, env_extra=env)
+            out[path] = {"wall_s": round(r["wall_s"], 2), "cpu_s": round(r["cpu_s"], 2), "executed": r["executed"]}
+        return out
+    finally:
+        shutil.rmtree(build_dir, ignore_errors=True)
+
+
+def _cold_seed(root: Path = ROOT) -> tuple[Path, dict]:
+    """An all-on cold build in a new folder (kept: the caller removes it) and its timing."""
+    seed = Path(tempfile.mkdtemp(prefix="scaletax-ablation-seed-"))
+    r = _timed_build([], seed, "ab-cold", root=root)
+    return seed, {"wall_s": round(r["wall_s"], 2), "cpu_s": round(r["cpu_s"], 2), "executed": r["executed"]}
+
+
+def bench_ablation(rounds: int, pieces: list[str] | None = None, warm_up: bool = True,
+                   cold_pieces: tuple[str, ...] = COLD_PIECES) -> dict:
+    """Each speed-only piece (``scaletax.speedups.PIECES``) switched off in turn, against the
+    build with everything on; ``rounds`` interleaved rounds (every configuration once per round,
+    the order rotated each round). A round starts with one all-on cold build (the all-on cold
+    figure); every configuration then times the price and the cluster-size rebuild on a copy of
+    it, and a piece of ``cold_pieces`` also a cold build with it off. For each piece and path
+    measured: the medians and ``saves`` = 1 - on / off (the fraction of the wall time without the
+    piece that it saves; negative: the build is faster without it), ``saves_cpu`` the same of the
+    CPU seconds of the build's process tree, with every round's seconds. ``warm_up``: one untimed
+    build first (numba's compiled loops and the file cache, as every later build finds them)."""
+    from scaletax import speedups
+
+    pieces = list(pieces or speedups.PIECES)
+    configs: list[str | None] = [None, *pieces]
+    runs: dict[str, list[dict]] = {c or "all_on": [] for c in configs}
+    loads, failed = [], {}
+    if warm_up:
+        _ablation_config(None)
+    for r in range(rounds):
+        k = r % len(configs)
+        load0 = os.getloadavg()
+        seed, cold = _cold_seed()
+        print(f"  ablation round {r + 1}/{rounds} all_on cold {cold['wall_s']:.1f} s (load {load0[0]:.1f})",
+              file=sys.stderr, flush=True)
+        try:
+            for c in configs[k:] + configs[:k]:
+                load0 = os.getloadavg()
+                try:
+                    res = _ablation_config(c, seed=seed)
+                    if c is None:
+                        res["cold"] = cold
+                    elif c in cold_pieces:
+                        res["cold"] = _ablation_config(c)["cold"]
+                except RuntimeError as exc:  # a configuration that fails is recorded, the others go on
+                    print(f"  ablation round {r + 1}/{rounds} {c or 'all_on'} FAILED: {exc}", file=sys.stderr, flush=True)
+                    failed.setdefault(c or "all_on", []).append(str(exc)[-600:])
+                    continue
+                res["load_average_start"] = list(load0)
+                runs[c or "all_on"].append(res)
+                ABLATION.write_text(json.dumps({"partial": True, "runs": runs}, indent=1) + "\n")  # a crash keeps what ran
+                print(f"  ablation round {r + 1}/{rounds} {c or 'all_on'}: "
+                      + ", ".join(f"{p} {res[p]['wall_s']:.1f} s" for p, _ in ABLATION_PATHS if p in res)
+                      + f" (load {load0[0]:.1f})", file=sys.stderr, flush=True)
+        finally:
+            shutil.rmtree(seed, ignore_errors=True)
+        loads.append(list(os.getloadavg()))
+    return {**ablation_summary(runs, rounds, loads), "failed": failed}
+
+
+def ablation_summary(runs: dict[str, list[dict]], rounds: int, loads: list | None = None,
+                     off_means: dict[str, str] | None = None) -> dict:
+    """The ablation's medians from its rounds (``runs``: configuration -> each round's paths);
+    ``off_means``: what each piece off does (default ``scaletax.speedups.PIECES``)."""
+    from scaletax import speedups
+
+    off_means = off_means or speedups.PIECES
+    pieces = [k for k in runs if k != "all_on" and runs[k]]
+    med = statistics.median
+    base = {p: med([x[p]["wall_s"] for x in runs["all_on"]]) for p, _ in ABLATION_PATHS}
+    base_cpu = {p: med([x[p]["cpu_s"] for x in runs["all_on"]]) for p, _ in ABLATION_PATHS}
+    out = {"rounds": rounds, "paths": {p: s for p, s in ABLATION_PATHS}, "all_on": {
+        p: {"median_s": base[p], "median_cpu_s": base_cpu[p], "rounds_s": [x[p]["wall_s"] for x in runs["all_on"]]}
+        for p, _ in ABLATION_PATHS},
+        "pieces": {}, "load_average_after_each_round": loads or [], "runs": runs}
+    for piece in pieces:
+        row = {"off_means": off_means[piece]}
+        for p, _ in ABLATION_PATHS:
+            if not all(p in x for x in runs[piece]):
+                row[p] = None  # not measured with this piece off (a rebuild-only piece's cold build)
+                continue
+            off = med([x[p]["wall_s"] for x in runs[piece]])
+            off_cpu = med([x[p]["cpu_s"] for x in runs[piece]])
+            row[p] = {"median_off_s": off, "median_on_s": base[p], "saves": 1 - base[p] / off,
+                      "rounds_off_s": [x[p]["wall_s"] for x in runs[piece]],
+                      "median_off_cpu_s": off_cpu, "median_on_cpu_s": base_cpu[p], "saves_cpu": 1 - base_cpu[p] / off_cpu}
+        row["max_saves"] = max(row[p]["saves"] for p, _ in ABLATION_PATHS if row[p] is not None)
+        out["pieces"][piece] = row
     return out
 
 
@@ -445,17 +649,17 @@ def bench_search(rounds: int) -> dict:
     """The project's vectorized search against its own per-layout loop, Calculon (as shipped and
     with logging at WARNING; every execution and fully evaluated ones) and llm-analysis, on the
     same problem, in interleaved rounds; CPU seconds of one process (per core) and wall."""
-    from scaletax.inputs import models
+    from scaletax.inputs import hardware, models, recipes
     from scaletax.inputs.layout import LayoutArray, label
     from scaletax.model import memory, perf, search
 
     dense = models.get("megatron_1t")
+    h100, bf16 = hardware.get("h100_sxm"), recipes.training(PEER_PRECISION)
     tokens = PEER_BATCH * dense.seq_len
-    run = lambda: search.search(dense, PEER_PRECISION, "h100_sxm", PEER_GPUS, tokens_per_step=tokens,  # noqa: E731
-                                pareto=False)
+    run = lambda: search.search(dense, bf16, h100, PEER_GPUS, tokens_per_step=tokens, pareto=False)  # noqa: E731
     res = run()
     c0 = time.process_time()
-    loop = search.search_loop(dense, PEER_PRECISION, "h100_sxm", PEER_GPUS, tokens_per_step=tokens)
+    loop = search.search_loop(dense, bf16, h100, PEER_GPUS, tokens_per_step=tokens)
     loop_cpu = time.process_time() - c0
     same = loop["best"] is not None and label(loop["best"]) == label(res.best)
     ours, cal_ship, cal_warn, lla = [], [], [], []
@@ -468,7 +672,8 @@ def bench_search(rounds: int) -> dict:
                                                      "tuples": 2}))
         lla.append(_peer("llm-analysis", "search", {"procs": PEER_GPUS, "batch": PEER_BATCH}))
     med = statistics.median
-    ours_rate = med([res.n_layouts / t["cpu_s"] for t in ours])
+    ours_rate = med([res.n_layouts / t["cpu_s"] for t in ours])  # every layout evaluated, per CPU s
+    ours_valid_rate = med([res.n_fit / t["cpu_s"] for t in ours])  # those that fit, per CPU s spent on all
     rate = lambda rs, k: med([r[k] / r["cpu_s"] for r in rs])  # noqa: E731
     cal = {"shipped_executions_per_s": rate(cal_ship, "executions"),
            "shipped_fully_evaluated_per_s": rate(cal_ship, "fully_evaluated"),
@@ -479,8 +684,8 @@ def bench_search(rounds: int) -> dict:
     # the same layouts, evaluated by all three
     lays = _peer_layouts()
     la = LayoutArray.from_layouts(lays)
-    st = perf.evaluate(perf.prepare(dense, la, PEER_PRECISION, "h100_sxm"))
-    mem = memory.breakdown(dense, la, PEER_PRECISION).total
+    st = perf.evaluate(perf.prepare(dense, la, bf16, h100))
+    mem = memory.breakdown(dense, la, bf16).total
     cal_rows = _peer("calculon", "layouts", {"procs": PEER_GPUS, "layouts": [
         {"tp": x.tp, "pp": x.pp, "dp": x.dp, "vp": x.vp, "mbs": x.mbs, "gbs": x.gbs, "sp": bool(x.sequence_parallel), "zero": x.zero_stage,
          "recompute": {"none": "none", "selective": "attn_only", "full": "full"}[x.recompute]} for x in lays]})["rows"]
@@ -499,14 +704,19 @@ def bench_search(rounds: int) -> dict:
     return {
         "space": f"megatron_1t, {PEER_PRECISION}, {PEER_GPUS:,} H100, {PEER_BATCH:,} sequences per step",
         "rounds": rounds, "n_layouts": res.n_layouts, "n_fit": res.n_fit,
-        "vectorized_layouts_per_s": ours_rate, "vectorized_cpu_s": med([t["cpu_s"] for t in ours]),
+        "vectorized_layouts_per_s": ours_rate, "vectorized_valid_layouts_per_s": ours_valid_rate,
+        "vectorized_cpu_s": med([t["cpu_s"] for t in ours]),
         "vectorized_wall_s": med([t["wall_s"] for t in ours]),
         "loop_layouts_per_s": loop["n_layouts"] / loop_cpu, "loop_cpu_s": loop_cpu,
         "speedup_vs_loop": ours_rate / (loop["n_layouts"] / loop_cpu),
         "best_vectorized": label(res.best),
         "best_loop": label(loop["best"]) if loop["best"] is not None else None, "same_best": same,
         "calculon": cal, "llm_analysis": {"configurations_per_s": lla_rate, "rounds": lla},
-        "speedup_vs_calculon_fully_evaluated_logging_off": ours_rate / cal["warning_fully_evaluated_per_s"],
+        # like with like: every layout on both sides (our candidates, Calculon's executions), or the
+        # valid ones on both sides (ours that fit, Calculon's fully evaluated), each per CPU second
+        # spent on all of them
+        "speedup_vs_calculon_every_layout_logging_off": ours_rate / cal["warning_executions_per_s"],
+        "speedup_vs_calculon_valid_layouts_logging_off": ours_valid_rate / cal["warning_fully_evaluated_per_s"],
         "speedup_vs_calculon_executions_shipped": ours_rate / cal["shipped_executions_per_s"],
         "speedup_vs_llm_analysis": ours_rate / lla_rate,
         "same_layouts": side,
@@ -515,11 +725,12 @@ def bench_search(rounds: int) -> dict:
 
 def bench_search_scaling(repeats: int) -> dict:
     """Time of the vectorized evaluation against the number of layouts (10^3 .. 10^6)."""
-    from scaletax.inputs import models
+    from scaletax.inputs import hardware, models, recipes
     from scaletax.inputs.layout import LayoutArray
     from scaletax.model import memory, perf, search
 
     moe = models.get("kimi_k2")
+    fp8, gb200 = recipes.training("fp8"), hardware.get("gb200")
     tokens = 16 * 2**20
     la = search.candidates(moe, 16384, search.SearchSpace(), search.target_sequences(moe, tokens, None))
     big_la = LayoutArray.concat([la] * int(np.ceil(1e6 / len(la))))
@@ -528,8 +739,8 @@ def bench_search_scaling(repeats: int) -> dict:
         sub = big_la[np.arange(n)]
 
         def run(sub=sub):
-            memory.breakdown(moe, sub, "fp8")
-            perf.evaluate(perf.prepare(moe, sub, "fp8", "gb200", ep_dispatch="dedup"))
+            memory.breakdown(moe, sub, fp8)
+            perf.evaluate(perf.prepare(moe, sub, fp8, gb200, ep_dispatch="dedup"))
 
         t, _ = _cpu_and_wall(run, max(1, repeats if n < 1_000_000 else 1))
         sizes.append(n)
@@ -555,7 +766,7 @@ def bench_kernels(repeats: int) -> dict:
     """The vectorized model kernels on many layouts (moved here from wall-clock asserts in tests):
     memory.breakdown on 10^6 layouts, comm.step_traffic + exposed_comm on 10^5, and the
     communication chapter's tax sweep (2 models x 3 GPUs x 3 cluster sizes)."""
-    from scaletax.inputs import models
+    from scaletax.inputs import hardware, models, recipes
     from scaletax.model import comm, memory
     from scaletax.model.topology import Topology
     from scaletax.chapters import communication as cs
@@ -563,8 +774,8 @@ def bench_kernels(repeats: int) -> dict:
     moe, dense = models.get(models.MOE_1T), models.get("llama31_405b")
     la6 = _random_layouts(1_000_000)
     la5 = _random_layouts(100_000, seed=2).replace(ep=1, etp=1)
-    topo = Topology.from_gpu("h100_sxm")
-    mem, _ = _cpu_and_wall(lambda: memory.breakdown(moe, la6, "mxfp8"), repeats)
+    topo = Topology.from_gpu(hardware.get("h100_sxm"))
+    mem, _ = _cpu_and_wall(lambda: memory.breakdown(moe, la6, recipes.training("mxfp8")), repeats)
     step, _ = _cpu_and_wall(lambda: comm.exposed_comm(comm.step_traffic(dense, la5, topo), 30.0), repeats)
     sweep, _ = _cpu_and_wall(lambda: cs.tax_rows(["megatron_1t", "kimi_k2"], ["h100_sxm", "b200", "gb200"],
                                                  [1024, 16384, 100000], batch_tokens=16 * 2**20), repeats)
@@ -686,17 +897,40 @@ def _table(results: dict) -> str:
                       "hardware_edit": "only what reads that GPU"}.get(key, "")
             lines.append(f"| rebuild after {label} ({what}) | {b['rebuild_s'][key]:.0f} s; executed "
                          f"{', '.join(r['executed']) or 'nothing'}; computed: {comp} | {target} |")
+    v = results.get("versus_main")
+    if v:
+        targets = {"cold": "<= 1.25x main's", "price": "<= 3 s", "cluster_size": "", "plan": "<= 0.5 s",
+                   "plan_again": "<= 0.5 s"}
+        names = {"cold": "cold build, HTML (`--jobs 2`)", "price": f"rebuild after a price (`{REBUILDS[0][1]}`)",
+                 "cluster_size": f"rebuild after the cluster size (`{REBUILDS[1][1]}`)",
+                 "plan": "`scaletax " + " ".join(PLAN_ARGS) + "`, asked first (an empty build folder)",
+                 "plan_again": "the same asked again (median of 2 per round)"}
+        for path, label in names.items():
+            r = v[path]
+            rounds = lambda side: ", ".join(f"{x:.1f}" for x in r[side]["rounds_wall_s"])  # noqa: E731
+            lines.append(f"| {label}: this code / main at `{v['baseline_commit'][:7]}`, median of {v['rounds']} "
+                         f"interleaved | {r['ours']['wall_s']:.1f} s ({rounds('ours')}) / {r['main']['wall_s']:.1f} s "
+                         f"({rounds('main')}) wall: {r['ratio_wall']:.2f}x; {r['ours']['cpu_s']:.1f} / "
+                         f"{r['main']['cpu_s']:.1f} CPU s: {r['ratio_cpu']:.2f}x | {targets[path]} |")
+    a = results.get("ablation")
+    if a:
+        for piece, r in a["pieces"].items():
+            saves = ", ".join(f"{p.replace('_', ' ')} {100 * r[p]['saves']:+.0f}%" for p, _ in ABLATION_PATHS if r[p])
+            cpu = ", ".join(f"{100 * r[p]['saves_cpu']:+.0f}%" for p, _ in ABLATION_PATHS if r[p])
+            lines.append(f"| without `{piece}` ({r['off_means']}), median of {a['rounds']} | wall saved: {saves}; "
+                         f"CPU saved: {cpu} | >= 15% on some path |")
     s = results.get("search")
     if s:
         c, la = s["calculon"], s["llm_analysis"]
         lines += [
-            f"| layout search, vectorized ({s['space']}) | {_n(s['vectorized_layouts_per_s'])} layouts/s per core | |",
+            f"| layout search, vectorized ({s['space']}) | {_n(s['vectorized_layouts_per_s'])} layouts/s per core, "
+            f"{_n(s['vectorized_valid_layouts_per_s'])} of them valid (fit) | |",
             f"| the project's per-layout loop, same space | {_n(s['loop_layouts_per_s'])} layouts/s ({s['speedup_vs_loop']:,.0f}x slower) | >= 100x |",
             f"| same best layout (vectorized vs loop) | {s['same_best']} ({s['best_vectorized']}) | yes |",
-            f"| Calculon, as shipped, every execution | {_n(c['shipped_executions_per_s'])} /s ({s['speedup_vs_calculon_executions_shipped']:,.0f}x slower) | |",
+            f"| Calculon, as shipped, every execution | {_n(c['shipped_executions_per_s'])} /s ({s['speedup_vs_calculon_executions_shipped']:,.0f}x slower, every layout on both sides) | |",
             f"| Calculon, as shipped, fully evaluated | {_n(c['shipped_fully_evaluated_per_s'])} /s | |",
-            f"| Calculon, logging at WARNING, every execution | {_n(c['warning_executions_per_s'])} /s | |",
-            f"| Calculon, logging at WARNING, fully evaluated | {_n(c['warning_fully_evaluated_per_s'])} /s ({s['speedup_vs_calculon_fully_evaluated_logging_off']:,.0f}x slower) | >= 1,000x |",
+            f"| Calculon, logging at WARNING, every execution | {_n(c['warning_executions_per_s'])} /s ({s['speedup_vs_calculon_every_layout_logging_off']:,.0f}x slower, every layout on both sides) | >= 1,000x |",
+            f"| Calculon, logging at WARNING, fully evaluated | {_n(c['warning_fully_evaluated_per_s'])} /s ({s['speedup_vs_calculon_valid_layouts_logging_off']:,.0f}x slower, valid layouts on both sides, per CPU s spent on all) | |",
             f"| llm-analysis 0.2.2, configurations | {_n(la['configurations_per_s'])} /s ({s['speedup_vs_llm_analysis']:,.0f}x slower) | >= 200x |",
         ]
     sc = results.get("search_scaling")
@@ -747,6 +981,12 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the peer comparison")
     ap.add_argument("--book-rounds", type=int, default=3,
                     help="interleaved rounds of the book part (cold build, rebuilds, Jupyter Book); medians")
+    ap.add_argument("--ablation-rounds", type=int, default=3, help="interleaved rounds of the ablation")
+    ap.add_argument("--pieces", nargs="*", default=None, help="the ablation's pieces (default: all)")
+    ap.add_argument("--cold-pieces", nargs="*", default=list(COLD_PIECES),
+                    help="the ablation's pieces that also get a cold build with them off")
+    ap.add_argument("--no-warm-up", action="store_true",
+                    help="no untimed build before the ablation (the tree's compiled loops are warm already)")
     ap.add_argument("--out", type=Path, default=RESULTS / "latest.json")
     ap.add_argument("--readme", action="store_true", help="write the table into README.md's Performance section")
     ap.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)  # see _in_chapter_env
@@ -762,7 +1002,10 @@ def main(argv=None) -> int:
                "predict": lambda: bench_predict(),
                "book": lambda: bench_book(args.book_rounds),
                "kernels": lambda: bench_kernels(args.repeats),
-               "chapters_scaling": lambda: bench_chapters_scaling(1)}
+               "chapters_scaling": lambda: bench_chapters_scaling(1),
+               "ablation": lambda: bench_ablation(args.ablation_rounds, args.pieces, not args.no_warm_up,
+                                                     tuple(args.cold_pieces)),
+               "versus_main": lambda: bench_versus_main(args.book_rounds)}
     if not args.in_process:
         runners.update({part: (lambda part=part: _in_chapter_env(part, args)) for part in CHAPTER_ENV_PARTS})
     results["targets"] = TARGETS
@@ -773,6 +1016,9 @@ def main(argv=None) -> int:
         results[name] = {**runners[name](), "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                          "load_average": {"start": list(load0), "end": list(os.getloadavg())}}
         args.out.write_text(json.dumps(results, indent=2, default=float) + "\n")  # after every part
+        if name == "ablation":
+            ABLATION.write_text(json.dumps({k: results[k] for k in ("machine", "date", "ablation")}, indent=2,
+                                           default=float) + "\n")
         if args.readme:
             write_readme(results)
     print(_table(results))

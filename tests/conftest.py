@@ -91,21 +91,3 @@ def require_tools(*tools: str) -> None:
     if os.environ.get("SCALETAX_REQUIRE_SYSTEM_DEPS") == "1":
         pytest.fail(msg)
     pytest.skip(msg)
-
-
-@pytest.fixture
-def free_slot(tmp_path, monkeypatch):
-    """A build's job slots as a chapter sees them while another core is free: a jobserver of two
-    slots, one of them held by the caller (``SCALETAX_WORKERS=2``); checks after the test that
-    every slot a helper took came back."""
-    from scaletax import jobserver
-
-    server = jobserver.Server(tmp_path / "slots", 2)
-    monkeypatch.setenv(jobserver.ENV, str(server.path))
-    monkeypatch.setenv(jobserver.WORKERS_ENV, "2")
-    assert server.take()
-    try:
-        yield server
-        assert server.take() and not server.take(), "a helper kept its slot"
-    finally:
-        server.close()

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, SCALETAX, SMALL, edit_gpu_row
+from scaletax import memo
 from scaletax.inputs import runs
 from scaletax.chapters import precision
 
@@ -87,6 +88,7 @@ def test_a_gpu_row_edit_reexecutes_only_the_chapters_and_searches_that_read_it(b
     new = _search_pickles(build_dir) - before
     gpus = set()
     for path in new:
-        with path.open("rb") as f:
-            gpus.add(pickle.load(f).gpu)
+        status, payload = memo.read_entry(path)
+        assert status == "hit", path
+        gpus.add(pickle.loads(payload).gpu)
     assert gpus == {"h800_sxm"}

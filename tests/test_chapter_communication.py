@@ -237,17 +237,3 @@ def test_prose_helpers_without_nvl72_or_moe():
     assert cs.first_moe(["megatron_1t", "kimi_k2"]) == "kimi_k2"
     assert cs.eight_gpu(["gb200", "b200"]) == "b200"
     assert cs.sizes_with([4096, 1024], 16384) == [1024, 4096, 16384]
-
-
-def test_cells_searched_on_the_builds_free_slots_are_those_of_the_plain_loop(tax, free_slot, monkeypatch):
-    """In a build each sweep's cells are searched side by side on free job slots (jobserver.map)."""
-    from scaletax import jobserver
-
-    plan.clear_cache()
-    assert cs.tax_rows(["megatron_1t", "kimi_k2"], ["h100_sxm", "gb200"], [1024, 16384, 100000],
-                       batch_tokens=BATCH) == tax
-    plan.clear_cache()
-    threaded = cs.ep_rows(MOE, ["h100_sxm", "gb200"], 16384, eps=(8, 64), domains=(72,), batch_tokens=BATCH)
-    plan.clear_cache()
-    monkeypatch.delenv(jobserver.ENV)  # outside a build: the plain loop
-    assert threaded == cs.ep_rows(MOE, ["h100_sxm", "gb200"], 16384, eps=(8, 64), domains=(72,), batch_tokens=BATCH)

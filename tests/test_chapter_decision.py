@@ -332,16 +332,6 @@ def test_a_price_that_changes_the_cheapest_gpu_searches_nothing(tmp_path, monkey
     d.clear_cache()
 
 
-def test_searches_on_the_builds_free_slots_give_the_rows_of_the_plain_loop(plan, rows, free_slot):
-    """In a build the rows' searches run side by side on free job slots (jobserver.map, threads):
-    the same rows, waterfall and sensitivity as one after the other."""
-    serial = (d.waterfall(plan, DENSE, "gb200"), d.tornado_rows(plan, rows))
-    d.clear_cache()  # searched again, in threads
-    threaded = d.decision_rows(plan)
-    assert threaded == rows
-    assert (d.waterfall(plan, DENSE, "gb200"), d.tornado_rows(plan, threaded)) == serial
-
-
 def test_an_mfu_above_every_measured_run_is_named_with_why():
     """Issue 33: GB300 implied ~46% FP8 MFU, above the best measured Blackwell FP8 run, through a
     power-per-FLOP factor no run checks; the decision chapter says so, and says nothing of a case
@@ -359,7 +349,6 @@ def test_an_mfu_above_every_measured_run_is_named_with_why():
     assert "Blackwell's, carried over with no run on it" in s.mfu_validity_sentence([rubin])
     hopper = {**row, "label": "H100 SXM", "gpu": "h100_sxm", "mfu": best[("fp8", "hopper")] - 0.01}
     assert s.mfu_validity_sentence([hopper, {**row, "mfu": bw}]).startswith("No case runs above")
-
 
 
 def test_the_energy_sentence_says_one_percent_when_both_ends_round_alike_and_names_no_fit():

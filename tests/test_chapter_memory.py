@@ -248,16 +248,3 @@ def test_notebook_glue_keys_do_not_depend_on_the_scenario(run_notebook):
     one_gpu, _ = run_notebook(gpus=["h100_sxm"], models=["llama31_405b"], cluster_gpus=8,
                               cluster_sizes=[8, 1024], training_precision="nvfp4")
     assert _glue_keys(one_gpu) == keys
-
-
-def test_rows_searched_on_the_builds_free_slots_are_those_of_the_plain_loop(monkeypatch, free_slot):
-    """In a build the model x GPU rows and the counts of the fit map are searched side by side on
-    free job slots (jobserver.map, threads): the rows of the plain loop."""
-    from scaletax import jobserver
-
-    gpus = ["h100_sxm", "gb200", "gb300"]
-    mins = ms.min_gpus_rows([models.DENSE_1T, models.MOE_1T], gpus, "fp8", B)
-    fmap = ms.fit_map_rows([models.DENSE_1T], gpus, [8, 1024, 16384], "fp8", B, min_rows=mins)
-    monkeypatch.delenv(jobserver.ENV)
-    assert mins == ms.min_gpus_rows([models.DENSE_1T, models.MOE_1T], gpus, "fp8", B)
-    assert fmap == ms.fit_map_rows([models.DENSE_1T], gpus, [8, 1024, 16384], "fp8", B, min_rows=mins)

@@ -318,38 +318,22 @@ def test_budget_and_worth_text(tiny):
     assert "never" in ps.worth_text(none)
 
 
-def test_experiment_workers_share_the_builds_job_slots(tmp_path, monkeypatch):
-    """In a build (scaletax.jobserver) the chapter lends its slot to its workers, which take
-    one per training: with one slot the two workers train one at a time, the results are the
-    serial ones, and the chapter holds its slot again afterwards."""
-    from scaletax import jobserver
+def test_experiment_results_are_the_direct_ones_and_the_cached_copies_the_same(tmp_path, monkeypatch):
+    """The experiment gives lowp_training.run_experiment's results bit for bit, and a second run
+    reads every training from the result cache (scaletax.memo: six files, none trained again)
+    and gives the same values."""
+    from scaletax import memo
 
     monkeypatch.delenv("SCALETAX_MEMO_DIR", raising=False)
-    serial, _ = ps.run(5, 2, 6, ("bf16", "nvfp4"), n_workers=1, **TINY)
-    server = jobserver.Server(tmp_path / "slots", 1)
-    try:
-        assert server.take()  # the chapter's own slot, as the runner takes it
-        monkeypatch.setenv(jobserver.ENV, str(server.path))
-        shared, _ = ps.run(5, 2, 6, ("bf16", "nvfp4"), n_workers=2, **TINY)
-        assert not server.take()  # back in the chapter's hands, none left over
-    finally:
-        server.close()
-    for name, r in serial.items():
-        assert np.array_equal(shared[name].curves, r.curves)
-        assert np.array_equal(shared[name].final_loss, r.final_loss)
-
-
-def test_experiment_results_do_not_depend_on_the_number_of_workers(tmp_path, monkeypatch):
-    """Seeded trainings split across processes give the serial results bit for bit, and the
-    cached copies (scaletax.memo) are the same values again."""
-    monkeypatch.delenv("SCALETAX_MEMO_DIR", raising=False)
-    serial, _ = ps.run(5, 2, 6, ("bf16", "nvfp4", "fp8_tensor"), n_workers=1, **TINY)
-    direct = L.run_experiment(("bf16", "nvfp4", "fp8_tensor"), [5, 6], ps.task_config(6, **TINY))
+    recipes = ("bf16", "nvfp4", "fp8_tensor")
+    serial, _ = ps.run(5, 2, 6, recipes, **TINY)
+    direct = L.run_experiment(recipes, [5, 6], ps.task_config(6, **TINY))
     monkeypatch.setenv("SCALETAX_MEMO_DIR", str(tmp_path))
-    parallel, _ = ps.run(5, 2, 6, ("bf16", "nvfp4", "fp8_tensor"), n_workers=2, **TINY)
-    cached, _ = ps.run(5, 2, 6, ("bf16", "nvfp4", "fp8_tensor"), n_workers=1, **TINY)
+    first, _ = ps.run(5, 2, 6, recipes, **TINY)
     assert len(list(tmp_path.rglob("*.pkl"))) == 6
-    for other in (direct, parallel, cached):
+    monkeypatch.setattr(memo, "_compute", lambda *a, **k: pytest.fail("trained again"))
+    cached, _ = ps.run(5, 2, 6, recipes, **TINY)
+    for other in (direct, first, cached):
         assert list(other) == list(serial)
         for name, r in serial.items():
             o = other[name]
@@ -358,33 +342,3 @@ def test_experiment_results_do_not_depend_on_the_number_of_workers(tmp_path, mon
             assert np.array_equal(o.final_loss, r.final_loss)
             assert np.array_equal(o.final_loss_fp32, r.final_loss_fp32)
             assert o.bayes_loss == r.bayes_loss
-
-
-def test_cached_trainings_are_read_before_any_worker_starts(tmp_path, monkeypatch):
-    """Trainings in the cache are read in the chapter's process: with all of them cached no
-    worker pool starts (a GPU-list or price rebuild waits for no job slot), and with some
-    missing the pool trains only those; the results are the serial ones."""
-    monkeypatch.setenv("SCALETAX_MEMO_DIR", str(tmp_path))
-    recipes = ("bf16", "nvfp4", "fp8_tensor")
-    serial, _ = ps.run(5, 2, 6, recipes, n_workers=1, **TINY)
-    started = []
-    real = ps.ProcessPoolExecutor
-
-    def pool(n, **kw):
-        started.append(n)
-        return real(n, **kw)
-
-    monkeypatch.setattr(ps, "ProcessPoolExecutor", pool)
-    cached, _ = ps.run(5, 2, 6, recipes, n_workers=2, **TINY)
-    assert started == []
-    files = sorted((tmp_path / ps.train.memo_name).glob("*.pkl"))
-    assert len(files) == 6
-    for f in files[:2]:
-        f.unlink()
-    again, _ = ps.run(5, 2, 6, recipes, n_workers=2, **TINY)
-    assert started == [2]  # a pool for the two missing trainings
-    assert len(list((tmp_path / ps.train.memo_name).glob("*.pkl"))) == 6
-    for other in (cached, again):
-        for name, r in serial.items():
-            assert np.array_equal(other[name].curves, r.curves)
-            assert np.array_equal(other[name].final_loss, r.final_loss)

@@ -1,4 +1,4 @@
-"""An interrupt that arrives while the build forks a child (a chapter worker, Sphinx, latexmk)
+"""An interrupt that arrives while the build forks a child (a kernel, Sphinx, latexmk)
 is raised once the child exists and the build holds its handle, so the build stops it; the
 child runs with the interrupt signals unblocked. Raised inside the fork itself, it would run in
 CPython's at-fork hooks (logging's lock), be printed as an "Exception ignored" traceback and be
@@ -12,8 +12,7 @@ import sys
 
 import pytest
 
-from scaletax.report import book, execute, lifecycle
-from scaletax.report.chapters import CHAPTERS
+from scaletax.report import book, lifecycle
 
 SLEEP = [sys.executable, "-c", "import time; time.sleep(60)"]
 
@@ -48,20 +47,31 @@ def _reap(proc: subprocess.Popen) -> None:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and PR_SET_PDEATHSIG")
-def test_worker_fork_raises_the_interrupt_after_the_job_holds_its_process(tmp_path, monkeypatch):
-    started: list = []
-    monkeypatch.setattr(execute.subprocess, "Popen", _signal_then_popen(started))
-    job = execute._Job(chapter=CHAPTERS[0], params={}, key="k", work=tmp_path)
-    try:
-        with lifecycle.Interrupts(), pytest.raises(lifecycle.Interrupted, match="SIGTERM"):
-            execute._start(job, dict(os.environ))
-        assert job.proc is not None and job.proc is started[0]
-        assert job.proc.poll() is None
-        blocked = _blocked(job.proc.pid)
-        assert not blocked & {int(s) for s in lifecycle.SIGNALS}, blocked
-    finally:
-        for proc in started:
+def test_a_signal_while_the_chapters_run_cancels_them_then_raises(tmp_path):
+    """The chapters run on an event loop (``lifecycle.run_async``): a SIGTERM cancels it at a step
+    of the loop (its ``finally`` stops what it started), then raises Interrupted; a kernel started
+    meanwhile has the signals unblocked, and the build's handlers are back afterwards."""
+    import asyncio
+
+    seen: dict = {}
+
+    async def chapters():
+        proc = subprocess.Popen(SLEEP, start_new_session=True, preexec_fn=lifecycle.die_with_parent())
+        seen["child_blocked"] = _blocked(proc.pid)
+        os.kill(os.getpid(), signal.SIGTERM)
+        try:
+            await asyncio.sleep(30)
+        finally:
+            seen["cancelled"] = True
             _reap(proc)
+
+    with lifecycle.Interrupts() as intr:
+        handler = signal.getsignal(signal.SIGTERM)
+        with pytest.raises(lifecycle.Interrupted, match="SIGTERM"):
+            lifecycle.run_async(chapters())
+        assert signal.getsignal(signal.SIGTERM) == handler and intr.received == ["SIGTERM"]
+    assert seen["cancelled"]
+    assert not seen["child_blocked"] & {int(s) for s in lifecycle.SIGNALS}, seen
     assert not _blocked(os.getpid()) & {int(s) for s in lifecycle.SIGNALS}  # the mask is restored
 
 

@@ -169,8 +169,8 @@ def _waits_then_uses(gpu, started, go):
 
 
 def test_a_read_in_another_thread_is_not_charged_to_a_cached_call_running_beside_it(fresh):
-    """A chapter's searches run side by side in threads (jobserver.map): a catalog read by one
-    thread is not a read of the cached call another thread computes meanwhile."""
+    """A catalog read by one thread is not a read of the cached call another thread computes
+    meanwhile."""
     fn = memo.cached(_waits_then_uses)
     g = hardware.get("gb200")
     started, go, out = threading.Event(), threading.Event(), []

@@ -47,18 +47,26 @@ def test_a_second_call_reads_the_file_and_returns_the_same_value(memo_dir):
     assert np.array_equal(a, b) and a.dtype == b.dtype
     files = list((memo_dir / f"{__name__}._square").glob("*.pkl"))
     assert len(files) == 1
-    assert np.array_equal(pickle.loads(files[0].read_bytes()), a)
+    status, payload = memo.read_entry(files[0])
+    assert status == "hit" and np.array_equal(pickle.loads(payload), a)
 
 
-def test_peek_reads_a_cached_result_and_computes_nothing(memo_dir, monkeypatch):
-    assert _square.peek(4) == (False, None)
-    assert CALLS == [] and not memo_dir.exists()  # a miss computes, locks and writes nothing
-    value = _square(4, scale=2.0)
-    hit, got = _square.peek(x=4, scale=2.0)  # bound like a call: same key
-    assert hit and np.array_equal(got, value) and len(CALLS) == 1
-    assert memo.STATS[f"{__name__}._square"]["hit"] >= 1
-    monkeypatch.delenv(memo.ENV)
-    assert _square.peek(4, scale=2.0) == (False, None)  # no cache in use: nothing to read
+@pytest.mark.parametrize("tamper", ["edited value, old record", "plain pickle, no record", "truncated", "empty"])
+def test_an_entry_whose_value_does_not_match_its_record_is_computed_again(memo_dir, tamper):
+    """Issue 35 item 10: an edited pickle is never used; the value is recomputed and rewritten."""
+    good = _square(np.arange(4.0))
+    path = next((memo_dir / f"{__name__}._square").glob("*.pkl"))
+    raw = path.read_bytes()
+    head, payload = raw[:raw.index(b"\n") + 1], raw[raw.index(b"\n") + 1:]
+    forged = pickle.dumps(np.full(4, 123456.0))
+    path.write_bytes({"edited value, old record": head + forged, "plain pickle, no record": forged,
+                      "truncated": raw[:-3], "empty": b""}[tamper])
+    assert memo.read_entry(path) == ("bad", None)
+    CALLS.clear()
+    again = _square(np.arange(4.0))
+    assert np.array_equal(again, good) and len(CALLS) == 1  # computed again, not the forged value
+    assert memo.read_entry(path) == ("hit", payload)  # and the file rewritten
+    assert memo.STATS[f"{__name__}._square"]["bad"] >= 1
 
 
 def test_arguments_are_bound_by_name_and_defaults_applied(memo_dir):
@@ -106,18 +114,51 @@ def test_the_code_hash_covers_exactly_the_imported_library_modules():
     assert "scaletax.model.cost" not in search_mods and "scaletax.chapters.decision" not in search_mods
 
 
+def _imports_by_syntax_tree(name: str, source: str) -> set[str]:
+    """The scaletax modules ``name`` imports, from a walk of its whole syntax tree (the reference)."""
+    import ast
+
+    f = memo._module_file(name)
+    pkg = name if f is not None and f.name == "__init__.py" else name.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = pkg.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+            out |= {base, *(f"{base}.{a.name}" for a in node.names)}
+    return {m for m in out if m == "scaletax" or m.startswith("scaletax.")}
+
+
+def test_the_import_scan_finds_what_the_syntax_tree_holds_in_every_library_module():
+    import importlib
+
+    root = memo._module_file("scaletax").parent
+    names = sorted(".".join(p.relative_to(root.parent).with_suffix("").parts).removesuffix(".__init__")
+                   for p in root.rglob("*.py"))
+    assert len(names) > 40
+    for name in names:
+        importlib.import_module(name)
+        source = memo._module_file(name).read_text(encoding="utf-8")
+        assert memo._imports(name, source) == _imports_by_syntax_tree(name, source), name
+    tricky = ("from scaletax.model import (\n    perf,  # the model\n    memory)\n"
+              "if TYPE_CHECKING: import scaletax.inputs.layout\n"
+              "import os; from scaletax import files\n"
+              "from scaletax.fit import \\\n    validate\n"
+              "def f():\n    from ..inputs import hardware\n"
+              "x = 'label: import scaletax.nothing'  # words in a string\n")
+    found = memo._imports("scaletax.report.probe", tricky)
+    assert found == _imports_by_syntax_tree("scaletax.report.probe", tricky)
+    assert {"scaletax.model.perf", "scaletax.model.memory", "scaletax.inputs.layout", "scaletax.files",
+            "scaletax.fit.validate", "scaletax.inputs.hardware"} <= found
+
+
 def test_an_argument_without_canonical_form_is_refused(memo_dir):
     with pytest.raises(TypeError, match="memo: no canonical form for an argument of type object"):
         _square(object())
-
-
-def test_a_corrupt_cache_file_is_recomputed(memo_dir):
-    _square(4)
-    (f,) = (memo_dir / f"{__name__}._square").glob("*.pkl")
-    f.write_bytes(b"not a pickle")
-    assert _square(4) == 16
-    assert len(CALLS) == 2
-    assert pickle.loads(f.read_bytes()) == 16
 
 
 def test_memory_and_communication_chapters_search_through_the_cache(memo_dir, monkeypatch):
@@ -145,17 +186,12 @@ def test_memory_and_communication_chapters_search_through_the_cache(memo_dir, mo
     assert all(v["miss"] == 0 and v["hit"] > 0 for v in memo.STATS.values()), memo.STATS
 
 
-def test_a_call_waiting_for_another_process_to_compute_lends_its_job_slot(memo_dir, tmp_path, monkeypatch):
-    """While another process holds a result's lock (computing it), a build's caller waits with
-    its job slot given back (scaletax.jobserver), then reads the result and holds a slot again."""
+def test_a_call_waiting_for_another_process_to_compute_reads_its_result(memo_dir):
+    """While another process holds a result's lock (computing it), a caller waits, then reads
+    the result instead of computing it again."""
     import fcntl
     import threading
 
-    from scaletax import jobserver
-
-    server = jobserver.Server(tmp_path / "slots", 1)
-    monkeypatch.setenv(jobserver.ENV, str(server.path))
-    assert server.take()  # the calling chapter's slot
     digest = memo.key(_square.__wrapped__, (6,), {}, (), f"{__name__}._square")
     folder = memo_dir / f"{__name__}._square"
     folder.mkdir(parents=True)
@@ -164,30 +200,10 @@ def test_a_call_waiting_for_another_process_to_compute_lends_its_job_slot(memo_d
     out = []
     t = threading.Thread(target=lambda: out.append(_square(6)))
     t.start()
-    deadline = time.monotonic() + 5
-    while not server.take():  # the waiting caller's slot becomes free
-        assert time.monotonic() < deadline, "the waiting caller kept its slot"
-        time.sleep(0.02)
-    (folder / f"{digest}.pkl").write_bytes(pickle.dumps(np.float64(36.0)))
-    server.give()
+    time.sleep(0.3)
+    assert t.is_alive() and not out  # waiting for the lock
+    memo.write_entry(folder / f"{digest}.pkl", pickle.dumps(np.float64(36.0)))
     fcntl.flock(lock, fcntl.LOCK_UN)
     lock.close()
     t.join(5)
     assert out == [36.0] and CALLS == []  # read, not computed again
-    assert not server.take()  # the caller holds its slot again
-    server.close()
-
-
-def test_warm_hashes_the_code_of_every_cached_functions_module():
-    """What the prefork server does once for the build: every module with a cached function
-    (the search, the precision experiment's training) gets its code hash computed."""
-    from scaletax.model import search  # noqa: F401  (registers search's cached functions)
-    from scaletax.chapters import precision  # noqa: F401  (registers the training)
-
-    assert {"scaletax.model.search", "scaletax.model.lowp_training"} <= memo._MODULES
-    memo.code_hash.cache_clear()
-    memo.warm()
-    assert memo.code_hash.cache_info().currsize == len(memo._MODULES)
-    assert memo.code_hash.cache_info().hits == 0
-    h = memo.code_hash("scaletax.model.search")
-    assert memo.code_hash.cache_info().hits == 1 and len(h) == 64

@@ -104,6 +104,30 @@ def test_capacity_rounds_to_whole_systems():
     assert d.capacity("h100_sxm", 16385)["need_bought"] == 16392 == 8 * cost.whole_systems(16385, 8)
 
 
+def test_a_case_asked_again_is_read_from_the_builds_result_cache(tmp_path, monkeypatch):
+    """``scaletax plan`` searches through the builds' cache (``_build/.cache/memo``): the second
+    ask of a case reads the search the first one stored, and answers the same."""
+    from scaletax import memo
+
+    monkeypatch.setattr(toc, "BUILD_ROOT", tmp_path)
+    monkeypatch.delenv(memo.ENV, raising=False)
+    log = tmp_path / "memo.jsonl"
+    monkeypatch.setenv(memo.LOG_ENV, str(log))
+    args = ("--model", "kimi_k2", "--gpu", "gb200", "--gpus", "4096", "--json")
+    from scaletax.model import plan as planning
+
+    planning.clear_cache()  # as two commands: nothing in this process
+    first = _plan(*args)
+    planning.clear_cache()
+    again = _plan(*args)
+    assert first.exit_code == again.exit_code == 0, first.output
+    assert json.loads(again.output) == json.loads(first.output)
+    searches = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [s["what"] for s in searches if s["fn"] == "scaletax.model.search.search"] == ["miss", "hit"]
+    assert list((tmp_path / ".cache" / "memo" / "scaletax.model.search.search").glob("*.pkl"))
+    assert memo.ENV not in __import__("os").environ  # the process is left as it was
+
+
 def test_a_model_name_with_rich_markup_is_printed_as_typed():
     """The table prints names as text: ``[/bold]`` in a model name raised MarkupError (exit 1)."""
     name = "[red]M[/red] [/bold] :warning:"

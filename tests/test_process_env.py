@@ -14,17 +14,16 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_kernel_env_sets_threads_and_allocator(monkeypatch, tmp_path):
     monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
-    env = execute.kernel_env(tmp_path, jobs=2)
+    env = execute.kernel_env(tmp_path)
     assert env["OPENBLAS_NUM_THREADS"] == env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == "1"
     assert env["GLIBC_TUNABLES"] == ("glibc.malloc.mmap_threshold=268435456:"
                                      "glibc.malloc.trim_threshold=1073741824")
-    assert env["SCALETAX_WORKERS"] == "2"
     assert env["SCALETAX_MEMO_DIR"] == str(tmp_path / "memo")
 
 
 def test_a_users_glibc_tunables_are_kept(monkeypatch, tmp_path):
     monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=1")
-    assert execute.kernel_env(tmp_path, jobs=1)["GLIBC_TUNABLES"] == "glibc.malloc.arena_max=1"
+    assert execute.kernel_env(tmp_path)["GLIBC_TUNABLES"] == "glibc.malloc.arena_max=1"
     assert execute.process_env(PYTHONHASHSEED="0")["GLIBC_TUNABLES"] == "glibc.malloc.arena_max=1"
 
 
@@ -51,29 +50,3 @@ print(run._children_cpu() - c0)
 """
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120)
     assert float(out.stdout.strip()) >= 0.95
-
-
-def test_the_worker_writes_the_executed_notebook_once(monkeypatch, tmp_path):
-    """papermill by default rewrites (and validates) the whole output notebook at every cell's
-    start and end; with megabytes of figure outputs that cost seconds per chapter. The worker
-    asks for one write, after the last cell (and one on an error, before it raises)."""
-    import json
-
-    import papermill.engines
-    import papermill.execute
-
-    from test_cache import NOTEBOOK
-
-    writes = []
-    for module in (papermill.engines, papermill.execute):
-        real = module.write_ipynb
-        monkeypatch.setattr(module, "write_ipynb", lambda nb, path, real=real: (writes.append(path), real(nb, path)))
-    src = tmp_path / "tiny.md"
-    src.write_text(NOTEBOOK + "\n```{code-cell} ipython3\nb = 2\n```\n\n```{code-cell} ipython3\nc = 3\n```\n")
-    params = tmp_path / "parameters.json"
-    params.write_text(json.dumps({"value": 5}))
-    work = tmp_path / "work"
-    work.mkdir()
-    assert execute._execute_one(str(src), str(params), str(work)) == 0
-    assert writes == [str(work / "notebook.ipynb")]
-    assert json.loads((work / "status.json").read_text())["error"] is None

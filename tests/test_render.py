@@ -284,50 +284,17 @@ def test_a_figure_drawn_before_is_read_from_the_result_cache(tmp_path, monkeypat
     assert len(drawn) == 3
 
 
-@pytest.fixture
-def renderer(tmp_path, monkeypatch):
-    """The build's render server (started as the runner starts it), named in the environment."""
-    import os
-    from scaletax.render import pngserver
-    from scaletax.report import execute
+def test_a_cached_png_that_does_not_match_its_record_is_drawn_again(tmp_path, monkeypatch):
+    """Issue 35 item 10: a replaced memo/png file is never published; the figure is drawn again."""
+    from scaletax import memo
 
-    started = execute._spawn_renderer(execute._bind_renderer(), dict(os.environ), tmp_path)
-    assert started is not None and started[0] is not None
-    monkeypatch.setenv(pngserver.ENV, str(started[1] / "png.sock"))
-    monkeypatch.setattr(pngserver, "_down", False)
-    yield started
-    execute._stop_renderer(started)
-    assert not started[1].exists()  # its private folder is gone with it
-
-
-def test_the_render_server_draws_the_bytes_a_chapter_draws_itself(renderer, tmp_path, monkeypatch):
-    import vl_convert as vlc
-    from scaletax.render import pngserver
-
-    spec = _gpu_chart([{"gpu": "h100_sxm", "x": 1.5, "y": 2.0}, {"gpu": "gb200", "x": 3.0, "y": float("nan")}]).to_dict()
-    served = pngserver.draw(spec, charts.PNG_SCALE)
-    assert served is not None and served == vlc.vegalite_to_png(spec, scale=charts.PNG_SCALE)
-    monkeypatch.setenv(charts.FIGURES_ENV, str(tmp_path))
-    rows = [{"x": 1, "y": 2}]
-    assert charts.figure("fig-served", alt.Chart(charts.data(rows)).mark_line().encode(x="x:Q", y="y:Q"), rows).png == \
-        vlc.vegalite_to_png(alt.Chart(charts.data(rows)).mark_line().encode(x="x:Q", y="y:Q").to_dict(validate=False),
-                            scale=charts.PNG_SCALE)
-
-
-def test_a_spec_the_server_cannot_draw_fails_as_drawn_here_and_a_dead_server_is_drawn_around(renderer):
-    from scaletax.render import pngserver
-
-    bad = {"mark": "nope", "data": {"values": []}}
-    assert pngserver.draw(bad, 1.0) is None  # the server's error: the chapter draws it itself...
-    with pytest.raises(ValueError) as here:
-        charts._draw(bad)  # ...and raises vl-convert's own error
-    with pytest.raises(ValueError) as direct:
-        import vl_convert as vlc
-        vlc.vegalite_to_png(bad, scale=charts.PNG_SCALE)
-    assert str(here.value) == str(direct.value)
-    proc, _ = renderer
-    proc.kill()
-    proc.wait()
-    spec = {"data": {"values": [{"a": 1}]}, "mark": "bar", "encoding": {"x": {"field": "a", "type": "quantitative"}}}
-    assert pngserver.draw(spec, 1.0) is None and pngserver._down  # gone: drawn here from now on
-    assert charts._draw(spec)[:8] == b"\x89PNG\r\n\x1a\n"
+    monkeypatch.setenv(memo.ENV, str(tmp_path / "memo"))
+    spec = alt.Chart(charts.data([{"x": 1, "y": 2}])).mark_point().encode(x="x:Q", y="y:Q").to_dict(validate=False)
+    good = charts.png_of(spec)
+    other = charts.png_of({**spec, "mark": "bar"})
+    (path,) = [p for p in (tmp_path / "memo" / "png").glob("*.png") if memo.read_entry(p)[1] == good]
+    raw = path.read_bytes()
+    for forged in (raw[:raw.index(b"\n") + 1] + other, other):  # record kept / a bare PNG put in its place
+        path.write_bytes(forged)
+        assert charts.png_of(spec) == good
+        assert memo.read_entry(path) == ("hit", good)

@@ -145,7 +145,7 @@ def _parallel_project(src, bad: bool = False) -> None:
     book's section numbering extension; ``bad``: one page has a directive Sphinx cannot know."""
     src.mkdir()
     (src / "conf.py").write_text("extensions = ['myst_parser', 'sphinx_multitoc_numbering', "
-                                 "'scaletax.report.sphinx_once']\nnumfig = True\nroot_doc = 'index'\n"
+                                 "'scaletax.report.numbering']\nnumfig = True\nroot_doc = 'index'\n"
                                  "html_theme = 'basic'\n")
     names = [f"p{i}" for i in range(6)]
     (src / "index.md").write_text("# Book\n\n```{toctree}\n:numbered:\n\n" + "\n".join(names) + "\n```\n")

@@ -1,6 +1,6 @@
-"""Run as ``python -m warm_probe``: prints what tests/test_prefork.py compares between a warm
-``python -m`` (prefork.Warm) and a fresh one, and exits with status 4; an exit handler prints
-one more line (a warm run ends without the interpreter's teardown, but runs them)."""
+"""Run as ``python -m warm_probe``: prints what tests/test_warm.py compares between a warm
+``python -m`` (report/warm.py) and a fresh one, and exits with status 4; an exit handler prints
+one more line."""
 import atexit
 import json
 import os

@@ -5,15 +5,28 @@ Layers, each a package, imports pointing one way (ARCHITECTURE.md, tests/test_ar
 (memory, network, step time, search, cost; plain numpy) <- ``fit`` (calibrate, validate) <-
 ``chapters`` (one module per notebook; ``render`` beside it) <- ``report`` (scenario, papermill,
 Jupyter Book, CLI: the only part that imports papermill or Jupyter Book). The top-level modules
-(this one, ``files``, ``memo``, ``jobserver``) are utilities below every layer.
+(this one, ``files``, ``memo``, ``speedups``) are utilities below every layer.
 """
-from importlib.metadata import PackageNotFoundError, version as _version
 from pathlib import Path
 
-try:
-    __version__ = _version("scaletax")
-except PackageNotFoundError:  # running from a source tree without install
-    __version__ = "0.0.0+src"
+#: The installed package's version (set by :func:`__getattr__` on first use).
+__version__: str
+
+
+def __getattr__(name: str):
+    """``__version__``, read from the installed metadata on first use (importlib.metadata costs
+    about 0.08 CPU s of every process's start: the CLI's, each kernel's)."""
+    if name != "__version__":
+        raise AttributeError(f"module 'scaletax' has no attribute {name!r}")
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        value = version("scaletax")
+    except PackageNotFoundError:  # running from a source tree without install
+        value = "0.0.0+src"
+    globals()["__version__"] = value
+    return value
+
 
 #: Repository root (lib/scaletax/__init__.py -> ../../).
 ROOT = Path(__file__).resolve().parents[2]

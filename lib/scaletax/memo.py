@@ -15,12 +15,13 @@
 Without ``SCALETAX_MEMO_DIR`` in the environment the function is simply called (tests, library
 use). The build runner sets it to ``_build/.cache/memo``, shared by chapters and builds. Writes
 are atomic (temporary file, then rename); a per-key lock makes a second process that needs the
-same result while the first computes it wait and read it instead of computing it again (in a
-build it lends its job slot while it waits, ``scaletax.jobserver``: two chapters that need the
-same search leave no core idle).
+same result while the first computes it wait and read it instead of computing it again.
+Each file records the sha256 of the pickled value it holds (:func:`write_entry`); a file whose
+value does not hash to it (edited, truncated, or written by other code) is never used: the value
+is computed again and the file rewritten (:func:`read_entry`; counted as "bad" in the log). The
+PNG cache of ``scaletax.render.charts`` keeps its files the same way. This catches corruption
+and an edit of the value alone; whoever rewrites both can also edit the code.
 Arguments of a type with no canonical form raise ``TypeError`` (never a silent wrong hit).
-``fn.peek(*args)`` gives a cached result without computing anything (a caller that farms its
-misses out to worker processes starts none for its hits).
 
 The GPU catalog is read only through the arguments: a cached call that looks a GPU up itself
 (``hardware.get`` / ``catalog``, recorded by :func:`scaletax.inputs.hardware.reads_during`, which
@@ -30,12 +31,13 @@ read from the chapter runner's record). A function that declares ``hardware.csv`
 keyed on the whole file and records a read of the whole catalog on every call, hit or miss.
 
 Every call is counted in :data:`STATS` (this process); with ``SCALETAX_MEMO_LOG`` naming a file,
-each cached call also appends one JSON line to it (function, key, "hit" or "miss", seconds,
+each cached call also appends one JSON line to it (function, key, "hit", "miss" or "bad", seconds,
 process id, and the canonical arguments of a miss): the benchmark reads which calls missed.
 """
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 import enum
 import fcntl
@@ -46,6 +48,7 @@ import json
 import math
 import os
 import pickle
+import re
 import sys
 import threading
 import time
@@ -54,18 +57,36 @@ from typing import Any, Callable
 
 import numpy as np
 
-from scaletax import DATA_DIR, files, jobserver
+from scaletax import DATA_DIR, files
 
 #: Environment variable naming the cache folder; unset = no caching.
 ENV = "SCALETAX_MEMO_DIR"
 #: Environment variable naming a JSON-lines file of every cached call; unset = no log.
 LOG_ENV = "SCALETAX_MEMO_LOG"
 _PKG = "scaletax"
-#: This process's counts per function: {"module.name": {"hit": n, "miss": n}}.
+#: This process's counts per function: {"module.name": {"hit": n, "miss": n[, "bad": n]}}.
 STATS: dict[str, dict[str, int]] = {}
-_STATS_LOCK = threading.Lock()  # cached calls of one chapter run in threads (scaletax.jobserver.map)
-#: Modules of the functions made cached in this process (:func:`cached`), which :func:`warm` hashes.
-_MODULES: set[str] = set()
+_STATS_LOCK = threading.Lock()  # a chapter may call cached functions from threads
+
+
+@contextlib.contextmanager
+def using(folder: Path):
+    """Cache in ``folder`` during the block (a command outside a build: ``scaletax plan`` reads and
+    adds to the builds' cache), unless :data:`ENV` names a folder already or ``folder`` cannot be
+    made (then as before: that folder, or no cache)."""
+    if os.environ.get(ENV):
+        yield
+        return
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        yield
+        return
+    os.environ[ENV] = str(folder)
+    try:
+        yield
+    finally:
+        os.environ.pop(ENV, None)
 
 
 def _module_file(name: str) -> Path | None:
@@ -74,20 +95,33 @@ def _module_file(name: str) -> Path | None:
     return Path(f) if f else None
 
 
+#: An import statement: at a line's start or after ``;`` / ``:`` (``if TYPE_CHECKING: import x``),
+#: parenthesized or continued lines included. Only these are parsed, not the whole module (a
+#: tenth of the time; the same modules as walking the module's whole syntax tree: tests/test_memo.py).
+_IMPORT = re.compile(r"(?:^|(?<=[;:]))[ \t]*(?:from[ \t]+[\w.]+[ \t]+import[ \t]+(?:\([^)]*\)|(?:[^\n\\;]|\\\n)*)"
+                     r"|import[ \t]+(?:[^\n\\;]|\\\n)*)", re.M)
+
+
 def _imports(name: str, source: str) -> set[str]:
-    """``scaletax`` modules imported by the module ``name`` (absolute and relative imports)."""
+    """``scaletax`` modules imported by the module ``name`` (absolute and relative imports,
+    at any depth: a function's lazy import counts)."""
     out: set[str] = set()
     pkg = name if _module_file(name) and _module_file(name).name == "__init__.py" else name.rpartition(".")[0]
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            out.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = pkg.split(".")
-                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
-            out.add(base)
-            out.update(f"{base}.{a.name}" for a in node.names)  # `from scaletax import perf`
+    for match in _IMPORT.finditer(source):
+        try:
+            statements = ast.parse(match.group(0).strip()).body
+        except SyntaxError:  # words in a string or comment that only look like an import
+            continue
+        for node in statements:
+            if isinstance(node, ast.Import):
+                out.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = pkg.split(".")
+                    base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+                out.add(base)
+                out.update(f"{base}.{a.name}" for a in node.names)  # `from scaletax import perf`
     return {m for m in out if m == _PKG or m.startswith(_PKG + ".")}
 
 
@@ -109,10 +143,15 @@ def closure(module: str) -> tuple[str, ...]:
         parent = name.rpartition(".")[0]
         if parent:  # importing a.b.c runs a/__init__.py and a/b/__init__.py first
             todo.append(parent)
-        f = _module_file(name)
-        if f and f.suffix == ".py":
-            todo.extend(_imports(name, f.read_text(encoding="utf-8")))
+        todo.extend(_module_imports(name))
     return tuple(sorted(seen))
+
+
+@functools.lru_cache(maxsize=None)
+def _module_imports(name: str) -> frozenset[str]:
+    """:func:`_imports` of an imported module's source (once per process)."""
+    f = _module_file(name)
+    return frozenset(_imports(name, f.read_text(encoding="utf-8"))) if f and f.suffix == ".py" else frozenset()
 
 
 @functools.lru_cache(maxsize=None)
@@ -123,14 +162,6 @@ def code_hash(module: str) -> str:
         f = _module_file(name)
         h.update(name.encode() + b"\0" + (f.read_bytes() if f else b"") + b"\0")
     return h.hexdigest()
-
-
-def warm() -> None:
-    """Compute the :func:`code_hash` of every cached function's module now: a process that forks
-    the build's chapters (``report/prefork.py``) hashes the library code once for all of them
-    (about 0.5 CPU s each) instead of each chapter hashing the same sources again."""
-    for module in sorted(_MODULES):
-        code_hash(module)
 
 
 def canonical(obj: Any) -> Any:
@@ -195,7 +226,8 @@ def key(fn: Callable, args: tuple, kwargs: dict, data: tuple[str, ...] = (), nam
 
 def _count(name: str, what: str, digest: str = "", seconds: float = 0.0, args: Any = None) -> None:
     with _STATS_LOCK:
-        STATS.setdefault(name, {"hit": 0, "miss": 0})[what] += 1
+        counts = STATS.setdefault(name, {"hit": 0, "miss": 0})
+        counts[what] = counts.get(what, 0) + 1  # "bad" only once one was found
     log = os.environ.get(LOG_ENV)
     if log:
         line = {"fn": name, "key": digest, "what": what, "seconds": round(seconds, 4), "pid": os.getpid()}
@@ -205,12 +237,46 @@ def _count(name: str, what: str, digest: str = "", seconds: float = 0.0, args: A
             f.write(json.dumps(line, sort_keys=True) + "\n")
 
 
-def _load(path: Path):
+#: A cache file is this line, the sha256 of the rest in hex, a newline, then the rest (the pickled
+#: value, or a PNG's bytes): a file whose rest does not hash to it is never used.
+_HEAD = b"scaletax-memo sha256="
+_DIGEST = 64
+
+
+def write_entry(path: Path, payload: bytes) -> None:
+    """Write ``payload`` to the cache file ``path`` with its sha256 (atomically)."""
+    digest = hashlib.sha256(payload).hexdigest().encode()
+    files.replace_atomically(path, _HEAD + digest + b"\n" + payload, prefix=".tmp-", suffix=path.suffix)
+
+
+def read_entry(path: Path) -> tuple[str, bytes | None]:
+    """("hit", payload) when ``path`` holds a payload that hashes to its recorded sha256;
+    ("missing", None) when there is no file; ("bad", None) when it is unreadable, has no record
+    or does not match it (edited or corrupt: the caller computes the value again and rewrites it)."""
     try:
-        with path.open("rb") as f:
-            return True, pickle.load(f)
-    except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError):
-        return False, None
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return "missing", None
+    except OSError:
+        return "bad", None
+    n = len(_HEAD)
+    if raw[:n] != _HEAD or raw[n + _DIGEST:n + _DIGEST + 1] != b"\n":
+        return "bad", None
+    payload = raw[n + _DIGEST + 1:]
+    if hashlib.sha256(payload).hexdigest().encode() != raw[n:n + _DIGEST]:
+        return "bad", None
+    return "hit", payload
+
+
+def _load(path: Path) -> tuple[str, Any]:
+    """(:func:`read_entry`'s status, the unpickled value or None)."""
+    status, payload = read_entry(path)
+    if status != "hit":
+        return status, None
+    try:
+        return "hit", pickle.loads(payload)
+    except (EOFError, pickle.UnpicklingError, AttributeError, ImportError):  # pickled by other code
+        return "bad", None
 
 
 #: How the GPU catalog (``data/hardware.csv``) records its reads: ``reads_during`` (a context manager
@@ -252,7 +318,6 @@ def cached(fn: Callable | None = None, *, data: tuple[str, ...] = (), name: str 
     def wrap(f: Callable) -> Callable:
         label = name or f"{f.__module__}.{f.__qualname__}"
         whole_catalog = "hardware.csv" in data
-        _MODULES.add(f.__module__)
 
         def _lookup(root: str, args: tuple, kwargs: dict):
             """(key, its file, loaded?, the cached value or None); a hit is counted."""
@@ -261,19 +326,10 @@ def cached(fn: Callable | None = None, *, data: tuple[str, ...] = (), name: str 
             t0 = time.perf_counter()
             digest = key(f, args, kwargs, data, label)
             path = Path(root) / label / f"{digest}.pkl"
-            ok, value = _load(path)
-            if ok:
-                _count(label, "hit", digest, time.perf_counter() - t0)
-            return digest, path, ok, value
-
-        def peek(*args, **kwargs) -> tuple[bool, Any]:
-            """(True, the cached result) when it is in the cache, else (False, None): nothing is
-            computed, waited for or locked (a caller decides where to compute the misses)."""
-            root = os.environ.get(ENV)
-            if not root:
-                return False, None
-            _, _, ok, value = _lookup(root, args, kwargs)
-            return ok, value
+            status, value = _load(path)
+            if status != "missing":
+                _count(label, status, digest, time.perf_counter() - t0)
+            return digest, path, status == "hit", value
 
         @functools.wraps(f)
         def inner(*args, **kwargs):
@@ -288,22 +344,19 @@ def cached(fn: Callable | None = None, *, data: tuple[str, ...] = (), name: str 
             with open(path.with_suffix(".lock"), "a") as lock:
                 try:
                     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:  # another process computing it: wait (slot lent), then read
-                    with jobserver.lend():
-                        fcntl.flock(lock, fcntl.LOCK_EX)
-                ok, value = _load(path)
-                if ok:
+                except BlockingIOError:  # another process computing it: wait, then read
+                    fcntl.flock(lock, fcntl.LOCK_EX)
+                status, value = _load(path)
+                if status == "hit":
                     _count(label, "hit", digest, time.perf_counter() - t0)
                     return value
                 value = _compute(f, label, args, kwargs, whole_catalog)
-                files.replace_atomically(path, pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL),
-                                         prefix=".tmp-", suffix=".pkl")
+                write_entry(path, pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
             _count(label, "miss", digest, time.perf_counter() - t0,
                    _arguments(f, args, kwargs) if os.environ.get(LOG_ENV) else None)
             return value
 
         inner.memo_name = label
-        inner.peek = peek
         return inner
 
     return wrap(fn) if fn is not None else wrap

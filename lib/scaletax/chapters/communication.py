@@ -27,7 +27,6 @@ from typing import Sequence
 
 import numpy as np
 
-from scaletax import jobserver
 from scaletax.inputs import hardware, recipes
 from scaletax.inputs.layout import Layout, LayoutArray, group_strides, label
 from scaletax.inputs.models import Model
@@ -134,7 +133,7 @@ def tax_rows(model_ids, gpu_ids, sizes, *, batch_tokens: int, precision: str = "
         r = best_layout(m, gid, n, batch_tokens=batch_tokens, precision=precision, allowed=allowed)
         return _fill(r, m, gid, n, hardware.get(gid).nvlink_domain)
 
-    return jobserver.map(cell, [(_models.get(mid), gid, int(n)) for mid in model_ids for gid in gpu_ids for n in sizes])
+    return [cell((_models.get(mid), gid, int(n))) for mid in model_ids for gid in gpu_ids for n in sizes]
 
 
 def _fill(row, model, gpu_id, n, domain) -> dict:
@@ -156,7 +155,7 @@ def domain_rows(model_ids, gpu_id: str, sizes, domains=DOMAIN_SWEEP, *, batch_to
         r = best_layout(m, gpu_id, n, batch_tokens=batch_tokens, domain=d, precision=precision, allowed=allowed)
         return _fill(r, m, gpu_id, n, d)
 
-    return jobserver.map(cell, [(_models.get(mid), int(n), int(d)) for mid in model_ids for n in sizes for d in domains])
+    return [cell((_models.get(mid), int(n), int(d))) for mid in model_ids for n in sizes for d in domains]
 
 
 def nvl72_rows(rows: list[dict], small: int = 8, large: int = 72) -> list[dict]:
@@ -228,7 +227,7 @@ def ep_rows(model: Model, gpu_ids, gpus: int, eps=(8, 64), domains=(), *, batch_
     for gid in gpu_ids:
         own = hardware.get(gid).nvlink_domain
         cells += [(gid, d, e, own) for d in sorted(set(domains) | {own}) for e in eps]
-    return jobserver.map(cell, cells)
+    return [cell(c) for c in cells]
 
 
 def ep_sizes(model: Model, largest: int = 512) -> list[int]:

@@ -42,7 +42,6 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 
-from scaletax import jobserver
 from scaletax.inputs import hardware, recipes, references
 from scaletax.inputs import models as catalog
 from scaletax.inputs.layout import label
@@ -225,11 +224,11 @@ def decision_rows(plan: Plan, target: bool = True) -> list[dict[str, Any]]:
     """Every model x GPU type of the scenario on ``cluster_gpus``: layout, throughput, time,
     GPU-hours, energy, cost (with bands) and, with ``target``, the GPUs that finish in the
     target time (``need``, ``need_low``, ``need_high``)."""
-    rows = jobserver.map(lambda mg: outcome(plan, *mg), [(m, g) for m in plan.models for g in plan.gpus])
+    rows = [outcome(plan, m, g) for m in plan.models for g in plan.gpus]
     economics(rows, plan)
     if not target:
         return rows
-    needs = jobserver.map(lambda r: gpus_for_target(plan, r["model"], r["gpu"], r["precision"]), rows)
+    needs = [gpus_for_target(plan, r["model"], r["gpu"], r["precision"]) for r in rows]
     for r, t in zip(rows, needs):
         r.update(need=t["gpus"], need_low=t["low"], need_high=t["high"], need_memory_bound=t["memory_bound"],
                  need_layout=label(t["result"].best) if t["gpus"] else t["message"], need_linear=t["linear"],
@@ -350,10 +349,6 @@ def waterfall(plan: Plan, model_id: str, target: str, base: str | None = None, g
         cases.append((key, label, cur, prec))
     fast = plan.fastest_precision(t)
     cases.append(("precision", f"precision {prec.upper()} to {fast.upper()}", t, fast))
-    # every search of the rows at once, on the build's free slots; the loop below reads them
-    searched = jobserver.map(lambda c: best(model_id, c[2], c[3], n, plan.batch_tokens), cases)
-    if alone and searched[0].fits:
-        jobserver.map(lambda f: best(model_id, hybrid(b, t, f[2], f[0] + "_alone"), prec, n, plan.batch_tokens), FACTORS)
     out, prev = [], None
     base_tps = None
     for key, label, g, p in cases:
@@ -623,10 +618,11 @@ def tornado_rows(plan: Plan, rows: list[dict], outputs: Sequence[str] = ("cost_u
     """One-at-a-time sensitivity of each model's cheapest shipping case (cost, then days):
     :func:`scaletax.model.cost.training_sensitivity` with the efficiency band of its search and the
     cluster size re-searched at its low and high value. One row per model, output and input."""
-    # searched whatever the prices (a price change searches nothing), at once on the build's free slots
-    jobserver.map(lambda a: best(*a), [(c["model"], c["gpu"], c["precision"], n, plan.batch_tokens)
-                                       for mid in plan.models for c in price_candidates(rows, mid)
-                                       for n in cost.sensitivity_gpus(c["gpus"], options)])
+    # searched whatever the prices (a price change searches nothing)
+    for mid in plan.models:
+        for c in price_candidates(rows, mid):
+            for n in cost.sensitivity_gpus(c["gpus"], options):
+                best(c["model"], c["gpu"], c["precision"], n, plan.batch_tokens)
     out = []
     for mid in plan.models:
         r = cheapest(rows, mid) or cheapest(rows, mid, shipping=False)

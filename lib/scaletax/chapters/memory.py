@@ -36,7 +36,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from scaletax import DATA_DIR, escape, jobserver
+from scaletax import DATA_DIR, escape
 from scaletax.inputs import hardware, models, options, recipes, references, runs
 from scaletax.inputs.layout import RECOMPUTE_CODE, RECOMPUTE_NAME, Layout, LayoutArray, label
 from scaletax.inputs.models import Model
@@ -321,7 +321,7 @@ def min_gpus_rows(model_ids: Sequence[str], gpu_ids: Sequence[str], precision: s
             r["hbm_tib"] = r["hbm_per_state"] = None
         return r
 
-    return jobserver.map(row, [(models.get(mid), g) for mid in model_ids for g in gpu_ids])
+    return [row((models.get(mid), g)) for mid in model_ids for g in gpu_ids]
 
 
 def _full_state_bytes(model: Model, precision: str) -> float:
@@ -351,7 +351,7 @@ def fit_map_rows(model_ids: Sequence[str], gpu_ids: Sequence[str], counts: Itera
         B = batch_sequences(m, batch_tokens)
         caps = {g: float(hardware.get(g).hbm_gib) for g in gpu_ids}
         precs = {g: recipes.training_precision(hardware.get(g), precision, allowed) for g in gpu_ids}
-        per_count = dict(zip(counts, jobserver.map(lambda n, m=m, B=B, precs=precs: fit(m, n, gpu_ids, precs, B), counts)))
+        per_count = {n: fit(m, n, gpu_ids, precs, B) for n in counts}
         for g in gpu_ids:
             label = hardware.get(g).label
             for n in counts:

@@ -15,8 +15,8 @@ Error on realistic tensors
 - ``error_facts(rows)``: the named numbers the prose quotes.
 
 The training experiment (``lowp_training``)
-- ``experiment_seeds(base, n)``, ``task_config(steps, **overrides)``, ``start(...)`` (the
-  trainings begin in worker processes; ``.result()`` waits for them), ``run(...)``.
+- ``experiment_seeds(base, n)``, ``task_config(steps, **overrides)``, ``run(...)`` (every
+  training, cached).
 - ``describe(recipe)``: what a recipe quantizes, generated from its fields.
 - ``curve_rows(results)``: smoothed mean and one-standard-deviation band per recipe and step.
 - ``gap_rows(results, cfg)``: final loss gap vs BF16 (mean and std over seeds), the paired
@@ -37,9 +37,6 @@ from __future__ import annotations
 
 import json
 import math
-import multiprocessing
-import os
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from statistics import median
@@ -47,7 +44,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from scaletax import DATA_DIR, jobserver, memo
+from scaletax import DATA_DIR, memo
 from scaletax.inputs import formats, hardware, recipes, references
 from scaletax.inputs import runs as runs_table
 from scaletax.model import lowp_training as L
@@ -312,93 +309,15 @@ def task_config(steps: int, **overrides) -> L.TaskConfig:
 train = memo.cached(L.train)
 
 
-#: What a training worker takes from the caller's environment now (the forkserver, started once
-#: per process, holds the environment of its start): the result cache and the job slots.
-_WORKER_ENV = (memo.ENV, jobserver.ENV)
-
-
-def _worker_init(env: dict[str, str | None]) -> None:
-    for name, value in env.items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
-
-
-def _train_job(job: tuple[str, int, L.TaskConfig]) -> L.RunResult:
-    """One training in a worker process, holding one of the build's job slots while it runs."""
-    with jobserver.slot():
-        return train(*job)
-
-
-class Experiment:
-    """The experiment's trainings, started (:func:`start`); :meth:`result` waits for them.
-
-    The recipe x seed trainings are independent: they run in ``n_workers`` processes (default
-    :func:`scaletax.jobserver.workers`) and each is cached (:data:`train`); the results do not depend on the
-    number of workers (every training is seeded by its own seed). With more than one worker
-    they run while the caller goes on (the chapter draws its other figures meanwhile); in a
-    build each training holds one of the build's job slots, and the caller lends its own while
-    it waits in :meth:`result` (``scaletax.jobserver``), so the workers use exactly the cores
-    the other chapters leave free. Trainings already in the cache are read here, before any
-    worker starts: a rebuild that reuses them all (a GPU list, a price) starts no worker and
-    waits for no slot.
-    """
-
-    def __init__(self, recipes: Sequence[str], seeds: list[int], cfg: L.TaskConfig, n_workers: int):
-        self.recipes, self.seeds, self.cfg = tuple(recipes), seeds, cfg
-        self._jobs = [(r, s, cfg) for r in recipes for s in seeds]
-        self._runs: list[L.RunResult] | None = None
-        self._pool = None
-        self._done: dict[int, L.RunResult] = {}  # job index -> result, the cached ones first
-        for i, job in enumerate(self._jobs):
-            hit, run = train.peek(*job)
-            if hit:
-                self._done[i] = run
-        todo = [i for i in range(len(self._jobs)) if i not in self._done]
-        self._futures: dict[int, Any] = {}
-        if min(len(todo), n_workers) <= 1:  # in this process, in the caller's own slot
-            for i in todo:
-                self._done[i] = train(*self._jobs[i])
-            self._runs = [self._done[i] for i in range(len(self._jobs))]
-            return
-        # forkserver: the kernel has threads, which a plain fork would copy mid-flight; the server
-        # imports this module (and so the model) once, for every worker it forks
-        ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload([__name__])
-        self._pool = ProcessPoolExecutor(min(len(todo), n_workers), mp_context=ctx, initializer=_worker_init,
-                                         initargs=({k: os.environ.get(k) for k in _WORKER_ENV},))
-        try:
-            self._futures = {i: self._pool.submit(_train_job, self._jobs[i]) for i in todo}
-        except BaseException:
-            self._pool.shutdown(cancel_futures=True)
-            raise
-
-    def result(self):
-        """(results as ``lowp_training.run_experiment`` returns, TaskConfig), once every
-        training is done (the caller's job slot is lent while it waits)."""
-        if self._runs is None:
-            try:
-                with jobserver.lend():
-                    self._runs = [self._done[i] if i in self._done else self._futures[i].result()
-                                  for i in range(len(self._jobs))]
-            finally:
-                self._pool.shutdown(cancel_futures=True)
-        return L.collect(self.recipes, self.seeds, self._runs), self.cfg
-
-
-def start(base_seed: int, n_seeds: int, steps: int,
-          recipes: Sequence[str] = L.DEFAULT_RECIPES, *, n_workers: int | None = None, **overrides) -> Experiment:
-    """Start the experiment (:class:`Experiment`): every recipe trained from every seed."""
+def run(base_seed: int, n_seeds: int, steps: int, recipes: Sequence[str] = L.DEFAULT_RECIPES, **overrides):
+    """Every recipe trained from every seed, one after another in this process, each training read
+    from the result cache or computed and written to it (:data:`train`). Returns (results as
+    ``lowp_training.run_experiment`` returns, TaskConfig). Worker processes made the build slower
+    on this 2-core machine (``training_workers`` in ``benchmarks/results/ablation.json``)."""
     cfg = task_config(steps, **overrides)
-    n = jobserver.workers() if n_workers is None else max(1, int(n_workers))
-    return Experiment(recipes, experiment_seeds(base_seed, n_seeds), cfg, n)
-
-
-def run(base_seed: int, n_seeds: int, steps: int,
-        recipes: Sequence[str] = L.DEFAULT_RECIPES, *, n_workers: int | None = None, **overrides):
-    """Run the experiment and wait for it: ``start(...).result()``."""
-    return start(base_seed, n_seeds, steps, recipes, n_workers=n_workers, **overrides).result()
+    seeds = experiment_seeds(base_seed, n_seeds)
+    recipes = tuple(recipes)
+    return L.collect(recipes, seeds, [train(r, s, cfg) for r in recipes for s in seeds]), cfg
 
 
 def toy_parameters(cfg: L.TaskConfig) -> int:

@@ -276,7 +276,7 @@ def _load_env_definitions() -> None:
 _READS: dict[str, None] = {}
 class _Scopes(threading.local):
     """The open :func:`reads_during` scopes of one thread (threads of one chapter search side by
-    side, ``scaletax.jobserver.map``): a read is added to each of its own thread's."""
+    side): a read is added to each of its own thread's."""
 
     def __init__(self) -> None:
         self.open: list[set[str]] = []

@@ -402,7 +402,7 @@ def search(model: Model, precision: recipes.Recipe, gpu, gpus: int | Sequence[in
 #: do not depend on the GPU (its capacity is applied after). ~5 MB an entry.
 _GRIDS: OrderedDict = OrderedDict()
 _GRIDS_MAX = 32
-_GRIDS_LOCK = threading.Lock()  # searches of one chapter run in threads (scaletax.jobserver.map)
+_GRIDS_LOCK = threading.Lock()  # a caller may search from threads
 
 
 def _grid_memory(model, count: int, space: SearchSpace, seqs, domain, precision: recipes.Recipe, memory_options: dict,

@@ -37,7 +37,8 @@ def _calibrated_collectives() -> dict[str, float]:
 
     path = DATA_DIR / "efficiency.yaml"
     try:
-        sec = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("collectives") or {}
+        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        sec = (raw or {}).get("collectives") or {}
         return {k: float(sec[k]["value"]) for k in ("nvlink_eff", "nvls_eff", "nic_eff")}
     except (OSError, KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ValueError(f"{path.name}: section 'collectives' (nvlink_eff, nvls_eff, nic_eff) missing or bad "

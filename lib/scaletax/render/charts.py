@@ -11,8 +11,8 @@ Each figure also lands in ``$SCALETAX_FIGURES_DIR`` (default ``./figures``) as
 In a build the PNG is kept in the result cache (``$SCALETAX_MEMO_DIR/png/``) under the hash of
 what draws it (the spec, the scale, the vl-convert version): a chapter executed again for an input
 its figure does not show (a price, another GPU's row) reuses the drawing instead of starting
-vl-convert's JavaScript engine (0.4-1 s per process) and drawing it again (0.1-0.9 s). In a build
-the figures are drawn by one render process for all chapters (:mod:`scaletax.render.pngserver`).
+vl-convert's JavaScript engine (0.4-1 s per process) and drawing it again (0.1-0.9 s). A cached
+PNG is used only when its bytes hash to the sha256 recorded with them (``memo.read_entry``).
 
 A figure's spec is serialized once without altair's schema validation (``to_dict(validate=False)``,
 20-130 ms per figure); :func:`validate_spec` checks a spec against the Vega-Lite schema, and
@@ -30,8 +30,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import vl_convert as vlc
 
-from scaletax import escape, files, memo
-from scaletax.render import pngserver
+from scaletax import escape, memo, speedups
 
 if TYPE_CHECKING:
     import altair as alt
@@ -376,31 +375,22 @@ def figure(label: str, chart: alt.TopLevelMixin, rows: Sequence[dict], *,
     return drawn
 
 
-def _draw(spec: dict) -> bytes:
-    """vl-convert's PNG of ``spec`` at :data:`PNG_SCALE`: drawn by the build's render server
-    (:mod:`scaletax.render.pngserver`, one JavaScript engine for every chapter) where there is
-    one, else here."""
-    png = pngserver.draw(spec, PNG_SCALE)
-    return png if png is not None else vlc.vegalite_to_png(spec, scale=PNG_SCALE)
-
-
 def png_of(spec: dict) -> bytes:
     """vl-convert's PNG of ``spec`` at :data:`PNG_SCALE`; with a result cache
     (``scaletax.memo.ENV``) read from it when the same spec was drawn before by the same
     vl-convert (the PNG is a function of those, so the bytes are the same)."""
     root = os.environ.get(memo.ENV)
-    if not root:
-        return _draw(spec)
+    if not root or not speedups.on("png_cache"):
+        return vlc.vegalite_to_png(spec, scale=PNG_SCALE)
     drawn = json.dumps({"vl_convert": vlc.__version__, "scale": PNG_SCALE, "spec": spec}, sort_keys=True)
     path = Path(root) / "png" / f"{hashlib.sha256(drawn.encode()).hexdigest()}.png"
-    try:
-        return path.read_bytes()
-    except OSError:
-        pass
-    png = _draw(spec)
+    status, png = memo.read_entry(path)  # used only when the bytes hash to the sha256 recorded with them
+    if status == "hit":
+        return png
+    png = vlc.vegalite_to_png(spec, scale=PNG_SCALE)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        files.replace_atomically(path, png, prefix=".tmp-", suffix=".png")
+        memo.write_entry(path, png)
     except OSError:  # a cache that cannot be written only costs the time
         pass
     return png

@@ -28,7 +28,7 @@ import nbformat
 import yaml
 from filelock import FileLock, Timeout
 
-from scaletax import ROOT, __version__, files
+from scaletax import ROOT, __version__, files, speedups
 from scaletax.render import charts, tablefit
 from scaletax.render.charts import VEGA_BUNDLE, vega_bundle
 from scaletax.report import chapters as toc
@@ -41,8 +41,7 @@ from scaletax.report.provenance import (data_hashes, git_commit, keyed_rows, key
                                         lock_hash, package_versions, sha256_bytes, short_commit)
 from scaletax.report.scenario import Scenario
 
-#: Where books, the execution cache and logs go (``SCALETAX_BUILD_DIR`` overrides, e.g. in tests).
-BUILD_ROOT = Path(os.environ.get("SCALETAX_BUILD_DIR", ROOT / "_build"))
+BUILD_ROOT = toc.BUILD_ROOT
 CONFIG_YML = ROOT / "_config.yml"
 #: Sphinx extensions JB1 adds that the book does not want: thebe and comments load
 #: scripts from the network; the jupyterbook-latex preamble needs bbm.sty (texlive-fonts-extra).
@@ -70,6 +69,10 @@ TEX_PACKAGES = ("texlive-xetex", "texlive-latex-extra", "texlive-fonts-recommend
 #: Read by Sphinx from the configuration folder: no ``raw`` directive (nor its ``:url:`` or
 #: ``:file:``), no ``include``/``literalinclude``/``csv-table :file:`` in any page.
 DOCUTILS_CONF = "[general]\nraw_enabled: false\nfile_insertion_enabled: false\n"
+
+
+#: ``python -m`` for a tool whose forked workers must die with it (Sphinx's ``-j``): lifecycle.forks_die_with_me.
+RUN_MODULE = [sys.executable, "-m", "scaletax.report.lifecycle"]
 
 
 class BuildError(RuntimeError):
@@ -203,7 +206,9 @@ def _sphinx_conf(src: Path, info: dict) -> str:
                               cli_config={"latex_individualpages": False},
                               raise_on_invalid=True)
     cfg["extensions"] = ([e for e in cfg["extensions"] if e not in DROP_EXTENSIONS]
-                         + [TABLEFONT_EXTENSION, PARAGRAPH_EXTENSION, ONCE_EXTENSION, NUMBERING_EXTENSION])
+                         + [TABLEFONT_EXTENSION, PARAGRAPH_EXTENSION]
+                         + ([ONCE_EXTENSION] if speedups.on("sphinx_once") else [])
+                         + [NUMBERING_EXTENSION])
     # a classic (deferred) script: a module script is refused from file://, drawing no chart
     cfg["html_js_files"] = [(VEGA_BUNDLE, {"defer": "defer"})]
     cfg["html_css_files"] = [CHART_CSS]
@@ -245,7 +250,7 @@ def _vega_js(cache: Path | None) -> str:
     """:func:`scaletax.render.charts.vega_bundle`, kept in ``<cache>/vega/`` (:func:`_vega_path`):
     bundling costs about 2-5 CPU seconds and gives the same bytes every time. No cache: bundled
     afresh."""
-    if cache is None:
+    if cache is None or not speedups.on("vega_cache"):
         return vega_bundle()
     path = _vega_path(cache)
     with contextlib.suppress(OSError, UnicodeDecodeError):
@@ -256,29 +261,6 @@ def _vega_js(cache: Path | None) -> str:
         lifecycle.remove_stale(path.parent, (".tmp-*",))  # left by a build killed while writing
         files.replace_atomically(path, js, prefix=lifecycle.temp_name(".tmp-"), suffix=".js")
     return js
-
-
-def _start_vega_bundle(cache: Path) -> subprocess.Popen | None:
-    """Bundle the chart JavaScript into ``cache`` in a process of its own while the chapters
-    execute, when it is not there yet (its 2-5 CPU s would otherwise come after the last chapter,
-    before the HTML step); None when it is cached. It holds no job slot: a few seconds beside
-    the chapters."""
-    from scaletax.report.execute import process_env
-
-    if _vega_path(cache).exists():
-        return None
-    code = "import sys; from pathlib import Path; from scaletax.report.book import _vega_js; _vega_js(Path(sys.argv[1]))"
-    with lifecycle.Interrupts.deferred():  # an interrupt during the fork: once the handle is returned
-        return subprocess.Popen([sys.executable, "-c", code, str(cache)], env=process_env(),
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                start_new_session=True, preexec_fn=lifecycle.die_with_parent())
-
-
-def _end(proc: subprocess.Popen) -> None:
-    """Kill a background process the build no longer needs (if it still runs) and reap it."""
-    if proc.poll() is None:
-        proc.kill()
-    proc.wait()
 
 
 def stage_sources(src: Path, results: list[Result], info: dict, cache: Path | None = None) -> None:
@@ -311,28 +293,28 @@ def _tool_env() -> dict[str, str]:
 
 
 def _warm_sphinx():
-    """A :class:`prefork.Warm` ``python -m sphinx`` for a build step to come (its imports done
+    """A :class:`warm.Warm` ``python -m sphinx`` for a build step to come (its imports done
     while a core is free), or None (not Linux, or it could not start: the step starts Sphinx)."""
-    from scaletax.report import prefork
+    from scaletax.report import warm
 
-    if not sys.platform.startswith("linux"):
+    if not sys.platform.startswith("linux") or not speedups.on("warm_sphinx"):
         return None
     try:
-        return prefork.Warm("sphinx", prefork.SPHINX_PRELOAD, _tool_env())
+        return warm.Warm("sphinx", warm.SPHINX_PRELOAD, _tool_env())
     except OSError:
         return None
 
 
 def _run(cmd: list[str], cwd: Path, log: Path, step: str, timeout: float = 1800, warm=None) -> None:
     """Run one build tool in its own process group, killed with the build (whatever kills it).
-    ``warm``: a :class:`prefork.Warm` of ``cmd``'s ``python -m`` module, run instead of a new
+    ``warm``: a :class:`warm.Warm` of ``cmd``'s ``python -m`` module, run instead of a new
     process (same environment, arguments, directory and log)."""
     proc = None
     with contextlib.ExitStack() as stack:
         try:
-            if warm is not None and cmd[:3] == [sys.executable, "-m", warm.module]:
+            if warm is not None and cmd[:3] == RUN_MODULE and cmd[3] == warm.module:
                 with contextlib.suppress(OSError):  # it died: a new process instead
-                    proc = warm.run(cmd[3:], cwd, log)
+                    proc = warm.run(cmd[4:], cwd, log)
             if proc is None:
                 fh = stack.enter_context(log.open("w", encoding="utf-8"))
                 with lifecycle.Interrupts.deferred():  # an interrupt during the fork: once proc is set
@@ -436,8 +418,8 @@ def build_html(src: Path, out: Path, logs: Path, warm=None, jobs: int = 1) -> No
     """The HTML of the sources in ``src`` (``warm``: a :func:`_warm_sphinx` to run it in), read
     and written by ``jobs`` processes (Sphinx's ``-j``: the pages are read in parallel, and
     resolved in the main process while another writes them; the same HTML, byte for byte)."""
-    parallel = ["-j", str(jobs)] if jobs > 1 else []
-    _run([sys.executable, "-m", "sphinx", "-b", "html", "-n", "-W", "--keep-going", "-q", *parallel,
+    parallel = ["-j", str(jobs)] if jobs > 1 and speedups.on("sphinx_parallel") else []
+    _run([*RUN_MODULE, "sphinx", "-b", "html", "-n", "-W", "--keep-going", "-q", *parallel,
           "-d", str(doctree_dir(src)), str(src), str(out)], src, logs / "html.log", "HTML build", warm=warm)
 
 
@@ -445,7 +427,7 @@ def build_pdf(src: Path, pdf: Path, logs: Path, warm=None) -> None:
     """The PDF of the sources in ``src``: after :func:`build_html` of the same sources (whose
     doctrees it reuses), or alone (``warm``: a :func:`_warm_sphinx` for the LaTeX step)."""
     latex = src.parent / "latex"
-    _run([sys.executable, "-m", "sphinx", "-b", "latex", "-n", "-W", "--keep-going", "-q",
+    _run([*RUN_MODULE, "sphinx", "-b", "latex", "-n", "-W", "--keep-going", "-q",
           "-d", str(doctree_dir(src)), str(src), str(latex)], src, logs / "latex.log", "LaTeX build",
          warm=warm)
     _run(["latexmk", "-pdfxe", "-interaction=nonstopmode", "-halt-on-error", "-file-line-error",
@@ -637,16 +619,11 @@ def _build_in(stage: Path, logs: Path, opts: BuildOptions, progress) -> dict:
             progress("book", "up to date (no input changed): nothing executed or rebuilt")
         return current
     with contextlib.ExitStack() as helpers:  # background processes, ended with the build's steps
-        bundler = _start_vega_bundle(cache)
-        if bundler is not None:
-            helpers.callback(_end, bundler)
-        warm_html = _warm_sphinx()  # its imports run beside the prefork server's, on the other core
+        warm_html = _warm_sphinx()  # its imports run beside the chapters
         if warm_html is not None:
             helpers.callback(warm_html.close)
         results = execute_chapters(list(toc.CHAPTERS), scen, cache, logs, jobs=opts.jobs, progress=progress,
                                    work_dir=stage / "chapters")
-        if bundler is not None:
-            bundler.wait()  # a failed bundler only costs the time: stage_sources bundles then
         t_exec = time.perf_counter() - t0
 
         src = stage / "src"

@@ -20,6 +20,8 @@ from scaletax import ROOT
 #: Chapter sources (``SCALETAX_NOTEBOOKS`` overrides it, for tests of failing chapters).
 NOTEBOOK_DIR = Path(os.environ.get("SCALETAX_NOTEBOOKS", ROOT / "notebooks"))
 BOOK_DIR = ROOT / "book"
+#: Where books, the execution cache and logs go (``SCALETAX_BUILD_DIR`` overrides, e.g. in tests).
+BUILD_ROOT = Path(os.environ.get("SCALETAX_BUILD_DIR", ROOT / "_build"))
 
 
 @dataclass(frozen=True)
@@ -30,13 +32,9 @@ class Chapter:
     reads: tuple[str, ...]
     #: data files (relative to ``data/``) it reads; ``hardware.csv``: keyed on the rows it reads
     data: tuple[str, ...]
-    #: seconds of a cold execution: the schedule's estimate (longest first) while the cache has
-    #: no record of an execution of this chapter (``report/execute.py: schedule``)
+    #: seconds of its cold execution (reference build, rounded): chapters to execute start
+    #: longest first (``report/execute.py``), so the longest does not start last
     cold_seconds: float = 10.0
-    #: chapters that compute what this one reuses from the result cache (``scaletax.memo``): in
-    #: a build that executes both it starts only once they have finished (so it reads their
-    #: results instead of waiting on them with a job slot); its output does not depend on it
-    after: tuple[str, ...] = ()
 
     @property
     def source(self):
@@ -79,7 +77,7 @@ _PLAN = ("models", "gpus", "training.tokens", "training.global_batch_tokens", "t
 #: each chapter's execution in the reference cold build (main at 977c27e, 2026-12-01, idle
 #: machine, ``--jobs 2``), rounded. The summary asks the decision chapter's searches (all 61 of
 #: its ``search()`` calls); the two may run side by side: a search one of them computes, the other
-#: waits for and reads (``scaletax.memo``'s per-key lock, its job slot lent meanwhile).
+#: waits for and reads (``scaletax.memo``'s per-key lock).
 CHAPTERS = (
     Chapter("summary", reads=("name", *_PLAN, "cluster.goodput_source"),
             data=(*_MODEL_DATA, "references.yaml", "published_runs.csv", "failures.csv"), cold_seconds=22),

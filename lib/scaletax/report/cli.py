@@ -209,12 +209,15 @@ def plan(
     """Best layout, tokens/s per GPU, days, GPU-hours, energy and cost (with bands) for one case."""
     import json
 
+    from scaletax import memo
+    from scaletax.report.chapters import BUILD_ROOT
     from scaletax.report.plan import PlanError, as_json as row_json, quick_plan, table
 
     _, scen = _resolve(scenario, set_)
     _check_data()
     try:
-        row = quick_plan(scen, model, gpu, gpus)
+        with memo.using(BUILD_ROOT / ".cache" / "memo"):  # the builds' searches, and its own asked again
+            row = quick_plan(scen, model, gpu, gpus)
     except PlanError as exc:
         _fail(str(exc), 2)
     if as_json:

@@ -1,11 +1,14 @@
 """Process lifetime and temporary folders of a build: nothing outlives it, nothing is left behind.
 
-- :func:`die_with_parent` (a ``preexec_fn``): a worker, Sphinx or latexmk gets SIGKILL when the
-  build process dies, whatever killed it (``prctl(PR_SET_PDEATHSIG)``, Linux); a kernel
-  started by a worker exits when its parent goes (ipykernel's parent poller).
+- :func:`die_with_parent` (a ``preexec_fn``): a kernel, Sphinx or latexmk gets SIGKILL when the
+  build process dies, whatever killed it (``prctl(PR_SET_PDEATHSIG)``, Linux);
+  :func:`forks_die_with_me` gives every process forked later by the calling one the same (Sphinx's
+  ``-j`` workers, which run ``python -m scaletax.report.lifecycle sphinx ...``).
 - :class:`Interrupts`: SIGINT, SIGTERM and SIGHUP become one :class:`Interrupted` exception
   (later signals are recorded, not raised, so clean-up cannot be cut short), and
-  :meth:`Interrupts.deferred` holds them back during a step that must not be cut in half.
+  :meth:`Interrupts.deferred` holds them back during a step that must not be cut in half;
+  :func:`run_async` runs an asyncio coroutine (the chapters) with the same signals cancelling it
+  at a step of its event loop, so its ``finally`` blocks stop what it started.
 - :func:`temp_name` / :func:`remove_stale`: temporary folders carry the pid of the build that
   made them (``<prefix>p<pid>-<random>``); the next build removes those whose build is gone.
 """
@@ -50,6 +53,71 @@ def die_with_parent():
             os._exit(1)
 
     return setup
+
+
+def _die_with_parent_now() -> None:
+    with contextlib.suppress(AttributeError, OSError):
+        _prctl()(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+
+
+def forks_die_with_me() -> None:
+    """Every process forked from this one from now on gets SIGKILL when this one dies (Linux; at
+    fork, so multiprocessing's "fork" workers of Sphinx's ``-j`` too: without it, a SIGKILL of the
+    build left them blocked on their result pipe forever)."""
+    os.register_at_fork(after_in_child=_die_with_parent_now)
+
+
+def run_async(main):
+    """``asyncio.run(main)``, cancelled by SIGINT, SIGTERM or SIGHUP, then :class:`Interrupted`
+    (inside an :class:`Interrupts` block, whose handlers it puts back). The handlers only
+    schedule the cancellation on the event loop, so nothing is raised inside a fork, and the loop
+    refuses handlers of its own (nbclient adds some that kill its kernel and let the run go on):
+    the ``finally`` blocks of ``main`` stop what it started."""
+    import asyncio
+
+    class Loop(asyncio.SelectorEventLoop):
+        def add_signal_handler(self, sig, callback, *args):
+            raise RuntimeError("run_async handles the signals")  # nbclient then adds none
+
+    got: list[str] = []
+    saved = {s: signal.getsignal(s) for s in SIGNALS}
+    result = None
+    with asyncio.Runner(loop_factory=Loop) as runner:
+        loop = runner.get_loop()
+        task = None
+
+        def handler(signum, frame) -> None:
+            got.append(signal.Signals(signum).name)
+            if task is not None:
+                loop.call_soon_threadsafe(task.cancel)
+
+        async def guarded():
+            nonlocal task
+            task = asyncio.current_task()
+            if got:  # a signal before the task existed
+                main.close()
+                raise asyncio.CancelledError
+            return await main
+
+        try:
+            for s in SIGNALS:
+                signal.signal(s, handler)
+            result = runner.run(guarded())
+        except BaseException:
+            if not got:  # not a signal's cancellation (what it ended with, e.g. a dead kernel, is its effect)
+                raise
+        finally:
+            for s, h in saved.items():
+                signal.signal(s, h)
+    if not got:
+        return result
+    cur = Interrupts.current
+    if cur is not None:
+        cur.received.extend(got)
+        if not cur.armed:
+            return None
+        cur.raised = True
+    raise Interrupted(got[0])
 
 
 class Interrupted(BaseException):
@@ -162,4 +230,19 @@ def _remove(path: Path) -> None:
             path.unlink()
 
 
-__all__ = ["Interrupted", "Interrupts", "die_with_parent", "remove_stale", "temp_name"]
+def _run_module() -> None:
+    """``python -m scaletax.report.lifecycle MODULE ARGS``: ``python -m MODULE ARGS`` in a process whose
+    forks die with it (:func:`forks_die_with_me`)."""
+    import runpy
+    import sys
+
+    forks_die_with_me()
+    sys.argv = sys.argv[1:]
+    runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+
+
+__all__ = ["Interrupted", "Interrupts", "die_with_parent", "forks_die_with_me", "remove_stale", "run_async",
+           "temp_name"]
+
+if __name__ == "__main__":
+    _run_module()

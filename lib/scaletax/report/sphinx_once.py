@@ -10,10 +10,6 @@ more only to walk it (0.4 s for the default book). Here each doctree is unpickle
 and the figure numbers and caption list of :mod:`scaletax.report.numbering`. Every other caller of
 ``get_doctree`` (the writers, which change the tree they get) still gets its own fresh copy.
 
-It also declares ``sphinx_multitoc_numbering`` safe for Sphinx's parallel read (``-j``), which
-that extension does not say: all it does is replace ``TocTreeCollector.assign_section_numbers``,
-which runs in the main process after every page is read (:data:`PARALLEL_READ_SAFE`).
-
 sphinxcontrib-bibtex asks pybtex for its plain-text backend on every citation reference, and each
 ask scans the entry points of every installed distribution (about 40 ms); the class is
 registered once as a pybtex runtime plugin (pybtex's own API), the same class the entry point
@@ -31,8 +27,6 @@ from sphinx.environment.collectors.toctree import TocTreeCollector
 
 #: (group, name) of the pybtex plugins sphinxcontrib-bibtex 2.7 looks up once per reference.
 PYBTEX_PLUGINS = (("pybtex.backends", "plaintext"),)
-#: Extensions the book loads that leave parallel reading undeclared, checked safe (see above).
-PARALLEL_READ_SAFE = ("sphinx_multitoc_numbering",)
 #: Sphinx's own figure numbering, which :func:`assign_figure_numbers` runs on read-only doctrees.
 SPHINX_ASSIGN_FIGURE_NUMBERS = TocTreeCollector.assign_figure_numbers
 
@@ -83,12 +77,6 @@ def assign_figure_numbers(collector, env) -> list[str]:
     return SPHINX_ASSIGN_FIGURE_NUMBERS(collector, env)
 
 
-def _declare_parallel_read_safe(app) -> None:
-    for name in PARALLEL_READ_SAFE:
-        if name in app.extensions:
-            app.extensions[name].parallel_read_safe = True
-
-
 def _forget(app, env, docnames) -> None:
     """A new read phase may change any doctree: drop the copies of the last one."""
     _DOCTREES.pop(env, None)
@@ -105,6 +93,5 @@ def setup(app):
     app.add_domain(OnceStandardDomain, override=True)
     app.connect("env-before-read-docs", _forget)
     app.connect("builder-inited", _register_pybtex_plugins)
-    app.connect("builder-inited", _declare_parallel_read_safe)
     TocTreeCollector.assign_figure_numbers = assign_figure_numbers  # every collector, the book's subclass too
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -1,0 +1,40 @@
+"""Switches for the build's speed-only pieces, read in this one place.
+
+``SCALETAX_WITHOUT=piece,piece`` turns pieces off; the book is the same either way, only slower
+or faster. ``benchmarks/run.py``'s ablation builds with each piece off in turn and records what
+it saves. An unknown name is an error (a typo would otherwise measure nothing).
+"""
+from __future__ import annotations
+
+import os
+
+ENV = "SCALETAX_WITHOUT"
+#: Each speed-only piece of the build, and what turning it off does instead.
+PIECES = {
+    "warm_sphinx": "Sphinx starts as a new process when the HTML step comes",
+    "chapter_parallel": "chapters execute one at a time (not --jobs at once)",
+    "longest_first": "chapters start in book order (not longest first)",
+    "sphinx_parallel": "Sphinx reads and writes in one process (no -j)",
+    "sphinx_once": "Sphinx unpickles a doctree at every lookup (no read-only doctree cache)",
+    "vega_cache": "the chart bundle is made afresh by every build",
+    "allocator": "glibc malloc's default thresholds (no GLIBC_TUNABLES)",
+    "one_thread": "numeric libraries use their default thread pools",
+    "png_cache": "every figure's PNG is drawn again (no memo/png)",
+    "memo": "no result cache: every search and training is computed again",
+}
+
+
+def off() -> frozenset[str]:
+    """The pieces turned off in this process's environment."""
+    names = frozenset(p.strip() for p in os.environ.get(ENV, "").split(",") if p.strip())
+    unknown = sorted(names - set(PIECES))
+    if unknown:
+        raise ValueError(f"{ENV}: unknown piece {unknown[0]!r}; pieces: {', '.join(PIECES)}")
+    return names
+
+
+def on(piece: str) -> bool:
+    """Whether ``piece`` (a key of :data:`PIECES`) is in use."""
+    if piece not in PIECES:
+        raise KeyError(piece)
+    return piece not in off()
