@@ -342,28 +342,33 @@ def calibrate_fold(inp: perf.StepInputs, plans: Sequence[RowPlan], train: Sequen
 
 
 def fold_predictions(inp: perf.StepInputs, plans: Sequence[RowPlan], key_of=None,
-                     fits: dict[tuple[int, ...], FoldFit] | None = None) -> tuple[np.ndarray, list[str]]:
+                     fits: dict[tuple[int, ...], FoldFit] | None = None,
+                     train: Sequence[int] | None = None) -> tuple[np.ndarray, list[str]]:
     """Out-of-fold tokens/s per GPU of every row: each fold (rows with one value of
     ``key_of(row)``; ``None``: each row alone) predicted by :func:`calibrate_fold` on the rest.
     Returns (predictions, per row the comma-joined parameters that took their prior); rows
     without a measurement get NaN.
 
+    ``train``: the rows a calibration may use (default all with a measurement): a fold is fitted on
+    those of them outside it, and every row with a measurement, in ``train`` or not, is predicted by
+    the fit without its fold (rows of a held-out table are then predicted without their whole source).
     ``fits``: fold fits by training rows, shared between calls on the same ``inp`` and ``plans``
     (two schemes often hold out the same rows: a family with one run is also a leave-one-row-out
     fold); a training set already in it is not fitted again."""
     fits = {} if fits is None else fits
     keys = [i if key_of is None else key_of(p.row) for i, p in enumerate(plans)]
     ok = [p.measured is not None for p in plans]
+    pool = set(range(len(plans))) if train is None else set(int(i) for i in train)
     pred = np.full(len(plans), np.nan)
     prior = [""] * len(plans)
     for key in dict.fromkeys(keys):
         test = [i for i, k in enumerate(keys) if k == key and ok[i]]
         if not test:
             continue
-        train = tuple(i for i, k in enumerate(keys) if k != key and ok[i])
-        if train not in fits:
-            fits[train] = calibrate_fold(inp, plans, list(train))
-        fit = fits[train]
+        fold_train = tuple(i for i, k in enumerate(keys) if k != key and ok[i] and i in pool)
+        if fold_train not in fits:
+            fits[fold_train] = calibrate_fold(inp, plans, list(fold_train))
+        fit = fits[fold_train]
         st = perf.evaluate(inp, fit.efficiency)
         for i in test:
             pred[i] = float(st.tokens_per_s_per_gpu[i])

@@ -89,6 +89,10 @@ class GPU(BaseModel):
     system_gpus: int | None = Field(default=None, gt=0, le=100_000)
     #: Fields a scenario set (empty for a catalog row): what the book marks as the user's.
     user_fields: tuple[str, ...] = ()
+    #: A catalog GPU this row is a variant of: the same silicon and datasheet peaks, with its own
+    #: memory, links and power limit (``tdp_w``); "" for a part of its own. ``perf.power_scale``
+    #: turns a lower power limit into a lower sustained clock.
+    variant_of: str = Field(default="", pattern=r"^[a-z0-9_]*$")
 
     @field_validator("sources")
     @classmethod
@@ -174,6 +178,7 @@ def load_catalog(path: Path | str = HARDWARE_CSV) -> dict[str, GPU]:
     if missing:
         raise HardwareError(f"{path}: missing column(s) {', '.join(sorted(missing))}")
     catalog: dict[str, GPU] = {}
+    rows_of: dict[str, int] = {}
     for rownum, row in enumerate(reader, start=2):  # row 1 is the header
         fields = {k: _parse_cell(v or "") for k, v in row.items() if k is not None}
         fields = {k: v for k, v in fields.items() if v is not None}
@@ -189,8 +194,14 @@ def load_catalog(path: Path | str = HARDWARE_CSV) -> dict[str, GPU]:
         if gpu.id in catalog:
             raise HardwareError(f"{path.name}: row {rownum}, column 'id': duplicate id {gpu.id!r}")
         catalog[gpu.id] = gpu
+        rows_of[gpu.id] = rownum
     if not catalog:
         raise HardwareError(f"{path}: no rows")
+    for gpu in catalog.values():
+        base = catalog.get(gpu.variant_of) if gpu.variant_of else None
+        if gpu.variant_of and (base is None or base.variant_of or base.family != gpu.family):
+            raise HardwareError(f"{path.name}: row {rows_of[gpu.id]}, column 'variant_of': {gpu.variant_of!r} must be "
+                                f"a catalog GPU of family {gpu.family!r} that is not itself a variant")
     return catalog
 
 

@@ -372,10 +372,25 @@ def power_per_flop(family: str) -> float:
     linear in clock (P = C V^2 f), so the sustained fraction of peak scales with power per peak
     FLOP (ASSUMPTION: linear DVFS regime; the ratio is only applied within one silicon generation).
     """
-    gpus = [g for g in hardware.catalog().values() if g.family == family and g.peak_flops("bf16")]
+    gpus = [g for g in hardware.catalog().values() if g.family == family and not g.variant_of and g.peak_flops("bf16")]
     if not gpus:
         raise ValueError(f"power_per_flop: no GPU of family {family!r} in the catalog")
     return float(np.mean([g.tdp_w / (g.peak_flops("bf16") / 1e12) for g in gpus]))
+
+
+def power_scale(gpu) -> float:
+    """Sustained tensor-core clock of a power-limited variant (``hardware.GPU.variant_of``) relative to
+    its base part: min(1, rated power / the base part's rated power); 1 for a part of its own.
+
+    Under heavy GEMM load a Hopper or Blackwell GPU runs at its power limit, and at the voltage floor
+    dynamic power is linear in clock (P = C V^2 f): the sustained clock scales with the power limit
+    (the rule :func:`power_per_flop` applies between Blackwell and Blackwell Ultra). Meta's 500 W
+    H100 SXM (``h100_sxm_96gb_500w``) sustains 500 / 700 of the stock part's clock. ASSUMPTION: linear
+    DVFS (an upper bound on the loss where the voltage can still fall with the clock)."""
+    g = _gpu(gpu)
+    if not g.variant_of:
+        return 1.0
+    return min(1.0, g.tdp_w / hardware.get(g.variant_of).tdp_w)
 
 
 def _gpu(gpu) -> hardware.GPU:
@@ -403,6 +418,7 @@ class _GPUTerms:
     n_ref_fmt: Any
     n_ref_16: Any
     hbm_bw: Any
+    clock: Any = 1.0
 
     @classmethod
     def one(cls, gpu, precision: str) -> "_GPUTerms":
@@ -410,7 +426,8 @@ class _GPUTerms:
         half = compute_precision(g, precision)
         return cls(peak_fmt=g.peak_flops(precision), peak_16=g.peak_flops(half), topo=_topology(g),
                    sfu_ratio=SFU_RATIO[g.family], fam_idx=FAMILIES.index(g.family),
-                   n_ref_fmt=gemm_reference_size(g, precision), n_ref_16=gemm_reference_size(g, half), hbm_bw=g.hbm_bw)
+                   n_ref_fmt=gemm_reference_size(g, precision), n_ref_16=gemm_reference_size(g, half), hbm_bw=g.hbm_bw,
+                   clock=power_scale(g))
 
 
 #: Topology fields :func:`_gpu_terms` gathers per layout.
@@ -477,7 +494,7 @@ class StepInputs:
     bubble: (pp - 1) / (vp m); tokens_per_step: gbs x seq_len; model_flops_per_token (MFU
     numerator); hw_flops_per_gpu (executed per step by the mean stage: HFU, whatever stage is slowest); peak_fmt / peak_16: dense FLOP/s of the
     recipe format and of 16 bits; hbm_bw: B/s; fmt_idx / fam_idx: index into ``FORMAT_CLASSES``
-    / ``FAMILIES``; ep_overlap: base share of the MoE all-to-all the schedule can hide
+    / ``FAMILIES``; clock_scale: the GPU's sustained clock relative to its family's (:func:`power_scale`); ep_overlap: base share of the MoE all-to-all the schedule can hide
     (``comm.SCHEDULE_EP_OVERLAP``); tp_overlap: base share of the TP collectives the software
     stack can hide (``comm.STACK_TP_OVERLAP``); attn_unfused: 1 where the attention is unfused
     (:data:`ATTN_KERNELS`: its batched GEMMs at the 16-bit rate, the score traffic in bytes_scores, no
@@ -512,6 +529,7 @@ class StepInputs:
     hbm_bw: np.ndarray
     fmt_idx: np.ndarray
     fam_idx: np.ndarray
+    clock_scale: np.ndarray
     ep_overlap: np.ndarray
     tp_overlap: np.ndarray
     attn_unfused: np.ndarray
@@ -1141,6 +1159,7 @@ def prepare(model: Model, layouts, precision: str, gpu, topo: Topology | None = 
                       hw_flops_per_gpu=take(tok_gpu * mean_tok) * full, peak_fmt=peak_fmt * full,
                       peak_16=peak_16 * full, hbm_bw=g.hbm_bw * full,
                       fmt_idx=np.full(n, FORMAT_CLASSES.index(fmt)), fam_idx=g.fam_idx + np.zeros(n, np.int64),
+                      clock_scale=g.clock * full,
                       ep_overlap=comm.schedule_ep_overlap(schedule) * full, tp_overlap=tp_overlap * full,
                       attn_unfused=float(unfused) * full, bytes_scores=take(b_scores) * full, comm=step)
 
@@ -1208,9 +1227,9 @@ def evaluate(inp: StepInputs, eff: Efficiency | None = None, overlap: Overlap | 
     """
     eff = default_efficiency() if eff is None else eff
     ceil = np.array([eff.gemm_ceiling[k] for k in FORMAT_CLASSES])
-    fam = np.array([eff.family_factor[k] for k in FAMILIES])[inp.fam_idx]
+    fam = np.array([eff.family_factor[k] for k in FAMILIES])[inp.fam_idx] * inp.clock_scale
     # the 4-bit ceiling is absolute (no Hopper basis: FP4 tensor cores start with Blackwell)
-    r_fmt = inp.peak_fmt * ceil[inp.fmt_idx] * np.where(inp.fmt_idx == FP4_CLASS, 1.0, fam)
+    r_fmt = inp.peak_fmt * ceil[inp.fmt_idx] * np.where(inp.fmt_idx == FP4_CLASS, inp.clock_scale, fam)
     r_16 = inp.peak_16 * ceil[0] * fam
     inv_lin = inp.lowp_share / r_fmt + (1.0 - inp.lowp_share) / r_16  # seconds per FLOP
     k_f, k_16 = eff.gemm_roofline * inp.n_ref_fmt, eff.gemm_roofline * inp.n_ref_16
@@ -1265,7 +1284,7 @@ def attention_efficiency(gpu, d_qk: float, d_v: float | None = None, eff: Effici
     g = _gpu(gpu)
     eff = default_efficiency() if eff is None else eff
     d_v = d_qk if d_v is None else d_v
-    fam = eff.family_factor[g.family]
+    fam = eff.family_factor[g.family] * power_scale(g)
     r = eff.gemm_ceiling["16bit"] * fam  # fraction of peak of the tensor-core part
     x = fam / SFU_RATIO[g.family]        # exp per peak FLOP
     f_fwd, f_bwd = 2.0 * (d_qk + d_v), 6.0 * d_qk + 4.0 * d_v

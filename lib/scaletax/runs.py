@@ -158,6 +158,9 @@ RUNS_CSV = DATA_DIR / "published_runs.csv"
 #: Published training runs outside the calibration table (runs-table schema, with their
 #: measurement), never calibrated on: predicted out of sample by ``validate.heldout_predictions``.
 HELDOUT_CSV = DATA_DIR / "heldout_runs.csv"
+#: 72 more published runs (runs-table schema; ``data/sources/validation_runs.py`` builds it from the
+#: source table and says where every filled column comes from): the validation table.
+VALIDATION_CSV = DATA_DIR / "published_runs_validation.csv"
 #: How a runs-table row becomes a step-time input (stated once, applied to every row; the column
 #: defaults of :data:`COLUMN_DEFAULTS` plus the MoE modelling choices):
 ROW_CONVENTIONS: dict[str, str] = {
@@ -1103,13 +1106,25 @@ def row_generation(row: dict[str, Any]) -> str:
     return hardware.get(str(row["hardware"]).strip()).family
 
 
+#: Where a row's measurement was published (:func:`row_source`): (text in its ``source_url`` or
+#: ``run_id``, source), the first match wins. The leave-one-source-out folds hold each out whole.
+SOURCE_PATTERNS: tuple[tuple[str, str], ...] = (
+    ("mlcommons", "MLPerf"), ("mlperf", "MLPerf"), ("Megatron-MoE-ModelZoo", "Megatron MoE model zoo"),
+    ("Megatron-Bridge", "Megatron-Bridge"), ("mbridge", "Megatron-Bridge"), ("Automodel", "NeMo AutoModel"),
+    ("NVIDIA/NeMo/", "NeMo"), ("torchtitan", "TorchTitan"), ("llm-foundry", "llm-foundry"), ("FlagPerf", "FlagPerf"),
+    ("2407.21783", "Llama 3 paper"), ("2412.19437", "DeepSeek-V3 report"),
+)
+
+
 def row_source(row: dict[str, Any]) -> str:
-    """Kind of source of a row: MLPerf Training, Megatron-Bridge tables, or papers."""
-    rid, url = str(row.get("run_id", "")), str(row.get("source_url", ""))
-    if rid.startswith("mlperf") or "mlcommons" in url:
-        return "MLPerf"
-    if rid.startswith("mbridge") or "Megatron-Bridge" in url:
-        return "Megatron-Bridge"
+    """Where a row's measurement was published (:data:`SOURCE_PATTERNS` on ``source_url``, then on
+    ``run_id``): MLPerf Training, the Megatron-Bridge tables, TorchTitan, ...; the Megatron papers
+    (Narayanan 2021, Korthikanti 2022) and any other row: "papers"."""
+    url, rid = str(row.get("source_url", "")), str(row.get("run_id", ""))
+    for text in (url, rid):
+        for pat, src in SOURCE_PATTERNS:
+            if pat in text:
+                return src
     return "papers"
 
 

@@ -25,7 +25,9 @@ Public API
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -36,7 +38,7 @@ from scaletax import hardware, perf, runs
 from scaletax.calibrate import load_rows, prepare_rows
 from scaletax.layout import label
 from scaletax.runs import (FAMILY_PATTERNS, HELDOUT_CSV, REGIME_CRITERIA, REGIMES, ROW_CONVENTIONS, RUNS_CSV,
-                           measured_tokens_per_s,
+                           VALIDATION_CSV, measured_tokens_per_s,
                            row_family, row_generation, row_regime, row_source)
 
 RowSetup = runs.RowPlan
@@ -285,13 +287,108 @@ def regime_record(regime: str) -> dict[str, Any]:
     raise ValueError(f"regime_record: unknown regime {regime!r}; known: {', '.join(REGIMES)}")
 
 
+# =========================================================================================
+# Every published run in data/: one answer to "how good is the model"
+# =========================================================================================
+#: The tables of published runs in data/ (runs-table schema, every row with a measurement), in the
+#: order the validation chapter reports them: the calibration table, the held-out production runs and
+#: the validation table (72 runs of other sources, stacks and regimes).
+RUN_TABLES: dict[str, Path] = {"calibration": RUNS_CSV, "held-out": HELDOUT_CSV, "validation": VALIDATION_CSV}
+
+
+def published_runs(tables: dict[str, Path] | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every row of ``tables`` (default :data:`RUN_TABLES`), read and validated (``runs.read_runs``),
+    and the name of the table each came from."""
+    rows, names = [], []
+    for name, path in (RUN_TABLES if tables is None else tables).items():
+        got = runs.read_runs(path)
+        rows += got
+        names += [name] * len(got)
+    return rows, names
+
+
+@dataclass(frozen=True)
+class RunAccuracy:
+    """Predicted against measured for every published run: ``rows`` (one dict per run: ``table``,
+    ``run_id``, ``regime``, ``source``, ``measured``, in-sample ``predicted`` with its band ``low`` /
+    ``high``, ``error`` = predicted / measured - 1 and ``in_band``; out of sample ``oos_predicted`` /
+    ``oos_error``, the run predicted by a calibration that saw no run of its source; ``duplicate``:
+    the run is another table's run again (``same_run_as``), left out of pooled figures)."""
+
+    rows: tuple[dict[str, Any], ...]
+    train_tables: tuple[str, ...]
+
+    def select(self, table: str | None = None, regime: str | None = None) -> list[dict[str, Any]]:
+        """The rows of ``table`` (None: every table, each run once) and ``regime`` (None: all)."""
+        return [r for r in self.rows if (r["table"] == table if table else not r["duplicate"])
+                and (regime is None or r["regime"] == regime)]
+
+    def summary(self, table: str | None = None, regime: str | None = None) -> dict[str, Any]:
+        """In-sample and out-of-sample figures of :meth:`select`: ``runs``, ``median``, ``within_25``,
+        ``signed_median`` (in sample, the calibrated parameters), ``in_band`` (share inside the band),
+        ``oos_median``, ``oos_within_25``, ``oos_signed_median`` (leave one source out); None without a run."""
+        sel = self.select(table, regime)
+        ins = [r["error"] for r in sel]
+        oos = [r["oos_error"] for r in sel]
+        med, within, _ = cal.abs_error_stats(ins)
+        omed, owithin, _ = cal.abs_error_stats(oos)
+        return {"runs": len(sel), "median": med, "within_25": within,
+                "signed_median": float(np.median(ins)) if ins else None,
+                "in_band": float(np.mean([r["in_band"] for r in sel])) if sel else None,
+                "oos_median": omed, "oos_within_25": owithin,
+                "oos_signed_median": float(np.median(oos)) if oos else None}
+
+    def by_regime(self, table: str | None = None) -> list[dict[str, Any]]:
+        """:meth:`summary` per regime of :data:`runs.REGIMES` (every regime, in order), with its name."""
+        return [{"regime": reg, **self.summary(table, reg)} for reg in REGIMES]
+
+
+def run_accuracy(prepared: tuple[perf.StepInputs, list[RowSetup]] | None = None, tables: Sequence[str] | None = None,
+                 band: perf.EfficiencyBand | None = None, train_tables: Sequence[str] = ("calibration",),
+                 fits: dict | None = None) -> RunAccuracy:
+    """Every published run (:func:`published_runs`) predicted in sample, with ``band`` (default the
+    calibrated one, ``data/efficiency.yaml``), and out of sample: each run by a calibration fitted on the
+    runs of ``train_tables`` minus every run of its source (``runs.row_source``, the leave-one-source-out
+    folds of ``calibrate.fold_predictions``; a fold keeps its parameters' priors where it has no run that
+    identifies them). ``prepared``: (inputs, plans) of the rows of :func:`published_runs` in that order
+    (with ``tables``, the names of their tables), made once and passed in by callers that evaluate more
+    than once (the chapter, the tests, a model change being tried)."""
+    if prepared is None:
+        rows, names = published_runs()
+        prepared = prepare_rows(rows)
+    else:
+        names = list(tables) if tables is not None else published_runs()[1]
+    inp, plans = prepared
+    if len(names) != len(plans):
+        raise ValueError(f"run_accuracy: {len(names)} table names for {len(plans)} rows")
+    unknown = set(train_tables) - set(RUN_TABLES)
+    if unknown:
+        raise ValueError(f"train_tables: unknown table(s) {sorted(unknown)}; known: {', '.join(RUN_TABLES)}")
+    pred = perf.evaluate_band(inp, band)
+    train = [i for i, n in enumerate(names) if n in train_tables]
+    oos, _ = cal.fold_predictions(inp, plans, row_source, fits, train=train)
+    ids = {p.row.get("run_id") for p in plans}
+    out = []
+    for i, (name, p) in enumerate(zip(names, plans)):
+        if p.measured is None:
+            continue
+        v, lo, hi = (float(x.tokens_per_s_per_gpu[i]) for x in (pred.value, pred.low, pred.high))
+        same = str(p.row.get("same_run_as") or "").strip()
+        out.append({"table": name, "run_id": p.row.get("run_id", ""), "regime": row_regime(p.row),
+                    "source": row_source(p.row), "hardware": p.row["hardware"], "measured": p.measured,
+                    "predicted": v, "low": lo, "high": hi, "error": v / p.measured - 1.0,
+                    "in_band": bool(lo <= p.measured <= hi), "oos_predicted": float(oos[i]),
+                    "oos_error": float(oos[i]) / p.measured - 1.0, "duplicate": bool(same and same in ids)})
+    return RunAccuracy(rows=tuple(out), train_tables=tuple(train_tables))
+
+
 def goals_met(summary: dict[str, Any], goals: dict[str, float] | None = None) -> bool:
     """Whether a :func:`holdout_summary` meets :data:`CV_GOALS` (median |error| and share within 25%)."""
     g = CV_GOALS if goals is None else goals
     return bool(summary["median_abs_error"] <= g["median_abs_error"] and summary["within_25"] >= g["within_25"])
 
 
-__all__ = ["CV_GOALS", "FAMILY_PATTERNS", "HELDOUT_CSV", "HOLDOUT_TARGETS", "REGIMES", "REGIME_CRITERIA",
+__all__ = ["RUN_TABLES", "RunAccuracy", "VALIDATION_CSV", "published_runs", "run_accuracy", "CV_GOALS", "FAMILY_PATTERNS", "HELDOUT_CSV", "HOLDOUT_TARGETS", "REGIMES", "REGIME_CRITERIA",
            "ROW_CONVENTIONS", "RUNS_CSV", "RowSetup", "SCHEMES", "TARGETS", "band_coverage",
            "cross_validation", "error_summary", "goals_met", "heldout_errors", "heldout_predictions",
            "holdout", "holdout_summary", "load_rows", "measured_tokens_per_s", "prepare_rows",
