@@ -1094,11 +1094,31 @@ def prepare(model: Model, layouts, precision: str, gpu, topo: Topology | None = 
     attn_fwd_fpe = 2.0 * (dqk_a + dv_a)
     attn_bwd_fpe = 4.0 * (dqk_a + dv_a) if unfused else 6.0 * dqk_a + 4.0 * dv_a
     attn_layer = elems_layer * (n_fwd * attn_fwd_fpe + attn_bwd_fpe)  # FLOPs per token and layer
-    # the slowest pipeline stage: the output layer's work in layers' worth decides (16-bit GEMM
-    # against a mean layer's linear FLOPs at the recipe's peak and its attention core at 16 bits)
-    n_mlp = model.n_dense_layers * lf["dense_mlp"] + model.n_moe_layers * (lf["moe_shared"] + lf["moe_routed"])
-    layer_lin = 3.0 * (lf["attn"] + n_mlp / model.layers)
-    head_layers = 6.0 * model.hidden * vpad / (layer_lin * (peak_16 / peak_fmt) + attn_layer)
+    # --- GEMM shapes: FLOP-weighted mean of 1/n ------------------------------------------------
+    g_attn, g_dense, g_shared, g_routed = _gemms(model, M, tp, ep, etp)
+    (wa, na), (wd, nd), (ws, ns), (wr, nr) = (_wsum(x) for x in (g_attn, g_dense, g_shared, g_routed))
+    # grouped expert GEMMs run on whole row tiles: tokens per local expert m padded by half a tile;
+    # the EP rank with the most routed copies sets the layer's time (comm.moe_rank_imbalance)
+    exp_scale = 1.0
+    if model.is_moe:
+        m_exp = M * model.moe_top_k * ep * etp / (tp * model.moe_experts)
+        imb = comm.moe_rank_imbalance(model.moe_experts, model.moe_top_k, ep, ep * etp * M / tp)
+        exp_scale = (1.0 + 0.5 * GROUPED_TILE_M / np.maximum(m_exp, 1.0)) * imb
+    # the slowest pipeline stage: the output layer's time in layers' worth decides. A mean layer's and the
+    # output layer's GEMMs at their peaks with the measured shape penalty (1 + k n_ref / n, the
+    # ``gemm_roofline`` k of data/measured/gemm_h200.csv) and the grouped-GEMM padding and imbalance,
+    # the attention core at 16 bits: tiny per-expert GEMMs make a layer cost more than its FLOPs say
+    # (a FLOP count alone put 2 Kimi K2 layers under the 163k-vocabulary head and the head-only last
+    # stage as the slowest, so the search costed PP 32 by the head alone)
+    k_roof = default_efficiency().gemm_roofline
+    frac_d, frac_m = model.n_dense_layers / model.layers, model.n_moe_layers / model.layers
+    w_layer = wa + frac_d * wd + frac_m * ws
+    s_layer = na + frac_d * nd + frac_m * ns
+    t_layer = 3.0 * ((w_layer + k_roof * g.n_ref_fmt * s_layer)
+                     + frac_m * (wr + k_roof * g.n_ref_fmt * nr) * exp_scale) / peak_fmt + attn_layer / peak_16
+    w_head = 2.0 * model.hidden * vpad
+    t_head = 3.0 * w_head * (1.0 + k_roof * g.n_ref_16 / _hm(M, model.hidden, vpad / tp)) / peak_16
+    head_layers = t_head / t_layer
     n_split, head_share = pipeline_split(model, pp, pp_split, head_layers, vp)
     layers_stage, dense_stage, moe_stage = _stage_layers(model, pp, n_split)
     # --- FLOPs per token of the stage (forward x 3, plus the recomputed forward) -------------
@@ -1116,9 +1136,6 @@ def prepare(model: Model, layouts, precision: str, gpu, topo: Topology | None = 
     # executed FLOPs per token of the mean stage (1/pp of every layer and of the head): HFU's numerator
     lin_m, exp_m = lin_exp(model.layers / pp, model.n_dense_layers / pp, model.n_moe_layers / pp)
     mean_tok = lin_m + exp_m + model.layers / pp * attn_layer + head_full / pp
-    # --- GEMM shapes: FLOP-weighted mean of 1/n ------------------------------------------------
-    g_attn, g_dense, g_shared, g_routed = _gemms(model, M, tp, ep, etp)
-    (wa, na), (wd, nd), (ws, ns), (wr, nr) = (_wsum(x) for x in (g_attn, g_dense, g_shared, g_routed))
     w_lin = layers_stage * wa + dense_stage * wd + moe_stage * ws
     s_lin = (layers_stage * na + dense_stage * nd + moe_stage * ns) / np.maximum(w_lin, 1.0)
     s_exp = np.broadcast_to(take(nr / wr if wr else 0.0), (n,)).astype(f64)
@@ -1139,12 +1156,7 @@ def prepare(model: Model, layouts, precision: str, gpu, topo: Topology | None = 
             step = _mix_steps(_step_traffic(model, la.replace(recompute=np.where(partial, 1, rc)), topo, wire),
                               step, np.where(partial, xf, 1.0))
     step = _dedup_ep(step, model, topo, ep_dispatch)
-    # grouped expert GEMMs run on whole row tiles: tokens per local expert m padded by half a tile;
-    # the EP rank with the most routed copies sets the layer's time (comm.moe_rank_imbalance)
-    if model.is_moe:
-        m_exp = M * model.moe_top_k * ep * etp / (tp * model.moe_experts)
-        imb = comm.moe_rank_imbalance(model.moe_experts, model.moe_top_k, ep, ep * etp * M / tp)
-        exp_tok = exp_tok * (1.0 + 0.5 * GROUPED_TILE_M / np.maximum(m_exp, 1.0)) * imb
+    exp_tok = exp_tok * exp_scale
     flops = {k: tok_gpu * v for k, v in (("lin", lin_tok), ("exp", exp_tok), ("attn", attn_tok), ("head", head_tok))}
     full = np.ones(n)
     return StepInputs(flops_lin=take(flops["lin"]), flops_exp=take(flops["exp"]) * full, flops_attn=take(flops["attn"]),
