@@ -24,7 +24,7 @@ from __future__ import annotations
 import csv
 import io
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -37,9 +37,17 @@ from scaletax.runs import ROW_CONVENTIONS, RowPlan
 GEMM_CSV = DATA_DIR / "measured" / "gemm_h200.csv"
 
 
-def load_rows(path: Path | str = runs.RUNS_CSV) -> list[dict[str, Any]]:
-    """The calibration table (``data/published_runs.csv``), validated by ``runs.read_runs``."""
-    return runs.read_runs(path)
+#: The tables calibrate fits on: the calibration table and the validation table (72 runs of other
+#: sources, stacks and regimes). The held-out production runs (``runs.HELDOUT_CSV``) are never fitted,
+#: nor a validation row that measures one of them again (its ``same_run_as``).
+FIT_TABLES: tuple[Path, ...] = (runs.RUNS_CSV, runs.VALIDATION_CSV)
+
+
+def load_rows(path: Path | str | Sequence[Path | str] = FIT_TABLES) -> list[dict[str, Any]]:
+    """The rows calibrate fits (default :data:`FIT_TABLES`, in order), each validated by
+    ``runs.read_runs``; rows naming a ``same_run_as`` (a held-out run measured again) are left out."""
+    paths = [path] if isinstance(path, (str, Path)) else list(path)
+    return [r for p in paths for r in runs.read_runs(p) if not str(r.get("same_run_as") or "").strip()]
 
 
 def prepare_rows(rows: Iterable[dict[str, Any]]) -> tuple[perf.StepInputs, list[RowPlan]]:
@@ -110,14 +118,15 @@ def _fit_gemm(text: str, path: str, min_m: int, g: hardware.GPU) -> dict[str, fl
 # Calibration on the runs table
 # =========================================================================================
 #: Parameters fitted to the runs table (the others come from the GEMM measurements or are stated).
-FIT_PARAMS: tuple[str, ...] = ("gemm_ceiling_8bit", "family_factor_ampere",
-                               "family_factor_blackwell", "memory_overhead", "overlap_scale")
+FIT_PARAMS: tuple[str, ...] = ("gemm_ceiling_8bit", "gemm_ceiling_4bit", "family_factor_ampere",
+                               "family_factor_blackwell", "memory_overhead", "overlap_scale", "moe_overhead")
 #: Search bounds of the fit (physical limits, not ranges of the result).
 FIT_BOUNDS: dict[str, tuple[float, float]] = {
     "gemm_ceiling_16bit": (0.3, 1.0), "gemm_ceiling_8bit": (0.3, 1.0), "gemm_ceiling_4bit": (0.15, 1.0),
     "family_factor_ampere": (0.5, 1.3), "family_factor_blackwell": (0.5, 1.3),
     "family_factor_blackwell_ultra": (0.5, 1.3), "family_factor_rubin": (0.5, 1.3),
     "family_factor_hopper": (1.0, 1.0), "gemm_roofline": (0.0, 3.0), "memory_overhead": (0.5, 8.0),
+    "moe_overhead": (0.5, 30.0),
     "overlap_scale": (0.0, 2.0),
 }
 
@@ -171,12 +180,16 @@ DERIVED_FAMILIES: dict[str, str] = {"blackwell_ultra": "blackwell"}
 #: 8-bit ceiling times the Blackwell factor (the same fraction as the previous format).
 #: The 4-bit ceiling is that in every fit (:func:`_tie`): not a parameter of its own.
 PRIORS: dict[str, Any] = {
+    "moe_overhead": lambda p: p["memory_overhead"],
+    "gemm_ceiling_4bit": lambda p: min(1.0, p["gemm_ceiling_8bit"] * p["family_factor_blackwell"]),
     "family_factor_ampere": lambda p: 1.0,
     "family_factor_blackwell": lambda p: 1.0,
     "gemm_ceiling_8bit": lambda p: fit_gemm_measurements()["ceiling_fp8"],
 }
 #: Which rows identify a parameter (a cross-validation fold without such a row uses the prior).
 IDENTIFIED_BY: dict[str, Any] = {
+    "moe_overhead": lambda su: su.model.is_moe,
+    "gemm_ceiling_4bit": lambda su: perf.format_class(str(su.row["precision"]).lower()) == "4bit",
     "family_factor_ampere": lambda su: hardware.get(su.row["hardware"]).family == "ampere",
     "family_factor_blackwell": lambda su: hardware.get(su.row["hardware"]).family == "blackwell",
     # Hopper is the basis (factor 1): only Hopper 8-bit rows separate the 8-bit ceiling from a factor
@@ -192,16 +205,14 @@ def measured_base() -> dict[str, float]:
     base = {f"gemm_ceiling_{k}": v for k, v in (("16bit", m["ceiling_bf16"]), ("8bit", m["ceiling_fp8"]),
                                                  ("4bit", 0.6))}
     base.update({f"family_factor_{f}": 1.0 for f in perf.FAMILIES})
-    base.update(gemm_roofline=m["gemm_roofline"], memory_overhead=2.0, overlap_scale=1.0)
+    base.update(gemm_roofline=m["gemm_roofline"], memory_overhead=2.0, overlap_scale=1.0, moe_overhead=2.0)
     return base
 
 
 def _tie(p: dict[str, float], ratios: dict[str, float] | None = None) -> dict[str, float]:
-    """Tied and derived family factors from Blackwell's (:data:`TIED_FAMILIES`) and the 4-bit
-    ceiling, the 8-bit ceiling times the Blackwell factor (FP4 tensor cores start with Blackwell:
-    the same fraction of the dense peak as the 8-bit format there; one NVFP4 row cannot both fit a
-    parameter of its own and test it); ``ratios``: :func:`tie_ratios`, computed once per fit (it
-    reads the catalog) and passed in."""
+    """Tied and derived family factors from Blackwell's (:data:`TIED_FAMILIES`), every ceiling x
+    factor kept at or below 1; ``ratios``: :func:`tie_ratios`, computed once per fit (it reads the
+    catalog) and passed in."""
     ratios = tie_ratios() if ratios is None else ratios
     q = dict(p)
     cap = (1.0 - 1e-9) / max(q["gemm_ceiling_16bit"], q["gemm_ceiling_8bit"])  # no ceiling x factor above 1
@@ -209,7 +220,6 @@ def _tie(p: dict[str, float], ratios: dict[str, float] | None = None) -> dict[st
         q[f"family_factor_{f}"] = min(q[f"family_factor_{f}"], cap)
     for f in TIED_FAMILIES:
         q[f"family_factor_{f}"] = min(q["family_factor_blackwell"] * ratios[f], cap)
-    q["gemm_ceiling_4bit"] = min(1.0, q["gemm_ceiling_8bit"] * q["family_factor_blackwell"])
     return q
 
 
@@ -376,21 +386,59 @@ def fold_predictions(inp: perf.StepInputs, plans: Sequence[RowPlan], key_of=None
     return pred, prior
 
 
-#: The planning band: this quantile of |log(predicted / measured)| over the rows predicted
-#: without their model family (a model not in the table is the common planning case).
+#: The planning band: this quantile of |log(predicted / measured)| over the runs predicted without
+#: their source (leave one source out: a planner's run comes from a stack and cluster no fit has seen).
 BAND_QUANTILE = 0.8
+#: A regime with fewer fitted runs than this takes the pooled half-width, widened to its largest error.
+BAND_MIN_RUNS = 8
 
 
-def out_of_sample_spread(prepared=None) -> dict[str, float]:
-    """Relative half-width w of the out-of-sample band (``BAND_QUANTILE`` of the leave-one-model-
-    family-out log errors, as ``expm1``) and the share of those rows inside value x [1/(1+w), 1+w]."""
+def source_predictions(prepared=None, fits: dict | None = None) -> np.ndarray:
+    """Tokens/s per GPU of every fitted run predicted by a calibration without its source
+    (``runs.row_source``; :func:`fold_predictions`): the residuals the bands are made of."""
     inp, plans = prepare_rows(load_rows()) if prepared is None else prepared
-    pred, _ = fold_predictions(inp, plans, runs.row_family)
+    return fold_predictions(inp, plans, runs.row_source, fits)[0]
+
+
+def band_widths(log_err: np.ndarray, regimes: Sequence[str]) -> tuple[float, dict[str, float]]:
+    """(pooled, {regime: half-width w}) from |log(predicted / measured)| of out-of-sample runs:
+    w = expm1 of the :data:`BAND_QUANTILE` quantile, per regime where it has :data:`BAND_MIN_RUNS`
+    runs or more, else the pooled w widened to the regime's largest error (a regime of few runs
+    cannot show its quantile; it is not narrowed below what it shows)."""
+    a = np.abs(np.asarray(log_err, dtype=np.float64))
+    regs = np.asarray(list(regimes))
+    pooled = float(np.expm1(np.quantile(a, BAND_QUANTILE))) if a.size else 0.0
+    out = {}
+    for reg in runs.REGIMES:
+        x = a[regs == reg]
+        if x.size >= BAND_MIN_RUNS:
+            out[reg] = float(np.expm1(np.quantile(x, BAND_QUANTILE)))
+        else:
+            out[reg] = max(pooled, float(np.expm1(x.max()))) if x.size else pooled
+    return pooled, out
+
+
+def out_of_sample_spread(prepared=None, pred: np.ndarray | None = None) -> dict[str, Any]:
+    """The bands: :func:`band_widths` of the leave-one-source-out errors of the fitted runs
+    (``relative_half_width`` pooled, ``regimes`` per regime), ``rows``, and ``coverage``: the share of
+    those runs inside a band derived without their source (nested: each source's runs against the
+    half-widths of the other sources' residuals), so the coverage is out of sample too."""
+    inp, plans = prepare_rows(load_rows()) if prepared is None else prepared
+    pred = source_predictions((inp, plans)) if pred is None else pred
     meas = np.array([p.measured if p.measured else np.nan for p in plans])
     ok = np.isfinite(pred) & np.isfinite(meas)
-    err = np.abs(np.log(pred[ok] / meas[ok]))
-    w = float(np.expm1(np.quantile(err, BAND_QUANTILE)))
-    return {"relative_half_width": w, "coverage": float(np.mean(err <= math.log1p(w) + 1e-12)), "rows": int(ok.sum())}
+    err = np.log(pred[ok] / meas[ok])
+    regs = [runs.row_regime(p.row) for p, k in zip(plans, ok) if k]
+    srcs = np.array([runs.row_source(p.row) for p, k in zip(plans, ok) if k])
+    pooled, per = band_widths(err, regs)
+    inside = np.zeros(err.size, dtype=bool)
+    for src in dict.fromkeys(srcs):
+        rest = srcs != src
+        _, w = band_widths(err[rest], [r for r, k in zip(regs, rest) if k])
+        for i in np.flatnonzero(~rest):
+            inside[i] = abs(err[i]) <= math.log1p(w[regs[i]]) + 1e-12
+    return {"relative_half_width": pooled, "regimes": per, "coverage": float(np.mean(inside)),
+            "rows": int(ok.sum())}
 
 
 def abs_error_stats(errors: Sequence[float]) -> tuple[float | None, float | None, float | None]:
@@ -423,24 +471,28 @@ def heldout_errors(path: Path | str = runs.HELDOUT_CSV, band: perf.EfficiencyBan
 
 
 def regime_spread(prepared=None, band: perf.EfficiencyBand | None = None,
-                  heldout: Path | str = runs.HELDOUT_CSV) -> dict[str, dict[str, Any]]:
+                  heldout: Path | str = runs.HELDOUT_CSV, pred: np.ndarray | None = None,
+                  fits: dict | None = None) -> dict[str, dict[str, Any]]:
     """Out-of-sample accuracy per regime of ``runs.REGIMES`` (``runs.row_regime``), in order:
-    ``rows`` (calibration rows with a measurement, each predicted by a calibration without its
-    whole regime: :func:`fold_predictions`), ``heldout_rows`` (rows of ``heldout``, predicted with
-    ``band``'s central value), and over both ``oos_rows``, ``oos_median`` (median |error|) and
-    ``oos_within_25`` (None without a row). What ``data/efficiency.yaml`` states per regime and
+    ``rows`` (fitted runs, each predicted by a calibration without its source: :func:`source_predictions`,
+    ``pred`` when given), ``heldout_rows`` (rows of ``heldout``, never fitted, predicted with ``band``'s
+    central value), and over both ``oos_rows``, ``oos_median`` (median |error|) and ``oos_within_25``;
+    ``lro_median``: the fitted runs predicted by a calibration without their whole regime (leave one
+    regime out); None without a row. What ``data/efficiency.yaml`` states per regime and
     ``validate.regime_summary`` recomputes for the validation chapter."""
     inp, plans = prepare_rows(load_rows()) if prepared is None else prepared
-    pred, _ = fold_predictions(inp, plans, runs.row_regime)
+    pred = source_predictions((inp, plans), fits) if pred is None else pred
+    lro, _ = fold_predictions(inp, plans, runs.row_regime, fits)
     held = heldout_errors(heldout, band)
     out = {}
     for reg in runs.REGIMES:
-        cal = [float(pred[i]) / p.measured - 1.0 for i, p in enumerate(plans)
-               if p.measured is not None and runs.row_regime(p.row) == reg]
+        mine = [i for i, p in enumerate(plans) if p.measured is not None and runs.row_regime(p.row) == reg]
+        cal = [float(pred[i]) / plans[i].measured - 1.0 for i in mine]
         ho = [h["error"] for h in held if h["regime"] == reg]
         med, within, _ = abs_error_stats(cal + ho)
+        lmed, _, _ = abs_error_stats([float(lro[i]) / plans[i].measured - 1.0 for i in mine])
         out[reg] = {"rows": len(cal), "heldout_rows": len(ho), "oos_rows": len(cal) + len(ho),
-                    "oos_median": med, "oos_within_25": within}
+                    "oos_median": med, "oos_within_25": within, "lro_median": lmed}
     return out
 
 
@@ -504,9 +556,6 @@ def efficiency_ranges(prepared=None) -> dict[str, Any]:
                                                  math.floor(1e4 / math.ceil(1e4 * max(out["gemm_ceiling_8bit"]["high"],
                                                                                       out["gemm_ceiling_16bit"]["high"])) * 1e4) / 1e4),
                                      "kind": "derived" if f in DERIVED_FAMILIES else "tied"}
-    c8, fb = out["gemm_ceiling_8bit"], out["family_factor_blackwell"]
-    out["gemm_ceiling_4bit"] = {"value": full.params["gemm_ceiling_4bit"], "low": c8["low"] * fb["low"],
-                                "high": min(1.0, c8["high"] * fb["high"]), "kind": "tied"}
     out["_gemm_measurement"] = gm[1024]
     out["_full"] = full
     out["_sigma"] = math.sqrt(s2)
@@ -536,10 +585,10 @@ _SOURCES = {
                          "need more: an open question discussed in the validation chapter. Fitted below {fp8_top:.3f}, "
                          "the measured 16-bit ceiling x {fp8_ratio:.3f}, the largest FP8 / BF16 ratio of "
                          "fractions of peak over the measured shapes (calibrate.fit_bounds).",
-    "gemm_ceiling_4bit": "TIED: the 8-bit ceiling x the Blackwell family factor, the same fraction of the dense "
-                         "peak as the 8-bit format on Blackwell (absolute: FP4 tensor cores start with Blackwell; "
-                         "range: both at their low / high ends). Not fitted: the one NVFP4 row "
-                         "(mbridge26.04.01-Llama3.1-DGX-GB200-256-NVFP4) tests it instead.",
+    "gemm_ceiling_4bit": "CALIBRATED on the NVFP4 rows (Llama 3 and 3.1 on GB200, GB300 and B200; only dense runs "
+                         "constrain it): fraction of the dense FP4 peak (absolute: FP4 tensor cores start with "
+                         "Blackwell, so no Hopper basis). A fold without an NVFP4 row takes the 8-bit ceiling x the "
+                         "Blackwell factor (calibrate.PRIORS).",
     "family_factor_ampere": "CALIBRATED on the two A100 rows (Narayanan 2021, Korthikanti 2022; both Megatron-LM "
                             "before FlashAttention, runs column attn_kernel unfused): A100 16-bit GEMMs relative to "
                             "the H200-measured Hopper ceiling.",
@@ -557,7 +606,12 @@ _SOURCES = {
     "memory_overhead": "CALIBRATED on all rows: time of the memory-bound kernels over their ideal HBM time for the "
                        "bytes perf.memory_bound_bytes counts (absorbs unfused and uncounted elementwise work, launch "
                        "gaps; the H200 device copy measured at ~0.86 of peak HBM bandwidth alone gives ~1.16).",
-    "overlap_scale": "CALIBRATED on all rows: multiplier on comm.Overlap's assumed overlap fractions (clipped to 1).",
+    "overlap_scale": "CALIBRATED on all rows: multiplier on comm.Overlap's assumed overlap fractions of the TP, CP, PP "
+                     "and DP collectives (clipped to 1); the MoE all-to-all of a paired schedule is not scaled "
+                     "(perf.ep_hidden_share).",
+    "moe_overhead": "CALIBRATED on the MoE rows only (fine- and coarse-grained): time of the MoE routing kernels "
+                    "(router logits and top-k, token permutations around the all-to-all; perf.memory_bound_bytes) "
+                    "over their ideal HBM time. A fold without an MoE row takes memory_overhead (calibrate.PRIORS).",
 }
 
 
@@ -578,8 +632,11 @@ def efficiency_yaml_text(ranges: dict[str, Any] | None = None, prepared=None) ->
     prepared = prepare_rows(load_rows()) if prepared is None else prepared
     ranges = efficiency_ranges(prepared) if ranges is None else ranges
     gm = ranges["_gemm_measurement"]
-    band = band_from_ranges(ranges)
     inp, plans = prepared
+    fits: dict = {}  # the source and regime folds share fits
+    oos = source_predictions(prepared, fits)
+    spread = out_of_sample_spread(prepared, oos)
+    band = replace(band_from_ranges(ranges), spread=spread["relative_half_width"], regime_spread=spread["regimes"])
     meas = np.array([p.measured if p.measured else np.nan for p in plans])
     ok = np.isfinite(meas)
     pred = perf.evaluate_band(inp, band)
@@ -588,21 +645,23 @@ def efficiency_yaml_text(ranges: dict[str, Any] | None = None, prepared=None) ->
     summ = {"median_abs_error": float(np.median(err)), "max_abs_error": float(err.max()),
             "band_coverage": float(np.mean(in_band))}
     coll = comm.fit_calibration()
-    spread = out_of_sample_spread(prepared)
-    regimes = regime_spread(prepared, band_from_ranges(ranges, digits=4))  # held out: the file's parameters
+    file_band = replace(band_from_ranges(ranges, digits=4), spread=round(spread["relative_half_width"], 4),
+                        regime_spread={k: round(v, 4) for k, v in spread["regimes"].items()})
+    regimes = regime_spread(prepared, file_band, pred=oos, fits=fits)  # held out: the file's parameters
     lines = [
         "# Efficiency parameters of the step-time model (scaletax.perf), with ranges.",
-        "# GENERATED by scaletax.calibrate (every fitted parameter of the model) from data/published_runs.csv,",
-        "# data/measured/gemm_h200.csv and data/collectives.csv, with its accuracy out of sample (band, regimes;",
-        "# data/heldout_runs.csv too); do not edit by hand (a test checks this file against a refit).",
+        "# GENERATED by scaletax.calibrate (every fitted parameter of the model) from data/published_runs.csv and",
+        "# data/published_runs_validation.csv (calibrate.FIT_TABLES), data/measured/gemm_h200.csv and",
+        "# data/collectives.csv, with its accuracy out of sample (band, regimes; data/heldout_runs.csv too);",
+        "# do not edit by hand (a test checks this file against a refit).",
         "# Regenerate: .venv/bin/python -m scaletax.calibrate",
         "# Predictions use `value`; the band uses every parameter at the end of its range that lowers",
-        "# (low) or raises (high) throughput.",
+        "# (low) or raises (high) throughput, widened to at least its regime's out-of-sample half-width.",
         "parameters:",
     ]
     order = ["gemm_ceiling_16bit", "gemm_ceiling_8bit", "gemm_ceiling_4bit", "family_factor_ampere",
              "family_factor_hopper", "family_factor_blackwell", "family_factor_blackwell_ultra", "family_factor_rubin",
-             "gemm_roofline", "memory_overhead", "overlap_scale"]
+             "gemm_roofline", "memory_overhead", "overlap_scale", "moe_overhead"]
     for n in order:
         r = ranges[n]
         src = _SOURCES[n].format(fp8_meas=gm["ceiling_fp8"], ultra_ratio=power_ratio("blackwell_ultra"),
@@ -637,22 +696,27 @@ def efficiency_yaml_text(ranges: dict[str, Any] | None = None, prepared=None) ->
         f"  relative_half_width: {spread['relative_half_width']:.4f}",
         f"  coverage: {spread['coverage']:.4f}",
         f"  rows: {spread['rows']}",
-        f"  method: \"{BAND_QUANTILE:.0%} quantile of |log(predicted / measured)| over the rows of "
-        "data/published_runs.csv each predicted by a calibration without its model family (calibrate.fold_predictions); "
-        "every prediction's low / high is at least value / (1 + w) and value x (1 + w)\"",
+        f"  method: \"{BAND_QUANTILE:.0%} quantile of |log(predicted / measured)| over the fitted runs each predicted "
+        "by a calibration without its source (runs.row_source; calibrate.out_of_sample_spread), per regime (regimes."
+        f"band_half_width; a regime of fewer than {BAND_MIN_RUNS} runs: this pooled value widened to its largest error); "
+        "every prediction's low / high is at least value / (1 + w) and value x (1 + w); coverage: the share of the "
+        "fitted runs inside a band derived without their source\"",
     ]
     lines += [
         "regimes:",
-        "  method: \"per regime (scaletax.runs.row_regime): its rows of data/published_runs.csv each predicted by a "
-        "calibration without the whole regime (calibrate.fold_predictions), and its rows of data/heldout_runs.csv "
-        "predicted with these parameters; median |predicted / measured - 1| and the share within 25% over both "
-        "(calibrate.regime_spread)\"",
+        "  method: \"per regime (scaletax.runs.row_regime): its fitted runs each predicted by a calibration without "
+        "their source (calibrate.fold_predictions), and its runs of data/heldout_runs.csv (never fitted) predicted with "
+        "these parameters; median |predicted / measured - 1| and the share within 25% over both; lro_median: its fitted "
+        "runs predicted by a calibration without the whole regime; band_half_width: the regime's band "
+        "(calibrate.regime_spread, calibrate.out_of_sample_spread)\"",
     ]
     for reg, r in regimes.items():
         num = ("null" if r["oos_median"] is None else f"{r['oos_median']:.4f}",
                "null" if r["oos_within_25"] is None else f"{r['oos_within_25']:.4f}")
+        lmed = "null" if r["lro_median"] is None else f"{r['lro_median']:.4f}"
         lines.append(f"  \"{reg}\": {{rows: {r['rows']}, heldout_rows: {r['heldout_rows']}, oos_rows: {r['oos_rows']}, "
-                     f"oos_median: {num[0]}, oos_within_25: {num[1]}}}")
+                     f"oos_median: {num[0]}, oos_within_25: {num[1]}, lro_median: {lmed}, "
+                     f"band_half_width: {spread['regimes'][reg]:.4f}}}")
     lines.append("collectives:")
     for n in COLLECTIVE_PARAMS:
         lines.append(f"  {n}:")
@@ -674,7 +738,8 @@ __all__ = ["COLLECTIVE_PARAMS", "Calibration", "DERIVED_FAMILIES", "FIT_BOUNDS",
            "fit_bounds", "fp8_over_bf16_max",
            "IDENTIFIED_BY", "PRIORS", "RANGE_CHI2", "TIED_FAMILIES", "band_from_ranges", "calibrate", "calibrate_fold",
            "efficiency_ranges", "efficiency_yaml_text", "fit_gemm_measurements", "fold_predictions", "load_rows",
-           "measured_base", "out_of_sample_spread", "BAND_QUANTILE", "abs_error_stats", "heldout_errors", "heldout_predictions",
+           "measured_base", "out_of_sample_spread", "BAND_QUANTILE", "BAND_MIN_RUNS", "band_widths",
+           "source_predictions", "FIT_TABLES", "abs_error_stats", "heldout_errors", "heldout_predictions",
            "regime_spread",
            "power_ratio", "prepare_rows", "tie_ratios", "write_efficiency_yaml"]
 

@@ -177,6 +177,7 @@ class Efficiency:
     gemm_roofline  k in (1 + k n_ref / n): how much operand traffic adds to a GEMM of size n
     memory_overhead  time / ideal HBM time of the memory-bound kernels
     overlap_scale  multiplier on the default overlap fractions of :class:`comm.Overlap` (clipped to 1)
+    moe_overhead   time / ideal HBM time of the MoE routing kernels (router, token permutations)
     """
 
     gemm_ceiling: Mapping[str, float]
@@ -184,6 +185,7 @@ class Efficiency:
     gemm_roofline: float
     memory_overhead: float
     overlap_scale: float
+    moe_overhead: float = 1.0
 
     def __post_init__(self) -> None:
         missing = set(FORMAT_CLASSES) - set(self.gemm_ceiling)
@@ -203,6 +205,8 @@ class Efficiency:
             raise ValueError(f"memory_overhead must be > 0 (got {self.memory_overhead})")
         if self.overlap_scale < 0:
             raise ValueError(f"overlap_scale must be >= 0 (got {self.overlap_scale})")
+        if self.moe_overhead <= 0:
+            raise ValueError(f"moe_overhead must be > 0 (got {self.moe_overhead})")
 
     def ceiling(self, precision: str, family: str) -> float:
         """Fraction of the dense peak of ``precision`` a large GEMM sustains on ``family``:
@@ -224,7 +228,7 @@ class Efficiency:
         out = {f"gemm_ceiling_{k}": float(v) for k, v in self.gemm_ceiling.items()}
         out.update({f"family_factor_{k}": float(v) for k, v in self.family_factor.items()})
         out.update(gemm_roofline=float(self.gemm_roofline), memory_overhead=float(self.memory_overhead),
-                   overlap_scale=float(self.overlap_scale))
+                   overlap_scale=float(self.overlap_scale), moe_overhead=float(self.moe_overhead))
         return out
 
     @classmethod
@@ -234,7 +238,7 @@ class Efficiency:
             return cls(gemm_ceiling={k: float(p[f"gemm_ceiling_{k}"]) for k in FORMAT_CLASSES},
                        family_factor={k: float(p[f"family_factor_{k}"]) for k in FAMILIES},
                        gemm_roofline=float(p["gemm_roofline"]), memory_overhead=float(p["memory_overhead"]),
-                       overlap_scale=float(p["overlap_scale"]))
+                       overlap_scale=float(p["overlap_scale"]), moe_overhead=float(p["moe_overhead"]))
         except KeyError as exc:
             raise ValueError(f"efficiency parameter {exc.args[0]!r} missing") from None
 
@@ -250,7 +254,7 @@ class Efficiency:
 #: Direction in which each parameter raises throughput (+1: larger is faster, -1: slower).
 PARAM_SIGN: dict[str, int] = {**{f"gemm_ceiling_{k}": 1 for k in FORMAT_CLASSES},
                               **{f"family_factor_{k}": 1 for k in FAMILIES},
-                              "gemm_roofline": -1, "memory_overhead": -1, "overlap_scale": 1}
+                              "gemm_roofline": -1, "memory_overhead": -1, "overlap_scale": 1, "moe_overhead": -1}
 
 
 @dataclass(frozen=True)
@@ -265,10 +269,22 @@ class EfficiencyBand:
     #: relative half-width w of the out-of-sample band (``data/efficiency.yaml`` ``band``): every
     #: prediction's low / high is at most value / (1 + w) and at least value x (1 + w) in throughput
     spread: float = 0.0
+    #: the same per regime (``data/efficiency.yaml`` ``regimes``, ``runs.REGIMES``): the regime's
+    #: leave-one-source-out half-width; a regime not in it takes ``spread``
+    regime_spread: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not (0.0 <= self.spread < 10.0):
-            raise ValueError(f"EfficiencyBand.spread must be in [0, 10) (got {self.spread})")
+        for name, w in {"": self.spread, **dict(self.regime_spread)}.items():
+            if not (0.0 <= w < 10.0):
+                raise ValueError(f"EfficiencyBand.spread{'[' + repr(name) + ']' if name else ''} must be in [0, 10) "
+                                 f"(got {w})")
+
+    def spreads(self, regime_idx) -> np.ndarray:
+        """Half-width per entry of ``regime_idx`` (indices into ``runs.REGIMES``)."""
+        from scaletax.runs import REGIMES
+
+        table = np.array([float(self.regime_spread.get(r, self.spread)) for r in REGIMES])
+        return table[np.asarray(regime_idx, dtype=np.int64)]
 
     @classmethod
     def from_ranges(cls, value: Mapping[str, float], lo: Mapping[str, float], hi: Mapping[str, float],
@@ -316,7 +332,15 @@ def load_efficiency(path: Path | str = EFFICIENCY_YAML) -> EfficiencyBand:
         spread = float(sec.get("relative_half_width", 0.0)) if isinstance(sec, dict) else 0.0
     except (TypeError, ValueError):
         raise ValueError(f"{path.name}: band.relative_half_width must be a number") from None
-    return replace(band, spread=spread)
+    regimes = raw.get("regimes") or {}
+    per: dict[str, float] = {}
+    for name, rec in (regimes.items() if isinstance(regimes, dict) else ()):
+        if isinstance(rec, dict) and rec.get("band_half_width") is not None:
+            try:
+                per[str(name)] = float(rec["band_half_width"])
+            except (TypeError, ValueError):
+                raise ValueError(f"{path.name}: regimes.{name}.band_half_width must be a number") from None
+    return replace(band, spread=spread, regime_spread=per)
 
 
 @lru_cache(maxsize=1)
@@ -490,11 +514,13 @@ class StepInputs:
     n_ref_16: the GEMM size at which operand traffic takes as long as the math at the peak,
     1.5 x bytes per element x ridge point (:func:`gemm_reference_size`); lowp_share: share of the
     linear and expert FLOPs run in the recipe format (the rest at the 16-bit peak);
-    bytes_micro / bytes_step: memory-bound bytes of all micro-batches / once per step;
+    bytes_micro / bytes_step: memory-bound bytes of all micro-batches (MoE routing apart) / once per
+    step; bytes_route: the MoE routing bytes of all micro-batches (router, token permutations);
     bubble: (pp - 1) / (vp m); tokens_per_step: gbs x seq_len; model_flops_per_token (MFU
     numerator); hw_flops_per_gpu (executed per step by the mean stage: HFU, whatever stage is slowest); peak_fmt / peak_16: dense FLOP/s of the
     recipe format and of 16 bits; hbm_bw: B/s; fmt_idx / fam_idx: index into ``FORMAT_CLASSES``
-    / ``FAMILIES``; clock_scale: the GPU's sustained clock relative to its family's (:func:`power_scale`); ep_overlap: base share of the MoE all-to-all the schedule can hide
+    / ``FAMILIES``; clock_scale: the GPU's sustained clock relative to its family's (:func:`power_scale`); regime_idx:
+    the run's regime, an index into ``runs.REGIMES`` (``runs.regime_of``: the band's half-width); ep_overlap: base share of the MoE all-to-all the schedule can hide
     (``comm.SCHEDULE_EP_OVERLAP``); tp_overlap: base share of the TP collectives the software
     stack can hide (``comm.STACK_TP_OVERLAP``); attn_unfused: 1 where the attention is unfused
     (:data:`ATTN_KERNELS`: its batched GEMMs at the 16-bit rate, the score traffic in bytes_scores, no
@@ -518,6 +544,7 @@ class StepInputs:
     n_ref_16: np.ndarray
     lowp_share: np.ndarray
     bytes_micro: np.ndarray
+    bytes_route: np.ndarray
     bytes_step: np.ndarray
     bubble: np.ndarray
     tokens_per_step: np.ndarray
@@ -530,6 +557,7 @@ class StepInputs:
     fmt_idx: np.ndarray
     fam_idx: np.ndarray
     clock_scale: np.ndarray
+    regime_idx: np.ndarray
     ep_overlap: np.ndarray
     tp_overlap: np.ndarray
     attn_unfused: np.ndarray
@@ -806,7 +834,7 @@ def distinct_groups(experts: int, top_k: int, groups):
 
 def memory_bound_bytes(model: Model, la: LayoutArray, precision: str,
                        recompute_fraction=None, ep_dispatch: str = "dedup",
-                       recompute_rest=None, stage=None) -> tuple[np.ndarray, np.ndarray]:
+                       recompute_rest=None, stage=None, routing: bool = False):
     """(bytes of all micro-batches of a step, bytes once per step) of memory-bound kernels, per GPU.
 
     Per token of a micro-batch on this CP rank, per layer (16-bit elements; "rep" items are
@@ -857,12 +885,13 @@ def memory_bound_bytes(model: Model, la: LayoutArray, precision: str,
     if model.is_moe:
         k, E, fe = float(model.moe_top_k), float(model.moe_experts), float(model.moe_ffn_hidden)
         fs = fe * model.moe_shared_experts
-        moe_rep = 24.0 * E + moe_permute_bytes(model, ep, etp, ep_dispatch) + (cb * 2 * h if fs else 0.0)
+        route_tok = 24.0 * E + moe_permute_bytes(model, ep, etp, ep_dispatch)
+        moe_rep = route_tok + (cb * 2 * h if fs else 0.0)
         moe_split = act_fn * fs + cb * (fs + mult * fs) + act_fn * k * fe + cb * k * (fe + mult * fe)
         routed_etp = cb * k * 2 * h  # expert fc1 input and fc2 output grad, gathered over etp
         per_tok_moe = (attn_rep + moe_rep) / rep + (attn_split + moe_split) / tp + routed_etp * etp / tp
     else:
-        per_tok_moe = 0.0
+        per_tok_moe = route_tok = 0.0
     n_stage, head_share = (None, 1.0 / pp) if stage is None else stage
     _, dense_stage, moe_stage = _stage_layers(model, pp, n_stage)
     xf = _full_fraction(la, recompute_fraction)
@@ -886,6 +915,8 @@ def memory_bound_bytes(model: Model, la: LayoutArray, precision: str,
     adam = ADAM_BYTES * (local_d / np.where(zero >= 1, dp * cp, 1.0) + local_e / np.where(zero >= 1, edp, 1.0))
     zero_buf = GRAD_ZERO_BYTES * (local_d / np.where(zero >= 2, dp * cp, 1.0) + local_e / np.where(zero >= 2, edp, 1.0))
     casts = cb * lin_params * np.where(zero == 3, n_micro, 1.0)
+    if routing:
+        return per_micro, adam + zero_buf + casts, tokens_mb * n_micro * moe_stage * route_tok / rep * (1.0 + redo)
     return per_micro, adam + zero_buf + casts
 
 
@@ -1142,8 +1173,9 @@ def prepare(model: Model, layouts, precision: str, gpu, topo: Topology | None = 
     s_head = 1.0 / _hm(M, model.hidden, vpad / tp)
     lowp = 1.0 - min(1.0, fp4_bf16_layers / model.layers) if fmt == "4bit" else 1.0
     # --- memory-bound bytes, bubble (Narayanan 2021 §2.2), communication ---------------------
-    b_micro, b_step = memory_bound_bytes(model, src, precision, recompute_fraction=xf, ep_dispatch=ep_dispatch,
-                                         recompute_rest=recompute_rest, stage=(n_split, head_share))
+    b_micro, b_step, b_route = memory_bound_bytes(model, src, precision, recompute_fraction=xf,
+                                                  ep_dispatch=ep_dispatch, recompute_rest=recompute_rest,
+                                                  stage=(n_split, head_share), routing=True)
     # unfused attention: the materialized scores stream through HBM, a s elements per token and layer
     b_scores = (tok_gpu * elems_tok / tp * (UNFUSED_ATTN_BYTES[0] * n_fwd + UNFUSED_ATTN_BYTES[1])) if unfused else 0.0
     bubble = (pp - 1.0) / (vp * n_micro)
@@ -1165,15 +1197,28 @@ def prepare(model: Model, layouts, precision: str, gpu, topo: Topology | None = 
                       sfu_ratio=g.sfu_ratio * full,
                       flops_head=take(flops["head"]), s_lin=take(s_lin) * full, s_exp=s_exp, s_head=take(s_head) * full,
                       n_ref_fmt=g.n_ref_fmt * full, n_ref_16=g.n_ref_16 * full,
-                      lowp_share=lowp * full, bytes_micro=take(b_micro), bytes_step=take(b_step) * full,
+                      lowp_share=lowp * full, bytes_micro=take(b_micro - b_route), bytes_route=take(b_route) * full,
+                      bytes_step=take(b_step) * full,
                       bubble=take(bubble), tokens_per_step=take(tokens_step), gpus=la.gpus.astype(f64),
                       model_flops_per_token=float(model.model_flops_per_token(causal=True)) * full,
                       hw_flops_per_gpu=take(tok_gpu * mean_tok) * full, peak_fmt=peak_fmt * full,
                       peak_16=peak_16 * full, hbm_bw=g.hbm_bw * full,
                       fmt_idx=np.full(n, FORMAT_CLASSES.index(fmt)), fam_idx=g.fam_idx + np.zeros(n, np.int64),
-                      clock_scale=g.clock * full,
+                      clock_scale=g.clock * full, regime_idx=_regime_idx(model, la.zero_stage, stack),
                       ep_overlap=comm.schedule_ep_overlap(schedule) * full, tp_overlap=tp_overlap * full,
                       attn_unfused=float(unfused) * full, bytes_scores=take(b_scores) * full, comm=step)
+
+
+def _regime_idx(model: Model, zero_stage, stack: str) -> np.ndarray:
+    """Index into ``runs.REGIMES`` of training ``model`` with each ZeRO stage and ``stack``
+    (``runs.regime_of``: ZeRO-3 or FSDP2 makes a dense run of ordinary length the FSDP-stack regime)."""
+    from scaletax import runs
+
+    z = np.asarray(zero_stage)
+    large = model.total_params / 1e9 > runs.SMALL_DENSE_PARAMS_B
+    experts = model.moe_experts if model.is_moe else 0
+    idx = [runs.REGIMES.index(runs.regime_of(experts, model.seq_len, fsdp, large)) for fsdp in (False, True)]
+    return np.where((z == 3) | (stack == "fsdp"), idx[1], idx[0]).astype(np.int64)
 
 
 def _same(a):
@@ -1250,16 +1295,19 @@ def evaluate(inp: StepInputs, eff: Efficiency | None = None, overlap: Overlap | 
                + inp.flops_exp * inv_lin * (1.0 + k_f * inp.s_exp)
                + attn
                + inp.flops_head / r_16 * (1.0 + k_16 * inp.s_head))
-    mem_micro = eff.memory_overhead * inp.bytes_micro / inp.hbm_bw + inp.bytes_scores / (inp.hbm_bw * HBM_STREAM_EFF)
+    mem_micro = ((eff.memory_overhead * inp.bytes_micro + eff.moe_overhead * inp.bytes_route) / inp.hbm_bw
+                 + inp.bytes_scores / (inp.hbm_bw * HBM_STREAM_EFF))
     mem_step = eff.memory_overhead * inp.bytes_step / inp.hbm_bw
     busy = compute + mem_micro
     bubble = inp.bubble * busy
     # the context-parallel ring hides its K/V hops under the attention of the chunk at hand only
     # the MoE all-to-all hides as far as the layout's schedule allows, unless overlap is given
-    ep_frac = None if overlap is not None else {"ep": np.minimum(1.0, inp.ep_overlap * eff.overlap_scale),
+    ep_frac = None if overlap is not None else {"ep": ep_hidden_share(inp, eff.overlap_scale),
                                                 "tp": np.minimum(1.0, inp.tp_overlap * eff.overlap_scale)}
     exp = comm.exposed_comm(inp.comm, busy, eff.overlap(overlap), windows={"cp": attn}, fractions=ep_frac)
-    exposed = np.broadcast_to(np.asarray(exp.seconds, dtype=np.float64), busy.shape)
+    # the all-to-all kernels that run under the other micro-batch's compute take their SMs from it
+    exposed = np.broadcast_to(np.asarray(exp.seconds + EP_COMM_SM_SHARE * exp.hidden["ep"], dtype=np.float64),
+                              busy.shape)
     other = mem_micro + mem_step
     step = compute + other + bubble + exposed
     tps = inp.tokens_per_step / (step * inp.gpus)
@@ -1271,6 +1319,30 @@ def evaluate(inp: StepInputs, eff: Efficiency | None = None, overlap: Overlap | 
                     tokens_per_step=inp.tokens_per_step, tokens_per_s_per_gpu=tps,
                     model_tflops_per_gpu=mflops / 1e12, mfu=mflops / inp.peak_fmt,
                     hfu=inp.hw_flops_per_gpu / step / inp.peak_fmt)
+
+
+#: Share of the SMs the MoE dispatch and combine kernels occupy while they run under another
+#: micro-batch's compute (Megatron-Core ``overlap_moe_expert_parallel_comm``, DualPipe): that compute
+#: runs on the rest. DeepEP's normal kernels default to 20 of an H800's 132 SMs (0.15,
+#: deepseek-ai/DeepEP README, ``Buffer.num_sms``); the Megatron-Bridge benchmark recipes give HybridEP
+#: 32 of a B200/GB200's 148 (0.22, perf_recipes/_common.py ``moe_hybridep_num_sms = 32``): 0.2.
+EP_COMM_SM_SHARE = 0.2
+
+
+def ep_hidden_share(inp: StepInputs, overlap_scale: float):
+    """Share of the MoE all-to-all time that can run under compute, per entry. A paired schedule
+    (``ep_overlap``: Megatron-Core's ``overlap_moe_expert_parallel_comm``, which merges one
+    micro-batch's forward with another's backward layer by layer; ``dualpipe``) hides every
+    all-to-all that has a partner: all but those of the pipeline warm-up (forwards) and cool-down
+    (backwards), pp of the n_micro micro-batches each way, 1 - pp / n_micro (1 - 1/n_micro without
+    a pipeline); the hidden part costs :data:`EP_COMM_SM_SHARE` of its time in slower compute
+    (:func:`evaluate`). Physics, not the fitted ``overlap_scale``. "1f1b" hides none; "unknown" the
+    assumed half (``comm.SCHEDULE_EP_OVERLAP``) times ``overlap_scale``."""
+    lay = inp.comm.layouts
+    m = np.maximum(np.asarray(lay.n_micro, dtype=np.float64), 1.0)
+    paired = np.clip(1.0 - np.asarray(lay.pp, dtype=np.float64) / m, 0.0, 1.0)
+    base = np.asarray(inp.ep_overlap, dtype=np.float64)
+    return np.where(base >= 1.0, paired, np.minimum(1.0, base * overlap_scale))
 
 
 def attention_seconds(inp: StepInputs, r_16, fam):
@@ -1345,12 +1417,13 @@ def _slower(st: StepTime, f) -> StepTime:
 
 def evaluate_band(inp: StepInputs, band: EfficiencyBand | None = None, overlap: Overlap | None = None) -> Prediction:
     """:func:`evaluate` at the central value and both corners of ``band`` (default: the data file),
-    each corner widened to at least the out-of-sample band ``band.spread`` (value x (1 + w)^-+1 in
-    step time): whichever is wider per entry."""
+    each corner widened to at least the out-of-sample band of the entry's regime
+    (``band.regime_spread``, else ``band.spread``: value x (1 + w)^-+1 in step time): whichever is
+    wider per entry."""
     band = default_band() if band is None else band
     val, lo, hi = (evaluate(inp, e, overlap) for e in (band.value, band.low, band.high))
-    w = float(band.spread)
-    if w > 0:
+    w = band.spreads(inp.regime_idx)
+    if np.any(w > 0):
         f_lo = np.maximum(lo.step_s / val.step_s, 1.0 + w)     # at least (1 + w) x slower
         f_hi = np.minimum(hi.step_s / val.step_s, 1.0 / (1.0 + w))
         lo, hi = _slower(val, f_lo), _slower(val, f_hi)

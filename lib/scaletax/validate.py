@@ -344,7 +344,7 @@ class RunAccuracy:
 
 
 def run_accuracy(prepared: tuple[perf.StepInputs, list[RowSetup]] | None = None, tables: Sequence[str] | None = None,
-                 band: perf.EfficiencyBand | None = None, train_tables: Sequence[str] = ("calibration",),
+                 band: perf.EfficiencyBand | None = None, train_tables: Sequence[str] = ("calibration", "validation"),
                  fits: dict | None = None) -> RunAccuracy:
     """Every published run (:func:`published_runs`) predicted in sample, with ``band`` (default the
     calibrated one, ``data/efficiency.yaml``), and out of sample: each run by a calibration fitted on the
@@ -365,7 +365,9 @@ def run_accuracy(prepared: tuple[perf.StepInputs, list[RowSetup]] | None = None,
     if unknown:
         raise ValueError(f"train_tables: unknown table(s) {sorted(unknown)}; known: {', '.join(RUN_TABLES)}")
     pred = perf.evaluate_band(inp, band)
-    train = [i for i, n in enumerate(names) if n in train_tables]
+    # a run measured again in another table (same_run_as) is never fitted: the held-out runs stay held out
+    train = [i for i, (n, p) in enumerate(zip(names, plans))
+             if n in train_tables and not str(p.row.get("same_run_as") or "").strip()]
     oos, _ = cal.fold_predictions(inp, plans, row_source, fits, train=train)
     ids = {p.row.get("run_id") for p in plans}
     out = []
