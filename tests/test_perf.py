@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scaletax import comm, hardware, memory, models, perf, search
+from scaletax import comm, hardware, memory, models, perf, runs, search
 from scaletax.layout import Layout, LayoutArray
 from scaletax.topology import Topology
 
@@ -315,18 +315,27 @@ def test_blackwell_ultra_factor_from_rated_power():
     assert eff.family_factor["blackwell_ultra"] == pytest.approx(eff.family_factor["blackwell"] * r, rel=2e-3)
 
 
-def test_band_is_at_least_the_out_of_sample_spread():
+def test_band_is_at_least_the_out_of_sample_spread_of_the_regime():
+    """The band of a prediction is at least its regime's leave-one-source-out half-width (Llama 3 70B
+    with ZeRO-1 is large dense, with ZeRO-3 the FSDP-stack regime), widened where the parameter
+    corners are wider."""
     band = perf.default_band()
-    assert band.spread > 0
-    inp = perf.prepare(LLAMA70, Layout(tp=8, pp=4, dp=8, mbs=1, gbs=256, recompute="selective"), "fp8", "h100_sxm")
-    pred = perf.evaluate_band(inp, band)
-    v, lo, hi = (p.tokens_per_s_per_gpu[0] for p in (pred.value, pred.low, pred.high))
-    assert lo <= v / (1 + band.spread) * (1 + 1e-12) and hi >= v * (1 + band.spread) * (1 - 1e-12)
-    for p in (pred.low, pred.high):  # the widened corners stay consistent step times
-        parts = p.compute_s + p.other_s + p.bubble_s + p.exposed_comm_s
-        assert parts[0] == pytest.approx(p.step_s[0], rel=1e-12)
-    narrow = perf.evaluate_band(inp, replace(band, spread=0.0))
-    assert narrow.low.tokens_per_s_per_gpu[0] >= lo and narrow.high.tokens_per_s_per_gpu[0] <= hi
+    assert band.spread > 0 and set(band.regime_spread) == set(runs.REGIMES)
+    for zero, reg in ((1, "large dense"), (3, "FSDP stack")):
+        inp = perf.prepare(LLAMA70, Layout(tp=8, pp=4, dp=8, mbs=1, gbs=256, recompute="selective", zero_stage=zero),
+                           "fp8", "h100_sxm")
+        assert runs.REGIMES[int(inp.regime_idx[0])] == reg
+        w = band.regime_spread[reg]
+        pred = perf.evaluate_band(inp, band)
+        v, lo, hi = (p.tokens_per_s_per_gpu[0] for p in (pred.value, pred.low, pred.high))
+        assert lo <= v / (1 + w) * (1 + 1e-12) and hi >= v * (1 + w) * (1 - 1e-12)
+        for p in (pred.low, pred.high):  # the widened corners stay consistent step times
+            parts = p.compute_s + p.other_s + p.bubble_s + p.exposed_comm_s
+            assert parts[0] == pytest.approx(p.step_s[0], rel=1e-12)
+        narrow = perf.evaluate_band(inp, replace(band, spread=0.0, regime_spread={}))
+        assert narrow.low.tokens_per_s_per_gpu[0] >= lo * (1 - 1e-12) and narrow.high.tokens_per_s_per_gpu[0] <= hi * (1 + 1e-12)
+    with pytest.raises(ValueError, match=r"EfficiencyBand.spread\['large dense'\] must be in \[0, 10\) \(got -0.1\)"):
+        replace(band, regime_spread={"large dense": -0.1})
 
 
 def test_context_parallel_merges_are_memory_bound_bytes_by_hand():

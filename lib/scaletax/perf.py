@@ -1058,7 +1058,8 @@ def prepare(model: Model, layouts, precision: str, gpu, topo: Topology | None = 
             wire: WireFormat | None = None, *, recompute_fraction=None, recompute_rest=None,
             ep_dispatch: str = "dedup", fp4_bf16_layers: int = FP4_BF16_LAYERS,
             schedule: str = "unknown", grid: tuple[LayoutGrid, np.ndarray] | None = None,
-            stack: str = "megatron", pp_split: str = "auto", attn_kernel: str = "flash") -> StepInputs:
+            stack: str = "megatron", pp_split: str = "auto", attn_kernel: str = "flash",
+            tp_comm_overlap: bool | None = None) -> StepInputs:
     """Efficiency-independent step inputs for every layout (see the module docstring).
 
     ``gpu``: hardware id or ``hardware.GPU``, or a sequence of them with one per layout (the
@@ -1079,7 +1080,9 @@ def prepare(model: Model, layouts, precision: str, gpu, topo: Topology | None = 
     the TP collectives (``comm.STACK_TP_OVERLAP``). ``pp_split``: how the pipeline stages split
     the model (:data:`PP_SPLITS`, runs column ``pp_split``; default "auto", the layout search's too):
     the compute and memory-bound work are those of the slowest stage (:func:`pipeline_split`; the
-    step's traffic keeps ceil(L / pp) layers). ``attn_kernel``: :data:`ATTN_KERNELS` (runs column
+    step's traffic keeps ceil(L / pp) layers). ``tp_comm_overlap``: the run's own TP overlap (runs column
+    ``tp_comm_overlap``: True hides ``comm.Overlap.tp``, False none; None: the stack's).
+    ``attn_kernel``: :data:`ATTN_KERNELS` (runs column
     ``attn_kernel``; "unfused": the full score matrix through tensor-core GEMMs at the 16-bit rate and
     :data:`UNFUSED_ATTN_BYTES` of HBM traffic per score element at :data:`HBM_STREAM_EFF`, no exp). ``grid``: the
     ``layout.LayoutGrid`` and the flat indices into it that ``layouts`` are (the search's fitting
@@ -1094,6 +1097,8 @@ def prepare(model: Model, layouts, precision: str, gpu, topo: Topology | None = 
     topo = g.topo if topo is None else topo
     wire = comm.stack_wire(WireFormat.for_recipe(precision), stack) if wire is None else wire
     tp_overlap = comm.stack_tp_overlap(stack)
+    if tp_comm_overlap is not None:  # the run states it: TE userbuffers / async TP, or collectives in line
+        tp_overlap = comm.Overlap.tp if tp_comm_overlap else 0.0
     on_grid = (grid is not None and recompute_fraction is None and recompute_rest is None
                and all(np.ndim(getattr(topo, f)) == 0 for f in _TOPO_FIELDS) and np.ndim(peak_fmt) == 0)
     if on_grid:  # every term on the grid (once per value it depends on), then taken at the rows
@@ -1306,8 +1311,8 @@ def evaluate(inp: StepInputs, eff: Efficiency | None = None, overlap: Overlap | 
                                                 "tp": np.minimum(1.0, inp.tp_overlap * eff.overlap_scale)}
     exp = comm.exposed_comm(inp.comm, busy, eff.overlap(overlap), windows={"cp": attn}, fractions=ep_frac)
     # the all-to-all kernels that run under the other micro-batch's compute take their SMs from it
-    exposed = np.broadcast_to(np.asarray(exp.seconds + EP_COMM_SM_SHARE * exp.hidden["ep"], dtype=np.float64),
-                              busy.shape)
+    groups = {**exp.groups, "ep": exp.groups["ep"] + EP_COMM_SM_SHARE * exp.hidden["ep"]}
+    exposed = np.broadcast_to(np.asarray(sum(groups.values()), dtype=np.float64), busy.shape)
     other = mem_micro + mem_step
     step = compute + other + bubble + exposed
     tps = inp.tokens_per_step / (step * inp.gpus)
@@ -1315,7 +1320,7 @@ def evaluate(inp: StepInputs, eff: Efficiency | None = None, overlap: Overlap | 
     return StepTime(step_s=step, compute_s=compute, other_s=other, bubble_s=bubble, exposed_comm_s=exposed,
                     comm_s=np.broadcast_to(np.asarray(inp.comm.seconds, dtype=np.float64), step.shape),
                     comm_groups={k: np.broadcast_to(np.asarray(v, dtype=np.float64), step.shape)
-                                 for k, v in exp.groups.items()},
+                                 for k, v in groups.items()},
                     tokens_per_step=inp.tokens_per_step, tokens_per_s_per_gpu=tps,
                     model_tflops_per_gpu=mflops / 1e12, mfu=mflops / inp.peak_fmt,
                     hfu=inp.hw_flops_per_gpu / step / inp.peak_fmt)

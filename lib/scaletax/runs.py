@@ -116,6 +116,9 @@ COLUMN_DEFAULTS: dict[str, str] = {
                 "account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split, the embedding and "
                 "the loss each take a layer's slot; balanced: a custom pipeline_model_parallel_layout that spreads the "
                 "output layer's work over the stages (perf.PP_SPLITS); the slowest stage sets the pace",
+    "tp_comm_overlap": "the stack's (megatron: Transformer Engine's tp_comm_overlap, half of the TP collectives "
+                       "hidden before the fitted overlap scale; fsdp: none hidden); true / false: the run states its TP "
+                       "collectives overlapped (Megatron-Core tp_comm_overlap, TorchTitan async TP) or not",
     "attn_kernel": "flash (fused attention, scores on chip: every stack since FlashAttention, 2022); unfused: "
                    "Megatron-LM before it (batched QK^T / PV GEMMs over the full score matrix, softmax and "
                    "dropout as memory-bound kernels; perf.ATTN_KERNELS)",
@@ -678,6 +681,7 @@ class PlanGroup:
     stack: str = "megatron"
     pp_split: str = "auto"
     attn_kernel: str = "flash"
+    tp_comm_overlap: bool | None = None
 
     @property
     def rest(self) -> np.ndarray:
@@ -706,7 +710,8 @@ class PlanGroup:
         return perf.prepare(self.model, self.layouts, self.precision, self.hardware,
                             recompute_fraction=self.recompute_fraction, recompute_rest=self.rest,
                             ep_dispatch=self.ep_dispatch, schedule=self.schedule, stack=self.stack,
-                            pp_split=self.pp_split, attn_kernel=self.attn_kernel)
+                            pp_split=self.pp_split, attn_kernel=self.attn_kernel,
+                            tp_comm_overlap=self.tp_comm_overlap)
 
 
 @dataclass(frozen=True)
@@ -773,7 +778,7 @@ class TablePlan:
             gpu = hardware.get(g.hardware)  # the first unsupported precision in table order raises, as per group
             gpu.peak_flops(g.precision), gpu.peak_flops(perf.compute_precision(gpu, g.precision))
             batches.setdefault((id(g.model), g.precision, g.ep_dispatch, g.schedule, g.stack, g.pp_split,
-                                  g.attn_kernel), []).append(g)
+                                  g.attn_kernel, g.tp_comm_overlap), []).append(g)
         parts, index = [], []
         for gs in batches.values():
             index += [g.index for g in gs]
@@ -788,7 +793,8 @@ class TablePlan:
                                       recompute_fraction=np.concatenate([g.recompute_fraction for g in gs]),
                                       recompute_rest=np.concatenate([g.rest for g in gs]),
                                       ep_dispatch=g0.ep_dispatch, schedule=g0.schedule, stack=g0.stack,
-                                      pp_split=g0.pp_split, attn_kernel=g0.attn_kernel))
+                                      pp_split=g0.pp_split, attn_kernel=g0.attn_kernel,
+                                      tp_comm_overlap=g0.tp_comm_overlap))
         pos = np.concatenate(index) if index else np.zeros(0, np.int64)
         inv = np.empty_like(pos)
         inv[pos] = np.arange(len(pos))
@@ -825,7 +831,7 @@ class TablePlan:
 #: The cells :func:`memory_options` reads (besides the precision), and those :func:`row_dispatch` and
 #: :func:`row_schedule` read.
 _OPTION_COLUMNS: tuple[str, ...] = ("recompute_modules", "reserve_gib", "fp8_param_gather", "stack")
-_RUN_COLUMNS: tuple[str, ...] = ("moe_dispatcher", "schedule", "stack", "pp_split", "attn_kernel")
+_RUN_COLUMNS: tuple[str, ...] = ("moe_dispatcher", "schedule", "stack", "pp_split", "attn_kernel", "tp_comm_overlap")
 
 
 def _cached_cells(cache: dict, key: tuple, fn):
@@ -886,10 +892,10 @@ def plan_rows(rows: Sequence[dict[str, Any]], row_numbers: Sequence[int] | None 
                 unknown[i] = _stated_recompute(row) == "unknown"
                 n_block[i] = _block_layers(row) or 0
             m, b = measured_tokens_per_s(row, model)
-            dispatch, schedule, stack, split, kernel = _cached_cells(
+            dispatch, schedule, stack, split, kernel, tpov = _cached_cells(
                 opt_cache, ("run", is_moe, *map(row.get, _RUN_COLUMNS)),
                 lambda: (row_dispatch(row) if is_moe else "alltoall", row_schedule(row), row_stack(row),
-                         row_pp_split(row), row_attn_kernel(row)))
+                         row_pp_split(row), row_attn_kernel(row), row_tp_overlap(row)))
         except (ValueError, hardware.HardwareError) as exc:
             raise RunsTableError(f"row {nums[i]}: {exc}") from None
         if table is None:
@@ -897,16 +903,16 @@ def plan_rows(rows: Sequence[dict[str, Any]], row_numbers: Sequence[int] | None 
                        RECOMPUTE_CODE[rc])
         measured.append(m)
         basis.append(b)
-        key = (mkey, gpu, prec, opt_key, dispatch, schedule, stack, split, kernel)
+        key = (mkey, gpu, prec, opt_key, dispatch, schedule, stack, split, kernel, tpov)
         if key not in by_key:
             by_key[key] = []
-            info[key] = (model, gpu, prec, opts, dispatch, schedule, stack, split, kernel)
+            info[key] = (model, gpu, prec, opts, dispatch, schedule, stack, split, kernel, tpov)
         by_key[key].append(i)
     assumed = [""] * n
     frac_all = np.ones(n)
     groups = []
     for key, members in by_key.items():
-        model, gpu, prec, opts, dispatch, schedule, stack, split, kernel = info[key]
+        model, gpu, prec, opts, dispatch, schedule, stack, split, kernel, tpov = info[key]
         idx = np.asarray(members, dtype=np.int64)
         v = vals[idx]
         code = v[:, 11].copy()
@@ -932,7 +938,7 @@ def plan_rows(rows: Sequence[dict[str, Any]], row_numbers: Sequence[int] | None 
         groups.append(PlanGroup(model=model, hardware=gpu, precision=prec, options=opts, index=idx, layouts=la,
                                 recompute_fraction=frac, ep_dispatch=dispatch, schedule=schedule,
                                 recompute_rest=rest if np.any(blk) else None, stack=stack, pp_split=split,
-                                attn_kernel=kernel))
+                                attn_kernel=kernel, tp_comm_overlap=tpov))
     notes: list[tuple[str, ...]] = []
     for row, gbs, vp, etp, is_moe, unk, a, f in zip(rows, vals[:, 8].tolist(), vals[:, 6].tolist(), vals[:, 4].tolist(),
                                                     moe, unknown.tolist(), assumed, frac_all.tolist()):
@@ -1033,6 +1039,14 @@ def row_attn_kernel(row: dict[str, Any]) -> str:
     return v
 
 
+def row_tp_overlap(row: dict[str, Any]) -> bool | None:
+    """Whether a row states its tensor-parallel collectives overlapped with the GEMMs
+    (``tp_comm_overlap`` column, :data:`COLUMN_DEFAULTS`: Megatron-Core's ``tp_comm_overlap``,
+    TorchTitan's async TP); None when blank (the stack's default, ``comm.STACK_TP_OVERLAP``)."""
+    v = row.get("tp_comm_overlap")
+    return None if _blank(v) else _parse_bool("tp_comm_overlap", v)
+
+
 #: ``moe_dispatcher`` column values and the ``perf.prepare`` ``ep_dispatch`` each runs.
 DISPATCHERS: dict[str, str] = {"deepep": "dedup", "alltoall": "alltoall"}
 
@@ -1059,7 +1073,8 @@ def step_inputs(plans: Sequence[RowPlan]):
                                   str(su.row["hardware"]).strip(), recompute_fraction=su.recompute_fraction,
                                   recompute_rest=RECOMPUTE_CODE[su.recompute_rest],
                                   ep_dispatch=ep_dispatch, schedule=row_schedule(su.row), stack=row_stack(su.row),
-                                  pp_split=row_pp_split(su.row), attn_kernel=row_attn_kernel(su.row)))
+                                  pp_split=row_pp_split(su.row), attn_kernel=row_attn_kernel(su.row),
+                                  tp_comm_overlap=row_tp_overlap(su.row)))
     return perf.StepInputs.concat(parts)
 
 
@@ -1207,6 +1222,7 @@ def _validate_row(row: dict[str, Any], cache: dict | None = None) -> None:
     row_stack(row)
     row_pp_split(row)
     row_attn_kernel(row)
+    row_tp_overlap(row)
     row_dispatch(row)
     mods = _modules(row)
     if mods is not None:

@@ -1,0 +1,121 @@
+"""Issue 34: every published run in data/ predicted in sample and leave one source out
+(validate.run_accuracy), the MoE all-to-all under a paired schedule, the MoE routing bytes, the
+bands per regime, and the NVLink-domain claim on its measured pair."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from scaletax import calibrate, models, perf, runs, validate
+from scaletax.layout import Layout, LayoutArray
+
+
+@pytest.fixture(scope="module")
+def everything():
+    rows, names = validate.published_runs()
+    prepared = validate.prepare_rows(rows)
+    return prepared, names, validate.run_accuracy(prepared, names)
+
+
+def test_every_published_run_once_and_the_held_out_runs_never_fitted(everything):
+    (inp, plans), names, acc = everything
+    assert [names.count(t) for t in validate.RUN_TABLES] == [27, 13, 72]
+    dup = [r["run_id"] for r in acc.rows if r["duplicate"]]
+    assert sorted(dup) == sorted(["llama3-405b-8192gpu-cp1", "llama3-405b-16384gpu-cp1", "llama3-405b-16384gpu-cp16",
+                                  "deepseek-v3-pretrain"])
+    assert acc.summary()["runs"] == 27 + 13 + 72 - 4 and acc.summary("validation")["runs"] == 72
+    fitted = {r["run_id"] for r in calibrate.load_rows()}
+    held = {p.row["run_id"] for p, n in zip(plans, names) if n == "held-out"}
+    assert not fitted & held and not fitted & set(dup) and len(fitted) == 95
+    # out of sample: each run by a calibration without its source, so a source's runs share one fit
+    for src in ("TorchTitan", "MLPerf"):
+        idx = [i for i, p in enumerate(plans) if runs.row_source(p.row) == src and p.measured]
+        train = [i for i, (p, n) in enumerate(zip(plans, names))
+                 if n != "held-out" and not p.row.get("same_run_as") and runs.row_source(p.row) != src]
+        want = perf.evaluate(inp, calibrate.calibrate_fold(inp, plans, train).efficiency).tokens_per_s_per_gpu
+        got = {r["run_id"]: r["oos_predicted"] for r in acc.rows}
+        for i in idx:
+            assert got[plans[i].row["run_id"]] == pytest.approx(float(want[i]), rel=1e-9)
+
+
+def test_the_validation_table_accuracy(everything):
+    """The issue's figures on its 72 runs, in sample and leave one source out (the honest one): at the
+    start of this work 12.3% median, 72% within 25%, 62.5% in band. The goals (8%, 90%, 80%) are met
+    in sample for the band; out of sample the median and share within 25% are what the chapter states."""
+    *_, acc = everything
+    s = acc.summary("validation")
+    assert s["median"] <= 0.075 and s["in_band"] >= 0.85
+    assert s["oos_median"] <= 0.09 and s["oos_within_25"] >= 0.80
+    dense = [r for r in acc.select("validation") if "dense" in r["regime"]]
+    assert np.median([abs(r["oos_error"]) for r in dense]) <= 0.08
+    assert np.mean([abs(r["oos_error"]) <= 0.25 for r in dense]) >= 0.9
+
+
+def test_the_nvlink_domain_claim_on_its_measured_pair(everything):
+    """DeepSeek-V3 on 256 GB200 NVL72 against 256 B200 (Megatron-Bridge 26.04.01): measured 1.28x; the
+    model gave 1.67x (B200 -16%, GB200 +15%) with the all-to-all hidden only by the fitted overlap
+    scale; with the recipe's overlap_moe_expert_parallel_comm as physics the ratio is within 15%,
+    in sample and out of sample."""
+    *_, acc = everything
+    r = {x["run_id"]: x for x in acc.rows}
+    a, b = r["mbridge26.04.01-DeepSeek-V3671B-DGX-GB200-256-MXFP8"], r["mbridge26.04.01-DeepSeek-V3671B-DGX-B200-256-MXFP8"]
+    measured = a["measured"] / b["measured"]
+    assert measured == pytest.approx(4256 / 3328)
+    for key in ("predicted", "oos_predicted"):
+        assert a[key] / b[key] == pytest.approx(measured, rel=0.15)
+
+
+def test_a_paired_schedule_hides_every_all_to_all_with_a_partner():
+    qwen = models.get("qwen3_235b_a22b")
+    lays = [Layout(tp=1, pp=1, dp=16, ep=16, etp=1, mbs=1, gbs=64),      # 4 micro-batches, no pipeline
+            Layout(tp=1, pp=4, dp=4, ep=4, etp=1, mbs=1, gbs=32),        # 8 micro-batches on 4 stages
+            Layout(tp=1, pp=4, dp=4, ep=4, etp=1, mbs=1, gbs=16)]        # 4 on 4: none paired
+    for sched, want in (("ep_overlap", [0.75, 0.5, 0.0]), ("dualpipe", [0.75, 0.5, 0.0]), ("1f1b", [0.0] * 3)):
+        inp = perf.prepare(qwen, lays, "bf16", "h100_sxm", schedule=sched)
+        np.testing.assert_allclose(perf.ep_hidden_share(inp, 0.3), want, rtol=1e-12)
+    inp = perf.prepare(qwen, lays, "bf16", "h100_sxm")  # unknown: the assumed half x the fitted scale
+    np.testing.assert_allclose(perf.ep_hidden_share(inp, 0.3), 0.15, rtol=1e-12)
+
+
+def test_moe_routing_bytes_are_their_own_term():
+    """Router logits and top-k (24 E bytes per token and layer) and the DeepEP-class permutations
+    (8 h (k + r) bytes) are the routing bytes, timed with moe_overhead; the rest of the micro-batch
+    bytes with memory_overhead."""
+    m = models.get("qwen3_235b_a22b")
+    la = LayoutArray.from_layouts([Layout(tp=1, pp=1, dp=8, ep=8, etp=1, mbs=1, gbs=8, recompute="none")])
+    total, _, route = perf.memory_bound_bytes(m, la, "bf16", routing=True)
+    r = float(perf.distinct_groups(m.moe_experts, m.moe_top_k, 8))
+    per_tok = 24.0 * m.moe_experts + 8.0 * m.hidden * (m.moe_top_k + r)
+    assert float(route[0]) == pytest.approx(m.seq_len * m.n_moe_layers * per_tok, rel=1e-12)
+    assert float(total[0]) == pytest.approx(float(perf.memory_bound_bytes(m, la, "bf16")[0][0]), rel=1e-12)
+    inp = perf.prepare(m, la, "bf16", "h100_sxm", schedule="1f1b")
+    assert float(inp.bytes_route[0]) == pytest.approx(float(route[0]), rel=1e-12)
+    eff = perf.default_efficiency()
+    slow = perf.evaluate(inp, eff.with_params(moe_overhead=2 * eff.moe_overhead))
+    base = perf.evaluate(inp, eff)
+    assert float(slow.other_s[0] - base.other_s[0]) == pytest.approx(
+        eff.moe_overhead * float(route[0]) / 3.35e12, rel=1e-9)
+    dense = perf.prepare(models.get("llama31_8b"), Layout(dp=8, mbs=1, gbs=8), "bf16", "h100_sxm")
+    assert float(np.broadcast_to(dense.bytes_route, (1,))[0]) == 0.0
+
+
+def test_band_widths_by_regime():
+    err = np.log1p(np.array([0.01, -0.02, 0.03, 0.05, -0.08, 0.1, 0.12, -0.2, 0.3, 0.5]))
+    regs = ["large dense"] * 9 + ["coarse MoE"]
+    pooled, per = calibrate.band_widths(err, regs)
+    assert pooled == pytest.approx(math.expm1(np.quantile(np.abs(err), 0.8)))
+    assert per["large dense"] == pytest.approx(math.expm1(np.quantile(np.abs(err[:9]), 0.8)))
+    assert per["coarse MoE"] == pytest.approx(0.5)  # one run: the pooled width, widened to its error
+    assert per["long context"] == pooled  # no run: the pooled width
+    assert list(per) == list(runs.REGIMES)
+
+
+def test_a_stated_regime_band_holds_out_of_sample():
+    """data/efficiency.yaml: each regime's band is the leave-one-source-out 80% quantile, and at
+    least 80% of the fitted runs fall inside a band made without their own source."""
+    band = perf.default_band()
+    raw = band.meta["band"]
+    assert raw["coverage"] >= 0.8 and raw["rows"] == 95
+    assert band.regime_spread["large dense"] < band.regime_spread["small dense"] < band.regime_spread["fine-grained MoE"]
