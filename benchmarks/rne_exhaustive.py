@@ -1,6 +1,6 @@
 """Saturating RNE in float32 arithmetic against the saturating table, on all 2^32 float32 inputs.
 
-``scaletax.precision`` rounds to the 8-bit-or-narrower element types with saturation by float32
+``scaletax.model.precision`` rounds to the 8-bit-or-narrower element types with saturation by float32
 arithmetic (``precision_kernels._rne_saturate``); the table (``precision._rne_table``: ml_dtypes'
 cast after the clip, tabulated) stays the reference, and the test suite checks the two on every
 class the table tells apart. This script checks every bit pattern, format by format (about a
@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from scaletax import precision as P
+from scaletax.model import precision as P
 
 CHUNK = 1 << 24
 

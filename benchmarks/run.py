@@ -158,7 +158,7 @@ def _searched(log: Path) -> dict[str, dict[str, int]]:
         return out
     for line in log.read_text(encoding="utf-8").splitlines():
         rec = json.loads(line)
-        if rec["what"] != "miss" or not rec["fn"].startswith("scaletax.search.") or not rec.get("args"):
+        if rec["what"] != "miss" or not rec["fn"].startswith("scaletax.model.search.") or not rec.get("args"):
             continue
         args = dict(rec["args"]["dict"])
         gpu = args["gpu"]["fields"]["id"]
@@ -338,7 +338,8 @@ def bench_book(rounds: int) -> dict:
 def bench_quantizers(repeats: int, n: int = 16 * 2**20) -> dict:
     import ml_dtypes
 
-    from scaletax import precision
+    from scaletax.inputs import formats
+    from scaletax.model import precision
 
     rng = np.random.default_rng(0)
     x = rng.standard_normal(n, dtype=np.float32).reshape(-1, 4096)
@@ -348,7 +349,7 @@ def bench_quantizers(repeats: int, n: int = 16 * 2**20) -> dict:
     # each after one untimed call, as in the book, which quantizes thousands of times: the first
     # pays numba's load and the heap's growth to the outputs' size (bf16, measured first, took
     # 0.21 s per call as the median of 3 such calls, 0.011 s after one)
-    for fmt in precision.FORMATS:  # per CPU second (one thread), as every rate here; wall beside
+    for fmt in formats.FORMATS:  # per CPU second (one thread), as every rate here; wall beside
         precision.quantize(x, fmt)
         t, _ = _cpu_and_wall(lambda: precision.quantize(x, fmt), repeats)
         rows[fmt] = {"elements_per_s": n / t["cpu_s"], "seconds": t["cpu_s"], "wall_s": t["wall_s"]}
@@ -358,7 +359,7 @@ def bench_quantizers(repeats: int, n: int = 16 * 2**20) -> dict:
         rows[f"ml_dtypes_astype_{name}"] = {"elements_per_s": n / t["cpu_s"], "seconds": t["cpu_s"],
                                             "wall_s": t["wall_s"]}
     floor = rows["ml_dtypes_astype_fp4"]["elements_per_s"]
-    for fmt in precision.FORMATS:
+    for fmt in formats.FORMATS:
         rows[fmt]["vs_astype_fp4_floor"] = rows[fmt]["elements_per_s"] / floor
     return {"elements": n, "formats": rows}
 
@@ -433,7 +434,7 @@ def _peer(name: str, mode: str, cfg: dict) -> dict:
 def _peer_layouts():
     """Layouts of the side-by-side problem that the three tools all express: sequence
     parallel, distributed optimizer, mbs 1, no context/expert parallelism."""
-    from scaletax.layout import Layout
+    from scaletax.inputs.layout import Layout
 
     rows = [(8, 8, 1, "selective"), (8, 16, 2, "selective"), (8, 8, 1, "full"), (4, 16, 4, "full"), (8, 32, 4, "none")]
     return [Layout(tp=tp, pp=pp, dp=PEER_GPUS // (tp * pp), vp=vp, mbs=1, gbs=PEER_BATCH, sequence_parallel=True, zero_stage=1,
@@ -444,8 +445,9 @@ def bench_search(rounds: int) -> dict:
     """The project's vectorized search against its own per-layout loop, Calculon (as shipped and
     with logging at WARNING; every execution and fully evaluated ones) and llm-analysis, on the
     same problem, in interleaved rounds; CPU seconds of one process (per core) and wall."""
-    from scaletax import memory, models, perf, search
-    from scaletax.layout import LayoutArray, label
+    from scaletax.inputs import models
+    from scaletax.inputs.layout import LayoutArray, label
+    from scaletax.model import memory, perf, search
 
     dense = models.get("megatron_1t")
     tokens = PEER_BATCH * dense.seq_len
@@ -513,8 +515,9 @@ def bench_search(rounds: int) -> dict:
 
 def bench_search_scaling(repeats: int) -> dict:
     """Time of the vectorized evaluation against the number of layouts (10^3 .. 10^6)."""
-    from scaletax import memory, models, perf, search
-    from scaletax.layout import LayoutArray
+    from scaletax.inputs import models
+    from scaletax.inputs.layout import LayoutArray
+    from scaletax.model import memory, perf, search
 
     moe = models.get("kimi_k2")
     tokens = 16 * 2**20
@@ -537,7 +540,7 @@ def bench_search_scaling(repeats: int) -> dict:
 
 def _random_layouts(n: int, seed: int = 0):
     """n random layouts over the axes the memory and communication models read."""
-    from scaletax.layout import LayoutArray
+    from scaletax.inputs.layout import LayoutArray
 
     rng = np.random.default_rng(seed)
     tp = 2 ** rng.integers(0, 4, n)
@@ -552,9 +555,10 @@ def bench_kernels(repeats: int) -> dict:
     """The vectorized model kernels on many layouts (moved here from wall-clock asserts in tests):
     memory.breakdown on 10^6 layouts, comm.step_traffic + exposed_comm on 10^5, and the
     communication chapter's tax sweep (2 models x 3 GPUs x 3 cluster sizes)."""
-    from scaletax import comm, memory, models
+    from scaletax.inputs import models
+    from scaletax.model import comm, memory
+    from scaletax.model.topology import Topology
     from scaletax.chapters import communication as cs
-    from scaletax.topology import Topology
 
     moe, dense = models.get(models.MOE_1T), models.get("llama31_405b")
     la6 = _random_layouts(1_000_000)
@@ -580,8 +584,8 @@ def bench_predict(sizes=(1_000, 10_000, 100_000)) -> dict:
     resident memory after each size."""
     import resource
 
+    from scaletax.inputs.runs import read_runs
     from scaletax.report.predict import predict_rows
-    from scaletax.runs import read_runs
 
     base = read_runs(ROOT / "data" / "published_runs.csv")
     out = {}

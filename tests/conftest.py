@@ -60,14 +60,14 @@ def built_book(tmp_path_factory):
 @pytest.fixture(scope="session")
 def prepared():
     """The published runs prepared for the step-time model (shared by the validation tests)."""
-    from scaletax import validate
+    from scaletax.fit import validate
 
     return validate.prepare_rows(validate.load_rows())
 
 
 @pytest.fixture(scope="session")
 def table(prepared):
-    from scaletax import validate
+    from scaletax.fit import validate
 
     return validate.validation_table(prepared=prepared)
 

@@ -1,6 +1,7 @@
-"""The layering of ARCHITECTURE.md, enforced: imports point one way (report -> chapters ->
-model; render is used by chapters and report and uses only the model), and notebook parameter
-cells take their defaults from the scenario instead of copying it."""
+"""The layering of ARCHITECTURE.md, enforced: imports point one way (inputs <- model <- fit <-
+chapters <- report; render beside chapters, on the model and inputs only; the top-level utilities
+``files``, ``memo`` and ``jobserver`` below everything), and notebook parameter cells take their
+defaults from the scenario instead of copying it."""
 from __future__ import annotations
 
 import ast
@@ -13,20 +14,46 @@ from scaletax import ROOT
 from scaletax.report import chapters as toc
 
 LIB = ROOT / "lib" / "scaletax"
+#: The layer packages under lib/scaletax/; a top-level module is the util layer.
+PACKAGES = ("inputs", "model", "fit", "chapters", "render", "report")
 #: layer -> the layers it may import (besides itself).
-ALLOWED = {"model": {"model"}, "render": {"model"}, "chapters": {"model", "render"},
-           "report": {"model", "render", "chapters"}}
+ALLOWED = {"util": set(),
+           "inputs": {"util"},
+           "model": {"util", "inputs"},
+           "fit": {"util", "inputs", "model"},
+           "render": {"util", "inputs", "model"},
+           "chapters": {"util", "inputs", "model", "fit", "render"},
+           "report": {"util", "inputs", "model", "fit", "render", "chapters"}}
 
 
 def layer_of(rel: Path) -> str:
-    """``chapters``, ``render`` or ``report`` for a module in that package, else ``model``."""
-    return rel.parts[0] if len(rel.parts) > 1 else "model"
+    """The package a module is in (``inputs``, ``model``, ...), ``util`` for a top-level module."""
+    return rel.parts[0] if len(rel.parts) > 1 else "util"
+
+
+def _top_names(root: Path) -> set[str]:
+    """What ``from scaletax import X`` may name in the util layer: top-level modules and the
+    names ``scaletax/__init__.py`` defines."""
+    init = ast.parse((root / "__init__.py").read_text(encoding="utf-8"))
+    names = {p.stem for p in root.glob("*.py")}
+    for node in init.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {t.id for t in targets if isinstance(t, ast.Name)}
+        elif isinstance(node, ast.Try):
+            names |= {t.id for n in ast.walk(node) if isinstance(n, ast.Assign) for t in n.targets
+                      if isinstance(t, ast.Name)}
+    return names
 
 
 def imported_layers(path: Path, root: Path = LIB) -> dict[str, int]:
-    """Layers a module imports (every import statement, function-level ones included) -> first line."""
+    """Layers a module imports (every import statement, function-level ones included) -> first
+    line; a ``scaletax`` name that is in no layer (an old path) is the layer ``"?<name>"``."""
     rel = path.relative_to(root)
     pkg = ("scaletax", *rel.parts[:-1])
+    top = _top_names(root)
     out: dict[str, int] = {}
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         names: list[str] = []
@@ -40,7 +67,7 @@ def imported_layers(path: Path, root: Path = LIB) -> dict[str, int]:
             parts = name.split(".")
             if parts[0] != "scaletax" or len(parts) < 2:
                 continue
-            dep = parts[1] if parts[1] in ("chapters", "render", "report") else "model"
+            dep = parts[1] if parts[1] in PACKAGES else "util" if parts[1] in top else f"?{parts[1]}"
             out.setdefault(dep, node.lineno)
     return out
 
@@ -50,6 +77,9 @@ MODULES = sorted(p for p in LIB.rglob("*.py"))
 
 def test_the_layers_are_what_the_tree_holds():
     assert {layer_of(p.relative_to(LIB)) for p in MODULES} == set(ALLOWED)
+    assert {p.name for p in LIB.glob("*.py")} == {"__init__.py", "files.py", "memo.py", "jobserver.py"}
+    for layer in PACKAGES:
+        assert (LIB / layer / "__init__.py").exists(), layer
     assert len([p for p in MODULES if layer_of(p.relative_to(LIB)) == "model"]) > 10
 
 
@@ -62,11 +92,23 @@ def test_imports_point_one_way(path):
 
 def test_the_checker_sees_lazy_and_relative_imports(tmp_path):
     fake = tmp_path / "lib" / "scaletax"
-    (fake / "chapters").mkdir(parents=True)
-    (fake / "perf.py").write_text("def f():\n    from scaletax.chapters import decision\n")
+    for layer in PACKAGES:
+        (fake / layer).mkdir(parents=True)
+    (fake / "__init__.py").write_text("ROOT = 1\n")
+    (fake / "files.py").write_text("")
+    (fake / "memo.py").write_text("from scaletax.inputs import hardware\n")
+    (fake / "model" / "perf.py").write_text("def f():\n    from scaletax.chapters import decision\n"
+                                            "from scaletax import ROOT, memo\nfrom scaletax import perf\n")
     (fake / "chapters" / "x.py").write_text("from ..report import cli\nfrom . import memory\n")
-    assert imported_layers(fake / "perf.py", fake) == {"chapters": 2}
+    (fake / "inputs" / "runs.py").write_text("from ..model import perf\nfrom .. import files\n")
+    assert imported_layers(fake / "model" / "perf.py", fake) == {"chapters": 2, "util": 3, "?perf": 4}
     assert imported_layers(fake / "chapters" / "x.py", fake) == {"report": 1, "chapters": 2}
+    assert imported_layers(fake / "inputs" / "runs.py", fake) == {"model": 1, "util": 2}
+    assert imported_layers(fake / "memo.py", fake) == {"inputs": 1}
+    # each of these breaks the layering
+    for path, dep in [("model/perf.py", "chapters"), ("inputs/runs.py", "model"), ("memo.py", "inputs")]:
+        layer = layer_of(Path(path))
+        assert dep not in ALLOWED[layer] | {layer}
 
 
 @pytest.mark.parametrize("ch", [c for c in toc.CHAPTERS if c.reads], ids=lambda c: c.slug)

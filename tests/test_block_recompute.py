@@ -8,8 +8,9 @@ import io
 import numpy as np
 import pytest
 
-from scaletax import memory, perf, runs
-from scaletax.layout import Layout, LayoutArray
+from scaletax.inputs import runs
+from scaletax.inputs.layout import Layout, LayoutArray
+from scaletax.model import memory, perf, runplan
 
 LLAMA3_8B = {"model": "Llama 3 8B", "layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8, "head_dim": 128,
              "ffn_hidden": 14336, "vocab": 128256, "seq_len": 8192, "hardware": "h100_sxm", "gpu_count": 8,
@@ -29,17 +30,17 @@ def _table(tmp_path, rows):
 
 def test_block_fraction_is_n_of_each_chunk():
     # llama3_8b_pretrain_8gpu_h100_fp8cs_config: 32 layers, pp 1, recompute_num_layers 5 -> 5 of 32
-    assert runs.block_fraction(32, 1, 1, 5) == pytest.approx(5 / 32)
+    assert runplan.block_fraction(32, 1, 1, 5) == pytest.approx(5 / 32)
     # Llama 3 70B with pp 4, vp 5: chunks of 4 layers; N >= 4 recomputes every layer
-    assert runs.block_fraction(80, 4, 5, 5) == 1.0
-    assert runs.block_fraction(80, 4, 5, 1) == pytest.approx(0.25)
+    assert runplan.block_fraction(80, 4, 5, 5) == 1.0
+    assert runplan.block_fraction(80, 4, 5, 1) == pytest.approx(0.25)
     # an uneven split counts the largest chunk, ceil(61 / 8) = 8 layers (as perf.least_recompute does)
-    assert runs.block_fraction(61, 8, 1, 2) == pytest.approx(2 / 8)
+    assert runplan.block_fraction(61, 8, 1, 2) == pytest.approx(2 / 8)
 
 
 def test_plan_row_block_recompute_mixes_full_and_none():
     row = {**LLAMA3_8B, "recompute": "full", "recompute_num_layers": 5}
-    plan = runs.plan_row(row)
+    plan = runplan.plan_row(row)
     assert plan.recompute_fraction == pytest.approx(5 / 32) and plan.recompute_rest == "none"
     assert plan.recompute_label == "full on 16% of layers, none on the rest"
     model, lay = plan.model, plan.layout
@@ -54,9 +55,9 @@ def test_block_recompute_flops_are_the_layer_mix_of_none_and_full():
     """Each layer either recomputes its whole forward or nothing: executed FLOPs and memory-bound
     bytes are exactly (1 - x) none + x full, with no selective recompute in the rest."""
     row = {**LLAMA3_8B, "recompute": "full", "recompute_num_layers": 5}
-    plan = runs.plan_row(row)
+    plan = runplan.plan_row(row)
     lay, x = plan.layout, plan.recompute_fraction
-    block = runs.step_inputs([plan])
+    block = runplan.step_inputs([plan])
     none = perf.prepare(plan.model, lay.replace(recompute="none"), "fp8", "h100_sxm")
     full = perf.prepare(plan.model, lay, "fp8", "h100_sxm")
     for k in ("flops_lin", "flops_attn", "attn_elems_fwd", "bytes_micro"):
@@ -72,16 +73,16 @@ def test_block_recompute_flops_are_the_layer_mix_of_none_and_full():
 def test_plan_rows_matches_plan_row_with_block_recompute():
     rows = [{**LLAMA3_8B, "recompute": "full", "recompute_num_layers": n} for n in (1, 5, 40)]
     rows += [{**LLAMA3_8B, "recompute": "unknown"}, {**LLAMA3_8B, "recompute": "full"}]
-    table = runs.plan_rows(rows)
+    table = runplan.plan_rows(rows)
     frac = table.recompute_fraction()
     g = table.memory_gib()
     st = table.step_inputs()
     for i, row in enumerate(rows):
-        ref = runs.plan_row(row)
+        ref = runplan.plan_row(row)
         assert frac[i] == pytest.approx(ref.recompute_fraction, rel=1e-15)
         assert table.recompute_label(i) == ref.recompute_label
         assert g["total"][i] == pytest.approx(ref.memory_gib, rel=1e-12)
-        one = runs.step_inputs([ref])
+        one = runplan.step_inputs([ref])
         assert st.flops_lin[i] == pytest.approx(one.flops_lin[0], rel=1e-12)
         assert st.bytes_micro[i] == pytest.approx(one.bytes_micro[0], rel=1e-12)
     assert table.recompute_label(2) == "full"  # N past the chunk: every layer
@@ -104,6 +105,6 @@ def test_recompute_num_layers_errors(tmp_path):
 
 def test_layout_override_ignores_the_rows_block_setting():
     row = {**LLAMA3_8B, "recompute": "full", "recompute_num_layers": 5}
-    plan = runs.plan_row(row, layout=Layout(tp=1, pp=1, dp=8, mbs=1, gbs=128, recompute="full"))
+    plan = runplan.plan_row(row, layout=Layout(tp=1, pp=1, dp=8, mbs=1, gbs=128, recompute="full"))
     assert plan.recompute_fraction == 1.0 and plan.recompute_rest == "selective"
     assert np.isfinite(plan.memory_gib)

@@ -145,5 +145,5 @@ def test_a_price_only_rebuild_computes_no_search_and_no_training(built_book, tmp
     executed = {n["chapter"] for n in m["notebooks"] if n["status"] == "executed"}
     assert {"summary", "decision"} <= executed and "precision" not in executed
     calls = [json.loads(line) for line in log.read_text().splitlines()]
-    assert any(c["fn"] == "scaletax.search.search" for c in calls)
+    assert any(c["fn"] == "scaletax.model.search.search" for c in calls)
     assert [c for c in calls if c["what"] != "hit"] == []

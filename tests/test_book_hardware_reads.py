@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, SCALETAX, SMALL, edit_gpu_row
-from scaletax import runs
+from scaletax.inputs import runs
 from scaletax.chapters import precision
 
 pytestmark = pytest.mark.book
@@ -38,7 +38,7 @@ def test_each_chapter_is_keyed_on_the_gpus_it_reads(built_book):
     assert rows["precision"] == sorted(SMALL_GPUS | published | {precision.REFERENCE_GPU})
     assert rows["memory"] == sorted(SMALL_GPUS | published)
     assert rows["communication"] == sorted(SMALL_GPUS | _csv_ids("collectives.csv", "hardware"))
-    # the refit of the calibration scans GPU families (perf.power_per_flop): the whole catalog
+    # the refit of the calibration scans GPU families (efficiency.power_per_flop): the whole catalog
     assert rows["validation"] == "all"
     assert SMALL_GPUS | compared <= set(rows["decision"]) <= set(rows["summary"])  # the summary is built on it
     for slug in ("decision", "summary"):
@@ -59,7 +59,7 @@ def _project_copy(tmp_path):
 
 
 def _search_pickles(build_dir):
-    return set((build_dir / ".cache" / "memo" / "scaletax.search.search").glob("*.pkl"))
+    return set((build_dir / ".cache" / "memo" / "scaletax.model.search.search").glob("*.pkl"))
 
 
 def test_a_gpu_row_edit_reexecutes_only_the_chapters_and_searches_that_read_it(built_book, tmp_path):

@@ -7,7 +7,9 @@ import textwrap
 
 import pytest
 
-from scaletax import DATA_DIR, ROOT, memory, recipes, runs
+from scaletax import DATA_DIR, ROOT
+from scaletax.inputs import recipes, runs
+from scaletax.model import memory, runplan
 from scaletax.chapters import validation as vs
 
 RECIPES_CSV = DATA_DIR / "bridge_recipes.csv"
@@ -143,7 +145,7 @@ def test_recipe_probes_are_the_recipes_exact_configurations(recipe_rows):
             assert p["moe_dispatcher"] == ("deepep" if rec["moe_token_dispatcher_type"] == "flex" else "alltoall")
             assert p["schedule"] == ("ep_overlap" if rec["overlap_moe_expert_parallel_comm"] == "true" else "1f1b")
     # every probe is accepted as a runs table and predicted (scaletax predict plans it the same way)
-    plan = runs.plan_rows(runs.read_runs(DATA_DIR / "coverage_probes.csv"))
+    plan = runplan.plan_rows(runs.read_runs(DATA_DIR / "coverage_probes.csv"))
     assert len(plan) == len(probes)
 
 
@@ -188,7 +190,7 @@ def test_fp8_param_gather_keeps_the_linear_weights_only_as_their_copy(tmp_path):
     row = {"model": "Llama 3 70B", "layers": 80, "hidden": 8192, "heads": 64, "kv_heads": 8, "head_dim": 128,
            "ffn_hidden": 28672, "vocab": 128256, "seq_len": 8192, "hardware": "gb300", "gpu_count": 64, "tp": 1,
            "pp": 4, "vp": 5, "mbs": 1, "gbs": 256, "precision": "mxfp8", "recompute": "none"}
-    plain, gather = runs.plan_row(row), runs.plan_row({**row, "fp8_param_gather": "true"})
+    plain, gather = runplan.plan_row(row), runplan.plan_row({**row, "fp8_param_gather": "true"})
     assert gather.options == {"lowp_params": True} and plain.options == {}
     w0 = memory.breakdown(plain.model, plain.layout, "mxfp8").gib()["weights"][0]
     w1 = memory.breakdown(plain.model, plain.layout, "mxfp8", lowp_params=True).gib()["weights"][0]

@@ -208,7 +208,7 @@ READER = NOTEBOOK.replace('''print(value)
 ```
 
 ```{code-cell} ipython3
-from scaletax import hardware
+from scaletax.inputs import hardware
 hardware.HARDWARE_CSV = pathlib.Path(os.environ["TEST_HARDWARE_CSV"])  # the test's copy of the catalog
 hardware.catalog.cache_clear()
 READS
@@ -225,7 +225,7 @@ def _reader(tmp_path, slug, reads, data=("hardware.csv",)):
 @pytest.fixture
 def catalog_copy(tmp_path, monkeypatch):
     """A copy of data/hardware.csv that this process and the chapter kernels read."""
-    from scaletax import hardware
+    from scaletax.inputs import hardware
 
     path = tmp_path / "hardware.csv"
     path.write_bytes(hardware.HARDWARE_CSV.read_bytes())
@@ -237,7 +237,7 @@ def catalog_copy(tmp_path, monkeypatch):
 
 
 def _build(chapters, cache, tmp_path, tag):
-    from scaletax import hardware
+    from scaletax.inputs import hardware
 
     hardware.catalog.cache_clear()  # the CSV changed under this process
     work = tmp_path / f"work-{tag}"

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from scaletax import calibrate, validate
+from scaletax.fit import calibrate, validate
 
 
 def test_gemm_fit_is_computed_once_and_callers_get_their_own_copy(tmp_path):

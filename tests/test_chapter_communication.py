@@ -4,11 +4,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scaletax import comm, memory, models, perf, search
+from scaletax.inputs import models
+from scaletax.inputs.layout import Layout, label
+from scaletax.model import comm, efficiency, memory, perf, search
+from scaletax.model.comm import GROUPS, Overlap
+from scaletax.model.topology import Topology
 from scaletax.chapters import communication as cs
-from scaletax.comm import GROUPS, Overlap
-from scaletax.layout import Layout, label
-from scaletax.topology import Topology
 
 BATCH = 16 * 2**20
 DENSE = models.get("megatron_1t")
@@ -200,7 +201,7 @@ def test_llama_rows_match_the_step_time_model():
 
 def test_applied_overlap_is_the_calibrated_one():
     scaled = cs.applied_overlap()
-    assert scaled.tp == pytest.approx(min(1.0, Overlap().tp * perf.default_efficiency().overlap_scale))
+    assert scaled.tp == pytest.approx(min(1.0, Overlap().tp * efficiency.default_efficiency().overlap_scale))
 
 
 def test_prose_helpers_without_nvl72_or_moe():

@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 import yaml
 
-from scaletax import ROOT, cost, hardware, search
-from scaletax.layout import label
-from scaletax import models as catalog
+from scaletax import ROOT
+from scaletax.inputs import hardware
+from scaletax.inputs import models as catalog
+from scaletax.inputs.layout import label
+from scaletax.model import cost, search
 from scaletax.chapters import decision as d
 from scaletax.chapters import summary as s
 from scaletax.report.chapters import chapter, default_parameters
@@ -354,7 +356,7 @@ def test_a_price_that_changes_the_cheapest_gpu_searches_nothing(tmp_path, monkey
     tor = d.tornado_rows(p1, rows1)
     assert d.cheapest(rows0, DENSE)["gpu"] != "h200_sxm" and d.cheapest(rows1, DENSE)["gpu"] == "h200_sxm"
     assert {r["gpu"] for r in tor} == {"h200_sxm"}
-    assert sum(v["miss"] for v in memo.STATS.values()) == 0 and memo.STATS["scaletax.search.search"]["hit"] > 0
+    assert sum(v["miss"] for v in memo.STATS.values()) == 0 and memo.STATS["scaletax.model.search.search"]["hit"] > 0
     d.clear_cache()
 
 

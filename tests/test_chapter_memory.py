@@ -5,9 +5,10 @@ import os
 import numpy as np
 import pytest
 
-from scaletax import hardware, memory, models, search
+from scaletax.inputs import hardware, models
+from scaletax.inputs.layout import Layout
+from scaletax.model import memory, search
 from scaletax.chapters import memory as ms
-from scaletax.layout import Layout
 
 GIB = 2**30
 ONE_T = models.get(models.DENSE_1T)

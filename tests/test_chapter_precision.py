@@ -8,9 +8,9 @@ import re
 import numpy as np
 import pytest
 
-from scaletax import lowp_training as L
-from scaletax import references
-from scaletax import precision as P
+from scaletax.inputs import formats, references
+from scaletax.model import lowp_training as L
+from scaletax.model import precision as P
 from scaletax.chapters import precision as ps
 from scaletax.report import chapters
 
@@ -39,7 +39,7 @@ def err():
 # --- formats ---------------------------------------------------------------------------------
 def test_format_rows_count_scales_in_bits():
     rows = {r["format"]: r for r in ps.format_rows()}
-    assert set(rows) == set(P.FORMATS)
+    assert set(rows) == set(formats.FORMATS)
     assert rows["mxfp8_e4m3"]["bits"] == 8 + 8 / 32
     assert rows["mxfp4"]["bits"] == 4 + 8 / 32
     assert rows["nvfp4"]["bits"] == 4 + 8 / 16
@@ -53,8 +53,8 @@ def test_format_rows_count_scales_in_bits():
 
 def test_spec_check_agrees_and_catches_a_change(tmp_path):
     ok = ps.spec_check()
-    assert ok["mismatches"] == [] and ok["n_formats"] == len(P.ELEMENT_FORMATS)
-    assert ok["n_values"] >= 5 * len(P.ELEMENT_FORMATS)
+    assert ok["mismatches"] == [] and ok["n_formats"] == len(formats.ELEMENT_FORMATS)
+    assert ok["n_values"] >= 5 * len(formats.ELEMENT_FORMATS)
     assert "agree exactly" in ps.spec_text(ok)
     data = json.loads(ps.VECTORS_JSON.read_text())
     data["format_parameters"]["fp8_e4m3"]["max_normal"] = 480.0

@@ -7,8 +7,10 @@ import os
 import numpy as np
 import pytest
 
-from scaletax import calibrate, hardware, perf, validate
-from scaletax.runs import RUNS_CSV, read_runs
+from scaletax.inputs import hardware
+from scaletax.inputs.runs import RUNS_CSV, read_runs
+from scaletax.model import efficiency, perf
+from scaletax.fit import calibrate, validate
 from scaletax.chapters import validation as vs
 
 
@@ -141,7 +143,7 @@ def test_cross_validation_tables(cv, runs):
 
 
 def test_parameter_rows_are_the_data_file():
-    band = perf.default_band()
+    band = efficiency.default_band()
     rows = vs.parameter_rows(band)
     assert [r["parameter"] for r in rows] == list(band.meta["parameters"])
     for r in rows:
@@ -316,7 +318,7 @@ def test_probes_are_outside_the_table_and_interleaving_cuts_the_bubble():
 
 
 def test_heldout_runs_are_outside_the_table_and_predicted_as_scaletax_predict_does():
-    from scaletax import runs as runs_mod
+    from scaletax.inputs import runs as runs_mod
     from scaletax.report.predict import predict_rows
 
     held = vs.heldout_rows()
@@ -336,7 +338,7 @@ def test_heldout_runs_are_outside_the_table_and_predicted_as_scaletax_predict_do
 
 
 def test_heldout_measurements_are_what_the_papers_report():
-    from scaletax import runs as runs_mod
+    from scaletax.inputs import runs as runs_mod
 
     held = {h["run_id"]: h for h in vs.heldout_rows()}
     # DeepSeek-V3 (arXiv 2412.19437 §1): 180K H800 GPU-hours per trillion tokens

@@ -52,7 +52,7 @@ def test_build_refuses_when_build_dir_cannot_be_written(tmp_path):
 def test_corrupted_data_file_stops_the_build_before_anything_runs(tmp_path, monkeypatch, capsys):
     import typer
 
-    from scaletax import hardware
+    from scaletax.inputs import hardware
     from scaletax.report import cli
 
     bad = tmp_path / "hardware.csv"

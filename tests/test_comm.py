@@ -1,4 +1,4 @@
-"""Tests for scaletax.comm and scaletax.topology: closed forms, calibration, properties,
+"""Tests for scaletax.model.comm and scaletax.model.topology: closed forms, calibration, properties,
 per-step traffic of a published layout, overlap, vectorization."""
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scaletax import comm, hardware, models, topology
-from scaletax.comm import (GROUPS, Overlap, WireFormat, bus_factor, collective_phases, collective_time,
+from scaletax.inputs import hardware, models
+from scaletax.inputs.layout import Layout, LayoutArray
+from scaletax.model import comm, topology
+from scaletax.model.comm import (GROUPS, Overlap, WireFormat, bus_factor, collective_phases, collective_time,
                            exposed_comm, link_bytes, step_traffic, wire_bytes)
-from scaletax.layout import Layout, LayoutArray
-from scaletax.topology import Topology, placement
+from scaletax.model.topology import Topology, placement
 
 GiB = 2.0**30
 H100 = Topology.from_gpu("h100_sxm")

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scaletax import cost, hardware
+from scaletax.inputs import hardware
+from scaletax.model import cost
 
 ECON = cost.Economics(usd_per_gpu_hour=2.35, system_overhead=1.7, utilization=0.9, pue=1.2, usd_per_mwh=80.0)
 

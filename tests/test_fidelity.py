@@ -8,8 +8,10 @@ import math
 import numpy as np
 import pytest
 
-from scaletax import calibrate, models, perf, runs, validate
-from scaletax.layout import Layout, LayoutArray
+from scaletax.inputs import models, runs
+from scaletax.model import efficiency, perf
+from scaletax.fit import calibrate, validate
+from scaletax.inputs.layout import Layout, LayoutArray
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +94,7 @@ def test_moe_routing_bytes_are_their_own_term():
     assert float(total[0]) == pytest.approx(float(perf.memory_bound_bytes(m, la, "bf16")[0][0]), rel=1e-12)
     inp = perf.prepare(m, la, "bf16", "h100_sxm", schedule="1f1b")
     assert float(inp.bytes_route[0]) == pytest.approx(float(route[0]), rel=1e-12)
-    eff = perf.default_efficiency()
+    eff = efficiency.default_efficiency()
     slow = perf.evaluate(inp, eff.with_params(moe_overhead=2 * eff.moe_overhead))
     base = perf.evaluate(inp, eff)
     assert float(slow.other_s[0] - base.other_s[0]) == pytest.approx(
@@ -115,7 +117,7 @@ def test_band_widths_by_regime():
 def test_a_stated_regime_band_holds_out_of_sample():
     """data/efficiency.yaml: each regime's band is the leave-one-source-out 80% quantile, and at
     least 80% of the fitted runs fall inside a band made without their own source."""
-    band = perf.default_band()
+    band = efficiency.default_band()
     raw = band.meta["band"]
     assert raw["coverage"] >= 0.8 and raw["rows"] == 95
     assert band.regime_spread["large dense"] < band.regime_spread["small dense"] < band.regime_spread["fine-grained MoE"]

@@ -3,8 +3,8 @@ import shutil
 
 import pytest
 
-from scaletax import hardware
-from scaletax.hardware import HardwareError, UnknownHardware, UnsupportedPrecision
+from scaletax.inputs import hardware
+from scaletax.inputs.hardware import HardwareError, UnknownHardware, UnsupportedPrecision
 
 
 def test_catalog_loads_every_gpu_of_the_runs_schema():

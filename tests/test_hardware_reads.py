@@ -8,7 +8,9 @@ import threading
 import pytest
 
 from conftest import edit_gpu_row
-from scaletax import hardware, memo, models, runs, search
+from scaletax import memo
+from scaletax.inputs import hardware, models, runs
+from scaletax.model import search
 
 
 @pytest.fixture
@@ -75,7 +77,7 @@ def test_child_processes_append_to_the_same_record(fresh, tmp_path, monkeypatch)
     code = textwrap.dedent("""
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
-        from scaletax import hardware
+        from scaletax.inputs import hardware
         hardware.get('b300'); hardware.get('h100_sxm')
         if __name__ == '__main__':
             with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context('forkserver')) as pool:

@@ -4,8 +4,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scaletax import models
-from scaletax.layout import (RECOMPUTE_CODE, Layout, LayoutArray, group_strides, members_per_domain)
+from scaletax.inputs import models
+from scaletax.inputs.layout import (RECOMPUTE_CODE, Layout, LayoutArray, group_strides, members_per_domain)
 
 DS = models.get("deepseek_v3")
 L405 = models.get("llama31_405b")

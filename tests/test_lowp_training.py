@@ -1,4 +1,4 @@
-"""Tests for scaletax.lowp_training: plumbing, determinism and the FP4 mechanisms at tiny size."""
+"""Tests for scaletax.model.lowp_training: plumbing, determinism and the FP4 mechanisms at tiny size."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -6,7 +6,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from scaletax import lowp_training as L
+from scaletax.model import lowp_training as L
 
 TINY = L.TaskConfig(vocab=32, embed_dim=16, width=32, batch=64, steps=8, eval_size=256)
 SMALL = L.TaskConfig(width=64, batch=128, steps=150)

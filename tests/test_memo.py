@@ -7,7 +7,8 @@ import time
 import numpy as np
 import pytest
 
-from scaletax import hardware, memo
+from scaletax import memo
+from scaletax.inputs import hardware
 
 CALLS: list[tuple] = []
 
@@ -96,13 +97,13 @@ def test_a_gpu_argument_is_keyed_by_its_fields():
 
 
 def test_the_code_hash_covers_exactly_the_imported_library_modules():
-    mods = set(memo.closure("scaletax.lowp_training"))
-    assert {"scaletax", "scaletax.lowp_training", "scaletax.precision"} <= mods
-    assert not mods & {"scaletax.search", "scaletax.perf", "scaletax.cost", "scaletax.hardware"}
+    mods = set(memo.closure("scaletax.model.lowp_training"))
+    assert {"scaletax", "scaletax.model.lowp_training", "scaletax.model.precision"} <= mods
+    assert not mods & {"scaletax.model.search", "scaletax.model.perf", "scaletax.model.cost", "scaletax.inputs.hardware"}
     assert not [m for m in mods if m.startswith(("scaletax.chapters", "scaletax.report", "scaletax.render"))]
-    search_mods = memo.closure("scaletax.search")
-    assert {"scaletax.perf", "scaletax.memory", "scaletax.hardware"} <= set(search_mods)
-    assert "scaletax.cost" not in search_mods and "scaletax.chapters.decision" not in search_mods
+    search_mods = memo.closure("scaletax.model.search")
+    assert {"scaletax.model.perf", "scaletax.model.memory", "scaletax.inputs.hardware"} <= set(search_mods)
+    assert "scaletax.model.cost" not in search_mods and "scaletax.chapters.decision" not in search_mods
 
 
 def test_an_argument_without_canonical_form_is_refused(memo_dir):
@@ -122,7 +123,7 @@ def test_a_corrupt_cache_file_is_recomputed(memo_dir):
 def test_memory_and_communication_chapters_search_through_the_cache(memo_dir, monkeypatch):
     """The chapters' searches are cached on disk (search.cached_search / cached_min_gpus): a second
     process (here: the per-process caches emptied) reads them, and the results are the same."""
-    from scaletax import models
+    from scaletax.inputs import models
     from scaletax.chapters import communication as cc
     from scaletax.chapters import memory as cm
 
@@ -132,7 +133,7 @@ def test_memory_and_communication_chapters_search_through_the_cache(memo_dir, mo
     mg1 = cm.min_gpus(model, "b200", "fp8", batch_tokens=16 * 2**20)
     best1 = cc.best_search(model, "h100_sxm", 1024, batch_tokens=16 * 2**20)
     misses = {k: v["miss"] for k, v in memo.STATS.items()}
-    assert misses["scaletax.search.search"] >= 3 and misses["scaletax.search.min_gpus"] == 1
+    assert misses["scaletax.model.search.search"] >= 3 and misses["scaletax.model.search.min_gpus"] == 1
     monkeypatch.setattr(cc, "_BEST", {})
     memo.STATS.clear()
     assert cm.fit(model, 1024, ["h100_sxm", "b200"], {"h100_sxm": "fp8", "b200": "fp8"}, batch_seqs=4096) == fit1
@@ -177,13 +178,13 @@ def test_a_call_waiting_for_another_process_to_compute_lends_its_job_slot(memo_d
 def test_warm_hashes_the_code_of_every_cached_functions_module():
     """What the prefork server does once for the build: every module with a cached function
     (the search, the precision experiment's training) gets its code hash computed."""
-    from scaletax import search  # noqa: F401  (registers search's cached functions)
+    from scaletax.model import search  # noqa: F401  (registers search's cached functions)
     from scaletax.chapters import precision  # noqa: F401  (registers the training)
 
-    assert {"scaletax.search", "scaletax.lowp_training"} <= memo._MODULES
+    assert {"scaletax.model.search", "scaletax.model.lowp_training"} <= memo._MODULES
     memo.code_hash.cache_clear()
     memo.warm()
     assert memo.code_hash.cache_info().currsize == len(memo._MODULES)
     assert memo.code_hash.cache_info().hits == 0
-    h = memo.code_hash("scaletax.search")
+    h = memo.code_hash("scaletax.model.search")
     assert memo.code_hash.cache_info().hits == 1 and len(h) == 64

@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scaletax import memory as M
-from scaletax import models
-from scaletax.models import Model
-from scaletax.layout import Layout, LayoutArray
+from scaletax.inputs import models
+from scaletax.inputs.layout import Layout, LayoutArray
+from scaletax.inputs.models import Model
+from scaletax.model import memory as M
 
 GIB = 2**30
 ONE_T = models.get("megatron_1t")

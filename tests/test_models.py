@@ -3,8 +3,9 @@ import csv
 
 import pytest
 
-from scaletax import DATA_DIR, models
-from scaletax.models import Model
+from scaletax import DATA_DIR
+from scaletax.inputs import models
+from scaletax.inputs.models import Model
 
 MOE_IDS = ("deepseek_v3", "kimi_k2", "qwen3_235b_a22b", "gpt_oss_120b")
 REQUIRED_IDS = ("gpt3_175b", "llama31_8b", "llama31_70b", "llama31_405b", "megatron_1t", *MOE_IDS)

@@ -4,8 +4,9 @@ import math
 import numpy as np
 import pytest
 
-from scaletax import comm, models, perf
-from scaletax.layout import Layout, LayoutArray
+from scaletax.inputs import models
+from scaletax.inputs.layout import Layout, LayoutArray
+from scaletax.model import comm, efficiency, perf, runplan
 
 # Qwen3-30B-A3B shape (Qwen Team 2025, arXiv 2505.09388; HF config: hidden 2048, 128 experts top-8,
 # moe_intermediate_size 768)
@@ -86,7 +87,7 @@ def test_schedule_sets_the_expert_all_to_all_overlap():
     (here 3 of 4), and the hidden time costs the SMs the comm kernels take (perf.EP_COMM_SM_SHARE),
     whatever the fitted overlap scale; unknown: Overlap's default times the scale."""
     lay = Layout(tp=1, pp=1, dp=16, ep=16, etp=1, mbs=1, gbs=64, recompute="selective")
-    eff = perf.default_efficiency()
+    eff = efficiency.default_efficiency()
     out = {s: perf.evaluate(perf.prepare(QWEN30, lay, "bf16", "h100_sxm", schedule=s), eff)
            for s in ("unknown", "1f1b", "ep_overlap", "dualpipe")}
     inp = perf.prepare(QWEN30, lay, "bf16", "h100_sxm")
@@ -118,7 +119,7 @@ def test_schedule_sets_the_expert_all_to_all_overlap():
 
 
 def test_schedule_column_is_read_and_checked(tmp_path):
-    from scaletax import runs
+    from scaletax.inputs import runs
 
     head = "layers,hidden,heads,vocab,seq_len,hardware,gpu_count,tp,pp,precision,moe_experts,moe_top_k,moe_ffn_hidden,ep,schedule\n"
     body = "48,2048,32,151936,4096,h100_sxm,8,1,1,bf16,128,8,768,8,{}\n"
@@ -135,7 +136,7 @@ def test_gradient_copy_and_activations_share_the_peak():
     """Megatron-Core's DistributedOptimizer builds the fp32 gradient shard at the step and drops
     it at zero_grad: peak = persistent state + max(activations, copy), the copy 4 B per parameter
     of the local optimizer shard. Qwen3-30B-A3B on 8 GPUs, EP8: experts unsharded (edp 1)."""
-    from scaletax import memory as M
+    from scaletax.model import memory as M
 
     lay = Layout(tp=1, pp=1, dp=8, ep=8, etp=1, mbs=1, gbs=64, recompute="selective")
     mem = M.breakdown(QWEN30, lay, "bf16")
@@ -151,7 +152,7 @@ def test_gradient_copy_and_activations_share_the_peak():
 
 
 def test_moe_dispatcher_column_selects_the_dispatch(tmp_path):
-    from scaletax import runs
+    from scaletax.inputs import runs
 
     head = ("layers,hidden,heads,kv_heads,head_dim,ffn_hidden,vocab,seq_len,hardware,gpu_count,tp,pp,precision,"
             "moe_experts,moe_top_k,moe_ffn_hidden,ep,gbs,recompute,moe_dispatcher\n")
@@ -160,8 +161,8 @@ def test_moe_dispatcher_column_selects_the_dispatch(tmp_path):
     p.write_text(head + body.format("") + body.format("AllToAll") + body.format("deepep"), encoding="utf-8")
     rows = runs.read_runs(p)
     assert [runs.row_dispatch(r) for r in rows] == ["dedup", "alltoall", "dedup"]
-    inp = runs.step_inputs([runs.plan_row(r) for r in rows])
-    plan = runs.plan_row(rows[0])
+    inp = runplan.step_inputs([runplan.plan_row(r) for r in rows])
+    plan = runplan.plan_row(rows[0])
     la = LayoutArray.from_layouts([plan.layout])
     a2a, _ = perf.memory_bound_bytes(plan.model, la, "bf16", ep_dispatch="alltoall")
     dd, _ = perf.memory_bound_bytes(plan.model, la, "bf16", ep_dispatch="dedup")

@@ -11,10 +11,11 @@ import dataclasses
 
 import pytest
 
-from scaletax import models, search
+from scaletax.inputs import models
+from scaletax.inputs.layout import label
+from scaletax.model import search
 from scaletax.chapters import communication as cs
 from scaletax.chapters import decision as d
-from scaletax.layout import label
 from scaletax.report.chapters import default_parameters
 
 BATCH = 16 * 2**20

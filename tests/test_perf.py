@@ -9,9 +9,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scaletax import comm, hardware, memory, models, perf, runs, search
-from scaletax.layout import Layout, LayoutArray
-from scaletax.topology import Topology
+from scaletax.inputs import hardware, models, runs
+from scaletax.inputs.layout import Layout, LayoutArray
+from scaletax.model import comm, efficiency, memory, perf, search
+from scaletax.model.topology import Topology
 
 LLAMA70 = models.get("llama31_70b")
 KIMI = models.get("kimi_k2")
@@ -59,7 +60,7 @@ def test_rates_are_consistent(case):
 @pytest.mark.parametrize("corner", ["value", "high"])
 def test_mfu_at_most_hfu_at_most_one(case, corner):
     model, la, gpu, prec, _ = case
-    st = perf.step_time(model, la, prec, gpu, eff=getattr(perf.default_band(), corner))
+    st = perf.step_time(model, la, prec, gpu, eff=getattr(efficiency.default_band(), corner))
     assert np.all(st.mfu > 0)
     assert np.all(st.mfu <= st.hfu + 1e-12)
     assert np.all(st.hfu <= 1.0)
@@ -127,7 +128,7 @@ def test_vocab_padding():
 
 def test_bubble_is_narayanan_fraction_of_busy_time():
     m = LLAMA70
-    eff = perf.default_efficiency()
+    eff = efficiency.default_efficiency()
     for pp, vp, n_micro in ((4, 1, 8), (8, 2, 16), (1, 1, 4)):
         lay = Layout(tp=8, pp=pp, dp=2, vp=vp, mbs=1, gbs=2 * n_micro, recompute="full")
         inp = perf.prepare(m, lay, "fp8", "h100_sxm")
@@ -188,7 +189,7 @@ def test_ep_dedup_factor():
 
 def test_dedup_reproduces_comm_without_dedup():
     """The EP re-timing in perf equals comm's own all-to-all time when nothing is deduplicated."""
-    from scaletax import comm
+    from scaletax.model import comm
 
     lay = LayoutArray.from_layouts([Layout(tp=1, pp=4, dp=256, ep=e, etp=1, mbs=1, gbs=1024) for e in (8, 64, 128)])
     topo = Topology.from_gpu("h100_sxm")
@@ -206,12 +207,12 @@ def test_unsupported_precision_raises():
 
 
 def test_efficiency_validation():
-    e = perf.default_efficiency()
+    e = efficiency.default_efficiency()
     with pytest.raises(ValueError, match="must be in"):
         e.with_params(gemm_ceiling_8bit=1.2)
     with pytest.raises(ValueError, match="unknown efficiency parameter"):
         e.with_params(bogus=1.0)
-    assert perf.Efficiency.from_params(e.to_params()) == e
+    assert efficiency.Efficiency.from_params(e.to_params()) == e
     # Ampere has no FP8 tensor cores, so its factor may exceed 1 / (8-bit ceiling)
     # (stated with an 8-bit ceiling above the 16-bit one, so the check does not hang on the fit)
     e.with_params(gemm_ceiling_8bit=0.9, family_factor_ampere=1.0 / 0.9 + 0.01)
@@ -225,20 +226,20 @@ def test_band_orders_predictions(case):
 
 
 def test_efficiency_file_is_complete_and_sourced(tmp_path):
-    band = perf.load_efficiency()
+    band = efficiency.load_efficiency()
     for name, entry in band.meta["parameters"].items():
         assert entry["low"] <= entry["value"] <= entry["high"], name
         assert len(entry["source"]) > 20, name
     bad = tmp_path / "eff.yaml"
-    text = perf.EFFICIENCY_YAML.read_text()
+    text = efficiency.EFFICIENCY_YAML.read_text()
     bad.write_text(text.replace('    source: "CALIBRATED on all rows: multiplier', '    sauce: "x'))
     with pytest.raises(ValueError, match="overlap_scale.*source"):
-        perf.load_efficiency(bad)
+        efficiency.load_efficiency(bad)
 
 
 def test_traffic_deduplication_is_exact():
     """perf evaluates comm.step_traffic once per distinct communication pattern: same numbers."""
-    from scaletax import comm, search
+    from scaletax.model import comm, search
 
     la = search.candidates(KIMI, 2048, search.SearchSpace(tp=(1, 2, 4), cp=(1, 2), vp=(1, 2), mbs=(1, 2)), 1024)
     assert len(la) >= 4096
@@ -256,7 +257,7 @@ def test_traffic_deduplication_is_exact():
 def test_flash_attention_efficiency_follows_head_size_and_exp_throughput():
     """FlashAttention-3 on H100 (arXiv 2407.08608, Fig. 5, causal, 16k): ~640 of 989 TFLOP/s forward
     at head size 128 and ~500 at 64; the backward runs below the forward."""
-    eff = perf.default_efficiency()
+    eff = efficiency.default_efficiency()
     f128, b128 = perf.attention_efficiency("h100_sxm", 128, eff=eff)
     f64, b64 = perf.attention_efficiency("h100_sxm", 64, eff=eff)
     f256, _ = perf.attention_efficiency("h100_sxm", 256, eff=eff)
@@ -272,7 +273,7 @@ def test_flash_attention_efficiency_follows_head_size_and_exp_throughput():
 
 def test_attention_share_grows_with_sequence_and_cp_ring_hides_only_under_attention():
     m8 = models.get("llama31_8b")
-    eff = perf.default_efficiency()
+    eff = efficiency.default_efficiency()
     shares = []
     for s in (8192, 32768, 65536):
         m = m8.model_copy(update={"seq_len": s})
@@ -283,7 +284,7 @@ def test_attention_share_grows_with_sequence_and_cp_ring_hides_only_under_attent
         st = perf.evaluate(inp, eff)
         shares.append(float(attn[0] / st.compute_s[0]))
         # the ring can hide at most the attention time, never the whole step's compute
-        from scaletax import comm
+        from scaletax.model import comm
         ex = comm.exposed_comm(inp.comm, st.compute_s, eff.overlap(), windows={"cp": attn})
         full = comm.exposed_comm(inp.comm, st.compute_s, eff.overlap())
         assert ex.groups["cp"][0] >= full.groups["cp"][0] - 1e-15
@@ -305,13 +306,13 @@ def test_grouped_expert_gemms_pay_tile_padding():
 
 
 def test_blackwell_ultra_factor_from_rated_power():
-    from scaletax import calibrate
+    from scaletax.fit import calibrate
     r = calibrate.power_ratio("blackwell_ultra")
     per = {f: np.mean([g.tdp_w / (g.peak_flops("bf16") / 1e12) for g in hardware.catalog().values() if g.family == f])
            for f in ("blackwell", "blackwell_ultra")}
     assert r == pytest.approx(per["blackwell_ultra"] / per["blackwell"]) and 1.05 < r < 1.25
     assert calibrate.power_ratio("rubin") == 1.0
-    eff = perf.default_efficiency()
+    eff = efficiency.default_efficiency()
     assert eff.family_factor["blackwell_ultra"] == pytest.approx(eff.family_factor["blackwell"] * r, rel=2e-3)
 
 
@@ -319,7 +320,7 @@ def test_band_is_at_least_the_out_of_sample_spread_of_the_regime():
     """The band of a prediction is at least its regime's leave-one-source-out half-width (Llama 3 70B
     with ZeRO-1 is large dense, with ZeRO-3 the FSDP-stack regime), widened where the parameter
     corners are wider."""
-    band = perf.default_band()
+    band = efficiency.default_band()
     assert band.spread > 0 and set(band.regime_spread) == set(runs.REGIMES)
     for zero, reg in ((1, "large dense"), (3, "FSDP stack")):
         inp = perf.prepare(LLAMA70, Layout(tp=8, pp=4, dp=8, mbs=1, gbs=256, recompute="selective", zero_stage=zero),

@@ -7,8 +7,11 @@ import numpy as np
 import pytest
 import yaml
 
-from scaletax import DATA_DIR, calibrate, models, perf, runs
-from scaletax.layout import Layout
+from scaletax import DATA_DIR
+from scaletax.inputs import models, options, runs
+from scaletax.inputs.layout import Layout
+from scaletax.model import efficiency, perf, runplan
+from scaletax.fit import calibrate
 
 
 def test_pipeline_split_of_the_sourced_layouts():
@@ -35,7 +38,7 @@ def test_pipeline_split_of_the_sourced_layouts():
     n, share = perf.pipeline_split(oss, np.array([4.0]), "balanced", head_layers=np.array([4.6]))
     assert (n[0], share[0]) == (6.0, 1.0)
     # one stage: every layer and the whole output layer, whatever the split
-    for split in perf.PP_SPLITS:
+    for split in options.PP_SPLITS:
         n, share = perf.pipeline_split(oss, np.array([1.0]), split, head_layers=np.array([4.6]))
         assert (float(n[0]), float(np.broadcast_to(share, (1,))[0])) == (36.0, 1.0)
     with pytest.raises(ValueError, match=r"^pp_split: must be one of auto, even, account, balanced \(got 'x'\)$"):
@@ -58,8 +61,8 @@ def test_the_last_stage_runs_the_output_layer(tmp_path):
     step is faster by that work; a stated split overrides the default."""
     row = _probe("probe-gpt-oss-120b-64xh100-bf16")
     assert runs.row_pp_split(row) == "even"
-    even = runs.step_inputs([runs.plan_row(row)])
-    bal = runs.step_inputs([runs.plan_row({**row, "pp_split": "balanced"})])
+    even = runplan.step_inputs([runplan.plan_row(row)])
+    bal = runplan.step_inputs([runplan.plan_row({**row, "pp_split": "balanced"})])
     # even: the last stage, 9 layers and the whole head; balanced (the output layer worth ~3 layers
     # here): 10 layers on three stages, 6 and the head on the last, a middle stage the slowest
     assert float(even.flops_head[0]) > 0 and float(bal.flops_head[0]) == 0.0
@@ -80,9 +83,9 @@ def test_unfused_attention_streams_the_score_matrix(tmp_path):
     held = {r["run_id"]: r for r in runs.read_runs(DATA_DIR / "heldout_runs.csv")}
     row = held["narayanan2021-1.7B"]
     assert runs.row_attn_kernel(row) == "unfused"
-    plan = runs.plan_row(row)
-    un = runs.step_inputs([plan])
-    fl = runs.step_inputs([runs.plan_row({**row, "attn_kernel": "flash"})])
+    plan = runplan.plan_row(row)
+    un = runplan.step_inputs([plan])
+    fl = runplan.step_inputs([runplan.plan_row({**row, "attn_kernel": "flash"})])
     m, lay = plan.model, plan.layout
     assert float(fl.bytes_scores[0]) == 0.0 and float(fl.attn_unfused[0]) == 0.0
     tok_gpu = lay.gbs * m.seq_len / (lay.tp * lay.cp * lay.dp)
@@ -108,7 +111,7 @@ def test_the_4bit_ceiling_is_fitted_on_the_nvfp4_runs():
     assert sum(str(r["precision"]).lower() == "nvfp4" for r in rows) == 11
     assert calibrate.PRIORS["gemm_ceiling_4bit"]({"gemm_ceiling_8bit": 0.7, "family_factor_blackwell": 0.9}) == \
         pytest.approx(0.63)
-    raw = yaml.safe_load(perf.EFFICIENCY_YAML.read_text())["parameters"]["gemm_ceiling_4bit"]
+    raw = yaml.safe_load(efficiency.EFFICIENCY_YAML.read_text())["parameters"]["gemm_ceiling_4bit"]
     assert raw["kind"] == "calibrated" and raw["low"] < raw["value"] < raw["high"]
 
 

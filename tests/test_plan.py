@@ -4,7 +4,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from scaletax import cost, hardware, models
+from scaletax.inputs import hardware, models
+from scaletax.model import cost
 from scaletax.chapters import decision as d
 from scaletax.report import chapters as toc
 from scaletax.report.cli import app
@@ -43,7 +44,8 @@ def test_json_is_the_decision_chapters_row():
     assert out["price_basis"] == "assumed"
     assert out["tps_low"] <= out["tps"] <= out["tps_high"] and out["cost_usd_low"] <= out["cost_usd"] <= out["cost_usd_high"]
     # the model's regime and the out-of-sample accuracy on it: the summary's figures (data/efficiency.yaml)
-    from scaletax import runs, validate
+    from scaletax.inputs import runs
+    from scaletax.fit import validate
 
     reg = validate.regime_record("fine-grained MoE")
     assert runs.model_regime(models.get("kimi_k2")) == out["regime"] == "fine-grained MoE"

@@ -1,4 +1,4 @@
-"""Tests for scaletax.precision against data/precision_vectors.json and hand-derived blocks."""
+"""Tests for scaletax.model.precision against data/precision_vectors.json and hand-derived blocks."""
 from __future__ import annotations
 
 import json
@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from scaletax import DATA_DIR
-from scaletax import precision as P
+from scaletax.inputs import formats
+from scaletax.model import precision as P
 
 VECTORS = json.loads((DATA_DIR / "precision_vectors.json").read_text())
 F32 = np.float32
@@ -76,7 +77,7 @@ def test_sixteen_bit_saturating(row):
     # saturate=True (the default) is the same except that overflow stops at +-max
     exp = _val(row["expected"])
     if np.isinf(exp):
-        exp = F32(math.copysign(P.format_info(row["format"]).max_finite, exp))
+        exp = F32(math.copysign(formats.format_info(row["format"]).max_finite, exp))
     assert _same(_q1(row["input"], row["format"]), exp)
 
 
@@ -95,7 +96,7 @@ def test_e8m0_encode_clamps():
 @pytest.mark.parametrize("fmt", sorted(VECTORS["positive_grids"]))
 def test_positive_grid(fmt):
     grid = np.array(VECTORS["positive_grids"][fmt])
-    np.testing.assert_array_equal(P.representable_values(fmt), grid)
+    np.testing.assert_array_equal(formats.representable_values(fmt), grid)
     g32 = grid.astype(F32)
     # every grid point is a fixed point, on both signs
     np.testing.assert_array_equal(P.quantize(g32, fmt), g32)
@@ -115,13 +116,13 @@ def test_positive_grid(fmt):
                                  "bf16", "fp16"])
 def test_format_parameters(fmt):
     p = VECTORS["format_parameters"][fmt]
-    info = P.format_info(fmt)
+    info = formats.format_info(fmt)
     assert (info.exp_bits, info.man_bits) == (p["exp_bits"], p["man_bits"])
     assert info.max_finite == p["max_normal"]
     assert info.min_normal == p["min_normal"]
     assert info.min_subnormal == p["min_subnormal"]
     if "emax_elem" in p:
-        assert P._ELEMS[fmt].emax == p["emax_elem"]
+        assert formats.ELEMS[fmt].emax == p["emax_elem"]
     assert info.dynamic_range_binades == pytest.approx(
         math.log2(p["max_normal"] / p["min_subnormal"]))
 
@@ -139,7 +140,7 @@ def test_rne_table_is_ml_dtypes_astype_on_random_bit_patterns(fmt):
     bits[:4] = [0x7F800000, 0xFF800000, 0x00000001, 0x80000000]  # +-inf, min subnormal, -0
     x = bits.view(F32)
     with np.errstate(invalid="ignore", over="ignore"):
-        ref = x.astype(P._ELEMS[fmt].dtype).astype(F32)
+        ref = x.astype(formats.ELEMS[fmt].dtype).astype(F32)
     got = P.quantize(x, fmt, saturate=False)
     num = ~np.isnan(x)
     np.testing.assert_array_equal(got[num], ref[num])
@@ -150,9 +151,9 @@ def test_rne_table_is_ml_dtypes_astype_on_random_bit_patterns(fmt):
 def _edge_inputs(fmt: str) -> np.ndarray:
     """Random bit patterns (every exponent, subnormals, inf, NaN), the format's grid, its
     ties (midpoints) and their float32 neighbours, +-max, +-0, and values just above max."""
-    e = P._ELEMS[fmt]
+    e = formats.ELEMS[fmt]
     bits = np.random.default_rng(11).integers(0, 2**32, 200_000, dtype=np.uint32).view(F32)
-    grid = P.representable_values(fmt)
+    grid = formats.representable_values(fmt)
     mid = ((grid[:-1] + grid[1:]) / 2).astype(F32)
     g = grid.astype(F32)
     near = np.concatenate([g, mid, np.nextafter(mid, F32(0)), np.nextafter(mid, F32(np.inf)),
@@ -164,7 +165,7 @@ def _edge_inputs(fmt: str) -> np.ndarray:
 @pytest.mark.parametrize("fmt", ["fp8_e4m3", "fp8_e5m2", "fp6_e3m2", "fp6_e2m3", "fp4_e2m1"])
 def test_saturating_rne_table_is_clip_then_ml_dtypes_astype_bit_for_bit(fmt):
     """The clip is fused into the table: the same bits as np.clip then ml_dtypes' cast."""
-    e = P._ELEMS[fmt]
+    e = formats.ELEMS[fmt]
     x = _edge_inputs(fmt)
     with np.errstate(invalid="ignore", over="ignore"):
         ref = np.clip(x, -e.max, e.max).astype(e.dtype).astype(F32)
@@ -188,7 +189,7 @@ def test_saturating_rne_arithmetic_is_the_table_on_every_class(fmt):
     vectorizes); it gives the saturating table's bits (ml_dtypes' cast after the clip) on every
     class the table tells apart and on random bit patterns. (All 2^32 float32 inputs agreed for
     every format here when it was written; that run takes a minute, so it is not repeated.)"""
-    e = P._ELEMS[fmt]
+    e = formats.ELEMS[fmt]
     table, shift = P._RNE_TABLES[fmt, True]
     x = np.concatenate([_class_inputs(shift), _random_bits(1 << 20, 31)])
     b = x.view(np.uint32)
@@ -220,9 +221,9 @@ def _stochastic_reference(v, e, rng):
     return np.copysign(lo, v, out=lo)
 
 
-@pytest.mark.parametrize("fmt", P.ELEMENT_FORMATS)
+@pytest.mark.parametrize("fmt", formats.ELEMENT_FORMATS)
 def test_stochastic_rounding_matches_the_reference_bit_for_bit(fmt):
-    e = P._ELEMS[fmt]
+    e = formats.ELEMS[fmt]
     x = _edge_inputs(fmt) if e.bits <= 8 else np.random.default_rng(3).integers(
         0, 2**32, 200_000, dtype=np.uint32).view(F32)
     with np.errstate(invalid="ignore"):
@@ -299,11 +300,11 @@ def test_mx_e8m0_clamp_and_zero_block():
     assert P.e8m0_encode(P.mx_shared_exponent(x, "mxfp4")).tolist() == [0, 0]
 
 
-@pytest.mark.parametrize("fmt", P.MX_FORMATS)
-@pytest.mark.parametrize("rule", P.SCALE_RULES)
+@pytest.mark.parametrize("fmt", formats.MX_FORMATS)
+@pytest.mark.parametrize("rule", formats.SCALE_RULES)
 def test_mx_against_float64_transcription_of_the_conventions(fmt, rule):
     # independent float64 transcription of conventions.mx_rules, on blocks of many magnitudes
-    e = P._ELEMS[P._BLOCK[fmt][0]]
+    e = formats.ELEMS[formats.BLOCK[fmt][0]]
     rng = np.random.default_rng(3)
     x = (rng.standard_normal((64, 32)) * 10.0 ** rng.uniform(-6, 6, (64, 1))).astype(F32)
     amax = np.abs(x.astype(np.float64)).max(axis=1, keepdims=True)
@@ -441,7 +442,7 @@ def test_nvfp4_all_zero_tensor():
 
 @pytest.mark.parametrize("fmt", ["fp4_e2m1", "fp8_e4m3", "fp8_e5m2", "bf16"])
 def test_stochastic_rounding_unbiased(fmt):
-    grid = P.representable_values(fmt)
+    grid = formats.representable_values(fmt)
     # points between neighbours at several binades, both signs, and a subnormal one
     i = np.array([1, 3, len(grid) // 2, len(grid) - 3])
     frac = np.array([0.3, 0.5, 0.9, 0.15])
@@ -484,25 +485,25 @@ def test_stochastic_rounding_in_mx_block_is_unbiased():
 # --------------------------------------------------------------------------------------------
 
 def test_format_info_bits():
-    bits = {f: P.format_info(f).bits_per_element for f in P.FORMATS}
+    bits = {f: formats.format_info(f).bits_per_element for f in formats.FORMATS}
     assert bits["mxfp8_e4m3"] == bits["mxfp8_e5m2"] == 8.25
     assert bits["mxfp6_e3m2"] == bits["mxfp6_e2m3"] == 6.25
     assert bits["mxfp4"] == 4.25
     assert bits["nvfp4"] == 4.5
     assert bits["bf16"] == 16 and bits["fp8_e4m3"] == 8 and bits["fp4_e2m1"] == 4
-    info = P.format_info("nvfp4")
+    info = formats.format_info("nvfp4")
     assert (info.block_size, info.element_format, info.max_finite) == (16, "fp4_e2m1", 6.0)
-    assert P.format_info("mxfp4").scale_format == "e8m0"
-    assert P.format_info("fp8_e4m3").dynamic_range_binades == pytest.approx(math.log2(448) + 9)
-    assert len(P.FORMATS) == 13
+    assert formats.format_info("mxfp4").scale_format == "e8m0"
+    assert formats.format_info("fp8_e4m3").dynamic_range_binades == pytest.approx(math.log2(448) + 9)
+    assert len(formats.FORMATS) == 13
 
 
 def test_unknown_format_lists_valid_ones():
     with pytest.raises(ValueError) as e:
         P.quantize(np.ones(4), "fp3")
-    assert all(f in str(e.value) for f in P.FORMATS)
+    assert all(f in str(e.value) for f in formats.FORMATS)
     with pytest.raises(ValueError, match="valid formats"):
-        P.format_info("int8")
+        formats.format_info("int8")
 
 
 def test_bad_block_size_names_sizes():
@@ -524,7 +525,7 @@ def test_bad_block_size_names_sizes():
 # Non-finite inputs (documented in the module docstring)
 # --------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("fmt", P.FORMATS)
+@pytest.mark.parametrize("fmt", formats.FORMATS)
 def test_nan_propagates_elementwise(fmt):
     x = np.linspace(-3, 3, 64, dtype=F32).reshape(2, 32)
     x[0, 5] = np.nan
@@ -536,9 +537,9 @@ def test_nan_propagates_elementwise(fmt):
                                   np.delete(P.quantize(x0, fmt).ravel(), 5))
 
 
-@pytest.mark.parametrize("fmt", P.ELEMENT_FORMATS)
+@pytest.mark.parametrize("fmt", formats.ELEMENT_FORMATS)
 def test_inf_saturates_in_plain_formats(fmt):
-    mx = F32(P.format_info(fmt).max_finite)
+    mx = F32(formats.format_info(fmt).max_finite)
     np.testing.assert_array_equal(P.quantize(np.array([np.inf, -np.inf], F32), fmt), [mx, -mx])
 
 
@@ -550,7 +551,7 @@ def test_inf_without_saturation_follows_ieee():
     np.testing.assert_array_equal(P.quantize(x, "fp4_e2m1", saturate=False), [6, -6])
 
 
-@pytest.mark.parametrize("fmt", P.MX_FORMATS + ("nvfp4",))
+@pytest.mark.parametrize("fmt", formats.MX_FORMATS + ("nvfp4",))
 def test_inf_raises_in_scaled_formats(fmt):
     x = np.ones(32, F32)
     x[3] = np.inf
@@ -667,7 +668,7 @@ def test_error_table_shape(table):
     assert len(table) == len(P.SCHEMES) * len(P.DISTRIBUTIONS) * 3
 
 
-@pytest.mark.parametrize("rule", P.SCALE_RULES)
+@pytest.mark.parametrize("rule", formats.SCALE_RULES)
 def test_mxfp8_beats_mxfp4_on_gaussian(table, rule):
     assert (_row(table, "mxfp8_e4m3", rule, "gaussian")["rel_err"]
             < _row(table, "mxfp4", rule, "gaussian")["rel_err"] / 3)
@@ -676,7 +677,7 @@ def test_mxfp8_beats_mxfp4_on_gaussian(table, rule):
 @pytest.mark.parametrize("dist", P.DISTRIBUTIONS)
 def test_nvfp4_beats_mxfp4(table, dist):
     nv = _row(table, "nvfp4", "two_level", dist)["rel_err"]
-    assert nv < min(_row(table, "mxfp4", r, dist)["rel_err"] for r in P.SCALE_RULES)
+    assert nv < min(_row(table, "mxfp4", r, dist)["rel_err"] for r in formats.SCALE_RULES)
 
 
 @pytest.mark.parametrize("mag", [1e-3, 1.0, 1e3])
@@ -711,7 +712,7 @@ def _random_bits(n: int, seed: int) -> np.ndarray:
 def test_bf16_rounding_is_ml_dtypes_cast_bit_for_bit(saturate):
     """BF16 RNE on the float32 bits gives ml_dtypes' astype bits, NaN payloads and -0 included."""
     x = _random_bits(200_000, 21)
-    e = P._ELEMS["bf16"]
+    e = formats.ELEMS["bf16"]
     with np.errstate(invalid="ignore", over="ignore"):
         v = np.clip(x, -e.max, e.max) if saturate else x
         ref = v.astype(ml_dtypes.bfloat16).astype(F32)
@@ -736,7 +737,7 @@ def test_nvfp4_stochastic_is_the_numpy_transcription_bit_for_bit():
         s_enc_b = F32(1) / (s_dec * (F32(1) / s_enc))
     s_enc_b[s_dec == 0] = 0
     v = np.clip(blocks * s_enc_b, -6, 6)
-    q = _stochastic_reference(v, P._ELEMS["fp4_e2m1"], np.random.default_rng(9))
+    q = _stochastic_reference(v, formats.ELEMS["fp4_e2m1"], np.random.default_rng(9))
     ref = ((q * s_dec) / s_enc).reshape(x.shape)
     got = P.quantize(x, "nvfp4", rounding="stochastic", rng=np.random.default_rng(9))
     assert np.array_equal(got.view(np.uint32), ref.view(np.uint32))
@@ -746,7 +747,7 @@ def test_nvfp4_stochastic_is_the_numpy_transcription_bit_for_bit():
 @pytest.mark.parametrize("fmt,rule", [("mxfp4", "ocp"), ("mxfp8_e4m3", "ceil"),
                                       ("mxfp6_e2m3", "ocp")])
 def test_mx_stochastic_is_the_numpy_transcription_bit_for_bit(fmt, rule):
-    e = P._ELEMS[P._BLOCK[fmt][0]]
+    e = formats.ELEMS[formats.BLOCK[fmt][0]]
     x = P.make_tensor("student_t", (32, 256), seed=4)
     x[1, :32] = 0  # an all-zero block
     blocks = x.reshape(-1, 32)
@@ -761,7 +762,7 @@ def test_mx_stochastic_is_the_numpy_transcription_bit_for_bit(fmt, rule):
 @pytest.mark.parametrize("rounding", ["rne", "stochastic"])
 def test_per_tensor_and_tile_scaling_are_the_numpy_transcription_bit_for_bit(rounding):
     """x * scale, clipped to +-448, rounded, divided by the same scale (tensor and 1x128 tiles)."""
-    e = P._ELEMS["fp8_e4m3"]
+    e = formats.ELEMS["fp8_e4m3"]
     x = P.make_tensor("outlier_channels", (16, 512), seed=8)
 
     def ref(v, scale):

@@ -158,7 +158,7 @@ def test_out_of_range_rows_refused_in_one_line(tmp_path, edit, expect):
 def test_runs_files_refused_before_reading(tmp_path):
     import os
 
-    from scaletax.runs import MAX_RUNS_BYTES
+    from scaletax.inputs.runs import MAX_RUNS_BYTES
 
     fifo = tmp_path / "fifo.csv"
     os.mkfifo(fifo)

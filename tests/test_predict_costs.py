@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 
-from scaletax import cost, hardware, runs
+from scaletax.inputs import hardware, runs
+from scaletax.model import cost
 from scaletax.chapters.decision import Plan
 from scaletax.report.chapters import default_parameters
 from scaletax.report.predict import COST_COLUMNS, predict_rows

@@ -1,5 +1,5 @@
-"""``scaletax predict`` vectorized over rows (runs.plan_rows) against the per-row reference
-(runs.plan_row, runs.step_inputs), on the published table and on a random table of mixed rows:
+"""``scaletax predict`` vectorized over rows (runplan.plan_rows) against the per-row reference
+(runplan.plan_row, runplan.step_inputs), on the published table and on a random table of mixed rows:
 every output column equal to 1e-12 relative."""
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from scaletax import comm, hardware, memory, perf, runs
-from scaletax.layout import LayoutArray, divisors
+from scaletax.inputs import hardware, options, runs
+from scaletax.inputs.layout import LayoutArray, divisors
+from scaletax.model import efficiency, memory, perf, runplan
 from scaletax.report.predict import PERF_COLUMNS, predict_rows
 
 TOL = 1e-12
@@ -19,9 +20,9 @@ def _reference(rows):
     """The per-row path: plan_row per row, memory.breakdown of its layout (the partial-full mix
     written out), step inputs one row at a time."""
     out = []
-    band = perf.default_band()
+    band = efficiency.default_band()
     for row in rows:
-        plan = runs.plan_row(row)
+        plan = runplan.plan_row(row)
         prec = str(row["precision"]).strip().lower()
         lay = plan.layout
         if lay.recompute == "full" and plan.recompute_fraction < 1.0:
@@ -30,7 +31,7 @@ def _reference(rows):
             g = {k: float((1.0 - x) * v[0] + x * v[1]) for k, v in memory.breakdown(plan.model, la, prec, **plan.options).gib().items()}
         else:
             g = {k: float(v[0]) for k, v in memory.breakdown(plan.model, lay, prec, **plan.options).gib().items()}
-        pred = perf.evaluate_band(runs.step_inputs([plan]), band)
+        pred = perf.evaluate_band(runplan.step_inputs([plan]), band)
         v = pred.value
         p = float(v.tokens_per_s_per_gpu[0])
         cap = float(hardware.get(str(row["hardware"]).strip()).hbm_gib)
@@ -90,7 +91,7 @@ def _random_rows(n: int, seed: int = 0) -> list[dict]:
                    recompute=("none", "selective", "full", "unknown", "")[rng.integers(5)],
                    zero_stage=int(rng.choice([0, 1, 2, 3])),
                    reserve_gib=None if rng.random() < 0.7 else float(rng.choice([2.0, 5.5])),
-                   schedule=("", *comm.SCHEDULES)[rng.integers(len(comm.SCHEDULES) + 1)],
+                   schedule=("", *options.SCHEDULES)[rng.integers(len(options.SCHEDULES) + 1)],
                    moe_dispatcher=("", *runs.DISPATCHERS)[rng.integers(len(runs.DISPATCHERS) + 1)])
         try:
             runs._validate_row(row)
@@ -116,16 +117,16 @@ def test_random_mixed_table_same_as_per_row():
     # inputs come back untouched, in order, with every model column
     for r, g in zip(rows, got):
         assert all(g[k] == v for k, v in r.items())
-        assert set(PERF_COLUMNS) | set(runs.MEMORY_COLUMNS) <= set(g)
+        assert set(PERF_COLUMNS) | set(runplan.MEMORY_COLUMNS) <= set(g)
 
 
 def test_plan_rows_matches_plan_row_fields():
     rows = _random_rows(60, seed=5)
-    plan = runs.plan_rows(rows)
+    plan = runplan.plan_rows(rows)
     la = plan.layouts()
     frac = plan.recompute_fraction()
     for i, row in enumerate(rows):
-        ref = runs.plan_row(row)
+        ref = runplan.plan_row(row)
         assert la.layout(i) == ref.layout
         assert frac[i] == ref.recompute_fraction
         assert plan.assumptions[i] == ref.assumptions
@@ -143,14 +144,14 @@ def test_bad_row_named():
 
 
 def _row_by_row(rows):
-    """What runs._layout_table computes, one row at a time (the reference it must equal)."""
+    """What runs.layout_table computes, one row at a time (the reference it must equal)."""
     vals, unknown, n_block = [], [], []
     for row in rows:
-        tp, pp, cp, ep, etp, dp, vp, mbs, gbs, sp, zero, rc = runs._layout_values(row)
+        tp, pp, cp, ep, etp, dp, vp, mbs, gbs, sp, zero, rc = runs.layout_values(row)
         vals.append((tp, pp, cp, ep, etp, dp, vp, mbs, gbs, int((True if sp is None else sp) and tp > 1), zero,
                      runs.RECOMPUTE_CODE[rc]))
-        unknown.append(runs._stated_recompute(row) == "unknown")
-        n_block.append(runs._block_layers(row) or 0)
+        unknown.append(runs.stated_recompute(row) == "unknown")
+        n_block.append(runs.block_layers(row) or 0)
     return np.array(vals, dtype=np.int64), np.array(unknown), np.array(n_block, dtype=np.int64)
 
 
@@ -160,7 +161,7 @@ def test_layout_table_same_as_row_by_row():
     rows = _random_rows(200, seed=11) + runs.read_runs(runs.RUNS_CSV) + runs.read_runs(runs.DATA_DIR / "coverage_probes.csv")
     rows[0] = {**rows[0], "vp": None}
     rows[1] = {**rows[1], "sequence_parallel": "false"}
-    table = runs._layout_table(rows)
+    table = runs.layout_table(rows)
     assert table is not None
     for got, want in zip(table, _row_by_row(rows)):
         assert got.dtype == want.dtype and np.array_equal(got, want)
@@ -171,8 +172,8 @@ def test_text_cells_take_the_row_by_row_path():
     """Cells that are text (a table not from read_runs) go row by row, with the same plan."""
     rows = runs.read_runs(runs.RUNS_CSV)
     text = [{k: ("" if v is None else str(v)) for k, v in r.items()} for r in rows]
-    assert runs._layout_table(text) is None
-    a, b = runs.plan_rows(rows), runs.plan_rows(text)
+    assert runs.layout_table(text) is None
+    a, b = runplan.plan_rows(rows), runplan.plan_rows(text)
     assert a.layouts().layout(0) == b.layouts().layout(0)
     for f in ("tp", "pp", "cp", "ep", "etp", "dp", "vp", "mbs", "gbs", "sp", "zero_stage", "recompute"):
         assert np.array_equal(getattr(a.layouts(), f), getattr(b.layouts(), f))
@@ -190,10 +191,10 @@ def test_bad_layout_cell_same_error_as_row_by_row(change):
     rows = runs.read_runs(runs.RUNS_CSV)[:4]
     rows[2] = {**rows[2], **change}
     with pytest.raises(ValueError) as want:
-        runs.plan_row(rows[2])
-    assert runs._layout_table(rows) is None
+        runplan.plan_row(rows[2])
+    assert runs.layout_table(rows) is None
     with pytest.raises(runs.RunsTableError) as got:
-        runs.plan_rows(rows)
+        runplan.plan_rows(rows)
     assert str(got.value) == f"row 4: {want.value}"
 
 
@@ -219,7 +220,7 @@ def test_table_step_inputs_same_as_per_group(table):
     rows = {"published": lambda: runs.read_runs(runs.RUNS_CSV),
             "probes": lambda: runs.read_runs(runs.DATA_DIR / "coverage_probes.csv"),
             "random": lambda: _random_rows(120, seed=17)}[table]()
-    plan = runs.plan_rows(rows)
+    plan = runplan.plan_rows(rows)
     got = plan.step_inputs()
     want = perf.StepInputs.concat([g.step_inputs() for g in plan.groups]).take(plan._order())
     _fields_equal(got, want)
@@ -243,7 +244,7 @@ def test_prepare_one_gpu_per_layout():
 def test_table_memory_same_as_per_group(table):
     """One memory breakdown over the groups of several GPUs equals one per group, bit for bit."""
     rows = runs.read_runs(runs.RUNS_CSV) if table == "published" else _random_rows(120, seed=19)
-    plan = runs.plan_rows(rows)
+    plan = runplan.plan_rows(rows)
     got = plan.memory_gib()
     parts = [g.memory_gib() for g in plan.groups]
     for k in got:

@@ -112,13 +112,14 @@ value = 1
 ```{code-cell} ipython3
 import json, os, signal, sys, threading
 from IPython.display import display
-from scaletax import memo, search
+from scaletax import memo
+from scaletax.model import search
 facts = {"hash": hash("scaletax"), "argv0": os.path.basename(sys.argv[0]), "argv": sys.argv[1:2],
          "path": sys.path, "cwd_is_work": os.path.basename(os.getcwd()),
          "parent": os.environ["JPY_PARENT_PID"] == str(os.getppid()), "own_session": os.getsid(0) == os.getpid(),
          "main": sys.modules["__main__"].__name__, "figures": os.path.basename(os.environ["SCALETAX_FIGURES_DIR"]),
          "hashseed": os.environ["PYTHONHASHSEED"], "value": value, "threads_at_start": threading.active_count() > 1,
-         "sigterm": int(signal.getsignal(signal.SIGTERM)), "code_hash": memo.code_hash("scaletax.search")}
+         "sigterm": int(signal.getsignal(signal.SIGTERM)), "code_hash": memo.code_hash("scaletax.model.search")}
 display({"application/json": facts}, raw=True)
 ```
 """

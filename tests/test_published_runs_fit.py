@@ -8,8 +8,10 @@ import csv
 import numpy as np
 import pytest
 
-from scaletax import DATA_DIR, comm, memory, perf, runs
-from scaletax.comm import WireFormat
+from scaletax import DATA_DIR
+from scaletax.inputs import runs
+from scaletax.model import comm, memory, perf, runplan
+from scaletax.model.comm import WireFormat
 
 TABLES = ("published_runs.csv", "heldout_runs.csv", "coverage_probes.csv", "production_moe_recipes.csv")
 
@@ -19,7 +21,7 @@ def test_every_published_run_fits(name):
     """Each row, planned as calibration, validation and ``scaletax predict`` plan it, fits its GPU."""
     over = []
     for row in runs.read_runs(DATA_DIR / name):
-        gib, cap = runs.plan_row(row).memory_gib, memory.capacity_gib(row["hardware"])
+        gib, cap = runplan.plan_row(row).memory_gib, memory.capacity_gib(row["hardware"])
         if not gib <= cap:
             over.append(f"{row['run_id']}: {gib:.1f} GiB > {cap:.1f} GiB")
     assert not over, f"{name}: predicted not to fit: " + "; ".join(over)
@@ -36,24 +38,24 @@ def _mixtral(**cells):
 
 def test_etp_defaults_to_tp_and_a_stated_etp_is_kept():
     blank, one = _mixtral(), _mixtral(etp=1)
-    assert runs.plan_row(blank).layout.etp == 8 and runs.plan_row(one).layout.etp == 1
-    assert "etp=8 (default: tp, Megatron-Core)" in runs.plan_row(blank).assumptions
-    table = runs.plan_rows([blank, one])
+    assert runplan.plan_row(blank).layout.etp == 8 and runplan.plan_row(one).layout.etp == 1
+    assert "etp=8 (default: tp, Megatron-Core)" in runplan.plan_row(blank).assumptions
+    table = runplan.plan_rows([blank, one])
     assert table.layouts().etp.tolist() == [8, 1]
     # issue 29: with every expert whole on each TP rank the run does not fit; with Megatron's default it does
     cap = memory.capacity_gib("h100_sxm")
-    assert runs.plan_row(one).memory_gib > cap >= runs.plan_row(blank).memory_gib
+    assert runplan.plan_row(one).memory_gib > cap >= runplan.plan_row(blank).memory_gib
     # the probe row of the same run fits as the table states it (etp blank)
     probe = next(r for r in runs.read_runs(DATA_DIR / "coverage_probes.csv")
                  if r["run_id"] == "probe-mixtral-8x7b-32xh100-bf16")
-    assert probe["etp"] is None and runs.plan_row(probe).layout.etp == 8
+    assert probe["etp"] is None and runplan.plan_row(probe).layout.etp == 8
 
 
 def test_etp_default_capped_where_tp_does_not_fold():
     """ep*tp must divide tp*cp*dp; where it does not, the largest divisor of tp that does."""
     row = _mixtral(ep=4)  # tp*cp*dp = 16, ep*tp = 32: etp = gcd(8, 16/4) = 4
-    assert runs.plan_row(row).layout.etp == 4 == runs.default_etp(8, 1, 2, 4)
-    assert runs.plan_rows([row]).layouts().etp.tolist() == [4]
+    assert runplan.plan_row(row).layout.etp == 4 == runs.default_etp(8, 1, 2, 4)
+    assert runplan.plan_rows([row]).layouts().etp.tolist() == [4]
     assert runs.default_etp(np.array([8, 8, 2]), np.array([1, 1, 1]), np.array([2, 8, 4]), np.array([4, 8, 8])).tolist() \
         == [4, 8, 1]
 
@@ -85,7 +87,7 @@ def test_llama3_8b_64_h100_recipes_fit_as_stated(recipe):
         assert rec["recompute_method"] == "block" and rec["recompute_num_layers"] == "5" and rec["fp8_param_gather"] == "true"
     else:
         assert row["recompute"] == "none" and not rec["recompute_granularity"] and row["cp"] == 2
-    plan = runs.plan_row(row)
+    plan = runplan.plan_row(row)
     assert plan.recompute_assumed == ""
     assert plan.memory_gib <= memory.capacity_gib("h100_sxm"), f"{row['run_id']}: {plan.memory_gib:.1f} GiB"
 
@@ -98,10 +100,10 @@ def _llama(**cells):
 
 def test_fsdp_stack_is_zero3_with_fp32_gradients():
     fsdp, meg = _llama(stack="fsdp"), _llama(zero_stage=3)
-    pf, pm = runs.plan_row(fsdp), runs.plan_row(meg)
-    assert pf.layout.zero_stage == 3 == pm.layout.zero_stage and runs.plan_row(_llama()).layout.zero_stage == 1
-    assert runs.plan_row(_llama(stack="fsdp", zero_stage=2)).layout.zero_stage == 2
-    sf, sm = runs.step_inputs([pf]).comm.groups["dp"], runs.step_inputs([pm]).comm.groups["dp"]
+    pf, pm = runplan.plan_row(fsdp), runplan.plan_row(meg)
+    assert pf.layout.zero_stage == 3 == pm.layout.zero_stage and runplan.plan_row(_llama()).layout.zero_stage == 1
+    assert runplan.plan_row(_llama(stack="fsdp", zero_stage=2)).layout.zero_stage == 2
+    sf, sm = runplan.step_inputs([pf]).comm.groups["dp"], runplan.step_inputs([pm]).comm.groups["dp"]
     # the reduce-scatter alone (no parameter gather) of the megatron row (16-bit) and in fp32
     rs = {b: float(perf.prepare(pm.model, pm.layout, "bf16", "h100_sxm", wire=WireFormat(grad=b, param=0.0))
                    .comm.groups["dp"].bytes[0]) for b in (2.0, 4.0)}
@@ -110,7 +112,7 @@ def test_fsdp_stack_is_zero3_with_fp32_gradients():
     # fsdp: the same bf16 parameter all-gathers, and its reduce-scatter 2x the megatron row's
     assert float(sf.bytes[0]) - float(sm.bytes[0]) == pytest.approx(rs[2.0], rel=1e-9)
     # fp32 gradient shards in memory: twice the 16-bit ones
-    g = runs.plan_rows([fsdp, meg]).memory_gib()["gradients"]
+    g = runplan.plan_rows([fsdp, meg]).memory_gib()["gradients"]
     assert g[0] == pytest.approx(2 * g[1], rel=1e-12) and g[1] > 0
     assert pf.options["grad_bytes"] == 4.0 and "grad_bytes" not in pm.options
 
@@ -121,9 +123,9 @@ def test_fsdp_stack_holds_16_bytes_per_parameter_shard():
     shard group, plus the layers in flight gathered in bf16; Megatron's distributed optimizer with
     ZeRO-3 holds 2 (16-bit shard) + 2 (16-bit gradient) + 12 (master, m, v) + 4 (transient fp32
     gradient copy, outside the model state's peak with activations)."""
-    from scaletax import memory
+    from scaletax.model import memory
 
-    pf, pm = runs.plan_row(_llama(stack="fsdp")), runs.plan_row(_llama(zero_stage=3))
+    pf, pm = runplan.plan_row(_llama(stack="fsdp")), runplan.plan_row(_llama(zero_stage=3))
     m = pf.model
     one = dict(stage="first", include_embeddings=False)  # transformer layers only: every layer alike
     f = memory.breakdown(m, pf.layout, "bf16", **one, **pf.options, fsdp_prefetch_layers=0)
@@ -140,15 +142,15 @@ def test_fsdp_stack_holds_16_bytes_per_parameter_shard():
 
 
 def test_fsdp_stack_hides_no_tp_collectives():
-    pf, pm = runs.plan_row(_llama(stack="fsdp")), runs.plan_row(_llama(zero_stage=3))
-    inf, inm = runs.step_inputs([pf]), runs.step_inputs([pm])
+    pf, pm = runplan.plan_row(_llama(stack="fsdp")), runplan.plan_row(_llama(zero_stage=3))
+    inf, inm = runplan.step_inputs([pf]), runplan.step_inputs([pm])
     assert float(inf.tp_overlap[0]) == 0.0 and float(inm.tp_overlap[0]) == comm.Overlap.tp
     ef, em = perf.evaluate(inf), perf.evaluate(inm)
     tp_f = float(inf.comm.groups["tp"].seconds[0])
     assert tp_f > 0 and float(ef.comm_groups["tp"][0]) == pytest.approx(tp_f, rel=1e-12)  # all of it exposed
     assert float(em.comm_groups["tp"][0]) < float(inm.comm.groups["tp"].seconds[0])
     # megatron stated or blank: the same step (the TP fraction Overlap.tp x overlap_scale, as before the column)
-    stated = perf.evaluate(runs.step_inputs([runs.plan_row(_llama(zero_stage=3, stack="megatron"))]))
+    stated = perf.evaluate(runplan.step_inputs([runplan.plan_row(_llama(zero_stage=3, stack="megatron"))]))
     assert float(stated.step_s[0]) == float(em.step_s[0])
     assert float(em.step_s[0]) == float(perf.evaluate(inm, overlap=comm.Overlap()).step_s[0])
 
@@ -175,7 +177,7 @@ def test_fsdp_with_zero_stage_1_is_a_one_line_error(tmp_path):
     assert str(exc.value) == ("runs.csv: 1 bad row(s): row 2, column 'zero_stage': must be 2 or 3 with stack fsdp "
                               "(got 1): FSDP2 fully_shard shards gradients and optimizer state (2) and parameters (3)")
     with pytest.raises(runs.RunsTableError, match=r"^row 2: must be 2 or 3 with stack fsdp \(got 0\)"):
-        runs.plan_rows([_llama(stack="fsdp", zero_stage=0)])
+        runplan.plan_rows([_llama(stack="fsdp", zero_stage=0)])
 
 
 def test_plan_rows_same_as_plan_row_with_stack():
@@ -188,11 +190,11 @@ def test_plan_rows_same_as_plan_row_with_stack():
         if r["stack"] == "fsdp":
             r["zero_stage"] = (None, 2, 3)[(i // 3) % 3]
     rows += [_llama(stack="fsdp"), _mixtral(stack="fsdp"), _mixtral(stack="megatron", etp=1)]
-    assert runs._layout_table(rows) is not None  # the vectorized layout path, not the row-by-row fallback
-    plan = runs.plan_rows(rows)
+    assert runs.layout_table(rows) is not None  # the vectorized layout path, not the row-by-row fallback
+    plan = runplan.plan_rows(rows)
     la = plan.layouts()
     for i, row in enumerate(rows):
-        ref = runs.plan_row(row)
+        ref = runplan.plan_row(row)
         assert la.layout(i) == ref.layout and plan.assumptions[i] == ref.assumptions, i
     assert {g.stack for g in plan.groups} == {"megatron", "fsdp"}
     _assert_same(predict_rows(rows), _reference(rows))

@@ -4,7 +4,9 @@ import csv
 
 import pytest
 
-from scaletax import DATA_DIR, models, runs, search
+from scaletax import DATA_DIR
+from scaletax.inputs import models, runs
+from scaletax.model import runplan, search
 from scaletax.chapters import validation as vs
 
 from test_bridge_recipes import _recompute_of  # the recipe -> runs-table recompute mapping of the coverage probes
@@ -73,7 +75,7 @@ def test_search_beats_the_recipe_layout_it_enumerates(rows):
 
 def test_in_search_space_rejects_a_layout_outside_it():
     p = next(r for r in runs.read_runs(vs.PRODUCTION_MOE_CSV) if r["hardware"] == "h100_sxm")
-    lay = runs.plan_row(p).layout
+    lay = runplan.plan_row(p).layout
     model = runs.row_model(p)
     assert vs.in_search_space(lay, model, search.SearchSpace(), 8)
     assert not vs.in_search_space(lay, model, search.SearchSpace(vp=(1, 4)), 8)

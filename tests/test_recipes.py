@@ -7,12 +7,14 @@ from dataclasses import replace
 
 import pytest
 
-from scaletax import ROOT, comm, hardware, memory, models, perf, recipes
+from scaletax import ROOT
+from scaletax.inputs import hardware, models, recipes
+from scaletax.inputs.layout import Layout
+from scaletax.model import comm, efficiency, memory, perf
+from scaletax.model.topology import Topology
 from scaletax.chapters import communication as cs
 from scaletax.chapters import decision as d
 from scaletax.chapters import memory as ms
-from scaletax.layout import Layout
-from scaletax.topology import Topology
 from scaletax.report.chapters import default_parameters
 
 
@@ -74,7 +76,7 @@ def test_the_models_read_the_registry():
     g = hardware.get("h100_sxm")
     assert perf.gemm_reference_size(g, "fp8") == pytest.approx(1.5 * 1.0 * g.peak_flops("fp8") / g.hbm_bw)
     assert perf.compute_precision(g, "fp16") == "fp16" and perf.compute_precision(g, "nvfp4") == "bf16"
-    assert perf.PRECISIONS == memory.PRECISIONS == recipes.TRAINING
+    assert recipes.TRAINING == memory.PRECISIONS == recipes.TRAINING
 
 
 def test_peaks_and_native_support():
@@ -91,7 +93,7 @@ def test_mxfp6_has_a_peak_but_no_training_recipe():
     r = recipes.get("mxfp6")
     assert not r.trains and "mxfp6" not in recipes.TRAINING and r.peak_column == "fp6_tflops"
     with pytest.raises(ValueError, match="precision: unknown 'mxfp6'; valid: bf16, fp16, fp8, mxfp8, nvfp4, mxfp4"):
-        perf.format_class("mxfp6")
+        efficiency.format_class("mxfp6")
     with pytest.raises(ValueError, match="precision: unknown 'int3'"):
         recipes.get("int3")
 
@@ -130,11 +132,11 @@ def test_every_chapter_trains_hopper_in_the_same_precision():
 
 
 def test_no_recipe_fact_outside_the_registry():
-    """Block-scale overheads and the MXFP6 recipe are written in recipes.py only (the number
-    formats themselves live in precision.py)."""
+    """Block-scale overheads and the MXFP6 recipe are written in inputs/recipes.py only (the number
+    formats themselves live in inputs/formats.py, their quantizers in model/precision.py)."""
     pat = re.compile(r"1\s*/\s*32|0\.5\s*\+\s*1\s*/\s*16|\bmxfp6\b")
     lib = ROOT / "lib" / "scaletax"
     hits = [f"{p.relative_to(lib)}:{i}" for p in sorted(lib.rglob("*.py"))
-            if p.name not in ("recipes.py", "precision.py")
+            if p.relative_to(lib).as_posix() not in ("inputs/recipes.py", "inputs/formats.py", "model/precision.py")
             for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if pat.search(line)]
     assert hits == []

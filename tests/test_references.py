@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from scaletax import references
+from scaletax.inputs import references
 from scaletax.chapters import memory as ms
 
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scaletax import DATA_DIR, calibrate, perf, runs, validate
+from scaletax import DATA_DIR
+from scaletax.inputs import runs
+from scaletax.model import perf
+from scaletax.fit import calibrate, validate
 from scaletax.chapters import validation as vs
 
 
@@ -181,7 +184,7 @@ def test_model_regime_is_row_regime_for_every_run_in_data():
 
 
 def test_model_regime_of_catalog_models():
-    from scaletax import models
+    from scaletax.inputs import models
 
     assert runs.model_regime(models.get("kimi_k2")) == "fine-grained MoE"  # 384 routed experts
     assert runs.model_regime(models.get("megatron_1t")) == "large dense"

@@ -3,7 +3,9 @@ import csv
 
 import pytest
 
-from scaletax import DATA_DIR, memory, runs
+from scaletax import DATA_DIR
+from scaletax.inputs import options, runs
+from scaletax.model import runplan
 
 PUBLISHED = DATA_DIR / "published_runs.csv"
 
@@ -15,7 +17,7 @@ def published():
 
 @pytest.fixture(scope="module")
 def predicted(published):
-    return runs.predict_memory(published)
+    return runplan.predict_memory(published)
 
 
 def test_reads_published_table(published):
@@ -45,7 +47,7 @@ def test_recompute_assumed_only_for_unknown(predicted, published):
         level = r["recompute_assumed"]
         if level in ("selective", "full"):
             lower = "none" if level == "selective" else "selective"
-            again = runs.predict_memory([{**src, "recompute": lower}])[0]
+            again = runplan.predict_memory([{**src, "recompute": lower}])[0]
             assert not again["fits"], r["run_id"]
 
 
@@ -53,32 +55,32 @@ def test_fsdp_rows_need_zero3(published):
     fsdp = [r for r in published if r.get("zero_stage") == 3]
     assert len(fsdp) == 2 and all("Megatron-FSDP" in r["notes"] for r in fsdp)
     for r in fsdp:
-        z3 = runs.predict_memory([{**r, "recompute": "full"}])[0]
-        z1 = runs.predict_memory([{**r, "zero_stage": 1, "recompute": "full"}])[0]
+        z3 = runplan.predict_memory([{**r, "recompute": "full"}])[0]
+        z1 = runplan.predict_memory([{**r, "zero_stage": 1, "recompute": "full"}])[0]
         assert z3["memory_total_gib"] < z1["memory_total_gib"]
 
 
 def test_predict_is_composable_and_pure(published):
     before = [dict(r) for r in published[:3]]
-    out = runs.predict_memory(published[:3], reserve_gib=2.0)
+    out = runplan.predict_memory(published[:3], reserve_gib=2.0)
     assert published[:3] == before  # inputs untouched
     assert all(o["memory_reserve_gib"] == 2.0 for o in out)
-    assert set(runs.MEMORY_COLUMNS) <= set(out[0]) and out[0]["run_id"] == published[0]["run_id"]
-    again = runs.predict_memory(out, reserve_gib=2.0)  # predicting on predicted rows is stable
+    assert set(runplan.MEMORY_COLUMNS) <= set(out[0]) and out[0]["run_id"] == published[0]["run_id"]
+    again = runplan.predict_memory(out, reserve_gib=2.0)  # predicting on predicted rows is stable
     assert again[0]["memory_total_gib"] == out[0]["memory_total_gib"]
 
 
 def test_optional_columns(published):
     r = published[0]
-    base = runs.predict_memory([r])[0]
-    more = runs.predict_memory([{**r, "reserve_gib": 10.0}])[0]
+    base = runplan.predict_memory([r])[0]
+    more = runplan.predict_memory([{**r, "reserve_gib": 10.0}])[0]
     assert more["memory_reserve_gib"] == 10.0
-    no_sp = runs.predict_memory([{**r, "sequence_parallel": "false", "recompute": "none"}])[0]
-    sp = runs.predict_memory([{**r, "recompute": "none"}])[0]
+    no_sp = runplan.predict_memory([{**r, "sequence_parallel": "false", "recompute": "none"}])[0]
+    sp = runplan.predict_memory([{**r, "recompute": "none"}])[0]
     assert no_sp["memory_activations_gib"] > sp["memory_activations_gib"]
     ds = next(x for x in published if x["attention"] == "mla" and x["recompute"] == "selective")
-    core_only = runs.predict_memory([{**ds, "recompute_modules": "core_attn"}])[0]
-    default = runs.predict_memory([ds])[0]
+    core_only = runplan.predict_memory([{**ds, "recompute_modules": "core_attn"}])[0]
+    default = runplan.predict_memory([ds])[0]
     assert core_only["memory_activations_gib"] > default["memory_activations_gib"]
     assert base["fits"]
 
@@ -144,9 +146,9 @@ def test_precision_the_gpu_cannot_run_is_a_bad_row(tmp_path):
 
 
 def test_one_plan_for_calibration_and_predict(published):
-    from scaletax import validate
+    from scaletax.fit import validate
     for r in published:
-        plan, su = runs.plan_row(r), validate.row_setup(r)
+        plan, su = runplan.plan_row(r), validate.row_setup(r)
         assert plan.layout == su.layout and plan.recompute_fraction == su.recompute_fraction
         assert plan.memory_gib == su.memory_gib
 
@@ -242,7 +244,7 @@ def test_write_read_roundtrip_with_extra_columns(tmp_path, predicted):
 
 
 def test_reserve_default_documented(predicted):
-    assert all(r["memory_reserve_gib"] == memory.RESERVE_GIB for r in predicted)
+    assert all(r["memory_reserve_gib"] == options.RESERVE_GIB for r in predicted)
 
 
 def test_blank_vp_is_the_interleaving_of_the_published_recipes():

@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scaletax import memory, models, perf, search
-from scaletax.search import SearchSpace
+from scaletax.inputs import models
+from scaletax.model import memory, perf, search
+from scaletax.model.search import SearchSpace
 
 SMALL = SearchSpace(tp=(1, 2, 4, 8), cp=(1, 2), vp=(1, 2), mbs=(1, 2), zero_stage=(1, 3))
 SMALL_MOE = models.Model(id="small_moe", layers=8, hidden=1024, heads=16, kv_heads=4, ffn_hidden=4096, vocab=32000,
@@ -200,7 +201,8 @@ def test_the_same_search_asked_two_ways_is_one_cache_entry(tmp_path, monkeypatch
     """cached_search keys on what the search depends on: the GPU by value (an id or the resolved
     GPU), the NVLink domain filled in (None is the GPU's own), the token budget as the global batch
     in sequences; the result is search.search's."""
-    from scaletax import hardware, memo
+    from scaletax import memo
+    from scaletax.inputs import hardware
 
     monkeypatch.setenv(memo.ENV, str(tmp_path))
     m = models.get("megatron_1t")
@@ -208,8 +210,8 @@ def test_the_same_search_asked_two_ways_is_one_cache_entry(tmp_path, monkeypatch
     a = search.cached_search(m, "fp8", "h100_sxm", 1024, tokens_per_step=2**22, pareto=False)
     b = search.cached_search(m, "fp8", hardware.get("h100_sxm"), [1024], gbs=2**22 // m.seq_len, pareto=False,
                              space=SearchSpace(domain=8))
-    assert memo.STATS["scaletax.search.search"] == {"miss": 1, "hit": 1}
+    assert memo.STATS["scaletax.model.search.search"] == {"miss": 1, "hit": 1}
     ref = search.search(m, "fp8", "h100_sxm", 1024, tokens_per_step=2**22, pareto=False)
     assert a.best == b.best == ref.best and a.metrics == ref.metrics and a.domain == ref.domain == 8
     search.cached_search(m, "fp8", "h100_sxm", 1024, tokens_per_step=2**22, pareto=False, space=SearchSpace(domain=16))
-    assert memo.STATS["scaletax.search.search"] == {"miss": 2, "hit": 1}  # another domain: another search
+    assert memo.STATS["scaletax.model.search.search"] == {"miss": 2, "hit": 1}  # another domain: another search

@@ -7,11 +7,12 @@ import dataclasses
 import numpy as np
 import pytest
 
-from scaletax import comm, hardware, memory, models, perf, search
-from scaletax.layout import LayoutArray, LayoutGrid
-from scaletax.perf import _dense_codes
-from scaletax.search import SearchSpace
-from scaletax.topology import Topology
+from scaletax.inputs import hardware, models
+from scaletax.inputs.layout import LayoutArray, LayoutGrid
+from scaletax.model import comm, memory, perf, search
+from scaletax.model.perf import _dense_codes
+from scaletax.model.search import SearchSpace
+from scaletax.model.topology import Topology
 
 SMALL_MOE = models.Model(id="small_moe", layers=8, hidden=1024, heads=16, kv_heads=4, ffn_hidden=4096, vocab=32000,
                          seq_len=4096, moe_experts=16, moe_top_k=4, moe_ffn_hidden=512, moe_shared_experts=1,

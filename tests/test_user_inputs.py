@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from scaletax import cost, hardware, models
+from scaletax.inputs import hardware, models
+from scaletax.model import cost
 from scaletax.report import chapters as toc
 from scaletax.report.execute import base_key
 from scaletax.report.provenance import data_hashes, name_conflict, short_commit

@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 import yaml
 
-from scaletax import calibrate, models, perf, runs, validate
+from scaletax.inputs import hardware, models, runs
+from scaletax.model import efficiency, perf, runplan
+from scaletax.fit import calibrate, validate
 
 
 @pytest.fixture(scope="module")
@@ -93,11 +95,11 @@ def test_row_keys():
 
 def test_efficiency_file_is_the_calibration_output(prepared):
     """data/efficiency.yaml equals a fresh calibration. If this fails after a model change, run
-    `.venv/bin/python -m scaletax.calibrate` and review."""
+    `.venv/bin/python -m scaletax.fit.calibrate` and review."""
     ranges = calibrate.efficiency_ranges(prepared)
-    raw = yaml.safe_load(perf.EFFICIENCY_YAML.read_text())
+    raw = yaml.safe_load(efficiency.EFFICIENCY_YAML.read_text())
     data = raw["parameters"]
-    from scaletax import comm, topology
+    from scaletax.model import comm, topology
     fit = comm.fit_calibration()  # the communication efficiencies are written there too
     for n in calibrate.COLLECTIVE_PARAMS:
         assert raw["collectives"][n]["value"] == pytest.approx(fit[n], abs=1e-4), n
@@ -107,7 +109,7 @@ def test_efficiency_file_is_the_calibration_output(prepared):
     spread = calibrate.out_of_sample_spread(prepared, oos)  # the bands: leave-one-source-out errors
     assert raw["band"]["relative_half_width"] == pytest.approx(spread["relative_half_width"], abs=2e-4)
     assert raw["band"]["coverage"] == pytest.approx(spread["coverage"], abs=2e-4) and spread["coverage"] >= 0.8
-    band = perf.default_band()
+    band = efficiency.default_band()
     assert band.spread == raw["band"]["relative_half_width"]
     regimes = calibrate.regime_spread(prepared, pred=oos, fits=fits)  # the out-of-sample accuracy per regime
     assert list(raw["regimes"])[1:] == list(regimes)  # after its method
@@ -127,7 +129,7 @@ def test_calibration_is_deterministic_and_uses_few_parameters(prepared):
     b = calibrate.calibrate(prepared=prepared)
     assert a.params == b.params
     assert len(a.fitted) <= 7 < len(a.rows)
-    entries = perf.default_band().meta["parameters"]
+    entries = efficiency.default_band().meta["parameters"]
     for n in a.fitted:  # every fitted value lies inside its stated range
         assert entries[n]["low"] <= a.params[n] * (1 + 1e-3) and a.params[n] <= entries[n]["high"] * (1 + 1e-3)
         assert entries[n]["kind"] == "calibrated"
@@ -138,7 +140,7 @@ def test_gemm_measurement_fit():
     assert 0 < g["gemm_roofline"] < 3 and 0.5 < g["ceiling_bf16"] < 1 and 0.5 < g["ceiling_fp8"] < 1
     assert g["points"] > 50
     # the fitted rule reproduces a large square GEMM within the fit's scatter
-    from scaletax import hardware
+    from scaletax.inputs import hardware
 
     h200 = hardware.get("h200_sxm")
     n = 8192
@@ -167,7 +169,7 @@ def test_row_conventions(prepared):
     ds = by["mbridge25.09-DeepSeek-V3671B-DGX-H100-1024-FP8"]
     # the row states the recipe's expert_tensor_parallel_size=1, so no default is assumed for it
     assert ds.layout.etp == 1 and not any("etp" in a for a in ds.assumptions)
-    blank = runs.plan_row({**ds.row, "etp": None})  # blank: Megatron-Core's default, the TP size
+    blank = runplan.plan_row({**ds.row, "etp": None})  # blank: Megatron-Core's default, the TP size
     assert blank.layout.etp == ds.layout.tp == 2 and any("etp=2 (default: tp" in a for a in blank.assumptions)
     kor = by["korthikanti2022-530B"]
     assert kor.layout.gbs == 2240 and kor.layout.n_micro == 280  # one sequence per GPU
@@ -176,7 +178,7 @@ def test_row_conventions(prepared):
     calibration = {r["run_id"] for r in runs.read_runs(runs.RUNS_CSV)}
     for s in setups:
         if s.row["run_id"] in calibration:  # every run of data/ fitting is tests/test_published_runs_fit.py's
-            assert s.memory_gib <= validate.hardware.get(s.row["hardware"]).hbm_gib + 1e-9, s.row["run_id"]
+            assert s.memory_gib <= hardware.get(s.row["hardware"]).hbm_gib + 1e-9, s.row["run_id"]
         if s.row["recompute"] == "unknown":
             assert any(a.startswith("recompute assumed") for a in s.assumptions)
 
@@ -219,7 +221,7 @@ def test_predict_rows_adds_throughput_columns_and_searches_missing_layouts():
 
 
 def test_predict_rows_names_the_row_of_an_unsupported_precision():
-    from scaletax import runs
+    from scaletax.inputs import runs
     from scaletax.report.predict import predict_rows
 
     rows = validate.load_rows()

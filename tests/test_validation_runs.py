@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from scaletax import DATA_DIR, hardware, perf, runs
+from scaletax import DATA_DIR
+from scaletax.inputs import hardware, runs
+from scaletax.model import efficiency, perf, runplan
 
 SOURCES = DATA_DIR / "sources"
 
@@ -48,7 +50,7 @@ def test_every_source_column_and_run_is_kept_and_only_stated_cells_change():
 
 def test_every_row_reads_and_has_a_measurement():
     rows = runs.read_runs(runs.VALIDATION_CSV)
-    plan = runs.plan_rows(rows)
+    plan = runplan.plan_rows(rows)
     assert all(m is not None and m > 0 for m in plan.measured)
 
 
@@ -73,7 +75,7 @@ def test_the_power_limited_h100_variant():
     assert perf.power_scale(g) == pytest.approx(500 / 700)
     assert perf.power_scale(base) == 1.0
     # a variant does not move its family's power per FLOP (the Blackwell Ultra rule's reference)
-    assert perf.power_per_flop("hopper") == pytest.approx(
+    assert efficiency.power_per_flop("hopper") == pytest.approx(
         sum(x.tdp_w / x.bf16_tflops for x in hardware.catalog().values() if x.family == "hopper" and not x.variant_of)
         / sum(1 for x in hardware.catalog().values() if x.family == "hopper" and not x.variant_of))
 

@@ -1,8 +1,11 @@
 """scaletax: the memory, communication and precision taxes of training at scale.
 
-Model modules (hardware, models, layout, memory, comm, precision, perf, search,
-validate) are plain numpy; `scaletax.report` drives notebooks and the book and is
-the only part that imports papermill or Jupyter Book.
+Layers, each a package, imports pointing one way (ARCHITECTURE.md, tests/test_architecture.py):
+``inputs`` (GPUs, architectures, formats, recipes, layouts, the runs-table schema) <- ``model``
+(memory, network, step time, search, cost; plain numpy) <- ``fit`` (calibrate, validate) <-
+``chapters`` (one module per notebook; ``render`` beside it) <- ``report`` (scenario, papermill,
+Jupyter Book, CLI: the only part that imports papermill or Jupyter Book). The top-level modules
+(this one, ``files``, ``memo``, ``jobserver``) are utilities below every layer.
 """
 from importlib.metadata import PackageNotFoundError, version as _version
 from pathlib import Path

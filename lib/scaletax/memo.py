@@ -23,7 +23,8 @@ Arguments of a type with no canonical form raise ``TypeError`` (never a silent w
 misses out to worker processes starts none for its hits).
 
 The GPU catalog is read only through the arguments: a cached call that looks a GPU up itself
-(``hardware.get`` / ``catalog``, recorded by :func:`scaletax.hardware.reads_during`) raises
+(``hardware.get`` / ``catalog``, recorded by :func:`scaletax.inputs.hardware.reads_during`, which
+the catalog hands this module on import, :func:`guard_catalog`) raises
 ``TypeError`` naming the ids, since its key would not cover those rows (and a hit would hide the
 read from the chapter runner's record). A function that declares ``hardware.csv`` in ``data`` is
 keyed on the whole file and records a read of the whole catalog on every call, hit or miss.
@@ -53,7 +54,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from scaletax import DATA_DIR, files, hardware, jobserver
+from scaletax import DATA_DIR, files, jobserver
 
 #: Environment variable naming the cache folder; unset = no caching.
 ENV = "SCALETAX_MEMO_DIR"
@@ -92,7 +93,7 @@ def _imports(name: str, source: str) -> set[str]:
 
 @functools.lru_cache(maxsize=None)
 def closure(module: str) -> tuple[str, ...]:
-    """``module`` and the scaletax modules it imports, transitively, sorted."""
+    """``module``, the scaletax modules it imports, transitively, and their packages, sorted."""
     seen: set[str] = set()
     todo = [module]
     while todo:
@@ -105,6 +106,9 @@ def closure(module: str) -> tuple[str, ...]:
             except ImportError:  # `from scaletax import DATA_DIR` names no module
                 continue
         seen.add(name)
+        parent = name.rpartition(".")[0]
+        if parent:  # importing a.b.c runs a/__init__.py and a/b/__init__.py first
+            todo.append(parent)
         f = _module_file(name)
         if f and f.suffix == ".py":
             todo.extend(_imports(name, f.read_text(encoding="utf-8")))
@@ -209,12 +213,32 @@ def _load(path: Path):
         return False, None
 
 
+#: How the GPU catalog (``data/hardware.csv``) records its reads: ``reads_during`` (a context manager
+#: yielding the set of ids read in the block) and ``read_all`` (a read of the whole catalog). Handed
+#: over by the catalog's module when it is imported (:func:`guard_catalog`): memo is a utility below
+#: the inputs layer and imports none of it; before that import nothing can read the catalog.
+_CATALOG: dict[str, Callable] = {}
+
+
+def guard_catalog(reads_during: Callable, read_all: Callable[[], Any]) -> None:
+    """Make the GPU catalog one that cached calls read only through their arguments
+    (``scaletax.inputs.hardware`` calls it on import with its ``reads_during`` and ``catalog``)."""
+    _CATALOG.update(reads_during=reads_during, read_all=read_all)
+
+
+def _read_all() -> None:
+    if _CATALOG:
+        _CATALOG["read_all"]()
+
+
 def _compute(f: Callable, name: str, args: tuple, kwargs: dict, whole_catalog: bool):
     """``f(*args, **kwargs)``; TypeError when it read GPU rows its key does not cover."""
     if whole_catalog:
-        hardware.catalog()  # keyed on the whole hardware.csv: the caller read all of it
+        _read_all()  # keyed on the whole hardware.csv: the caller read all of it
         return f(*args, **kwargs)
-    with hardware.reads_during() as seen:
+    if not _CATALOG:
+        return f(*args, **kwargs)
+    with _CATALOG["reads_during"]() as seen:
         value = f(*args, **kwargs)
     if seen:
         raise TypeError(f"memo: {name} read GPU row(s) {', '.join(sorted(seen))} from the catalog itself; "
@@ -233,7 +257,7 @@ def cached(fn: Callable | None = None, *, data: tuple[str, ...] = (), name: str 
         def _lookup(root: str, args: tuple, kwargs: dict):
             """(key, its file, loaded?, the cached value or None); a hit is counted."""
             if whole_catalog:
-                hardware.catalog()  # a hit reads what the computation read: the whole catalog
+                _read_all()  # a hit reads what the computation read: the whole catalog
             t0 = time.perf_counter()
             digest = key(f, args, kwargs, data, label)
             path = Path(root) / label / f"{digest}.pkl"

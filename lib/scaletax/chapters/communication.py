@@ -1,8 +1,8 @@
 """Studies for the communication chapter: the communication tax over cluster and domain size.
 
-The collective and per-step traffic model is :mod:`scaletax.comm` on the topology of
-:mod:`scaletax.topology`; the best layout and its step time come from the book's one layout
-search, :func:`scaletax.search.search` (the step-time model :mod:`scaletax.perf` with its
+The collective and per-step traffic model is :mod:`scaletax.model.comm` on the topology of
+:mod:`scaletax.model.topology`; the best layout and its step time come from the book's one layout
+search, :func:`scaletax.model.search.search` (the step-time model :mod:`scaletax.model.perf` with its
 calibrated parameters). This module only chooses what to ask and sweeps it. It answers, for a
 model on a GPU type:
 
@@ -15,7 +15,7 @@ model on a GPU type:
   how the MoE all-to-all depends on whether the experts sit inside one domain (:func:`ep_rows`,
   ``SearchSpace.ep`` held fixed; :func:`alltoall_rows`);
 - the per-group traffic of one published layout (:func:`traffic_table`, :func:`llama_rows`);
-- the achieved bus bandwidth curves of :func:`scaletax.comm.predicted_busbw` with the published
+- the achieved bus bandwidth curves of :func:`scaletax.model.comm.predicted_busbw` with the published
   calibration points (:func:`busbw_rows`, :func:`calibration_rows`).
 
 The sweeps loop only over the handful of (model, GPU, count, domain) cells of a chapter; each
@@ -27,11 +27,13 @@ from typing import Sequence
 
 import numpy as np
 
-from scaletax import comm, hardware, jobserver, perf, recipes, search
-from scaletax.comm import GROUPS, Overlap, WireFormat
-from scaletax.models import Model
-from scaletax.layout import Layout, LayoutArray, group_strides, label
-from scaletax.topology import Topology, placement
+from scaletax import jobserver
+from scaletax.inputs import hardware, recipes
+from scaletax.inputs.layout import Layout, LayoutArray, group_strides, label
+from scaletax.inputs.models import Model
+from scaletax.model import comm, efficiency, perf, search
+from scaletax.model.comm import GROUPS, Overlap, WireFormat
+from scaletax.model.topology import Topology, placement
 
 #: NVLink domain sizes of the domain sweep (8: HGX; 36, 72: GB200 NVL36 / NVL72; 144: a
 #: two-rack or Rubin-Ultra-class domain).
@@ -52,7 +54,7 @@ SCOPES = ("one NVLink domain", "two NVLink domains", "one GPU per domain")
 def applied_overlap(overlap: Overlap | None = None) -> Overlap:
     """The overlap fractions the step-time model applies: ``overlap`` (default
     :class:`comm.Overlap`) times the calibrated ``overlap_scale``, capped at 1."""
-    return perf.default_efficiency().overlap(overlap)
+    return efficiency.default_efficiency().overlap(overlap)
 
 
 # =========================================================================================
@@ -63,9 +65,9 @@ _BEST: dict[tuple, search.SearchResult] = {}
 
 def best_search(model: Model, gpu, gpus: int, *, batch_tokens: int, domain: int | None = None,
                 precision: str = "fp8", allowed: Sequence[str] = recipes.TRAINING, ep=None) -> search.SearchResult:
-    """:func:`scaletax.search.search` for one cell: the fastest layout that fits on ``gpus``
+    """:func:`scaletax.model.search.search` for one cell: the fastest layout that fits on ``gpus``
     GPUs at the global batch of ``batch_tokens``, in the precision the GPU trains in
-    (:func:`scaletax.recipes.training_precision` of ``precision`` among ``allowed``). ``domain``
+    (:func:`scaletax.inputs.recipes.training_precision` of ``precision`` among ``allowed``). ``domain``
     sets the NVLink domain (``SearchSpace.domain``), ``ep`` the expert-parallel sizes to try.
     Memoized per process and on disk (``search.cached_search``)."""
     g = hardware.get(gpu) if isinstance(gpu, str) else gpu
@@ -134,7 +136,7 @@ def tax_rows(model_ids, gpu_ids, sizes, *, batch_tokens: int, precision: str = "
 
     Cells where nothing fits are returned with ``fits=False`` and None metrics.
     """
-    from scaletax import models as _models
+    from scaletax.inputs import models as _models
 
     def cell(c) -> dict:
         m, gid, n = c
@@ -156,7 +158,7 @@ def _fill(row, model, gpu_id, n, domain) -> dict:
 def domain_rows(model_ids, gpu_id: str, sizes, domains=DOMAIN_SWEEP, *, batch_tokens: int,
                 precision: str = "fp8", allowed: Sequence[str] = recipes.TRAINING) -> list[dict]:
     """Best layout per model, cluster size and NVLink domain size, the GPU held fixed."""
-    from scaletax import models as _models
+    from scaletax.inputs import models as _models
 
     def cell(c) -> dict:
         m, n, d = c
@@ -322,7 +324,7 @@ def calibration_rows() -> list[dict]:
 
     A row's metric is comparable with a busbw curve when it is ``busbw``, or ``a2a_link_bw``
     for a group inside one domain (then the remote bytes per second are the busbw). The scope
-    follows the row's placement. Other rows are in :func:`scaletax.comm.calibration_table`.
+    follows the row's placement. Other rows are in :func:`scaletax.model.comm.calibration_table`.
     """
     table = {r["point_id"]: r for r in comm.calibration_table()}
     out = []
@@ -474,7 +476,7 @@ def traffic_table(model, layout, topo: Topology, wire: WireFormat | None = None,
 
     Columns: group, size, stride, per_domain, collectives (count per step), nvlink_gb, nic_gb,
     total_gb (GB = 1e9 bytes sent per GPU per step), seconds (not overlapped) and, when
-    ``t_compute`` is given, exposed_s (after :func:`scaletax.comm.exposed_comm`).
+    ``t_compute`` is given, exposed_s (after :func:`scaletax.model.comm.exposed_comm`).
     """
     arr = LayoutArray.from_layouts([layout]) if isinstance(layout, Layout) else layout
     if len(arr) != 1:
@@ -517,7 +519,7 @@ def llama405b_traffic(gpu: str = "h100_sxm", *, gbs: int = 1152, precision: str 
     the catalog model ``llama31_405b`` on ``gpu`` (its NVLink domain unless ``domain`` is given),
     with the wire format of ``precision`` (:meth:`WireFormat.for_recipe`).
     """
-    from scaletax import models
+    from scaletax.inputs import models
 
     layout = Layout(**{**LLAMA405B_LAYOUT, "gbs": gbs})
     topo = Topology.from_gpu(gpu, domain=domain)
@@ -530,7 +532,7 @@ def llama_rows(gpu: str = "h100_sxm", precision: str = "fp8", allowed: Sequence[
     """Per-group traffic of Llama 3.1 405B in the MLPerf layout (:data:`LLAMA405B_LAYOUT`),
     groups with traffic only, plus the total; and the compute seconds per step used for overlap
     (the step-time model's tensor-core plus memory-bound time of that layout)."""
-    from scaletax import models as _models
+    from scaletax.inputs import models as _models
 
     lay = Layout(**LLAMA405B_LAYOUT)
     prec = recipes.training_precision(gpu, precision, allowed)
@@ -650,7 +652,7 @@ def ep_compare_text(items) -> str:
 
 def _model_name(mid: str) -> str:
     """Short display name: the catalog name without its parenthesised note ("GPT 1T", "Kimi K2")."""
-    from scaletax import models as _models
+    from scaletax.inputs import models as _models
 
     m = _models.get(mid)
     return (m.name or m.id).split(" (")[0]
@@ -676,7 +678,7 @@ def sweep_gpu(gpu_ids) -> str:
 
 def first_moe(model_ids) -> str:
     """The first MoE model of the scenario, else the catalog's trillion-parameter MoE (Kimi K2)."""
-    from scaletax import models as _models
+    from scaletax.inputs import models as _models
 
     for mid in model_ids:
         if _models.get(mid).is_moe:

@@ -1,8 +1,8 @@
 """The decision: which GPU, how many, how long, at what cost, and why, for the scenario.
 
 The analysis of the decision chapter and the executive summary. Every number comes from the
-layout search (:func:`scaletax.search.search`: the fastest layout that fits, with the
-throughput band of the calibrated step-time model) and the arithmetic of :mod:`scaletax.cost`;
+layout search (:func:`scaletax.model.search.search`: the fastest layout that fits, with the
+throughput band of the calibrated step-time model) and the arithmetic of :mod:`scaletax.model.cost`;
 this module chooses the cases, runs them once (results are memoized per process) and turns
 them into rows of numbers. Sentences and text cells are in :mod:`scaletax.chapters.summary`.
 
@@ -12,7 +12,7 @@ Public API
   notebook parameters); ``run_precision`` / ``fastest_precision`` per GPU.
 - ``best(...)``: one memoized search; ``outcome(...)`` one case as a row with time, GPU-hours,
   energy and cost and their low/high bands; ``economics(rows, plan)`` fills those columns for
-  many rows at once (numpy arrays through :mod:`scaletax.cost`).
+  many rows at once (numpy arrays through :mod:`scaletax.model.cost`).
 - ``decision_rows(plan)``: every model x GPU type on the scenario's cluster, with the GPU count
   that finishes in the target time (:func:`gpus_for_target`, searched, not extrapolated).
 - ``fitting`` / ``cheapest`` / ``fastest``: picks from those rows.
@@ -22,11 +22,11 @@ Public API
   GPU-hour at which each newer GPU matches it.
 - ``top_rows``: the largest cluster of the scenario; ``heq_rows``: H-equivalents;
   ``rubin_claim``: GPUs to train an MoE budget in a fixed time, Rubin against GB200;
-  ``tornado_rows``: one-at-a-time sensitivity (:func:`scaletax.cost.training_sensitivity`).
+  ``tornado_rows``: one-at-a-time sensitivity (:func:`scaletax.model.cost.training_sensitivity`).
 - ``*_chart_rows``: the numbers each figure encodes.
 
 Conventions: the cost of a run is GPU-hours x price per GPU-hour plus facility energy x the
-scenario's electricity price (:func:`scaletax.cost.train_estimate`); the price is treated as
+scenario's electricity price (:func:`scaletax.model.cost.train_estimate`); the price is treated as
 excluding power. Bands: the efficiency band's low/high corners of the step-time model; for a
 ratio of two GPUs both at the same corner (the parameters are shared), min/max of the two.
 """
@@ -38,9 +38,11 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from scaletax import cost, hardware, jobserver, recipes, references, search
-from scaletax import models as catalog
-from scaletax.layout import label
+from scaletax import jobserver
+from scaletax.inputs import hardware, recipes, references
+from scaletax.inputs import models as catalog
+from scaletax.inputs.layout import label
+from scaletax.model import cost, efficiency, search
 
 # =========================================================================================
 # Constants
@@ -152,13 +154,13 @@ class Plan:
                               price_includes_power=self.price_includes_power)
 
     def run_precision(self, gpu) -> str:
-        """The precision the GPU trains in (:func:`scaletax.recipes.training_precision` of the
+        """The precision the GPU trains in (:func:`scaletax.inputs.recipes.training_precision` of the
         scenario's precision and precisions)."""
         return recipes.training_precision(_gpu(gpu), self.precision, self.precisions)
 
     def fastest_precision(self, gpu) -> str:
         """The GPU's fastest native format among the scenario's precisions
-        (:func:`scaletax.recipes.fastest_precision`)."""
+        (:func:`scaletax.inputs.recipes.fastest_precision`)."""
         return recipes.fastest_precision(_gpu(gpu), self.precision, self.precisions)
 
 
@@ -560,9 +562,7 @@ def waterfall_check(plan: Plan, model_id: str, target: str, base: str | None = N
 def blackwell_factor() -> float:
     """The calibrated sustained fraction of peak of the Blackwell family relative to Hopper
     (``family_factor_blackwell`` of ``data/efficiency.yaml``)."""
-    from scaletax import perf
-
-    return float(perf.default_efficiency().family_factor["blackwell"])
+    return float(efficiency.default_efficiency().family_factor["blackwell"])
 
 
 def main_source(rows: list[dict]) -> dict | None:
@@ -782,7 +782,7 @@ def rubin_claim(plan: Plan, model_id: str | None = None, pair: tuple[str, str] |
 def tornado_rows(plan: Plan, rows: list[dict], outputs: Sequence[str] = ("cost_usd", "days"),
                  options: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """One-at-a-time sensitivity of each model's cheapest shipping case (cost, then days):
-    :func:`scaletax.cost.training_sensitivity` with the efficiency band of its search and the
+    :func:`scaletax.model.cost.training_sensitivity` with the efficiency band of its search and the
     cluster size re-searched at its low and high value. One row per model, output and input."""
     # searched whatever the prices (a price change searches nothing), at once on the build's free slots
     jobserver.map(lambda a: best(*a), [(c["model"], c["gpu"], c["precision"], n, plan.batch_tokens)

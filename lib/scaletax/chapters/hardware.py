@@ -2,12 +2,12 @@
 ridge points per precision, generation-over-generation ratios and bandwidth inside versus
 outside the NVLink domain (plain rows; the notebook only formats them).
 
-Everything here reads :mod:`scaletax.hardware` (SI units: FLOP/s, B/s one direction); no new
+Everything here reads :mod:`scaletax.inputs.hardware` (SI units: FLOP/s, B/s one direction); no new
 model.
 """
 from __future__ import annotations
 
-from scaletax.hardware import GPU, get
+from scaletax.inputs.hardware import GPU, get
 
 
 #: Precisions shown in the chapter, one per tensor-core data path.

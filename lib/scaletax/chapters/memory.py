@@ -7,7 +7,7 @@ values, so that the notebook only draws, tabulates and glues. Public API:
 - ``REFERENCES``, ``reference_rows() -> list[dict]``: published memory figures (ZeRO Fig. 1,
   Korthikanti et al. 2022) next to what ``memory.breakdown`` computes for the same setup.
 - ``state_rows(model_ids, precision)``: model state per parameter and in total.
-- ``SPACE``, ``space(batch_seqs)``: the chapter's question to :func:`scaletax.search.search`.
+- ``SPACE``, ``space(batch_seqs)``: the chapter's question to :func:`scaletax.model.search.search`.
 - ``fit(model, gpus, gpu_ids, precisions, batch_sequences)``: for one GPU count, the least
   model-parallel layout that fits each GPU, and whether memory or the batch sets it.
 - ``min_gpus(...)``, ``min_gpus_rows(...)``: the smallest count that holds a model.
@@ -18,10 +18,10 @@ values, so that the notebook only draws, tabulates and glues. Public API:
 - ``breakdown_rows(...)``: stacked-bar rows at the smallest count and at the cluster size.
 - ``sensitivity(...)``: the reference layouts, sweep rows and limit rows for every model.
 - ``run_rows(path)``, ``run_table_rows``, ``run_term_rows``: the published runs with predicted
-  GiB by term (``runs.predict_memory``) and display fields.
+  GiB by term (``runplan.predict_memory``) and display fields.
 - ``*_text(...)``: sentences for the prose, computed from the rows above.
 
-Every layout comes from the book's one layout search (:mod:`scaletax.search`) with the
+Every layout comes from the book's one layout search (:mod:`scaletax.model.search`) with the
 restrictions of :data:`SPACE` and the search's batch rule: the scenario's global batch in
 whole sequences, rounded to whole micro-batches per data-parallel rank (within the search's
 tolerance), so ``min(pp, n_micro)`` micro-batches are in flight on the first stage.
@@ -34,9 +34,11 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from scaletax import hardware, jobserver, memory, models, recipes, references, runs, search
-from scaletax.models import Model
-from scaletax.layout import RECOMPUTE_CODE, RECOMPUTE_NAME, Layout, LayoutArray, label
+from scaletax import jobserver
+from scaletax.inputs import hardware, models, options, recipes, references, runs
+from scaletax.inputs.layout import RECOMPUTE_CODE, RECOMPUTE_NAME, Layout, LayoutArray, label
+from scaletax.inputs.models import Model
+from scaletax.model import memory, runplan, search
 
 GIB = memory.GIB
 TERMS = memory.TERMS
@@ -168,7 +170,7 @@ def assumptions(precision: str) -> dict[str, Any]:
     """The memory model's named assumptions for ``precision``, as plain numbers and text."""
     o = memory.resolve_options(precision)
     return {
-        "reserve_gib": memory.RESERVE_GIB,
+        "reserve_gib": options.RESERVE_GIB,
         "param_bytes": o["param_bytes"],
         "grad_bytes": o["grad_bytes"],
         "optimizer_bytes": o["optimizer_bytes"],
@@ -199,7 +201,7 @@ def count_text(n: int | None, limit: int = MAX_GPUS) -> str:
 
 
 def layout_label(lay: Layout | None, model: Model | None = None, recompute: bool = True) -> str:
-    """:func:`scaletax.layout.label` without the schedule (``TP8 PP16 EP8 DP128, selective
+    """:func:`scaletax.inputs.layout.label` without the schedule (``TP8 PP16 EP8 DP128, selective
     recompute``), or "none fits"."""
     return "none fits" if lay is None else label(lay, model, schedule=False, recompute=recompute)
 
@@ -220,7 +222,7 @@ def _cell_label(lay: Layout | None, model: Model) -> str:
 
 def batch_sequences(model: Model, batch_tokens: int | None) -> int | None:
     """Sequences per optimizer step for a global batch of ``batch_tokens`` (None: unbounded),
-    :func:`scaletax.search.target_sequences`."""
+    :func:`scaletax.model.search.target_sequences`."""
     return None if batch_tokens is None else search.target_sequences(model, batch_tokens)
 
 
@@ -242,7 +244,7 @@ def _least_parallel(model: Model, gpus: int, gpu_id: str, precision: str, batch_
 def fit(model: Model, gpus: int, gpu_ids: Sequence[str], precisions: dict[str, str],
         batch_seqs: int | None = None) -> dict[str, dict[str, Any]]:
     """For each GPU of ``gpu_ids``: the least model-parallel layout on ``gpus`` GPUs that fits
-    (:func:`scaletax.search.search` on :data:`SPACE`; ``layout``, None where none does), its
+    (:func:`scaletax.model.search.search` on :data:`SPACE`; ``layout``, None where none does), its
     ``gib``, and what sets its model-parallel size ``mp = tp*pp*cp`` (``bound``): "batch" where a
     less model-parallel layout would fit in memory but not run the global batch, "memory" where
     the less model-parallel layouts do not fit, "none" where it is the least parallel layout
@@ -273,7 +275,7 @@ def min_gpus(model: Model, gpu_id: str, precision: str, batch_tokens: int | None
              max_gpus: int = MAX_GPUS, allowed: Sequence[str] = recipes.TRAINING) -> dict[str, Any]:
     """Smallest GPU count (1, 2, 4, then whole 8-GPU nodes) that holds ``model`` on ``gpu_id``
     in its training precision (:func:`recipes.training_precision` of ``precision`` and ``allowed``):
-    :func:`scaletax.search.min_gpus` on :data:`SPACE`, with the global batch of ``batch_tokens``."""
+    :func:`scaletax.model.search.min_gpus` on :data:`SPACE`, with the global batch of ``batch_tokens``."""
     cap = float(hardware.get(gpu_id).hbm_gib)
     prec = recipes.training_precision(gpu_id, precision, allowed)
     B = batch_sequences(model, batch_tokens)
@@ -595,7 +597,7 @@ def seq_text(n: int | None) -> str:
 def run_rows(path: str | Path | None = None) -> list[dict[str, Any]]:
     """The published runs with predicted GiB by term, whether they fit, and display fields."""
     from scaletax import DATA_DIR
-    rows = runs.predict_memory(runs.read_runs(path or DATA_DIR / "published_runs.csv"))
+    rows = runplan.predict_memory(runs.read_runs(path or DATA_DIR / "published_runs.csv"))
     out = []
     for i, r in enumerate(rows, start=1):
         lay = runs.row_layout(r, recompute=r["recompute_assumed"] or None)
@@ -710,7 +712,7 @@ def tax_text(min_rows: Sequence[dict]) -> str:
 def reserve_text(gpu_ids: Sequence[str]) -> str:
     """The share of capacity the reserve takes on the smallest- and largest-memory part."""
     small, big = extremes(gpu_ids)
-    parts = [f"{100 * memory.RESERVE_GIB / hardware.get(g).hbm_gib:.1f}% of the {hardware.get(g).hbm_gib:.1f} GiB "
+    parts = [f"{100 * options.RESERVE_GIB / hardware.get(g).hbm_gib:.1f}% of the {hardware.get(g).hbm_gib:.1f} GiB "
              f"of the {hardware.get(g).label}" for g in dict.fromkeys((small, big))]
     return f"The reserve alone takes {' but '.join(parts)}."
 

@@ -4,8 +4,8 @@ Everything returns plain rows (lists of dicts), small dicts of numbers, or sente
 from computed values, so that the notebook only draws, tabulates and glues. Public API:
 
 Formats
-- ``format_label(fmt)``, ``format_rows(formats)``: the format table (bits per element with
-  the scale overhead, element range, block size, scale format) from ``precision.format_info``.
+- ``format_label(fmt)``, ``format_rows(names)``: the format table (bits per element with
+  the scale overhead, element range, block size, scale format) from ``formats.format_info``.
 - ``spec_check(path)``: the element parameters of the table against the spec-derived vectors
   in ``data/precision_vectors.json``.
 
@@ -47,10 +47,11 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from scaletax import DATA_DIR, hardware, jobserver, memo, recipes, references
-from scaletax import lowp_training as L
-from scaletax import precision as P
-from scaletax import runs as runs_table
+from scaletax import DATA_DIR, jobserver, memo
+from scaletax.inputs import formats, hardware, recipes, references
+from scaletax.inputs import runs as runs_table
+from scaletax.model import lowp_training as L
+from scaletax.model import precision as P
 
 VECTORS_JSON = DATA_DIR / "precision_vectors.json"
 RUNS_CSV = DATA_DIR / "published_runs.csv"
@@ -117,23 +118,23 @@ def _finite(v) -> float | None:
 # Formats
 # --------------------------------------------------------------------------------------------
 
-def _elem_code(info: P.FormatInfo) -> str:
+def _elem_code(info: formats.FormatInfo) -> str:
     return f"E{info.exp_bits}M{info.man_bits}"
 
 
 def format_label(fmt: str) -> str:
     """"BF16", "FP8 E4M3", "MXFP8 E4M3", "MXFP4", "NVFP4"."""
-    info = P.format_info(fmt)
+    info = formats.format_info(fmt)
     if fmt in ("bf16", "fp16"):
         return fmt.upper()
-    if fmt in P.ELEMENT_FORMATS:
+    if fmt in formats.ELEMENT_FORMATS:
         return f"FP{info.element_bits} {_elem_code(info)}"
     if fmt in ("mxfp4", "nvfp4"):
         return fmt.upper()
     return f"MXFP{info.element_bits} {_elem_code(info)}"
 
 
-def scale_label(info: P.FormatInfo) -> str:
+def scale_label(info: formats.FormatInfo) -> str:
     """The shared-scale format of a block format in words ("–" for plain element formats)."""
     if info.scale_format is None:
         return "–"
@@ -142,11 +143,11 @@ def scale_label(info: P.FormatInfo) -> str:
     return "E4M3 per block + FP32 per tensor"
 
 
-def format_rows(formats: Sequence[str] = P.FORMATS) -> list[dict[str, Any]]:
+def format_rows(names: Sequence[str] = formats.FORMATS) -> list[dict[str, Any]]:
     """One row per format: bits per element (scales included), element range, block, scale."""
     rows = []
-    for f in formats:
-        i = P.format_info(f)
+    for f in names:
+        i = formats.format_info(f)
         rows.append({
             "format": f, "label": format_label(f), "bits": i.bits_per_element,
             "bytes": i.bits_per_element / 8, "element": _elem_code(i), "max": i.max_finite,
@@ -168,9 +169,9 @@ def spec_check(path: Path | str = VECTORS_JSON) -> dict[str, Any]:
             "min_normal": "min_normal", "min_subnormal": "min_subnormal"}
     n_fmt, n_val, bad = 0, 0, []
     for fmt, p in params.items():
-        if fmt not in P.ELEMENT_FORMATS:
+        if fmt not in formats.ELEMENT_FORMATS:
             continue
-        info = P.format_info(fmt)
+        info = formats.format_info(fmt)
         n_fmt += 1
         for k, attr in keys.items():
             if k in p:
@@ -206,7 +207,7 @@ def scheme_label(fmt: str, rule: str) -> str:
 def scheme_order(schemes: Sequence[tuple[str, str]] = P.SCHEMES) -> list[str]:
     """Scheme labels from most to fewest bits per element (then in ``SCHEMES`` order)."""
     idx = sorted(range(len(schemes)),
-                 key=lambda k: (-P.format_info(schemes[k][0]).bits_per_element, k))
+                 key=lambda k: (-formats.format_info(schemes[k][0]).bits_per_element, k))
     return [scheme_label(*schemes[k]) for k in idx]
 
 
@@ -258,14 +259,14 @@ def error_facts(rows: Sequence[dict]) -> dict[str, float]:
     f["snr_e5m2"] = _pick(rows, "fp8_e5m2", "tensor", g)["snr_db"]
     f["db_per_mantissa_bit"] = f["snr_e4m3"] - f["snr_e5m2"]
     f["snr_nvfp4"] = _pick(rows, "nvfp4", "two_level", g)["snr_db"]
-    f["snr_mxfp4"] = max(_pick(rows, "mxfp4", r, g)["snr_db"] for r in P.SCALE_RULES)
+    f["snr_mxfp4"] = max(_pick(rows, "mxfp4", r, g)["snr_db"] for r in formats.SCALE_RULES)
     f["snr_fp4_cast"] = _pick(rows, "fp4_e2m1", "none", g)["snr_db"]
     adv = [_pick(rows, "nvfp4", "two_level", d)["snr_db"]
-           - max(_pick(rows, "mxfp4", r, d)["snr_db"] for r in P.SCALE_RULES)
+           - max(_pick(rows, "mxfp4", r, d)["snr_db"] for r in formats.SCALE_RULES)
            for d in P.DISTRIBUTIONS]
     f["nvfp4_over_mxfp4_min"], f["nvfp4_over_mxfp4_max"] = min(adv), max(adv)
-    f["nvfp4_extra_bits"] = (P.format_info("nvfp4").bits_per_element
-                             - P.format_info("mxfp4").bits_per_element)
+    f["nvfp4_extra_bits"] = (formats.format_info("nvfp4").bits_per_element
+                             - formats.format_info("mxfp4").bits_per_element)
     f["e4m3_cast_flushed_lo"] = _pick(rows, "fp8_e4m3", "none", g, lo)["flushed_pct"]
     f["e4m3_cast_saturated_hi"] = _pick(rows, "fp8_e4m3", "none", g, hi)["saturated_pct"]
     f["e4m3_tensor_flushed_lo"] = _pick(rows, "fp8_e4m3", "tensor", g, lo)["flushed_pct"]
@@ -277,7 +278,7 @@ def error_facts(rows: Sequence[dict]) -> dict[str, float]:
     f["nvfp4_flushed"] = _pick(rows, "nvfp4", "two_level", g)["flushed_pct"]
     f["nvfp4_flushed_outlier"] = _pick(rows, "nvfp4", "two_level", "outlier_channels")["flushed_pct"]
     f["mxfp4_flushed_outlier"] = min(_pick(rows, "mxfp4", r, "outlier_channels")["flushed_pct"]
-                                     for r in P.SCALE_RULES)
+                                     for r in formats.SCALE_RULES)
     f["e4m3_tensor_outlier"] = _pick(rows, "fp8_e4m3", "tensor", "outlier_channels")["snr_db"]
     f["e4m3_1x128_outlier"] = _pick(rows, "fp8_e4m3", "1x128", "outlier_channels")["snr_db"]
     f["e4m3_128x128_outlier"] = _pick(rows, "fp8_e4m3", "128x128", "outlier_channels")["snr_db"]
@@ -412,7 +413,7 @@ def describe(name: str) -> str:
         return "every GEMM operand in BF16 (the reference)"
 
     def operand(fmt):
-        i = P.format_info(fmt)
+        i = formats.format_info(fmt)
         if r.scaling == "tensor":
             return f"{format_label(fmt)} (per-tensor scale)"
         if i.block_size is None:
@@ -425,7 +426,7 @@ def describe(name: str) -> str:
         ops = f"{operand(r.fwd_fmt)} in every GEMM"
     else:
         ops = f"{operand(r.fwd_fmt)} activations and weights, {operand(r.grad_fmt)} gradients"
-    if P.format_info(r.fwd_fmt).element_bits > 4:
+    if formats.format_info(r.fwd_fmt).element_bits > 4:
         return ops
     on = [t for a, t in RECIPE_ELEMENTS if getattr(r, a)]
     off = [t for a, t in RECIPE_ELEMENTS if not getattr(r, a)]
@@ -523,7 +524,7 @@ def gap_rows(results: dict, cfg: L.TaskConfig, baseline: str = "bf16",
         row["gap_se_pct"] = None if row["gap_std_pct"] is None else row["gap_std_pct"] / math.sqrt(n)
         row["vs_ref_pct"] = row["vs_ref_std_pct"] = row["vs_ref_se_pct"] = None
         if ref is not None and name != reference and ref.seeds == r.seeds and \
-                P.format_info(L.RECIPES[name].fwd_fmt if name in L.RECIPES else "bf16").element_bits == 4:
+                formats.format_info(L.RECIPES[name].fwd_fmt if name in L.RECIPES else "bf16").element_bits == 4:
             row["vs_ref_pct"], row["vs_ref_std_pct"], row["vs_ref_se_pct"] = \
                 _paired(r.final_loss, ref.final_loss)
         final = smooth(r.curves, window).mean(axis=0)[-1]
@@ -758,7 +759,7 @@ def bytes_rows(precisions: Sequence[str], gpu_ids: Sequence[str]) -> list[dict[s
     """Bytes per element stored in HBM or moved over links, per precision (scales included)."""
     rows = []
     for p in precisions:
-        i = P.format_info(recipes.get(p).operand_format)
+        i = formats.format_info(recipes.get(p).operand_format)
         native = [hardware.get(g).label for g in gpu_ids if hardware.get(g).supports(p)]
         rows.append({"precision": p, "precision_label": recipes.label(p),
                      "format": format_label(recipes.get(p).operand_format), "bits": i.bits_per_element,

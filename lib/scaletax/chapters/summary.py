@@ -20,7 +20,9 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
-from scaletax import hardware, models, perf, runs, validate
+from scaletax.inputs import hardware, models, runs
+from scaletax.model import efficiency
+from scaletax.fit import validate
 from scaletax.chapters.decision import (FACTORS, Plan, blackwell_ids, capacity, cheapest, decision_rows,
                                         fastest, fitting, gpu_label, gpus_for_target, hopper_ids, main_source,
                                         model_name, top_input, waterfall, waterfall_targets)
@@ -618,7 +620,7 @@ def limits(plan: Plan, runs: Sequence[dict[str, Any]] | None = None) -> dict[str
     counts = [int(r["gpu_count"]) for r in runs]
     sizes = sorted(set(plan.sizes) | {plan.cluster_gpus})
     return {"runs": len(runs), "hardware": hw, "min_gpus": min(counts), "max_gpus": max(counts),
-            "regimes": model_regimes(plan), "band": float(perf.default_band().spread),
+            "regimes": model_regimes(plan), "band": float(efficiency.default_band().spread),
             "unvalidated": [g for g in plan.gpus if g not in hw],
             "beyond": [n for n in sizes if n > max(counts)], "goodput": plan.goodput,
             "assumed_prices": [g for g in plan.gpus if plan.price_basis(g) == "assumed"],
@@ -665,14 +667,15 @@ def assumptions_sentence(plan: Plan) -> str:
 
 def nvl72_tax(plan: Plan) -> dict[str, Any]:
     """The communication tax at the scenario's largest cluster with an 8- and a 72-GPU NVLink
-    domain, per model: :func:`scaletax.search.search` with ``SearchSpace(domain=...)`` on the
+    domain, per model: :func:`scaletax.model.search.search` with ``SearchSpace(domain=...)`` on the
     scenario's first GPU with a domain larger than 8 (the communication chapter's sweep GPU), in
     the precision it trains in. Pairs: model, gpus, layouts, share (exposed communication / step
     time) and speedup (step time with 8 over step time with 72), for the models that fit both.
     The searches go through the shared disk cache (``search.cached_search``)."""
-    from scaletax import models as catalog, search
+    from scaletax.inputs import models as catalog
+    from scaletax.inputs.layout import label
+    from scaletax.model import search
     from scaletax.chapters.communication import sweep_gpu
-    from scaletax.layout import label
 
     gpu = sweep_gpu(plan.gpus)
     g = hardware.get(gpu)  # the resolved definition: the disk cache keys on its fields

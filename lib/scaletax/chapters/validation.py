@@ -4,7 +4,7 @@ cross-validated errors (per scheme, per family, generation and source, per row),
 row, the H200 single-GEMM measurement beside the model's GEMM ceilings, and a refit with the 8-bit
 ceiling pinned to that measurement.
 
-Everything here shapes the output of :mod:`scaletax.validate` (and ``perf``) for the book; no new
+Everything here shapes the output of :mod:`scaletax.fit.validate` (and ``perf``) for the book; no new
 model.
 
 Public API
@@ -43,8 +43,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from scaletax import DATA_DIR, calibrate, comm, hardware, memory, models, perf, runs, search, validate
-from scaletax.layout import Layout, label
+from scaletax import DATA_DIR
+from scaletax.inputs import hardware, models, runs
+from scaletax.inputs.layout import Layout, label
+from scaletax.model import comm, efficiency, memory, perf, runplan, search
+from scaletax.fit import calibrate, validate
 
 #: Source of a run (``runs.row_source``: the leave-one-source-out folds) and how the chapter names it.
 SOURCE_KINDS: dict[str, str] = {"MLPerf": "MLPerf Training (closed division)",
@@ -231,10 +234,10 @@ _MODES = ("none", "selective", "full")
 
 
 def recompute_whatif(rows: Sequence[dict[str, Any]], run_ids: Sequence[str],
-                     band: perf.EfficiencyBand | None = None) -> list[dict[str, Any]]:
+                     band: efficiency.EfficiencyBand | None = None) -> list[dict[str, Any]]:
     """Each named row predicted with its layout and recompute none / selective / full (every layer),
     at the calibrated parameters: error, GiB per GPU and whether that fits the GPU's capacity."""
-    eff = (perf.default_band() if band is None else band).value
+    eff = (efficiency.default_band() if band is None else band).value
     by_id = {r["run_id"]: r for r in rows}
     out = []
     for rid in run_ids:
@@ -463,13 +466,13 @@ def coverage_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def probe_rows(path: Path | str = PROBES_CSV) -> list[dict[str, Any]]:
     """Predictions for the layouts of ``path`` (:data:`PROBES_CSV`): each row planned as a runs-table
-    row (``runs.plan_row``: the recompute a recipe states, else the least that fits), its tokens/s per
+    row (``runplan.plan_row``: the recompute a recipe states, else the least that fits), its tokens/s per
     GPU, model TFLOP/s, MFU, the step-time shares and whether it fits; ``recipe`` and ``source`` (the
     row's ``layout_source``: :data:`PROBE_SOURCES`); ``reported_tflops`` where the source of the
     layout reports a throughput (not converted: its FLOP count may differ). A projection."""
     rows = runs.read_runs(path)
-    plans = [runs.plan_row(r) for r in rows]
-    st = perf.evaluate(runs.step_inputs(plans))
+    plans = [runplan.plan_row(r) for r in rows]
+    st = perf.evaluate(runplan.step_inputs(plans))
     out = []
     for i, (r, pl) in enumerate(zip(rows, plans)):
         step = float(st.step_s[i])
@@ -532,7 +535,7 @@ def probe_fit_text(probes: Sequence[dict[str, Any]]) -> str:
 HELDOUT_CSV = runs.HELDOUT_CSV
 
 
-def heldout_rows(path: Path | str = HELDOUT_CSV, band: perf.EfficiencyBand | None = None) -> list[dict[str, Any]]:
+def heldout_rows(path: Path | str = HELDOUT_CSV, band: efficiency.EfficiencyBand | None = None) -> list[dict[str, Any]]:
     """Each row of ``path`` (:data:`HELDOUT_CSV`) planned and predicted with the calibrated band
     (``validate.heldout_predictions``; ``validate.heldout_errors`` gives the same errors): measured and predicted tokens/s per GPU (the
     measurement converted as ``runs.measured_tokens_per_s`` says, ``basis``), the band, the error
@@ -544,7 +547,7 @@ def heldout_rows(path: Path | str = HELDOUT_CSV, band: perf.EfficiencyBand | Non
     ``overlap_grad_reduce``."""
     rows, plan, pred = validate.heldout_predictions(path, band)
     inp = plan.step_inputs()
-    eff = (band or perf.default_band()).value
+    eff = (band or efficiency.default_band()).value
     unhidden = perf.evaluate(inp, eff, overlap=eff.overlap(comm.Overlap(dp=0.0))).tokens_per_s_per_gpu
     gib = plan.memory_gib()["total"]
     words = plan.recompute_labels()
@@ -625,7 +628,7 @@ def recipe_search_rows(path: Path | str = PRODUCTION_MOE_CSV) -> list[dict[str, 
     out = []
     for r, p in zip(rows, probe_rows(path)):
         model = runs.row_model(r)
-        lay = runs.plan_row(r).layout
+        lay = runplan.plan_row(r).layout
         prec, gpu, gpus, gbs = str(r["precision"]).lower(), str(r["hardware"]).strip(), int(lay.gpus), int(lay.gbs)
         best = search.cached_search(model, prec, gpu, gpus, gbs=gbs, pareto=False)
         own = search.cached_search(model, prec, gpu, gpus, gbs=gbs, space=_recipe_space(lay), pareto=False)
@@ -654,7 +657,7 @@ def moe_span(acc: validate.RunAccuracy) -> dict[str, float]:
     for r in rows:
         if r["run_id"] not in ids or not r.get("moe_experts"):
             continue
-        p = runs.plan_row(r)
+        p = runplan.plan_row(r)
         m, lay = p.model, p.layout
         tpe.append(lay.mbs * m.seq_len / lay.cp * m.moe_top_k * lay.ep * lay.etp / (lay.tp * m.moe_experts))
         lps.append(m.layers / (lay.pp * lay.vp))
@@ -664,9 +667,9 @@ def moe_span(acc: validate.RunAccuracy) -> dict[str, float]:
 # =========================================================================================
 # Parameters, breakdown, MFU
 # =========================================================================================
-def parameter_rows(band: perf.EfficiencyBand | None = None) -> list[dict[str, Any]]:
+def parameter_rows(band: efficiency.EfficiencyBand | None = None) -> list[dict[str, Any]]:
     """The parameters of ``data/efficiency.yaml`` in file order: value, range, kind, source."""
-    band = perf.default_band() if band is None else band
+    band = efficiency.default_band() if band is None else band
     out = []
     for name, e in band.meta["parameters"].items():
         out.append({"parameter": name, "parameter_md": md_escape(name), "value": float(e["value"]),
@@ -714,7 +717,7 @@ def mfu_rows(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 # The H200 single-GEMM measurement beside the model's ceilings
 # =========================================================================================
 def gemm_points(path: Path | str = calibrate.GEMM_CSV, gpu: str = "h200_sxm", min_m: int = 1024,
-                band: perf.EfficiencyBand | None = None) -> list[dict[str, Any]]:
+                band: efficiency.EfficiencyBand | None = None) -> list[dict[str, Any]]:
     """Every GEMM of the measurement that the fit uses (m >= ``min_m``; squares from 2048), all three
     dtypes: achieved fraction of the dense peak, the single-GEMM fit's rule at that shape, and the
     step-time model's rule (calibrated ceiling of the format class, Hopper basis) at that shape.
@@ -723,7 +726,7 @@ def gemm_points(path: Path | str = calibrate.GEMM_CSV, gpu: str = "h200_sxm", mi
     the fit's ``k`` (``calibrate.fit_gemm_measurements``): for BF16 and FP8 it equals that fit; the
     fast-accumulation rows, which the fit leaves out, get theirs the same way.
     """
-    band = perf.default_band() if band is None else band
+    band = efficiency.default_band() if band is None else band
     g = hardware.get(gpu)
     fit = calibrate.fit_gemm_measurements(path, min_m=min_m, gpu=gpu)
     with Path(path).open(encoding="utf-8", newline="") as fh:
@@ -749,14 +752,14 @@ def gemm_points(path: Path | str = calibrate.GEMM_CSV, gpu: str = "h200_sxm", mi
                     "m": int(m[i]), "n": int(n[i]), "k": int(k[i]), "n_hm": float(n_hm[i]),
                     "frac": float(frac[i]), "single_fit_frac": float(single_frac[i]),
                     "single_ceiling": single[dt[i]], "model_frac": float(model_frac[i]),
-                    "model_ceiling": float(model_ceiling[i]), "format_class": perf.format_class(str(prec[i]))})
+                    "model_ceiling": float(model_ceiling[i]), "format_class": efficiency.format_class(str(prec[i]))})
     return out
 
 
-def gemm_summary(points: Sequence[dict[str, Any]], band: perf.EfficiencyBand | None = None) -> list[dict[str, Any]]:
+def gemm_summary(points: Sequence[dict[str, Any]], band: efficiency.EfficiencyBand | None = None) -> list[dict[str, Any]]:
     """Per dtype: how many shapes, median / quartiles / best achieved fraction of the dense peak,
     the single-GEMM fitted ceiling, and the model's ceiling for the format class with its range."""
-    band = perf.default_band() if band is None else band
+    band = efficiency.default_band() if band is None else band
     params = {p["parameter"]: p for p in parameter_rows(band)}
     out = []
     for d, (prec, label) in GEMM_DTYPES.items():
@@ -765,7 +768,7 @@ def gemm_summary(points: Sequence[dict[str, Any]], band: perf.EfficiencyBand | N
             continue
         f = np.array([p["frac"] for p in pts])
         q1, med, q3 = (float(x) for x in np.percentile(f, [25, 50, 75]))
-        par = params[f"gemm_ceiling_{perf.format_class(prec)}"]
+        par = params[f"gemm_ceiling_{efficiency.format_class(prec)}"]
         model_med = float(np.median([p["model_frac"] for p in pts]))
         out.append({"dtype": d, "dtype_label": label, "shapes": len(pts), "median": med, "q1": q1, "q3": q3,
                     "best": float(f.max()), "achieved_text": f"{med:.2f} ({q1:.2f}–{q3:.2f}; best {f.max():.2f})",
@@ -777,11 +780,11 @@ def gemm_summary(points: Sequence[dict[str, Any]], band: perf.EfficiencyBand | N
 
 
 def gemm_curves(summary: Sequence[dict[str, Any]], points: Sequence[dict[str, Any]], gpu: str = "h200_sxm",
-                band: perf.EfficiencyBand | None = None, num: int = 60) -> list[dict[str, Any]]:
+                band: efficiency.EfficiencyBand | None = None, num: int = 60) -> list[dict[str, Any]]:
     """Lines for the GEMM chart: fraction of the dense peak against the GEMM size n for the model's
     16- and 8-bit ceilings and the single-GEMM FP8 fits, ``ceiling / (1 + k n_ref / n)``
     (the model's ``k`` for the model, the measurement fit's ``k`` for the fits)."""
-    band = perf.default_band() if band is None else band
+    band = efficiency.default_band() if band is None else band
     g = hardware.get(gpu)
     n_hm = np.array([p["n_hm"] for p in points])
     grid = np.geomspace(n_hm.min(), n_hm.max(), num)
@@ -831,8 +834,8 @@ def pinned_fit(prepared, pins: dict[str, float]) -> dict[str, Any]:
     """``calibrate.calibrate`` with ``pins`` held at the given values (``fixed``), and the errors."""
     cal = calibrate.calibrate(prepared=prepared, fixed=pins)
     params = {k: float(v) for k, v in cal.params.items()}
-    eff = perf.Efficiency.from_params(params)
-    table = validate.validation_table(prepared=prepared, band=perf.EfficiencyBand(eff, eff, eff))
+    eff = efficiency.Efficiency.from_params(params)
+    table = validate.validation_table(prepared=prepared, band=efficiency.EfficiencyBand(eff, eff, eff))
     summary = validate.error_summary(table)
     return {"params": params, "cost": float(cal.cost), "table": table, "summary": summary,
             "targets": target_rows(summary)}

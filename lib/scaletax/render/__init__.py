@@ -1,3 +1,3 @@
 """Rendering: the Altair chart theme and HTML + PNG renderer (`charts`), book tables (`tables`).
 
-Imported by the chapter notebooks and `report`; never by the model modules."""
+Imported by the chapter notebooks and `report`; imports only the model and inputs layers."""

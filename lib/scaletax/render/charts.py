@@ -111,7 +111,7 @@ def gpu_color_scale(ids: Iterable[str]) -> alt.Scale:
 
 def gpu_label(gpu_id: str) -> str:
     """The GPU's short catalog name ("H100 SXM") for charts; the id itself if not in the catalog."""
-    from scaletax import hardware
+    from scaletax.inputs import hardware
 
     try:
         return hardware.get(gpu_id).label

@@ -28,8 +28,8 @@ def _fail(msg: str, code: int) -> None:
 
 
 def _resolve(scenario: Optional[Path], sets: List[str]):
+    from scaletax.inputs.hardware import HardwareError
     from scaletax.report.scenario import DEFAULT_SCENARIO, ScenarioError, resolve
-    from scaletax.hardware import HardwareError
 
     path = scenario or DEFAULT_SCENARIO
     try:
@@ -41,12 +41,14 @@ def _resolve(scenario: Optional[Path], sets: List[str]):
 def _check_data() -> None:
     """Load every data file the chapters read, so a corrupted one stops the build before
     anything runs (exit 2, the message names file, row and column)."""
-    from scaletax import DATA_DIR, hardware, models, perf, runs
+    from scaletax import DATA_DIR
+    from scaletax.inputs import hardware, models, runs
+    from scaletax.model import efficiency
 
     try:
         hardware.catalog()
         models.catalog()
-        perf.default_band()
+        efficiency.default_band()
         runs.read_runs(DATA_DIR / "published_runs.csv")
     except ValueError as exc:
         _fail(f"data file error: {str(exc).splitlines()[0]}", 2)
@@ -116,7 +118,7 @@ def build(
 
 
 def _predict_help() -> str:
-    from scaletax.runs import schema_text
+    from scaletax.inputs.runs import schema_text
 
     lines = schema_text().splitlines()
     return ("Predict memory per GPU (and throughput) for every row of a runs table.\n\n"
@@ -129,9 +131,9 @@ def predict(
     out: Optional[Path] = typer.Option(None, "--out", help="output CSV: a new path or a regular file (default: stdout)"),
 ) -> None:
     """Predict memory per GPU (and throughput) for every row of a runs table."""
-    from scaletax.hardware import HardwareError
+    from scaletax.inputs.hardware import HardwareError
+    from scaletax.inputs.runs import RunsTableError, read_runs, runs_csv
     from scaletax.report.predict import predict_rows, write_out
-    from scaletax.runs import RunsTableError, read_runs, runs_csv
 
     if out is not None:
         from scaletax.report.predict import check_out

@@ -7,7 +7,7 @@ folder that is renamed into the cache only when the notebook ran to the end.
 
 Of the GPU catalog (:data:`ROW_FILES`: ``hardware.csv`` and the ``systems.csv`` merged into
 its rows) a chapter that declares ``hardware.csv`` is keyed on exactly the rows it read: its
-kernel records every catalog read (``scaletax.hardware``, the file named by
+kernel records every catalog read (``scaletax.inputs.hardware``, the file named by
 ``SCALETAX_HARDWARE_READS`` in its work folder), and the entry's key is its
 :func:`base_key` (every other input) plus :func:`rows_hash` of those ids' resolved rows now (a
 missing id as missing; the whole files when it read the whole catalog). The record is kept in
@@ -56,7 +56,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scaletax import DATA_DIR, files, hardware, jobserver
+from scaletax import DATA_DIR, files, jobserver
+from scaletax.inputs import hardware
 from scaletax.report import lifecycle
 from scaletax.report.chapters import Chapter
 from scaletax.report.provenance import lib_hash, lock_hash, sha256_bytes

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from scaletax import hardware, models, unknown_id
+from scaletax import unknown_id
+from scaletax.inputs import hardware, models
 from scaletax.chapters import decision as d
 from scaletax.report import chapters as toc
 

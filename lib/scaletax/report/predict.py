@@ -2,7 +2,7 @@
 
 Columns added to every row (inputs are never modified):
 
-- memory (``runs.MEMORY_COLUMNS``): bytes per GPU by term for the row's layout;
+- memory (``runplan.MEMORY_COLUMNS``): bytes per GPU by term for the row's layout;
 - throughput (:data:`PERF_COLUMNS`): ``predicted_tokens_per_s_per_gpu`` with its band
   ``_low`` / ``_high`` (efficiency parameters at the ends of their ranges, widened to at least the
   out-of-sample band of ``data/efficiency.yaml``),
@@ -35,8 +35,11 @@ from typing import Any
 
 import numpy as np
 
-from scaletax import files, hardware, perf, runs, search, validate
-from scaletax.layout import label
+from scaletax import files
+from scaletax.inputs import hardware, runs
+from scaletax.inputs.layout import label
+from scaletax.model import efficiency, perf, runplan, search
+from scaletax.fit import validate
 
 #: Tokens per step for a row with neither a layout nor a global batch: 16M, the Llama 3.1
 #: 405B final batch (arXiv 2407.21783, Sec. 3.4.1), as the default scenario.
@@ -57,7 +60,7 @@ COST_COLUMNS: tuple[str, ...] = ("predicted_days", "predicted_gpu_hours", "predi
 
 def _add_costs(out: list[dict[str, Any]], keep: list[int], tps: list[float]) -> None:
     """:data:`COST_COLUMNS` into ``out`` (in place): rows ``keep`` have throughput ``tps``."""
-    from scaletax import cost
+    from scaletax.model import cost
     from scaletax.chapters.decision import Plan
     from scaletax.report.chapters import default_parameters
 
@@ -116,7 +119,7 @@ def _searched(row: dict[str, Any]) -> tuple[dict[str, Any], str, bool]:
     return new, label(lay), True
 
 
-def predict_rows(rows: list[dict[str, Any]], band: perf.EfficiencyBand | None = None) -> list[dict[str, Any]]:
+def predict_rows(rows: list[dict[str, Any]], band: efficiency.EfficiencyBand | None = None) -> list[dict[str, Any]]:
     """Memory and throughput columns for every row (module docstring); rows without a layout
     get the searched one. Errors name the row (the header is row 1) and the column."""
     filled, labels, ok = [], [], []
@@ -130,19 +133,19 @@ def predict_rows(rows: list[dict[str, Any]], band: perf.EfficiencyBand | None = 
             labels.append(label)
             ok.append(found)
         else:
-            filled.append(row)  # read, never written: runs.predict_memory copies it
+            filled.append(row)  # read, never written: runplan.predict_memory copies it
             labels.append("")
             ok.append(True)
     keep = [i for i, f in enumerate(ok) if f]
-    plan = runs.plan_rows([filled[i] for i in keep], row_numbers=[i + 2 for i in keep])
-    mem_rows = runs.predict_memory(plan)
+    plan = runplan.plan_rows([filled[i] for i in keep], row_numbers=[i + 2 for i in keep])
+    mem_rows = runplan.predict_memory(plan)
     out: list[dict[str, Any]] = []
     for i, found in enumerate(ok):
         if found:
             out.append({})
             continue
         new = dict(rows[i])
-        new.update({c: None for c in runs.MEMORY_COLUMNS})
+        new.update({c: None for c in runplan.MEMORY_COLUMNS})
         new["fits"] = False
         new.update({c: None for c in PERF_COLUMNS})
         new["layout_searched"] = labels[i]

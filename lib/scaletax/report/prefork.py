@@ -55,7 +55,7 @@ PRELOAD = (
     "scaletax.render.charts", "scaletax.render.tables", "scaletax.chapters.hardware",
     "scaletax.chapters.memory", "scaletax.chapters.communication", "scaletax.chapters.precision",
     "scaletax.chapters.validation", "scaletax.chapters.decision", "scaletax.chapters.summary",
-    "scaletax.precision_kernels",
+    "scaletax.model.precision_kernels",
 )
 #: Seconds the runner waits for the server to import :data:`PRELOAD` and say it is ready.
 READY_TIMEOUT_S = 120.0
@@ -263,7 +263,8 @@ def serve() -> int:
     """The server's main loop: preload, say ready, fork on each request line, report exits;
     at end of input kill the children still running and exit."""
     global _PROTO
-    from scaletax import hardware, memo, models
+    from scaletax import memo
+    from scaletax.inputs import hardware, models
 
     _PROTO = os.dup(1)
     os.dup2(2, 1)

@@ -8,7 +8,8 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
-from scaletax import DATA_DIR, ROOT, __version__, hardware
+from scaletax import DATA_DIR, ROOT, __version__
+from scaletax.inputs import hardware
 
 #: Packages whose versions go into the manifest (the rest are in requirements.lock).
 KEY_PACKAGES = ("numpy", "ml_dtypes", "altair", "vl-convert-python", "papermill", "jupytext",

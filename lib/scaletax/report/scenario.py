@@ -26,7 +26,8 @@ import yaml
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
                       field_validator, model_validator)
 
-from scaletax import DATA_DIR, recipes
+from scaletax import DATA_DIR
+from scaletax.inputs import recipes
 from scaletax.files import InputFileError, read_bounded
 
 DEFAULT_SCENARIO = DATA_DIR / "scenarios" / "default.yaml"
@@ -142,14 +143,14 @@ class Comparisons(_Strict):
     @field_validator("heq_hopper", "heq_blackwell")
     @classmethod
     def _catalog_lists(cls, v: list[str]) -> list[str]:
-        from scaletax import hardware
+        from scaletax.inputs import hardware
 
         return _known_ids(v, list(hardware._data_catalog()), "GPU")
 
     @field_validator("baseline", "hopper_reference")
     @classmethod
     def _catalog_id(cls, v: str) -> str:
-        from scaletax import hardware
+        from scaletax.inputs import hardware
 
         return _known_ids([v], list(hardware._data_catalog()), "GPU")[0]
 
@@ -182,7 +183,7 @@ class Scenario(_Strict):
     @field_validator("gpus")
     @classmethod
     def _known_gpus(cls, v: list) -> list:
-        from scaletax import hardware
+        from scaletax.inputs import hardware
 
         _known_ids(_entry_ids(v, "GPU"), list(hardware._data_catalog()), "GPU", inline=_inline_ids(v))
         for entry in v:
@@ -194,7 +195,7 @@ class Scenario(_Strict):
     @field_validator("models")
     @classmethod
     def _known_models(cls, v: list) -> list:
-        from scaletax import models
+        from scaletax.inputs import models
 
         _known_ids(_entry_ids(v, "model"), list(models._data_catalog()), "model", inline=_inline_ids(v))
         for entry in v:
@@ -205,7 +206,7 @@ class Scenario(_Strict):
 
     @model_validator(mode="after")
     def _prices_cover_gpus(self) -> "Scenario":
-        from scaletax import hardware, models
+        from scaletax.inputs import hardware, models
 
         self._user_gpus = {e["id"]: hardware.define(e) for e in self.gpus if isinstance(e, dict)}
         self._user_models = {e["id"]: models.define(e) for e in self.models if isinstance(e, dict)}
@@ -237,7 +238,7 @@ class Scenario(_Strict):
 
     def register(self) -> None:
         """Make the user-defined GPUs and models visible to hardware.get / models.get here."""
-        from scaletax import hardware, models
+        from scaletax.inputs import hardware, models
 
         hardware.unregister()
         models.unregister()
@@ -301,7 +302,7 @@ def _inline_ids(entries: list) -> set[str]:
 def _known_ids(ids: list[str], valid: list[str], kind: str, inline: set[str] = frozenset()) -> list[str]:
     """``ids`` if each is in ``valid`` (or defined inline) and none repeats; else a one-line error
     (with a case-insensitive or nearest-id hint)."""
-    from scaletax import hardware
+    from scaletax.inputs import hardware
 
     for i in ids:
         if i in inline:

@@ -6,15 +6,15 @@ fabric. "Rail-optimized" means GPU i of every domain sits on the same leaf switc
 inter-domain phase of a hierarchical collective runs on every GPU's own NIC in parallel.
 
 A :class:`Topology` may hold numpy arrays in any field (e.g. ``domain=np.array([8, 72])``); the
-collective formulas in :mod:`scaletax.comm` broadcast over them.
+collective formulas in :mod:`scaletax.model.comm` broadcast over them.
 
 Placement (:func:`placement`) follows the layout's rank order: a group of ``n`` GPUs whose
 members are ``stride`` ranks apart (stride = product of the sizes of the inner parallel
 dimensions) has ``n_in`` members in each NVLink domain and spans ``n_out`` domains.
 
 Efficiencies and latencies below are module constants, each marked as CALIBRATED (fitted to a
-row of ``data/collectives.csv`` by :func:`scaletax.comm.fit_calibration` and written into
-``data/efficiency.yaml`` by :mod:`scaletax.calibrate`, read from there; a test checks the file
+row of ``data/collectives.csv`` by :func:`scaletax.model.comm.fit_calibration` and written into
+``data/efficiency.yaml`` by :mod:`scaletax.fit.calibrate`, read from there; a test checks the file
 against the fit) or ASSUMPTION (a stated modelling choice with no fitted measurement).
 """
 from __future__ import annotations
@@ -24,11 +24,11 @@ from typing import Any
 
 import numpy as np
 
-from scaletax.layout import members_per_domain
+from scaletax.inputs.layout import members_per_domain
 
 # --- achieved-bandwidth efficiencies (fraction of the per-direction link rate) -------------
 #: The CALIBRATED efficiencies live in ``data/efficiency.yaml`` (section ``collectives``), written by
-#: ``scaletax.calibrate`` from ``comm.fit_calibration`` on ``data/collectives.csv``; read once here.
+#: ``scaletax.fit.calibrate`` from ``comm.fit_calibration`` on ``data/collectives.csv``; read once here.
 def _calibrated_collectives() -> dict[str, float]:
     import yaml
 
@@ -40,7 +40,7 @@ def _calibrated_collectives() -> dict[str, float]:
         return {k: float(sec[k]["value"]) for k in ("nvlink_eff", "nvls_eff", "nic_eff")}
     except (OSError, KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ValueError(f"{path.name}: section 'collectives' (nvlink_eff, nvls_eff, nic_eff) missing or bad "
-                         f"({exc!r}); regenerate with: python -m scaletax.calibrate") from None
+                         f"({exc!r}); regenerate with: python -m scaletax.fit.calibrate") from None
 
 
 _COLL = _calibrated_collectives()
@@ -119,14 +119,14 @@ class Topology:
 
     @classmethod
     def from_gpu(cls, gpu, *, domain=None, nvls=None, ib_sharp=IB_SHARP_DEFAULT, **overrides) -> "Topology":
-        """Build from a :class:`scaletax.hardware.GPU` or its id.
+        """Build from a :class:`scaletax.inputs.hardware.GPU` or its id.
 
         ``domain`` overrides the catalog NVLink domain (e.g. to sweep 8..144 at fixed GPU count);
         ``nvls`` defaults to whether the GPU family has NVLink SHARP (:data:`NVLS_FAMILIES`).
         Other keyword arguments override any field (efficiencies, latencies).
         """
         if isinstance(gpu, str):
-            from scaletax import hardware
+            from scaletax.inputs import hardware
 
             gpu = hardware.get(gpu)
         return cls(

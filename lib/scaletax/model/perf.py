@@ -3,9 +3,9 @@ bubble + exposed communication; tokens/s, model TFLOP/s and MFU per GPU, each wi
 
 Public API
 ----------
-- ``Efficiency`` (one point of the parameters), ``EfficiencyBand`` (value / low / high corners),
-  ``load_efficiency(path=EFFICIENCY_YAML)``, ``default_band()``, ``default_efficiency()``: the
-  stated, sourced parameters of ``data/efficiency.yaml`` (written by ``validate``).
+The calibrated parameters it evaluates with (``Efficiency``, ``EfficiencyBand``, ``default_band``)
+are in :mod:`scaletax.model.efficiency`.
+
 - ``prepare(model, layouts, precision, gpu, topo=None, wire=None, *, recompute_fraction=None,
   ep_dispatch="dedup", fp4_bf16_layers=2) -> StepInputs``: everything that does not depend on the
   efficiencies (FLOPs by kind, GEMM shapes, bytes, per-group communication), arrays over a
@@ -17,7 +17,7 @@ Public API
 - ``least_recompute(model, layouts, gpu, precision) -> (code, full fraction, GiB)``.
 - Helpers: ``memory_bound_bytes``, ``moe_permute_bytes``, ``ep_dedup_factor``, ``distinct_groups``,
   ``gemm_reference_size``,
-  ``padded_vocab``, ``format_class``, ``compute_precision``.
+  ``padded_vocab``, ``compute_precision``.
 
 Model (per GPU of the heaviest pipeline stage, per step; seconds, FLOP, bytes)
 ------------------------------------------------------------------------------
@@ -64,11 +64,11 @@ Model (per GPU of the heaviest pipeline stage, per step; seconds, FLOP, bytes)
   context-parallel merges of partial attention results; per step the Adam update,
   gradient-buffer reset and weight casts. A lower bound on bytes moved;
   ``memory_overhead`` turns it into time.
-- Communication: :mod:`scaletax.comm` per group, evaluated once per distinct pattern; the MoE
+- Communication: :mod:`scaletax.model.comm` per group, evaluated once per distinct pattern; the MoE
   all-to-all re-timed for per-domain deduplication (:func:`ep_dedup_factor`, DeepEP-class); the
   context-parallel ring hides only under the attention time (Ring Attention, arXiv 2310.01889).
 - Family factors: Blackwell Ultra's is Blackwell's times the ratio of rated power per peak FLOP
-  (:func:`power_per_flop`, written by ``calibrate``).
+  (``efficiency.power_per_flop``, written by ``calibrate``).
 - Pipeline bubble: (pp - 1) / (vp m) of the per-micro-batch work for 1F1B and the interleaved
   schedule (Narayanan et al. 2021, §2.2).
 - MFU = model FLOPs per token (no recompute, causal, unpadded vocabulary; PaLM, Chowdhery et al.
@@ -77,35 +77,21 @@ Model (per GPU of the heaviest pipeline stage, per step; seconds, FLOP, bytes)
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from functools import lru_cache
-from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
-import yaml
 
-from scaletax import DATA_DIR, comm, hardware, recipes
-from scaletax.comm import Overlap, WireFormat
-from scaletax.models import Model
-from scaletax.layout import Layout, LayoutArray, LayoutGrid
-from scaletax.topology import Topology
-
-EFFICIENCY_YAML = DATA_DIR / "efficiency.yaml"
-#: PyYAML's safe loader, in C (libyaml) where PyYAML was built with it: the same documents, ~10x
-#: faster than the pure-Python ``yaml.safe_load`` (the first prediction of a process reads the file).
-SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-#: The precisions the step-time model trains in (the recipe registry's).
-PRECISIONS: tuple[str, ...] = recipes.TRAINING
-#: GEMM format classes, one ceiling parameter each (``recipes.Recipe.format_class``).
-FORMAT_CLASSES: tuple[str, ...] = ("16bit", "8bit", "4bit")
-FAMILIES: tuple[str, ...] = ("ampere", "hopper", "blackwell", "blackwell_ultra", "rubin")
-FP4_CLASS = FORMAT_CLASSES.index("4bit")
-#: Format classes with tensor-core support per family (Ampere: no FP8; FP4 from Blackwell on).
-FAMILY_CLASSES: dict[str, tuple[str, ...]] = {"ampere": ("16bit",), "hopper": ("16bit", "8bit"),
-                                              "blackwell": FORMAT_CLASSES, "blackwell_ultra": FORMAT_CLASSES,
-                                              "rubin": FORMAT_CLASSES}
+from scaletax.inputs import hardware, recipes, runs
+from scaletax.inputs.layout import Layout, LayoutArray, LayoutGrid
+from scaletax.inputs.models import Model
+from scaletax.inputs.options import ATTN_KERNELS, PP_SPLITS
+from scaletax.model import comm
+from scaletax.model.comm import Overlap, WireFormat
+from scaletax.model.efficiency import (FAMILIES, FORMAT_CLASSES, FP4_CLASS, Efficiency, EfficiencyBand, default_band,
+                                       default_efficiency, format_class)
+from scaletax.model.topology import Topology
 
 #: Megatron-LM pads the vocabulary to a multiple of ``make_vocab_size_divisible_by`` (default
 #: 128) times the tensor-parallel size (megatron/training/tokenizer, _vocab_size_with_padding).
@@ -165,200 +151,8 @@ ACT = 2.0  # bytes per 16-bit activation element
 
 
 # =========================================================================================
-# Efficiency parameters
-# =========================================================================================
-@dataclass(frozen=True)
-class Efficiency:
-    """The calibrated parameters of the step-time model (one point of ``data/efficiency.yaml``).
-
-    gemm_ceiling   format class -> fraction of the dense peak a large GEMM sustains (Hopper basis;
-                   the 4-bit class is absolute)
-    family_factor  GPU family -> multiplier on the 16- and 8-bit ceilings (Hopper = 1)
-    gemm_roofline  k in (1 + k n_ref / n): how much operand traffic adds to a GEMM of size n
-    memory_overhead  time / ideal HBM time of the memory-bound kernels
-    overlap_scale  multiplier on the default overlap fractions of :class:`comm.Overlap` (clipped to 1)
-    moe_overhead   time / ideal HBM time of the MoE routing kernels (router, token permutations)
-    """
-
-    gemm_ceiling: Mapping[str, float]
-    family_factor: Mapping[str, float]
-    gemm_roofline: float
-    memory_overhead: float
-    overlap_scale: float
-    moe_overhead: float = 1.0
-
-    def __post_init__(self) -> None:
-        missing = set(FORMAT_CLASSES) - set(self.gemm_ceiling)
-        if missing:
-            raise ValueError(f"gemm_ceiling: missing format class(es) {sorted(missing)}")
-        missing = set(FAMILIES) - set(self.family_factor)
-        if missing:
-            raise ValueError(f"family_factor: missing famil(ies) {sorted(missing)}")
-        for fam in FAMILIES:
-            for k in FAMILY_CLASSES[fam]:
-                c = self.gemm_ceiling[k] * (1.0 if k == "4bit" else self.family_factor[fam])
-                if not 0.0 < c <= 1.0:
-                    raise ValueError(f"gemm_ceiling[{k}] x family_factor[{fam}] = {c:.3f} must be in (0, 1]")
-        if self.gemm_roofline < 0:
-            raise ValueError(f"gemm_roofline must be >= 0 (got {self.gemm_roofline})")
-        if self.memory_overhead <= 0:
-            raise ValueError(f"memory_overhead must be > 0 (got {self.memory_overhead})")
-        if self.overlap_scale < 0:
-            raise ValueError(f"overlap_scale must be >= 0 (got {self.overlap_scale})")
-        if self.moe_overhead <= 0:
-            raise ValueError(f"moe_overhead must be > 0 (got {self.moe_overhead})")
-
-    def ceiling(self, precision: str, family: str) -> float:
-        """Fraction of the dense peak of ``precision`` a large GEMM sustains on ``family``:
-        ``gemm_ceiling[class] * family_factor[family]`` for 16- and 8-bit formats, the 4-bit
-        ceiling as is (FP4 tensor cores exist only from Blackwell on)."""
-        cls = format_class(precision)
-        return self.gemm_ceiling[cls] * (1.0 if cls == "4bit" else self.family_factor[family])
-
-    def overlap(self, base: Overlap | None = None) -> Overlap:
-        """``base`` (default :class:`comm.Overlap`) with every fraction times ``overlap_scale``."""
-        b = Overlap() if base is None else base
-        s = self.overlap_scale
-        return Overlap(**{f: min(1.0, getattr(b, f) * s) for f in ("tp", "etp", "cp", "ep", "pp", "dp")},
-                       fwd_share=b.fwd_share)
-
-    # flat parameter vector (for calibration) -------------------------------------------------
-    def to_params(self) -> dict[str, float]:
-        """Flat ``{name: value}`` as named in ``data/efficiency.yaml``."""
-        out = {f"gemm_ceiling_{k}": float(v) for k, v in self.gemm_ceiling.items()}
-        out.update({f"family_factor_{k}": float(v) for k, v in self.family_factor.items()})
-        out.update(gemm_roofline=float(self.gemm_roofline), memory_overhead=float(self.memory_overhead),
-                   overlap_scale=float(self.overlap_scale), moe_overhead=float(self.moe_overhead))
-        return out
-
-    @classmethod
-    def from_params(cls, p: Mapping[str, float]) -> "Efficiency":
-        """Inverse of :meth:`to_params`."""
-        try:
-            return cls(gemm_ceiling={k: float(p[f"gemm_ceiling_{k}"]) for k in FORMAT_CLASSES},
-                       family_factor={k: float(p[f"family_factor_{k}"]) for k in FAMILIES},
-                       gemm_roofline=float(p["gemm_roofline"]), memory_overhead=float(p["memory_overhead"]),
-                       overlap_scale=float(p["overlap_scale"]), moe_overhead=float(p["moe_overhead"]))
-        except KeyError as exc:
-            raise ValueError(f"efficiency parameter {exc.args[0]!r} missing") from None
-
-    def with_params(self, **changes: float) -> "Efficiency":
-        p = self.to_params()
-        unknown = set(changes) - set(p)
-        if unknown:
-            raise ValueError(f"unknown efficiency parameter(s) {sorted(unknown)}; valid: {', '.join(p)}")
-        p.update(changes)
-        return Efficiency.from_params(p)
-
-
-#: Direction in which each parameter raises throughput (+1: larger is faster, -1: slower).
-PARAM_SIGN: dict[str, int] = {**{f"gemm_ceiling_{k}": 1 for k in FORMAT_CLASSES},
-                              **{f"family_factor_{k}": 1 for k in FAMILIES},
-                              "gemm_roofline": -1, "memory_overhead": -1, "overlap_scale": 1, "moe_overhead": -1}
-
-
-@dataclass(frozen=True)
-class EfficiencyBand:
-    """Central value and range of every parameter; ``low`` / ``high`` are the pessimistic /
-    optimistic corners (each parameter at the end of its range that lowers / raises throughput)."""
-
-    value: Efficiency
-    low: Efficiency
-    high: Efficiency
-    meta: Mapping[str, Any] = field(default_factory=dict, compare=False)
-    #: relative half-width w of the out-of-sample band (``data/efficiency.yaml`` ``band``): every
-    #: prediction's low / high is at most value / (1 + w) and at least value x (1 + w) in throughput
-    spread: float = 0.0
-    #: the same per regime (``data/efficiency.yaml`` ``regimes``, ``runs.REGIMES``): the regime's
-    #: leave-one-source-out half-width; a regime not in it takes ``spread``
-    regime_spread: Mapping[str, float] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        for name, w in {"": self.spread, **dict(self.regime_spread)}.items():
-            if not (0.0 <= w < 10.0):
-                raise ValueError(f"EfficiencyBand.spread{'[' + repr(name) + ']' if name else ''} must be in [0, 10) "
-                                 f"(got {w})")
-
-    def spreads(self, regime_idx) -> np.ndarray:
-        """Half-width per entry of ``regime_idx`` (indices into ``runs.REGIMES``)."""
-        from scaletax.runs import REGIMES
-
-        table = np.array([float(self.regime_spread.get(r, self.spread)) for r in REGIMES])
-        return table[np.asarray(regime_idx, dtype=np.int64)]
-
-    @classmethod
-    def from_ranges(cls, value: Mapping[str, float], lo: Mapping[str, float], hi: Mapping[str, float],
-                    meta: Mapping[str, Any] | None = None) -> "EfficiencyBand":
-        """Build from per-parameter ``value``, range ends ``lo`` <= value <= ``hi``."""
-        slow, fast = {}, {}
-        for k, v in value.items():
-            a, b = float(lo[k]), float(hi[k])
-            if not a <= float(v) <= b:
-                raise ValueError(f"efficiency parameter {k}: value {v} outside its range [{a}, {b}]")
-            s = PARAM_SIGN[k]
-            slow[k], fast[k] = (a, b) if s > 0 else (b, a)
-        return cls(Efficiency.from_params(value), Efficiency.from_params(slow),
-                   Efficiency.from_params(fast), dict(meta or {}))
-
-
-def load_efficiency(path: Path | str = EFFICIENCY_YAML) -> EfficiencyBand:
-    """Read ``data/efficiency.yaml``: every parameter needs value, low, high and a source."""
-    path = Path(path)
-    try:
-        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=SAFE_LOADER)
-    except OSError as exc:
-        raise ValueError(f"{path}: cannot read efficiency file ({exc.strerror})") from None
-    params = (raw or {}).get("parameters") if isinstance(raw, dict) else None
-    if not isinstance(params, dict) or not params:
-        raise ValueError(f"{path.name}: expected a 'parameters:' mapping")
-    value, lo, hi = {}, {}, {}
-    for name, entry in params.items():
-        if not isinstance(entry, dict):
-            raise ValueError(f"{path.name}: parameter {name!r}: expected a mapping")
-        for key in ("value", "low", "high", "source"):
-            if key not in entry or entry[key] in (None, ""):
-                raise ValueError(f"{path.name}: parameter {name!r}: field {key!r} is required")
-        if name not in PARAM_SIGN:
-            raise ValueError(f"{path.name}: unknown parameter {name!r}; valid: {', '.join(PARAM_SIGN)}")
-        value[name], lo[name], hi[name] = float(entry["value"]), float(entry["low"]), float(entry["high"])
-    missing = set(PARAM_SIGN) - set(value)
-    if missing:
-        raise ValueError(f"{path.name}: missing parameter(s) {sorted(missing)}")
-    meta = {k: v for k, v in raw.items() if k != "parameters"}
-    meta["parameters"] = params
-    band = EfficiencyBand.from_ranges(value, lo, hi, meta)
-    sec = raw.get("band") or {}
-    try:
-        spread = float(sec.get("relative_half_width", 0.0)) if isinstance(sec, dict) else 0.0
-    except (TypeError, ValueError):
-        raise ValueError(f"{path.name}: band.relative_half_width must be a number") from None
-    regimes = raw.get("regimes") or {}
-    per: dict[str, float] = {}
-    for name, rec in (regimes.items() if isinstance(regimes, dict) else ()):
-        if isinstance(rec, dict) and rec.get("band_half_width") is not None:
-            try:
-                per[str(name)] = float(rec["band_half_width"])
-            except (TypeError, ValueError):
-                raise ValueError(f"{path.name}: regimes.{name}.band_half_width must be a number") from None
-    return replace(band, spread=spread, regime_spread=per)
-
-
-@lru_cache(maxsize=1)
-def default_band() -> EfficiencyBand:
-    """The project's calibrated parameters (``data/efficiency.yaml``), loaded once."""
-    return load_efficiency(EFFICIENCY_YAML)
-
-
-def default_efficiency() -> Efficiency:
-    return default_band().value
-
-
-# =========================================================================================
 # Helpers
 # =========================================================================================
-def format_class(precision: str) -> str:
-    """The GEMM format class of a training precision (its recipe's)."""
-    return recipes.training(precision).format_class
 
 
 def compute_precision(gpu, precision: str) -> str:
@@ -385,21 +179,6 @@ def gemm_reference_size(gpu, precision: str) -> float:
     return 1.5 * recipes.training(precision).operand_bytes * g.peak_flops(precision) / g.hbm_bw
 
 
-def power_per_flop(family: str) -> float:
-    """Rated board power per dense 16-bit TFLOP/s of a GPU family, W / (TFLOP/s): the mean of
-    ``tdp_w / bf16 peak`` over the family's GPUs in ``data/hardware.csv``.
-
-    Used for Blackwell Ultra's family factor (``calibrate``): same silicon generation as
-    Blackwell (TSMC 4NP, same FP8/BF16 dense peaks per GPU), more rated power (B300 1100 W vs
-    B200 1000 W, GB300 1400 W vs GB200 1200 W). Under a power cap the sustained tensor-core clock
-    falls short of the one the datasheet peak assumes; at the voltage floor dynamic power is
-    linear in clock (P = C V^2 f), so the sustained fraction of peak scales with power per peak
-    FLOP (ASSUMPTION: linear DVFS regime; the ratio is only applied within one silicon generation).
-    """
-    gpus = [g for g in hardware.catalog().values() if g.family == family and not g.variant_of and g.peak_flops("bf16")]
-    if not gpus:
-        raise ValueError(f"power_per_flop: no GPU of family {family!r} in the catalog")
-    return float(np.mean([g.tdp_w / (g.peak_flops("bf16") / 1e12) for g in gpus]))
 
 
 def power_scale(gpu) -> float:
@@ -674,24 +453,6 @@ def _selective_share(la: LayoutArray, xf: np.ndarray, recompute_rest=None) -> np
     return np.where(la.recompute == 1, 1.0, np.where(la.recompute == 2, (1.0 - xf) * rest, 0.0))
 
 
-#: How the pipeline stages split the model (runs column ``pp_split``, :func:`pipeline_split`):
-#: "even" Megatron-Core's default (``account_for_embedding_in_pipeline_split`` and
-#: ``account_for_loss_in_pipeline_split`` False, megatron-core 0.19.2 transformer_config.py:130-134):
-#: L / pp transformer layers per stage, the embedding on the first and the output layer with the loss
-#: on the last; "account" both flags True: the embedding and the loss each take one layer's slot,
-#: (L + 2) / pp slots per stage (the Megatron-Bridge 0.6.2 Llama 3.1 405B and Qwen3-MoE recipes,
-#: recipes/llama/h100/llama3.py:1229-1230, recipes/qwen/h100/qwen3_moe.py:261-262; the Llama 3 paper's
-#: "one Transformer layer fewer on the first and the last stage"); "balanced" a custom
-#: ``pipeline_model_parallel_layout`` that gives the last stage as many fewer layers as balances its
-#: output layer best in whole layers (the DeepSeek-V3 recipe's [8] x 7 + [5 + MTP + loss] on 8 stages).
-#: "auto": the split Megatron-Core accepts for the layout (:func:`pipeline_split`).
-PP_SPLITS: tuple[str, ...] = ("auto", "even", "account", "balanced")
-#: The attention kernel (runs column ``attn_kernel``): "flash" (fused, scores kept on chip; every
-#: stack since FlashAttention, Dao et al. 2022, arXiv 2205.14135) or "unfused" (Megatron-LM before
-#: it, e.g. Narayanan et al. 2021, Korthikanti et al. 2022: batched QK^T and PV GEMMs over the full
-#: s x s score matrix, masked, with the fused scale-mask-softmax and the attention dropout as
-#: memory-bound kernels over the materialized scores).
-ATTN_KERNELS: tuple[str, ...] = ("flash", "unfused")
 #: HBM bytes per score element of the unfused attention, forward / backward: the 16-bit score,
 #: softmax output and dropout output (2 B each) and the 1-byte dropout mask that Korthikanti et al.
 #: 2022 (arXiv 2205.05198, Table 2: 2as^2b + 2as^2b + as^2b of the 5as^2b + ... per layer) store,
@@ -804,7 +565,7 @@ def moe_permute_bytes(model: Model, ep, etp=1, ep_dispatch: str = "dedup"):
     unpermute reduces them before the combine kernel (read 2kh, write 2h per copy), fwd and bwd:
     8h(k + r) etp, r the expected distinct EP ranks of a token's k experts
     (:func:`distinct_groups`). The all-to-all's own send and receive buffers are communication
-    (:mod:`scaletax.comm`), not counted here.
+    (:mod:`scaletax.model.comm`), not counted here.
     """
     if ep_dispatch not in ("dedup", "alltoall"):
         raise ValueError(f"ep_dispatch: must be 'dedup' or 'alltoall' (got {ep_dispatch!r})")
@@ -1063,7 +824,7 @@ def prepare(model: Model, layouts, precision: str, gpu, topo: Topology | None = 
     """Efficiency-independent step inputs for every layout (see the module docstring).
 
     ``gpu``: hardware id or ``hardware.GPU``, or a sequence of them with one per layout (the
-    GPU's peaks, family and topology then become per-layout arrays: ``runs.TablePlan`` puts the
+    GPU's peaks, family and topology then become per-layout arrays: ``runplan.TablePlan`` puts the
     groups of different GPUs in one call); ``topo`` default ``Topology.from_gpu(gpu)``;
     ``wire`` default ``WireFormat.for_recipe(precision)``. ``recompute_fraction``: for layouts
     with recompute "full", the fraction of each stage's layers fully recomputed (Megatron
@@ -1073,9 +834,9 @@ def prepare(model: Model, layouts, precision: str, gpu, topo: Topology | None = 
     ``ep_dispatch``: "dedup" (DeepEP-class MoE dispatch, :func:`ep_dedup_factor`, default) or
     "alltoall" (``comm``'s plain all-to-all). ``fp4_bf16_layers``: transformer layers kept in
     BF16 by 4-bit recipes (:data:`FP4_BF16_LAYERS`). ``schedule``: the training schedule
-    (``comm.SCHEDULES``), which sets how much of the MoE all-to-all can hide
+    (``options.SCHEDULES``), which sets how much of the MoE all-to-all can hide
     (``comm.SCHEDULE_EP_OVERLAP``; "unknown": ``comm.Overlap``'s default). ``stack``: the
-    software stack (``comm.STACKS``, runs column ``stack``): "fsdp" sends gradients in fp32 and
+    software stack (``options.STACKS``, runs column ``stack``): "fsdp" sends gradients in fp32 and
     gathers parameters in bf16 (``comm.stack_wire``, when ``wire`` is not given) and hides none of
     the TP collectives (``comm.STACK_TP_OVERLAP``). ``pp_split``: how the pipeline stages split
     the model (:data:`PP_SPLITS`, runs column ``pp_split``; default "auto", the layout search's too):
@@ -1217,8 +978,6 @@ def prepare(model: Model, layouts, precision: str, gpu, topo: Topology | None = 
 def _regime_idx(model: Model, zero_stage, stack: str) -> np.ndarray:
     """Index into ``runs.REGIMES`` of training ``model`` with each ZeRO stage and ``stack``
     (``runs.regime_of``: ZeRO-3 or FSDP2 makes a dense run of ordinary length the FSDP-stack regime)."""
-    from scaletax import runs
-
     z = np.asarray(zero_stage)
     large = model.total_params / 1e9 > runs.SMALL_DENSE_PARAMS_B
     experts = model.moe_experts if model.is_moe else 0
@@ -1448,7 +1207,7 @@ def least_recompute(model: Model, layouts, gpu, precision: str, **memory_options
     Where even full recompute does not fit: code 2, fraction 1, and the (too large) total.
     The layouts' own ``recompute`` is ignored. Vectorized over a ``LayoutArray``.
     """
-    from scaletax import memory
+    from scaletax.model import memory
 
     la = _as_array(layouts)
     cap = memory.capacity_gib(gpu) * memory.GIB
@@ -1467,12 +1226,10 @@ def least_recompute(model: Model, layouts, gpu, precision: str, **memory_options
     return code.astype(np.int64), frac, gib
 
 
-__all__ = ["ADAM_BYTES", "CP_MERGE_BYTES", "CP_STEP_SHARE", "EFFICIENCY_YAML", "FAMILIES", "FA_BWD_EFF",
-           "FA_CAUSAL_TILE", "FA_EXP_OVERLAP", "FORMAT_CLASSES",
-           "FP4_BF16_LAYERS", "GROUPED_TILE_M", "PARAM_SIGN", "PP_SPLITS", "pipeline_split", "ATTN_KERNELS", "HBM_STREAM_EFF", "UNFUSED_ATTN_BYTES", "PRECISIONS", "SFU_RATIO", "Efficiency", "EfficiencyBand",
+__all__ = ["ADAM_BYTES", "CP_MERGE_BYTES", "CP_STEP_SHARE", "FA_BWD_EFF", "FA_CAUSAL_TILE", "FA_EXP_OVERLAP",
+           "FP4_BF16_LAYERS", "GROUPED_TILE_M", "pipeline_split", "HBM_STREAM_EFF", "UNFUSED_ATTN_BYTES", "SFU_RATIO",
            "Prediction", "attention_efficiency", "attention_seconds",
-           "StepInputs", "StepTime", "compute_precision", "default_band", "default_efficiency", "ep_dedup_factor",
-           "distinct_groups", "evaluate", "evaluate_band", "format_class", "least_recompute", "load_efficiency",
+           "StepInputs", "StepTime", "compute_precision", "ep_dedup_factor",
+           "distinct_groups", "evaluate", "evaluate_band", "least_recompute",
            "memory_bound_bytes", "moe_permute_bytes", "padded_vocab",
-           "power_per_flop",
            "predict", "prepare", "step_time"]

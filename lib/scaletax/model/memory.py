@@ -16,18 +16,18 @@ Public API:
   recompute code (0 none, 1 selective, 2 full) that fits each layout, -1 if none does.
 - ``max_micro_batch(model, layouts, gpu, precision, **options) -> int array``.
 - The smallest GPU count and the least model-parallel layout that fits are questions to the
-  layout search (:func:`scaletax.search.min_gpus`, ``SearchSpace(objective="least_parallel")``).
+  layout search (:func:`scaletax.model.search.min_gpus`, ``SearchSpace(objective="least_parallel")``).
 - ``activation_items(model, precision, attention, dropout)``: the per-layer activation terms.
 - ``resolve_options(precision, **options)``: the options below with their defaults filled.
 
 Options (keywords of every function above): ``attention`` "flash" (default: modern runs use
 flash attention) | "paper" (Korthikanti's stored attention scores, to reproduce the paper);
 ``dropout`` (default True with "paper", False with "flash"); ``param_bytes``, ``grad_bytes``,
-``optimizer_bytes`` per parameter (defaults: the recipe's, :mod:`scaletax.recipes`; optimizer 12,
+``optimizer_bytes`` per parameter (defaults: the recipe's, :mod:`scaletax.inputs.recipes`; optimizer 12,
 or 16 with 16-bit gradients); ``lowp_weight_copy`` (True); ``lowp_params`` (False: True models
 fp8/fp4 "param gather", linear weights kept only in the low-precision format);
-``selective_modules`` (what "selective" recomputes: ``SELECTIVE_MODULES``, or
-``SELECTIVE_MODULES_PAPER`` with "paper"); ``include_embeddings`` (True; False reproduces the
+``selective_modules`` (what "selective" recomputes: ``options.SELECTIVE_MODULES``, or
+``options.SELECTIVE_MODULES_PAPER`` with "paper"); ``include_embeddings`` (True; False reproduces the
 papers' transformer-layers-only accounting); ``fsdp_prefetch_layers``; ``gather_bytes`` (bytes
 per parameter of the ZeRO-3 gathered layers; default the stored linear-weight bytes: a stack that
 stores fp32 and gathers bf16, FSDP2's mixed precision, states 2).
@@ -67,7 +67,7 @@ V vocab, L layers, p pipeline size, v virtual stages):
   "selective" frees what ``selective_modules`` recompute, "full" keeps each layer's 2 s b h
   input (Table 2; / t with sequence parallelism) plus one layer's activations for the
   recomputation.
-- Reserve: ``RESERVE_GIB`` per GPU (ASSUMPTION) for the CUDA context, NCCL buffers and
+- Reserve: ``options.RESERVE_GIB`` per GPU (ASSUMPTION) for the CUDA context, NCCL buffers and
   allocator fragmentation.
 
 The heaviest stage is the larger of the first and the last pipeline stage (middle stages
@@ -82,15 +82,13 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from scaletax import recipes
-from scaletax.models import Model
-from scaletax.layout import Layout, LayoutArray, LayoutGrid
+from scaletax.inputs import recipes
+from scaletax.inputs.layout import Layout, LayoutArray, LayoutGrid
+from scaletax.inputs.models import Model
+from scaletax.inputs.options import RECOMPUTE_MODULES, RESERVE_GIB, SELECTIVE_MODULES, SELECTIVE_MODULES_PAPER
 
 GIB = 2**30
 
-#: ASSUMPTION: bytes per GPU kept free for the CUDA context (~0.5-1 GiB), NCCL communicator
-#: buffers (~1-2 GiB at scale) and caching-allocator fragmentation. Not from a source.
-RESERVE_GIB = 4.0
 #: ASSUMPTION: with ZeRO-3/FSDP, this many layers' parameters are held unsharded at once
 #: (the layer being computed and the prefetched next one).
 FSDP_PREFETCH_LAYERS = 2
@@ -99,7 +97,7 @@ FSDP_PREFETCH_LAYERS = 2
 ACT_BYTES = 2
 
 #: The precisions the memory model trains in (the recipe registry's); their parameter, gradient,
-#: optimizer and quantized-copy bytes are the recipes' (:mod:`scaletax.recipes`).
+#: optimizer and quantized-copy bytes are the recipes' (:mod:`scaletax.inputs.recipes`).
 PRECISIONS: tuple[str, ...] = recipes.TRAINING
 
 TERMS: tuple[str, ...] = ("weights", "gradients", "optimizer", "activations", "reserve")
@@ -145,7 +143,7 @@ def capacity_gib(gpu: Any) -> float:
             raise ValueError(f"capacity: must be positive GiB (got {gpu})")
         return float(gpu)
     if isinstance(gpu, str):
-        from scaletax import hardware  # imported lazily: memory does not need the catalog otherwise
+        from scaletax.inputs import hardware  # imported lazily: memory does not need the catalog otherwise
         return float(hardware.get(gpu).hbm_gib)
     if hasattr(gpu, "hbm_gib"):
         return float(gpu.hbm_gib)
@@ -163,16 +161,6 @@ def _as_array(layouts: Layout | LayoutArray | Iterable[Layout]) -> LayoutArray:
 def _check_precision(precision: str) -> None:
     recipes.training(precision)
 
-
-#: Megatron-Core ``recompute_modules`` names this model understands (transformer_config.py).
-RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn", "layernorm", "mla_up_proj", "moe_act", "mlp", "shared_experts")
-#: ASSUMPTION: what "selective" recomputes with flash attention -- the modules whose
-#: recomputation needs no large GEMM: the attention core (Korthikanti 2022 §5), the norms and
-#: the MLA up-projection (DeepSeek-V3 arXiv 2412.19437 §3.2.3 recomputes exactly these two),
-#: and the expert activation function (Megatron-Core "moe_act").
-SELECTIVE_MODULES: tuple[str, ...] = ("core_attn", "layernorm", "mla_up_proj", "moe_act")
-#: "selective" with ``attention="paper"``: the paper's selective recompute (attention core).
-SELECTIVE_MODULES_PAPER: tuple[str, ...] = ("core_attn",)
 
 #: ASSUMPTION: every transformer GEMM runs in the recipe precision, and Transformer Engine saves
 #: the quantized input -- column-wise, with its block scales, ``Recipe.operand_bytes`` -- for the
@@ -435,7 +423,7 @@ def breakdown(model: Model, layouts: Layout | LayoutArray | Iterable[Layout], pr
     the two by total, per layout). ``reserve_gib`` may be an array. Options:
     ``attention`` "flash" (default) | "paper"; ``dropout`` (default True for "paper");
     ``param_bytes``/``grad_bytes``/``optimizer_bytes`` per parameter (defaults: the recipe's,
-    :mod:`scaletax.recipes`: optimizer 12, or 16 with 16-bit gradients); ``lowp_weight_copy``
+    :mod:`scaletax.inputs.recipes`: optimizer 12, or 16 with 16-bit gradients); ``lowp_weight_copy``
     (True: keep the quantized weight copies of FP8/MX/NVFP4 recipes); ``lowp_params`` (False; True = fp8/fp4
     param gather, no 16-bit linear weights); ``selective_modules`` (what "selective"
     recomputes, default ``SELECTIVE_MODULES``, ``SELECTIVE_MODULES_PAPER`` with "paper");
@@ -540,8 +528,6 @@ def max_micro_batch(model: Model, layouts: Layout | LayoutArray | Iterable[Layou
     return np.where(t1, lo, 0)
 
 
-__all__ = ["ACT_BYTES", "FSDP_PREFETCH_LAYERS", "GIB", "PRECISIONS",
-           "RECOMPUTE_MODULES", "RESERVE_GIB", "SELECTIVE_MODULES", "SELECTIVE_MODULES_PAPER",
-           "TERMS", "Memory", "activation_items", "breakdown", "capacity_gib", "grid_total",
+__all__ = ["ACT_BYTES", "FSDP_PREFETCH_LAYERS", "GIB", "PRECISIONS", "TERMS", "Memory", "activation_items", "breakdown", "capacity_gib", "grid_total",
            "fits", "least_recompute", "max_micro_batch",
            "resolve_options"]

@@ -4,14 +4,14 @@ of them, into ``data/efficiency.yaml`` (the communication efficiencies included)
 ``validate`` only compares predictions with measurements; everything fitted is fitted here.
 Regenerate the file after a model change with::
 
-    .venv/bin/python -m scaletax.calibrate
+    .venv/bin/python -m scaletax.fit.calibrate
 
 Public API
 ----------
 - ``fit_gemm_measurements(path, min_m=1024) -> dict``: Hopper GEMM ceilings and the roofline
   constant from ``data/measured/gemm_h200.csv``.
 - ``prepare_rows(rows) -> (StepInputs, [RowPlan])``, ``load_rows(path)``: the runs table as one
-  vectorized input (``runs.plan_row`` + ``runs.step_inputs``).
+  vectorized input (``runplan.plan_row`` + ``runplan.step_inputs``).
 - ``calibrate(rows=None, fit=FIT_PARAMS, fixed=None, subset=None) -> Calibration``: the
   run-calibrated parameters (Levenberg-Marquardt on log errors, numpy only); ``subset`` and
   ``fixed`` serve the cross-validation folds of ``validate``.
@@ -31,8 +31,11 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from scaletax import DATA_DIR, comm, hardware, perf, runs
-from scaletax.runs import ROW_CONVENTIONS, RowPlan
+from scaletax import DATA_DIR
+from scaletax.inputs import hardware, runs
+from scaletax.inputs.runs import ROW_CONVENTIONS
+from scaletax.model import comm, efficiency, perf, runplan
+from scaletax.model.runplan import RowPlan
 
 GEMM_CSV = DATA_DIR / "measured" / "gemm_h200.csv"
 
@@ -51,9 +54,9 @@ def load_rows(path: Path | str | Sequence[Path | str] = FIT_TABLES) -> list[dict
 
 
 def prepare_rows(rows: Iterable[dict[str, Any]]) -> tuple[perf.StepInputs, list[RowPlan]]:
-    """Every row planned (``runs.plan_row``) and its step-time inputs, concatenated."""
-    plans = [runs.plan_row(r) for r in rows]
-    return runs.step_inputs(plans), plans
+    """Every row planned (``runplan.plan_row``) and its step-time inputs, concatenated."""
+    plans = [runplan.plan_row(r) for r in rows]
+    return runplan.step_inputs(plans), plans
 
 
 # =========================================================================================
@@ -169,7 +172,7 @@ def fit_bounds() -> dict[str, tuple[float, float]]:
 
 
 #: Families without rows in the table take the Blackwell factor (stated, not calibrated); Blackwell
-#: Ultra times its power headroom over Blackwell (:data:`DERIVED_FAMILIES`, ``perf.power_per_flop``).
+#: Ultra times its power headroom over Blackwell (:data:`DERIVED_FAMILIES`, ``efficiency.power_per_flop``).
 TIED_FAMILIES: tuple[str, ...] = ("blackwell_ultra", "rubin")
 #: Families whose factor is Blackwell's times the ratio of rated power per peak FLOP (same silicon).
 DERIVED_FAMILIES: dict[str, str] = {"blackwell_ultra": "blackwell"}
@@ -189,11 +192,11 @@ PRIORS: dict[str, Any] = {
 #: Which rows identify a parameter (a cross-validation fold without such a row uses the prior).
 IDENTIFIED_BY: dict[str, Any] = {
     "moe_overhead": lambda su: su.model.is_moe,
-    "gemm_ceiling_4bit": lambda su: perf.format_class(str(su.row["precision"]).lower()) == "4bit",
+    "gemm_ceiling_4bit": lambda su: efficiency.format_class(str(su.row["precision"]).lower()) == "4bit",
     "family_factor_ampere": lambda su: hardware.get(su.row["hardware"]).family == "ampere",
     "family_factor_blackwell": lambda su: hardware.get(su.row["hardware"]).family == "blackwell",
     # Hopper is the basis (factor 1): only Hopper 8-bit rows separate the 8-bit ceiling from a factor
-    "gemm_ceiling_8bit": lambda su: (perf.format_class(str(su.row["precision"]).lower()) == "8bit"
+    "gemm_ceiling_8bit": lambda su: (efficiency.format_class(str(su.row["precision"]).lower()) == "8bit"
                                      and hardware.get(su.row["hardware"]).family == "hopper"),
 }
 
@@ -204,7 +207,7 @@ def measured_base() -> dict[str, float]:
     m = fit_gemm_measurements()
     base = {f"gemm_ceiling_{k}": v for k, v in (("16bit", m["ceiling_bf16"]), ("8bit", m["ceiling_fp8"]),
                                                  ("4bit", 0.6))}
-    base.update({f"family_factor_{f}": 1.0 for f in perf.FAMILIES})
+    base.update({f"family_factor_{f}": 1.0 for f in efficiency.FAMILIES})
     base.update(gemm_roofline=m["gemm_roofline"], memory_overhead=2.0, overlap_scale=1.0, moe_overhead=2.0)
     return base
 
@@ -216,7 +219,7 @@ def _tie(p: dict[str, float], ratios: dict[str, float] | None = None) -> dict[st
     ratios = tie_ratios() if ratios is None else ratios
     q = dict(p)
     cap = (1.0 - 1e-9) / max(q["gemm_ceiling_16bit"], q["gemm_ceiling_8bit"])  # no ceiling x factor above 1
-    for f in perf.FAMILIES:
+    for f in efficiency.FAMILIES:
         q[f"family_factor_{f}"] = min(q[f"family_factor_{f}"], cap)
     for f in TIED_FAMILIES:
         q[f"family_factor_{f}"] = min(q["family_factor_blackwell"] * ratios[f], cap)
@@ -230,16 +233,16 @@ def tie_ratios() -> dict[str, float]:
 
 def power_ratio(family: str) -> float:
     """Multiplier on Blackwell's factor for a tied family: rated power per peak FLOP over
-    Blackwell's for :data:`DERIVED_FAMILIES` (``perf.power_per_flop``), else 1 (tied)."""
+    Blackwell's for :data:`DERIVED_FAMILIES` (``efficiency.power_per_flop``), else 1 (tied)."""
     ref = DERIVED_FAMILIES.get(family)
     if ref is None:
         return 1.0
-    return perf.power_per_flop(family) / perf.power_per_flop(ref)
+    return efficiency.power_per_flop(family) / efficiency.power_per_flop(ref)
 
 
 def _residuals(inp: perf.StepInputs, measured: np.ndarray, p: dict[str, float],
                ratios: dict[str, float] | None = None) -> np.ndarray:
-    st = perf.evaluate(inp, perf.Efficiency.from_params(_tie(p, ratios)))
+    st = perf.evaluate(inp, efficiency.Efficiency.from_params(_tie(p, ratios)))
     return np.log(st.tokens_per_s_per_gpu / measured)
 
 
@@ -254,8 +257,8 @@ class Calibration:
     fitted: tuple[str, ...]
 
     @property
-    def efficiency(self) -> perf.Efficiency:
-        return perf.Efficiency.from_params(self.params)
+    def efficiency(self) -> efficiency.Efficiency:
+        return efficiency.Efficiency.from_params(self.params)
 
 
 def _lm(inp, meas, names, base, idx, iters=80, ratios=None):
@@ -336,7 +339,7 @@ class FoldFit:
     priors: tuple[str, ...]
 
     @property
-    def efficiency(self) -> perf.Efficiency:
+    def efficiency(self) -> efficiency.Efficiency:
         return self.calibration.efficiency
 
 
@@ -449,18 +452,18 @@ def abs_error_stats(errors: Sequence[float]) -> tuple[float | None, float | None
     return float(np.median(a)), float(np.mean(a <= 0.25)), float(a.max())
 
 
-def heldout_predictions(path: Path | str = runs.HELDOUT_CSV, band: perf.EfficiencyBand | None = None
-                        ) -> tuple[list[dict[str, Any]], runs.TablePlan, perf.Prediction]:
+def heldout_predictions(path: Path | str = runs.HELDOUT_CSV, band: efficiency.EfficiencyBand | None = None
+                        ) -> tuple[list[dict[str, Any]], runplan.TablePlan, perf.Prediction]:
     """The rows of ``path`` (runs-table schema, with measurements; default the held-out runs), their
-    plan (``runs.plan_rows``: blank columns take their documented defaults) and their prediction
+    plan (``runplan.plan_rows``: blank columns take their documented defaults) and their prediction
     with ``band`` (default the calibrated one; ``perf.evaluate_band``): out of sample by
     construction, no row is in the calibration table."""
     rows = runs.read_runs(path)
-    plan = runs.plan_rows(rows)
+    plan = runplan.plan_rows(rows)
     return rows, plan, perf.evaluate_band(plan.step_inputs(), band)
 
 
-def heldout_errors(path: Path | str = runs.HELDOUT_CSV, band: perf.EfficiencyBand | None = None) -> list[dict[str, Any]]:
+def heldout_errors(path: Path | str = runs.HELDOUT_CSV, band: efficiency.EfficiencyBand | None = None) -> list[dict[str, Any]]:
     """Per row of ``path`` (:func:`heldout_predictions`): ``run_id``, ``regime``
     (``runs.row_regime``) and ``error``, predicted (the band's central value) / measured tokens/s
     per GPU - 1 (the measurement converted as ``runs.measured_tokens_per_s`` says)."""
@@ -470,7 +473,7 @@ def heldout_errors(path: Path | str = runs.HELDOUT_CSV, band: perf.EfficiencyBan
             for i, r in enumerate(rows)]
 
 
-def regime_spread(prepared=None, band: perf.EfficiencyBand | None = None,
+def regime_spread(prepared=None, band: efficiency.EfficiencyBand | None = None,
                   heldout: Path | str = runs.HELDOUT_CSV, pred: np.ndarray | None = None,
                   fits: dict | None = None) -> dict[str, dict[str, Any]]:
     """Out-of-sample accuracy per regime of ``runs.REGIMES`` (``runs.row_regime``), in order:
@@ -562,7 +565,7 @@ def efficiency_ranges(prepared=None) -> dict[str, Any]:
     return out
 
 
-def band_from_ranges(ranges: dict[str, Any], digits: int | None = None) -> perf.EfficiencyBand:
+def band_from_ranges(ranges: dict[str, Any], digits: int | None = None) -> efficiency.EfficiencyBand:
     """The band of :func:`efficiency_ranges`' parameters; ``digits``: each rounded as
     ``data/efficiency.yaml`` writes it (4), so predictions made with it are those of the file."""
     names = [k for k in ranges if not k.startswith("_")]
@@ -570,7 +573,7 @@ def band_from_ranges(ranges: dict[str, Any], digits: int | None = None) -> perf.
     def r(x: float) -> float:
         return x if digits is None else round(x, digits)
 
-    return perf.EfficiencyBand.from_ranges({n: r(ranges[n]["value"]) for n in names},
+    return efficiency.EfficiencyBand.from_ranges({n: r(ranges[n]["value"]) for n in names},
                                            {n: r(ranges[n]["low"]) for n in names},
                                            {n: r(ranges[n]["high"]) for n in names})
 
@@ -597,7 +600,7 @@ _SOURCES = {
                                "relative to Hopper (clocks under tensor-core load, kernel maturity).",
     "family_factor_blackwell_ultra": "DERIVED: family_factor_blackwell x {ultra_ratio:.3f}, the ratio of rated power per "
                                      "dense BF16 TFLOP/s of Blackwell Ultra (B300, GB300) over Blackwell (B200, GB200) in "
-                                     "data/hardware.csv (perf.power_per_flop: same silicon, same peaks, more power; "
+                                     "data/hardware.csv (efficiency.power_per_flop: same silicon, same peaks, more power; "
                                      "sustained clock linear in power at the voltage floor); range Blackwell's widened 10%. "
                                      "No B300/GB300 row.",
     "family_factor_rubin": "TIED to family_factor_blackwell (Rubin is announced, not measured); range widened 10%.",
@@ -649,12 +652,12 @@ def efficiency_yaml_text(ranges: dict[str, Any] | None = None, prepared=None) ->
                         regime_spread={k: round(v, 4) for k, v in spread["regimes"].items()})
     regimes = regime_spread(prepared, file_band, pred=oos, fits=fits)  # held out: the file's parameters
     lines = [
-        "# Efficiency parameters of the step-time model (scaletax.perf), with ranges.",
-        "# GENERATED by scaletax.calibrate (every fitted parameter of the model) from data/published_runs.csv and",
+        "# Efficiency parameters of the step-time model (scaletax.model.efficiency, used by scaletax.model.perf), with ranges.",
+        "# GENERATED by scaletax.fit.calibrate (every fitted parameter of the model) from data/published_runs.csv and",
         "# data/published_runs_validation.csv (calibrate.FIT_TABLES), data/measured/gemm_h200.csv and",
         "# data/collectives.csv, with its accuracy out of sample (band, regimes; data/heldout_runs.csv too);",
         "# do not edit by hand (a test checks this file against a refit).",
-        "# Regenerate: .venv/bin/python -m scaletax.calibrate",
+        "# Regenerate: .venv/bin/python -m scaletax.fit.calibrate",
         "# Predictions use `value`; the band uses every parameter at the end of its range that lowers",
         "# (low) or raises (high) throughput, widened to at least its regime's out-of-sample half-width.",
         "parameters:",
@@ -704,10 +707,10 @@ def efficiency_yaml_text(ranges: dict[str, Any] | None = None, prepared=None) ->
     ]
     lines += [
         "regimes:",
-        "  method: \"per regime (scaletax.runs.row_regime): its fitted runs each predicted by a calibration without "
-        "their source (calibrate.fold_predictions), and its runs of data/heldout_runs.csv (never fitted) predicted with "
-        "these parameters; median |predicted / measured - 1| and the share within 25% over both; lro_median: its fitted "
-        "runs predicted by a calibration without the whole regime; band_half_width: the regime's band "
+        "  method: \"per regime (scaletax.inputs.runs.row_regime): its fitted runs each predicted by a calibration "
+        "without their source (calibrate.fold_predictions), and its runs of data/heldout_runs.csv (never fitted) predicted "
+        "with these parameters; median |predicted / measured - 1| and the share within 25% over both; lro_median: its "
+        "fitted runs predicted by a calibration without the whole regime; band_half_width: the regime's band "
         "(calibrate.regime_spread, calibrate.out_of_sample_spread)\"",
     ]
     for reg, r in regimes.items():
@@ -726,11 +729,11 @@ def efficiency_yaml_text(ranges: dict[str, Any] | None = None, prepared=None) ->
     return "\n".join(lines) + "\n"
 
 
-def write_efficiency_yaml(path: Path | str = perf.EFFICIENCY_YAML) -> Path:
+def write_efficiency_yaml(path: Path | str = efficiency.EFFICIENCY_YAML) -> Path:
     """Recalibrate and write ``data/efficiency.yaml``; returns the path."""
     path = Path(path)
     path.write_text(efficiency_yaml_text(), encoding="utf-8")
-    perf.default_band.cache_clear()
+    efficiency.default_band.cache_clear()
     return path
 
 

@@ -10,7 +10,7 @@ Public API (stable; `memory`, `comm`, `perf`, `search` build on it):
 - ``LayoutArray``: numpy int64 arrays ``tp, pp, cp, ep, etp, dp, vp, mbs, gbs, sp, zero_stage,
   recompute`` (recompute coded by ``RECOMPUTE_CODE``: none 0, selective 1, full 2);
   ``from_layouts(list)``, ``from_arrays(**arrays)`` (every valid combination of choices is
-  :func:`scaletax.search.candidates`: the one enumeration), ``len()``, indexing, ``layout(i)``, ``valid_mask(model, gpus=None)``,
+  :func:`scaletax.model.search.candidates`: the one enumeration), ``len()``, indexing, ``layout(i)``, ``valid_mask(model, gpus=None)``,
   ``reasons(model, gpus=None)`` and derived arrays ``gpus``, ``n_micro``, ``edp``.
 - ``LayoutArray.concat(parts)``, ``la.take(idx)``: join arrays in order / the entries at an
   index array or mask (what every struct of arrays in the library offers).
@@ -53,7 +53,7 @@ from typing import Any, Iterable, Literal, Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
-from scaletax.models import Model
+from scaletax.inputs.models import Model
 
 Recompute = Literal["none", "selective", "full"]
 #: recompute name -> integer code used in ``LayoutArray.recompute``.

@@ -8,7 +8,7 @@ the cross-entropy; the best achievable loss is the source's conditional entropy 
 evaluation set (`bayes_loss`).
 
 Every linear layer runs its three GEMMs (y = x W, dx = dy W^T, dW = x^T dy) on operands passed
-through `scaletax.precision`, with float32 accumulation and float32 master weights, as a
+through `scaletax.model.precision`, with float32 accumulation and float32 master weights, as a
 `Recipe` prescribes. Block-scaled operands are blocked along the GEMM's reduction axis, as the
 hardware does (so x and dy are re-quantized along the batch axis for dW).
 
@@ -23,7 +23,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from . import precision as P
+from scaletax.inputs import formats
+from scaletax.model import precision as P
 
 __all__ = [
     "Recipe", "RECIPES", "DEFAULT_RECIPES", "TaskConfig", "Task", "RunResult", "RecipeResult",
@@ -65,14 +66,14 @@ class Recipe:
 
     def __post_init__(self):
         for f in (self.fwd_fmt, self.grad_fmt):
-            if f != "fp32" and f not in P.FORMATS:
-                raise ValueError(f"unknown format {f!r}; valid: fp32, {', '.join(P.FORMATS)}")
+            if f != "fp32" and f not in formats.FORMATS:
+                raise ValueError(f"unknown format {f!r}; valid: fp32, {', '.join(formats.FORMATS)}")
         if self.scaling not in ("native", "tensor"):
             raise ValueError(f"scaling must be 'native' or 'tensor', got {self.scaling!r}")
         if self.scaling == "tensor" and {self.fwd_fmt, self.grad_fmt} - {"fp8_e4m3", "fp8_e5m2"}:
             raise ValueError("per-tensor scaling takes fp8_e4m3 / fp8_e5m2 operands")
-        if self.scale_rule not in P.SCALE_RULES:
-            raise ValueError(f"scale_rule must be one of {P.SCALE_RULES}")
+        if self.scale_rule not in formats.SCALE_RULES:
+            raise ValueError(f"scale_rule must be one of {formats.SCALE_RULES}")
         if self.bf16_last_layers < 0:
             raise ValueError("bf16_last_layers must be >= 0")
 
@@ -198,13 +199,13 @@ class _Quantizer:
         kw = {"rounding": "stochastic", "rng": self.rng} if sr else {}
         if self.r.scaling == "tensor" and fmt.startswith("fp8"):
             return P.quantize_per_tensor(a, fmt, **kw)
-        if fmt in P.ELEMENT_FORMATS:
+        if fmt in formats.ELEMENT_FORMATS:
             return P.quantize(a, fmt, **kw)
         return P.quantize(a, fmt, block_size=block, scale_rule=self.r.scale_rule, **kw)
 
     def blockwise(self, fmt: str) -> bool:
         """Whether operands of `fmt` depend on the blocking axis (so W, W^T differ)."""
-        return fmt not in P.ELEMENT_FORMATS and fmt != "fp32" and self.r.scaling == "native"
+        return fmt not in formats.ELEMENT_FORMATS and fmt != "fp32" and self.r.scaling == "native"
 
 
 def _hadamard(n: int) -> np.ndarray:
@@ -242,7 +243,7 @@ def _layer_fmts(recipe: Recipe, i: int, depth: int) -> tuple[str, str]:
 
 
 def _weight_block(fmt: str) -> tuple[int, int]:
-    b = P.format_info(fmt).block_size
+    b = formats.format_info(fmt).block_size
     return (b, b)
 
 

@@ -1,4 +1,4 @@
-"""Low-precision number formats, block scaling and their error on realistic tensors.
+"""Quantizers to the low-precision number formats (block scaling included) and their error on realistic tensors.
 
 Element types and round-to-nearest-even (RNE) come from ``ml_dtypes``; what no library has
 is written here: the MX shared scale (OCP floor and round-up rules), NVFP4's two-level scale,
@@ -21,97 +21,33 @@ Non-finite inputs (one rule for every function here):
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from functools import cached_property, lru_cache
+from functools import lru_cache
 from typing import Sequence
 
 import ml_dtypes
 import numpy as np
 
+from scaletax.inputs.formats import (BLOCK, ELEMENT_FORMATS, ELEMS, MX_FORMATS, SCALE_RULES, Elem, check_format,
+                                     format_info)
+
 __all__ = [
-    "FORMATS", "ELEMENT_FORMATS", "MX_FORMATS", "SCALE_RULES", "DISTRIBUTIONS", "SCHEMES",
-    "FormatInfo", "format_info", "representable_values", "encode", "e8m0_encode", "e8m0_decode",
+    "DISTRIBUTIONS", "SCHEMES", "encode", "e8m0_encode", "e8m0_decode",
     "quantize", "quantize_with_limit", "mx_shared_exponent", "nvfp4_scales",
     "quantize_per_tensor", "DelayedScaler", "quantize_tiles", "quantize_1x128",
     "quantize_128x128", "make_tensor", "error_stats", "error_table",
 ]
 
 # --------------------------------------------------------------------------------------------
-# Formats
+# Element encodings (the formats themselves: scaletax.inputs.formats)
 # --------------------------------------------------------------------------------------------
 
 _F32 = np.float32
-
-
-@dataclass(frozen=True)
-class _Elem:
-    """An element type: ml_dtypes dtype plus the numbers derived from it."""
-
-    name: str
-    dtype: np.dtype
-    bits: int
-    exp_bits: int
-    man_bits: int
-    max: float
-    min_normal: float
-    min_subnormal: float
-
-    @cached_property
-    def emax(self) -> int:
-        """Exponent of the largest binade, floor(log2(max)) (OCP MX 'emax_elem')."""
-        return int(np.frexp(self.max)[1]) - 1
-
-    @cached_property
-    def emin(self) -> int:
-        """Exponent of the smallest normal binade, log2(min_normal)."""
-        return int(np.frexp(self.min_normal)[1]) - 1
-
-
-def _elem(name: str, dtype, bits: int) -> _Elem:
-    fi = ml_dtypes.finfo(dtype)
-    return _Elem(name, np.dtype(dtype), bits, int(fi.nexp), int(fi.nmant), float(fi.max),
-                 float(fi.smallest_normal), float(fi.smallest_subnormal))
-
-
-_ELEMS: dict[str, _Elem] = {
-    e.name: e for e in (
-        _elem("bf16", ml_dtypes.bfloat16, 16),
-        _elem("fp16", np.float16, 16),
-        _elem("fp8_e4m3", ml_dtypes.float8_e4m3fn, 8),
-        _elem("fp8_e5m2", ml_dtypes.float8_e5m2, 8),
-        _elem("fp6_e3m2", ml_dtypes.float6_e3m2fn, 6),
-        _elem("fp6_e2m3", ml_dtypes.float6_e2m3fn, 6),
-        _elem("fp4_e2m1", ml_dtypes.float4_e2m1fn, 4),
-    )
-}
-
-#: Block formats: name -> (element type, default block size, scale format).
-#: MX: OCP Microscaling Formats v1.0 (blocks of 32, E8M0 scale); NVFP4: arXiv 2509.25149
-#: (blocks of 16, E4M3 block scale plus an FP32 per-tensor scale).
-_BLOCK: dict[str, tuple[str, int, str]] = {
-    "mxfp8_e4m3": ("fp8_e4m3", 32, "e8m0"),
-    "mxfp8_e5m2": ("fp8_e5m2", 32, "e8m0"),
-    "mxfp6_e3m2": ("fp6_e3m2", 32, "e8m0"),
-    "mxfp6_e2m3": ("fp6_e2m3", 32, "e8m0"),
-    "mxfp4": ("fp4_e2m1", 32, "e8m0"),
-    "nvfp4": ("fp4_e2m1", 16, "e4m3+fp32"),
-}
-
-ELEMENT_FORMATS: tuple[str, ...] = tuple(_ELEMS)
-MX_FORMATS: tuple[str, ...] = tuple(k for k in _BLOCK if k.startswith("mx"))
-#: Every format `quantize` accepts.
-FORMATS: tuple[str, ...] = ELEMENT_FORMATS + tuple(_BLOCK)
-#: MX shared-scale rules: "ocp" = floor(log2(amax)) - emax_elem (OCP MX v1.0, arXiv 2310.10537
-#: Alg. 1); "ceil" = 2^ceil(log2(amax/max_elem)) (NVIDIA round-up, arXiv 2506.08027).
-SCALE_RULES: tuple[str, ...] = ("ocp", "ceil")
-
-_E8M0_BITS = 8
-_E4M3 = _ELEMS["fp8_e4m3"]
-_E2M1 = _ELEMS["fp4_e2m1"]
+_E4M3 = ELEMS["fp8_e4m3"]
+_E2M1 = ELEMS["fp4_e2m1"]
 _NVFP4_S_ENC_NUM = _F32(_E2M1.max * _E4M3.max)  # 6 * 448 = 2688 (arXiv 2509.25149 App. B)
 
 
-def _rne_table(e: _Elem, saturate: bool) -> tuple[np.ndarray, int]:
+def _rne_table(e: Elem, saturate: bool) -> tuple[np.ndarray, int]:
     """ml_dtypes' RNE cast (then decode to float32) tabulated over float32 bit classes.
 
     Round-to-nearest-even of a float32 to an element with m mantissa bits depends only on the
@@ -133,71 +69,16 @@ def _rne_table(e: _Elem, saturate: bool) -> tuple[np.ndarray, int]:
     return table, shift
 
 
-_RNE_TABLES = {(n, sat): _rne_table(e, sat) for n, e in _ELEMS.items() if e.bits <= 8
+_RNE_TABLES = {(n, sat): _rne_table(e, sat) for n, e in ELEMS.items() if e.bits <= 8
                for sat in (True, False)}
 
 
-@dataclass(frozen=True)
-class FormatInfo:
-    """Storage cost and range of one format.
-
-    bits_per_element counts the shared scales (E8M0 per 32 for MX, E4M3 per 16 for NVFP4; the
-    NVFP4 per-tensor FP32 scale amortises to ~0 and is not counted). max_finite, min_normal
-    and min_subnormal are those of the element type (before block scaling);
-    dynamic_range_binades = log2(max_finite / min_subnormal) of the element type.
-    """
-
-    name: str
-    bits_per_element: float
-    element_format: str
-    element_bits: int
-    exp_bits: int
-    man_bits: int
-    max_finite: float
-    min_normal: float
-    min_subnormal: float
-    dynamic_range_binades: float
-    block_size: int | None
-    scale_format: str | None
-
-
-def _check_fmt(fmt: str) -> None:
-    if fmt not in FORMATS:
-        raise ValueError(f"unknown format {fmt!r}; valid formats: {', '.join(FORMATS)}")
-
-
-def format_info(fmt: str) -> FormatInfo:
-    """Bits per element (scale overhead included), element exponent/mantissa bits and range."""
-    _check_fmt(fmt)
-    if fmt in _ELEMS:
-        e, bs, sf = _ELEMS[fmt], None, None
-        bits = float(e.bits)
-    else:
-        en, bs, sf = _BLOCK[fmt]
-        e = _ELEMS[en]
-        scale_bits = _E8M0_BITS if sf == "e8m0" else _E4M3.bits
-        bits = e.bits + scale_bits / bs  # MX: 8 + 8/32 = 8.25; NVFP4: 4 + 8/16 = 4.5
-    return FormatInfo(fmt, bits, e.name, e.bits, e.exp_bits, e.man_bits, e.max, e.min_normal,
-                      e.min_subnormal, float(np.log2(e.max / e.min_subnormal)), bs, sf)
-
-
-def representable_values(fmt: str) -> np.ndarray:
-    """Sorted non-negative finite values of an element format (float64), from ml_dtypes."""
-    _check_fmt(fmt)
-    if fmt not in _ELEMS:
-        raise ValueError(f"{fmt!r} is block-scaled; pass its element format "
-                         f"{_BLOCK[fmt][0]!r} instead")
-    e = _ELEMS[fmt]
-    codes = np.arange(2 ** e.bits, dtype=np.uint16 if e.bits == 16 else np.uint8)
-    with np.errstate(invalid="ignore"):
-        v = codes.view(e.dtype).astype(np.float64)
-    return np.unique(v[np.isfinite(v) & (v >= 0)])
 
 
 def encode(x, fmt: str, *, saturate: bool = True) -> np.ndarray:
     """Bit codes (uint8) of an 8-bit-or-narrower element format after RNE (sign in the top bit)."""
-    _check_fmt(fmt)
-    e = _ELEMS.get(fmt)
+    check_format(fmt)
+    e = ELEMS.get(fmt)
     if e is None or e.bits > 8:
         raise ValueError(f"encode takes an 8-bit or narrower element format, got {fmt!r}")
     v = np.asarray(x, dtype=_F32)
@@ -222,7 +103,7 @@ def e8m0_decode(code) -> np.ndarray:
 # --------------------------------------------------------------------------------------------
 
 def _kernels():
-    """The fused numba loops (`scaletax.precision_kernels`), imported on the first quantize."""
+    """The fused numba loops (`scaletax.model.precision_kernels`), imported on the first quantize."""
     global _K
     if _K is None:
         from . import precision_kernels
@@ -241,7 +122,7 @@ def _per_row(s, n: int) -> np.ndarray:
     return np.ascontiguousarray(a).reshape(n)
 
 
-def _kind(e: _Elem, rounding: str, saturate: bool = True):
+def _kind(e: Elem, rounding: str, saturate: bool = True):
     """(kernel rounding kind, table, shift, clip bound) for element type e."""
     K = _kernels()
     if rounding == "stochastic":
@@ -262,7 +143,7 @@ def _draws(rounding: str, rng, shape) -> np.ndarray:
     return rng.random(shape, dtype=_F32) if rounding == "stochastic" else _NO_DRAW
 
 
-def _round_rows(x: np.ndarray, e: _Elem, rounding: str = "rne", rng=None, *, pre=None,
+def _round_rows(x: np.ndarray, e: Elem, rounding: str = "rne", rng=None, *, pre=None,
                 mul=None, div=None, saturate: bool = True) -> np.ndarray:
     """round(clip(x * pre, +-e.max)) * mul / div for each row of float32 (n, k) x, in one pass.
 
@@ -296,7 +177,7 @@ def _round_rows(x: np.ndarray, e: _Elem, rounding: str = "rne", rng=None, *, pre
     return out
 
 
-def _round(v: np.ndarray, e: _Elem, rounding: str = "rne", rng=None, *, saturate: bool = True,
+def _round(v: np.ndarray, e: Elem, rounding: str = "rne", rng=None, *, saturate: bool = True,
            pre=None, div=None) -> np.ndarray:
     """`_round_rows` of float32 v of any shape (one row; a scalar pre / div), v's shape."""
     v = np.asarray(v, dtype=_F32)
@@ -381,7 +262,7 @@ def _tensor_amax(x: np.ndarray) -> _F32:
 # MX and NVFP4
 # --------------------------------------------------------------------------------------------
 
-def _mx_blocks(blocks, e: _Elem, rule, rounding, rng):
+def _mx_blocks(blocks, e: Elem, rule, rounding, rng):
     """(dequantized (n, k) float32, shared exponents (n,) int32) of MX blocks (n, k).
 
     Shared exponent per block, OCP MX v1.0 / arXiv 2310.10537 Alg. 1 ("ocp"): floor(log2(amax))
@@ -399,7 +280,7 @@ def _mx_blocks(blocks, e: _Elem, rule, rounding, rng):
     return out, exps
 
 
-def _mx(x, e: _Elem, bs, rule, rounding, rng, want_limit):
+def _mx(x, e: Elem, bs, rule, rounding, rng, want_limit):
     blocks = _to_blocks(x, bs)
     q, s = _mx_blocks(blocks, e, rule, rounding, rng)
     out = _from_blocks(q, x.shape, bs)
@@ -458,14 +339,14 @@ def nvfp4_scales(x, *, block_size=16) -> tuple[np.ndarray, float]:
 
 def mx_shared_exponent(x, fmt: str, *, block_size=32, scale_rule: str = "ocp") -> np.ndarray:
     """Shared exponent per MX block (int32, shape (n_blocks,)); E8M0 code = exponent + 127."""
-    _check_fmt(fmt)
+    check_format(fmt)
     if fmt not in MX_FORMATS:
         raise ValueError(f"{fmt!r} is not an MX format; MX formats: {', '.join(MX_FORMATS)}")
     if scale_rule not in SCALE_RULES:
         raise ValueError(f"scale_rule must be one of {SCALE_RULES}, got {scale_rule!r}")
     x = np.asarray(x, dtype=_F32)
     bs = _check_block(x.shape, block_size)
-    return _mx_blocks(_to_blocks(x, bs), _ELEMS[_BLOCK[fmt][0]], scale_rule, "rne", None)[1]
+    return _mx_blocks(_to_blocks(x, bs), ELEMS[BLOCK[fmt][0]], scale_rule, "rne", None)[1]
 
 
 # --------------------------------------------------------------------------------------------
@@ -473,25 +354,25 @@ def mx_shared_exponent(x, fmt: str, *, block_size=32, scale_rule: str = "ocp") -
 # --------------------------------------------------------------------------------------------
 
 def _quantize(x, fmt, block_size, scale_rule, rounding, rng, saturate, want_limit):
-    _check_fmt(fmt)
+    check_format(fmt)
     _check_rounding(rounding, rng)
     x = np.asarray(x, dtype=_F32)
-    if fmt in _ELEMS:
+    if fmt in ELEMS:
         if block_size is not None:
             raise ValueError(f"block_size applies to block-scaled formats, not {fmt!r}")
-        e = _ELEMS[fmt]
+        e = ELEMS[fmt]
         if not saturate and rounding == "stochastic":
             raise ValueError("stochastic rounding always saturates: use saturate=True")
         return _round(x, e, rounding, rng, saturate=saturate), _F32(e.max)
     if not saturate:
         raise ValueError(f"block-scaled {fmt!r} always clamps to the element max (saturate=True)")
-    en, default_bs, _ = _BLOCK[fmt]
+    en, default_bs, _ = BLOCK[fmt]
     bs = _check_block(x.shape, default_bs if block_size is None else block_size)
     if fmt == "nvfp4":
         return _nvfp4(x, bs, rounding, rng, want_limit)
     if scale_rule not in SCALE_RULES:
         raise ValueError(f"scale_rule must be one of {SCALE_RULES}, got {scale_rule!r}")
-    return _mx(x, _ELEMS[en], bs, scale_rule, rounding, rng, want_limit)
+    return _mx(x, ELEMS[en], bs, scale_rule, rounding, rng, want_limit)
 
 
 def quantize_with_limit(x, fmt: str, *, block_size=None, scale_rule: str = "ocp",
@@ -528,14 +409,14 @@ def quantize(x, fmt: str, *, block_size=None, scale_rule: str = "ocp", rounding:
 # FP8 tensor scaling recipes
 # --------------------------------------------------------------------------------------------
 
-def _fp8_elem(fmt: str) -> _Elem:
+def _fp8_elem(fmt: str) -> Elem:
     if fmt not in ("fp8_e4m3", "fp8_e5m2"):
-        _check_fmt(fmt)
+        check_format(fmt)
         raise ValueError(f"FP8 scaling recipes take 'fp8_e4m3' or 'fp8_e5m2', got {fmt!r}")
-    return _ELEMS[fmt]
+    return ELEMS[fmt]
 
 
-def _scaled(x, e: _Elem, scale, rounding, rng):
+def _scaled(x, e: Elem, scale, rounding, rng):
     """Quantize x * scale to e (clipping to +-max) and divide back; scale a float32 scalar."""
     return _round(x, e, rounding, rng, pre=scale, div=scale)
 

@@ -1,4 +1,4 @@
-"""Tables of training runs in the published-runs schema: read, validate, plan, predict memory, write.
+"""Tables of training runs in the published-runs schema: read, validate, write; the column defaults.
 
 Public API:
 
@@ -8,22 +8,18 @@ Public API:
   ``row N, column 'c': reason`` (the header is row 1).
 - ``row_model(row) -> Model``, ``row_layout(row, recompute=None) -> Layout``: the architecture
   and the layout of a row, with the defaults of :data:`COLUMN_DEFAULTS`.
-- ``plan_row(row, layout=None) -> RowPlan``: model, layout, resolved recompute (unknown: the
-  least that fits), memory options and the defaults applied: the one function calibration,
-  validation and ``scaletax predict`` all use to turn a row into model inputs.
-- ``plan_rows(rows) -> TablePlan``: :func:`plan_row` of a whole table, vectorized (rows grouped
-  by architecture, GPU, precision, memory options, dispatcher, schedule and stack; the models run once per group).
-- ``predict_memory(rows, **memory_options) -> list[dict]``: new rows (inputs untouched) with
-  ``MEMORY_COLUMNS`` appended; composable with other ``predict_*`` functions.
 - ``write_runs(rows, path, columns=None)``: CSV with the columns in first-seen order.
 - ``schema_text()``: the schema with every column's default (``scaletax predict --help``).
 - ``row_family(row)``, ``row_generation(row)``, ``row_source(row)``: the model family, GPU
   generation and kind of source of a row (the cross-validation folds).
-- ``measured_tokens_per_s(row, model) -> (value | None, basis)``: what a row measured, per GPU;
-  ``step_inputs(plans) -> perf.StepInputs``: the plans' step-time inputs, concatenated.
+- ``measured_tokens_per_s(row, model) -> (value | None, basis)``: what a row measured, per GPU.
+- ``row_regime(row)``: the regime of a run (:data:`REGIMES`, :data:`REGIME_CRITERIA`).
+
+A row becomes model inputs in :mod:`scaletax.model.runplan` (``plan_row``, ``plan_rows``,
+``predict_memory``), which applies these defaults.
 
 Schema: ``data/sources/README.md``; required columns ``REQUIRED_COLUMNS``; the default of every
-optional column in :data:`COLUMN_DEFAULTS` (stated once, applied by :func:`plan_row`).
+optional column in :data:`COLUMN_DEFAULTS` (stated once, applied by ``runplan.plan_row``).
 
 A blank ``etp`` is ``tp``, Megatron-Core's default (megatron-core 0.19.2
 ``megatron/core/model_parallel_config.py``: ``expert_tensor_parallel_size: Optional[int] = None``,
@@ -45,20 +41,21 @@ import io
 import itertools
 import math
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from scaletax import DATA_DIR, memory, models, recipes
+from scaletax import DATA_DIR
+from scaletax.inputs import hardware, models, recipes
+from scaletax.inputs.layout import RECOMPUTE_CODE, Layout
+from scaletax.inputs.options import ATTN_KERNELS, PP_SPLITS, RECOMPUTE_MODULES, RESERVE_GIB, SCHEDULES, STACKS
 from scaletax.files import InputFileError, read_bounded
-from scaletax.layout import FIELDS, RECOMPUTE_CODE, RECOMPUTE_NAME, Layout, LayoutArray
 
 REQUIRED_COLUMNS: tuple[str, ...] = ("layers", "hidden", "heads", "vocab", "seq_len",
                                      "hardware", "gpu_count", "tp", "pp", "precision")
 #: Default of every optional column when its cell is blank or the column is absent. Stated once;
-#: :func:`row_model`, :func:`row_layout` and :func:`plan_row` apply exactly these.
+#: :func:`row_model`, :func:`row_layout` and ``runplan.plan_row`` apply exactly these.
 COLUMN_DEFAULTS: dict[str, str] = {
     "ffn_hidden": "required for dense layers; blank allowed when every layer is MoE (moe_experts > 0 and "
                   "moe_dense_layers 0 or blank): then unused",
@@ -88,7 +85,7 @@ COLUMN_DEFAULTS: dict[str, str] = {
     "recompute": "unknown or blank: the least recompute that fits memory: none, selective, then full "
                  "recompute of the fewest layers per virtual pipeline chunk (Megatron recompute_method=block)",
     "recompute_modules": "Megatron-Core module names separated by ';' that 'selective' recomputes (default "
-                         "memory.SELECTIVE_MODULES)",
+                         "options.SELECTIVE_MODULES)",
     "recompute_num_layers": "blank: recompute full recomputes every layer; N (only with recompute full): Megatron-Core "
                             "recompute_method=block, recompute_num_layers=N, as the Megatron-Bridge recipes state it: "
                             "the first N layers of each virtual pipeline chunk fully recomputed, the others not at all",
@@ -96,7 +93,7 @@ COLUMN_DEFAULTS: dict[str, str] = {
                         "only): Megatron-Core fp8_param_gather as the Megatron-Bridge FP8 and MXFP8 benchmark "
                         "recipes set it, the linear weights held only as their low-precision copy "
                         "(memory.breakdown lowp_params)",
-    "reserve_gib": f"{memory.RESERVE_GIB:g} GiB per GPU kept free (CUDA context, NCCL buffers, allocator)",
+    "reserve_gib": f"{RESERVE_GIB:g} GiB per GPU kept free (CUDA context, NCCL buffers, allocator)",
     "moe_dispatcher": "deepep (DeepEP-class dispatch: one copy per destination GPU, once per node over the NIC, "
                       "as the Megatron-Bridge DeepSeek-V3 recipes run it); alltoall: Megatron-Core's alltoall "
                       "token dispatcher (k copies per token, chunk sorts around the experts)",
@@ -115,13 +112,13 @@ COLUMN_DEFAULTS: dict[str, str] = {
                 "besides (megatron-core 0.19.2 transformer_config.py:130-134); account: "
                 "account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split, the embedding and "
                 "the loss each take a layer's slot; balanced: a custom pipeline_model_parallel_layout that spreads the "
-                "output layer's work over the stages (perf.PP_SPLITS); the slowest stage sets the pace",
+                "output layer's work over the stages (options.PP_SPLITS); the slowest stage sets the pace",
     "tp_comm_overlap": "the stack's (megatron: Transformer Engine's tp_comm_overlap, half of the TP collectives "
                        "hidden before the fitted overlap scale; fsdp: none hidden); true / false: the run states its TP "
                        "collectives overlapped (Megatron-Core tp_comm_overlap, TorchTitan async TP) or not",
     "attn_kernel": "flash (fused attention, scores on chip: every stack since FlashAttention, 2022); unfused: "
                    "Megatron-LM before it (batched QK^T / PV GEMMs over the full score matrix, softmax and "
-                   "dropout as memory-bound kernels; perf.ATTN_KERNELS)",
+                   "dropout as memory-bound kernels; options.ATTN_KERNELS)",
     "tp, pp": "both blank: scaletax predict searches the best layout on gpu_count GPUs",
     "tokens": "blank: no time or cost columns; a token budget (e.g. 1.5e13): scaletax predict adds the days, "
               "GPU-hours and cost of training on it at the predicted throughput (cost.run_costs)",
@@ -143,10 +140,6 @@ RECOMPUTE_VALUES: tuple[str, ...] = ("none", "selective", "full", "unknown")
 #: Layout columns a row may leave empty together: "no layout given" (``scaletax predict`` then
 #: searches one, ``report.predict``); ``row_layout`` and ``predict_memory`` still need them.
 SEARCHABLE_LAYOUT: tuple[str, ...] = ("tp", "pp")
-MEMORY_COLUMNS: tuple[str, ...] = (
-    "memory_weights_gib", "memory_gradients_gib", "memory_optimizer_gib", "memory_activations_gib",
-    "memory_reserve_gib", "memory_total_gib", "memory_capacity_gib", "fits", "recompute_assumed",
-)
 
 
 #: Bounds of a runs table, checked before and while parsing (the errors state them).
@@ -187,7 +180,7 @@ class _CellError(ValueError):
         self.column = column
 
 
-def _blank(v: Any) -> bool:
+def is_blank(v: Any) -> bool:
     return v is None or (isinstance(v, str) and v.strip() == "") or (isinstance(v, float) and math.isnan(v))
 
 
@@ -234,7 +227,7 @@ def row_model(row: dict[str, Any]) -> models.Model:
     ``ffn_hidden`` blank on an all-MoE row (:data:`COLUMN_DEFAULTS`): the dense width is unused;
     the catalog model of the same shape gives it when there is one, else ``moe_ffn_hidden``.
     """
-    if _blank(row.get("ffn_hidden")):
+    if is_blank(row.get("ffn_hidden")):
         if not _all_moe(row):
             raise _CellError("ffn_hidden", "required (a dense model or moe_dense_layers > 0) but empty")
         row = {**row, "ffn_hidden": _unused_ffn(row)}
@@ -252,7 +245,7 @@ MODEL_COLUMNS: tuple[str, ...] = tuple(dict.fromkeys((*models.ROW_REQUIRED, *mod
                                                        "active_params_b", "model")))
 
 
-def _cached_model(row: dict[str, Any], cache: dict) -> tuple[tuple, models.Model]:
+def cached_model(row: dict[str, Any], cache: dict) -> tuple[tuple, models.Model]:
     """(model key, :func:`row_model` of ``row``), reusing ``cache`` for rows of the same architecture."""
     key = tuple(map(row.get, MODEL_COLUMNS))
     model = cache.get(key)
@@ -281,7 +274,7 @@ def _int(row: dict[str, Any], col: str, default: int | None = None) -> int | Non
     v = row.get(col)
     if type(v) is int:  # the common case first (read_runs parses integer columns)
         return v
-    if _blank(v):
+    if is_blank(v):
         return default
     return v if isinstance(v, int) and not isinstance(v, bool) else _parse_int(col, str(v))
 
@@ -326,14 +319,14 @@ def default_vp(layers: int, pp: int, n_micro: int) -> int:
 def row_layout(row: dict[str, Any], recompute: str | None = None) -> Layout:
     """The layout of a row with :data:`COLUMN_DEFAULTS`; ``recompute`` overrides the row's.
 
-    A row whose recompute is "unknown"/empty gets "none" here (:func:`plan_row` resolves it).
+    A row whose recompute is "unknown"/empty gets "none" here (``runplan.plan_row`` resolves it).
     """
-    tp, pp, cp, ep, etp, dp, vp, mbs, gbs, sp, zero, rc = _layout_values(row, recompute)
+    tp, pp, cp, ep, etp, dp, vp, mbs, gbs, sp, zero, rc = layout_values(row, recompute)
     return Layout(tp=tp, pp=pp, cp=cp, dp=dp, ep=ep, etp=etp, vp=vp, mbs=mbs, gbs=gbs,
                   sequence_parallel=sp, zero_stage=zero, recompute=rc)
 
 
-def _layout_values(row: dict[str, Any], recompute: str | None = None) -> tuple:
+def layout_values(row: dict[str, Any], recompute: str | None = None) -> tuple:
     """The checked fields of :func:`row_layout` (tp, pp, cp, ep, etp, dp, vp, mbs, gbs,
     sequence_parallel or None, zero_stage, recompute name), without building a ``Layout``."""
     tp, pp = _int(row, "tp"), _int(row, "pp")
@@ -362,7 +355,7 @@ def _layout_values(row: dict[str, Any], recompute: str | None = None) -> tuple:
         raise _CellError("gbs", f"gbs={gbs} must be a multiple of mbs*dp={mbs * dp}")
     if etp is None:
         etp = default_etp(tp, cp, dp, ep)
-    if _blank(row.get("vp")):
+    if is_blank(row.get("vp")):
         layers = _int(row, "layers")
         vp = default_vp(layers, pp, gbs // (mbs * dp)) if layers else 1
     if (tp * cp * dp) % (ep * etp):
@@ -375,10 +368,10 @@ def _layout_values(row: dict[str, Any], recompute: str | None = None) -> tuple:
         raise _CellError("zero_stage", f"must be 2 or 3 with stack fsdp (got {zero}): FSDP2 fully_shard shards "
                                        "gradients and optimizer state (2) and parameters (3)")
     sp = row.get("sequence_parallel")
-    sp = None if _blank(sp) else _parse_bool("sequence_parallel", sp)
+    sp = None if is_blank(sp) else _parse_bool("sequence_parallel", sp)
     rc = recompute
     if rc is None:
-        rc = _stated_recompute(row)
+        rc = stated_recompute(row)
         rc = "none" if rc == "unknown" else rc
     return tp, pp, cp, ep, etp, dp, vp, mbs, gbs, sp, zero, rc
 
@@ -416,8 +409,8 @@ def _by_cell(rows: Sequence[dict[str, Any]], col: str, fn) -> list:
     return out
 
 
-def _layout_table(rows: Sequence[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """:func:`_layout_values`, :func:`_stated_recompute` and :func:`_block_layers` of every row at
+def layout_table(rows: Sequence[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """:func:`layout_values`, :func:`stated_recompute` and :func:`block_layers` of every row at
     once: (n x 12 int64 in ``plan_rows``' column order, recompute unknown, recompute_num_layers or 0).
     None when a row breaks a rule or has a cell :func:`_int_column` leaves to the row-by-row path
     (which then raises the row's error, worded as always)."""
@@ -462,9 +455,9 @@ def _layout_table(rows: Sequence[dict[str, Any]]) -> tuple[np.ndarray, np.ndarra
     if ((zero < 0) | (zero > 3)).any() or (fsdp & (zero < 2)).any():
         return None
     try:
-        sp = _by_cell(rows, "sequence_parallel", lambda r: None if _blank(r.get("sequence_parallel"))
+        sp = _by_cell(rows, "sequence_parallel", lambda r: None if is_blank(r.get("sequence_parallel"))
                       else _parse_bool("sequence_parallel", r.get("sequence_parallel")))
-        stated = _by_cell(rows, "recompute", _stated_recompute)
+        stated = _by_cell(rows, "recompute", stated_recompute)
     except ValueError:
         return None
     sp_on = np.array([v is None or v for v in sp], dtype=bool) & (tp > 1)
@@ -476,9 +469,9 @@ def _layout_table(rows: Sequence[dict[str, Any]]) -> tuple[np.ndarray, np.ndarra
     return vals, np.array([v == "unknown" for v in stated], dtype=bool), np.where(blk_g, n_blk, 0)
 
 
-def _block_layers(row: dict[str, Any]) -> int | None:
+def block_layers(row: dict[str, Any]) -> int | None:
     """``recompute_num_layers`` of a row (None when blank), checked: >= 1 and only with recompute full."""
-    rc = _stated_recompute(row)
+    rc = stated_recompute(row)
     n = _int(row, "recompute_num_layers")
     if n is None:
         return None
@@ -490,16 +483,7 @@ def _block_layers(row: dict[str, Any]) -> int | None:
     return n
 
 
-def block_fraction(layers: int, pp, vp, num_layers) -> np.ndarray:
-    """Share of layers fully recomputed by Megatron-Core ``recompute_method=block`` with
-    ``recompute_num_layers`` N: the first N of each virtual pipeline chunk's ceil(L / (pp vp))
-    layers (Megatron-LM ``TransformerBlock._checkpointed_forward``: layer l of a chunk is
-    checkpointed when l < N), i.e. min(N, c) / c (the chunk size :func:`perf.least_recompute` uses)."""
-    c = np.ceil(layers / (np.asarray(pp, dtype=np.float64) * np.asarray(vp, dtype=np.float64)))
-    return np.minimum(np.asarray(num_layers, dtype=np.float64), c) / c
-
-
-def _stated_recompute(row: dict[str, Any]) -> str:
+def stated_recompute(row: dict[str, Any]) -> str:
     rc = str(row.get("recompute") or "unknown").strip().lower() or "unknown"
     if rc not in RECOMPUTE_VALUES:
         raise _CellError("recompute", f"must be one of {', '.join(RECOMPUTE_VALUES)} or empty (got {rc!r})")
@@ -513,7 +497,7 @@ def memory_options(row: dict[str, Any]) -> dict[str, Any]:
     mods = _modules(row)
     if mods is not None:
         opts["selective_modules"] = mods
-    if not _blank(row.get("reserve_gib")):
+    if not is_blank(row.get("reserve_gib")):
         opts["reserve_gib"] = float(row["reserve_gib"])
     if _param_gather(row):
         opts["lowp_params"] = True
@@ -536,418 +520,13 @@ def fsdp_memory_options() -> dict[str, Any]:
 def _param_gather(row: dict[str, Any]) -> bool:
     """``fp8_param_gather`` of a row (false when blank), checked: only with a low-precision recipe."""
     v = row.get("fp8_param_gather")
-    if _blank(v) or not _parse_bool("fp8_param_gather", v):
+    if is_blank(v) or not _parse_bool("fp8_param_gather", v):
         return False
     prec = str(row.get("precision") or "").strip().lower()
-    if prec in memory.PRECISIONS and not recipes.training(prec).lowp_copy_bytes:
+    if prec in recipes.TRAINING and not recipes.training(prec).lowp_copy_bytes:
         raise _CellError("fp8_param_gather", f"needs an 8-bit or 4-bit precision (got {prec!r}): a {prec} "
                                              "recipe has no low-precision weight copy")
     return True
-
-
-@dataclass(frozen=True)
-class RowPlan:
-    """What the model runs for one row.
-
-    layout: the row's layout with :data:`COLUMN_DEFAULTS` (recompute resolved);
-    recompute_fraction: share of layers fully recomputed where recompute is "full" (the rest
-    selective); recompute_assumed: the level chosen for an unknown recompute ("" when stated);
-    assumptions: the defaults applied (text); options: ``memory.breakdown`` options of the row;
-    memory_gib: predicted bytes per GPU of that layout (GiB); measured / basis: tokens/s per
-    GPU the row measured and how (:func:`measured_tokens_per_s`; None / "" without one);
-    recompute_rest: what the layers not fully recomputed do, "selective" (the least-recompute
-    mix) or "none" (a stated ``recompute_num_layers``: Megatron's block method).
-    """
-
-    row: dict[str, Any]
-    model: models.Model
-    layout: Layout
-    recompute_fraction: float
-    recompute_assumed: str
-    assumptions: tuple[str, ...]
-    options: dict[str, Any]
-    memory_gib: float
-    measured: float | None = None
-    basis: str = ""
-    recompute_rest: str = "selective"
-
-    @property
-    def recompute_label(self) -> str:
-        return _recompute_label(RECOMPUTE_CODE[self.layout.recompute], self.recompute_fraction,
-                                RECOMPUTE_CODE[self.recompute_rest])
-
-
-def _default_notes(row: dict[str, Any], gbs: int, vp: int, is_moe: bool, etp: int = 1) -> list[str]:
-    """The :data:`COLUMN_DEFAULTS` a row's layout took, as text (for :attr:`RowPlan.assumptions`)."""
-    notes = []
-    if _blank(row.get("gbs")):
-        notes.append(f"gbs={gbs} (one sequence per GPU)")
-    if _blank(row.get("vp")) and vp > 1:
-        notes.append(f"vp={vp} (assumed: {LAYERS_PER_VIRTUAL_STAGE} layers per virtual stage)")
-    if is_moe and _blank(row.get("etp")):
-        notes.append(f"etp={etp} (default: tp, Megatron-Core)")
-    return notes
-
-
-def _recompute_label(code: int, frac: float, rest: int) -> str:
-    """The recompute of a plan in words: "full on 16% of layers, none on the rest" etc."""
-    if code == 2 and frac < 1.0:
-        return f"full on {frac:.0%} of layers, {RECOMPUTE_NAME[rest]} on the rest"
-    return RECOMPUTE_NAME[code]
-
-
-def _recompute_note(assumed: str, frac: float) -> str:
-    return "recompute assumed: " + (f"full on {frac:.0%} of layers" if assumed == "full" else assumed)
-
-
-def plan_row(row: dict[str, Any], layout: Layout | None = None, **memory_opts: Any) -> RowPlan:
-    """Model inputs of a runs-table row (``layout`` overrides the row's, e.g. a searched one).
-
-    Applies :data:`COLUMN_DEFAULTS`; a row whose recompute is unknown gets the least recompute
-    that fits its hardware (``perf.least_recompute``: none, selective, then full on the fewest
-    layers). ``memory_opts`` go to ``memory.breakdown`` (the row's columns override them).
-    """
-    from scaletax import perf
-
-    model = row_model(row)
-    gpu = str(row["hardware"]).strip()
-    prec = str(row["precision"]).strip().lower()
-    notes: list[str] = []
-    lay = row_layout(row) if layout is None else layout
-    if layout is None:
-        notes += _default_notes(row, lay.gbs, lay.vp, model.is_moe, lay.etp)
-    opts = {**memory_opts, **memory_options(row)}
-    stated = _stated_recompute(row)
-    assumed = ""
-    frac = 1.0
-    rest = "selective"
-    if stated == "unknown" and layout is None:
-        code, fr, gib = perf.least_recompute(model, lay, gpu, prec, **opts)
-        code, frac, gib = int(code[0]), float(fr[0]), float(gib[0])
-        assumed = RECOMPUTE_NAME[code]
-        lay = lay.replace(recompute=assumed)
-        notes.append(_recompute_note(assumed, frac))
-    else:
-        n_block = _block_layers(row) if layout is None else None
-        if n_block is not None:
-            # Megatron block recompute: full on the first N layers of each chunk, none on the others
-            frac = float(block_fraction(model.layers, lay.pp, lay.vp, n_block))
-            rest = "none"
-            gib = float(mixed_recompute_gib(model, LayoutArray.from_layouts([lay]), prec, [frac],
-                                            [RECOMPUTE_CODE[rest]], **opts)["total"][0])
-        else:
-            gib = float(memory.breakdown(model, lay, prec, **opts).total[0] / memory.GIB)
-    measured, basis = measured_tokens_per_s(row, model)
-    return RowPlan(row=row, model=model, layout=lay, recompute_fraction=frac if lay.recompute == "full" else 0.0,
-                   recompute_assumed=assumed, assumptions=tuple(notes), options=opts, memory_gib=gib,
-                   measured=measured, basis=basis, recompute_rest=rest)
-
-
-def mixed_recompute_gib(model, la: LayoutArray, precision: str, fraction, rest, **options: Any) -> dict[str, np.ndarray]:
-    """GiB per GPU by term and total (``memory.breakdown``) of layouts ``la``; where recompute is
-    full on only a ``fraction`` of the layers (< 1), each term is the per-layer mix of the full
-    terms and those of the other layers' recompute code ``rest`` (1 selective, 0 none), by that share."""
-    x, rest = np.asarray(fraction, dtype=np.float64), np.asarray(rest, dtype=np.int64)
-    partial = (la.recompute == 2) & (x < 1.0)
-    n = len(la)
-    if not partial.any():
-        return memory.breakdown(model, la, precision, **options).gib()
-    # the layouts and, after them, the partial ones with the other layers' recompute: one breakdown
-    both = LayoutArray.concat([la, la[partial].replace(recompute=rest[partial])])
-    gib = memory.breakdown(model, both, precision, **options).gib()
-    g = {k: v[:n].copy() for k, v in gib.items()}
-    xp = x[partial]
-    for k in g:
-        g[k][partial] = (1.0 - xp) * gib[k][n:] + xp * g[k][partial]
-    return g
-
-
-@dataclass(frozen=True)
-class PlanGroup:
-    """Rows of a :class:`TablePlan` with the same architecture, GPU, precision, memory options,
-    MoE dispatcher, schedule, stack and pipeline split (:func:`step_inputs`' conventions): their positions in the table (``index``), layouts (recompute resolved as
-    :func:`plan_row` does) and full-recompute fractions, as arrays."""
-
-    model: models.Model
-    hardware: str
-    precision: str
-    options: dict[str, Any]
-    index: np.ndarray
-    layouts: LayoutArray
-    recompute_fraction: np.ndarray
-    ep_dispatch: str = "alltoall"
-    schedule: str = "unknown"
-    recompute_rest: np.ndarray | None = None
-    stack: str = "megatron"
-    pp_split: str = "auto"
-    attn_kernel: str = "flash"
-    tp_comm_overlap: bool | None = None
-
-    @property
-    def rest(self) -> np.ndarray:
-        """Recompute code of the layers not fully recomputed, per row (1 selective unless a stated
-        ``recompute_num_layers`` makes it 0, none)."""
-        if self.recompute_rest is not None:
-            return self.recompute_rest
-        ones = self.__dict__.get("_rest_ones")
-        if ones is None:
-            ones = np.ones(len(self.index), np.int64)
-            ones.flags.writeable = False
-            object.__setattr__(self, "_rest_ones", ones)
-        return ones
-
-    def memory_gib(self) -> dict[str, np.ndarray]:
-        """GiB per GPU by term and total (``memory.breakdown``); rows with full recompute on part
-        of the layers mix the full terms with those of the other layers' recompute (:attr:`rest`)
-        by that share, as :func:`predict_memory` says."""
-        return mixed_recompute_gib(self.model, self.layouts, self.precision, self.recompute_fraction,
-                                   self.rest, **self.options)
-
-    def step_inputs(self):
-        """``perf.prepare`` of the group (:func:`step_inputs`' conventions)."""
-        from scaletax import perf
-
-        return perf.prepare(self.model, self.layouts, self.precision, self.hardware,
-                            recompute_fraction=self.recompute_fraction, recompute_rest=self.rest,
-                            ep_dispatch=self.ep_dispatch, schedule=self.schedule, stack=self.stack,
-                            pp_split=self.pp_split, attn_kernel=self.attn_kernel,
-                            tp_comm_overlap=self.tp_comm_overlap)
-
-
-@dataclass(frozen=True)
-class TablePlan:
-    """:func:`plan_row` of every row of a table, grouped (:class:`PlanGroup`) so that the memory
-    and step-time models run once per group. Per row (table order): ``recompute_assumed``,
-    ``assumptions``, ``measured`` and ``basis`` as in :class:`RowPlan`."""
-
-    rows: list[dict[str, Any]]
-    groups: tuple[PlanGroup, ...]
-    recompute_assumed: list[str]
-    assumptions: list[tuple[str, ...]]
-    measured: list[float | None]
-    basis: list[str]
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def _scatter(self, per_group) -> np.ndarray:
-        out = np.empty(len(self.rows))
-        for g, v in zip(self.groups, per_group):
-            out[g.index] = v
-        return out
-
-    def memory_gib(self) -> dict[str, np.ndarray]:
-        """GiB per GPU by term and total of every row (:meth:`PlanGroup.memory_gib`), table order:
-        one ``memory.breakdown`` per architecture, precision and memory options (the memory model
-        does not read the GPU), the groups of different GPUs side by side."""
-        batches: dict[tuple, list[PlanGroup]] = {}
-        for g in self.groups:
-            batches.setdefault((id(g.model), g.precision, tuple(sorted(g.options.items()))), []).append(g)
-        out: dict[str, np.ndarray] = {}
-        for gs in batches.values():
-            g0 = gs[0]
-            gib = g0.memory_gib() if len(gs) == 1 else mixed_recompute_gib(
-                g0.model, LayoutArray.concat([g.layouts for g in gs]), g0.precision,
-                np.concatenate([g.recompute_fraction for g in gs]), np.concatenate([g.rest for g in gs]), **g0.options)
-            idx = np.concatenate([g.index for g in gs])
-            for k, v in gib.items():
-                out.setdefault(k, np.empty(len(self.rows)))[idx] = v
-        return out
-
-    def layouts(self) -> LayoutArray:
-        """The resolved layouts, table order."""
-        return LayoutArray.concat([g.layouts for g in self.groups]).take(self._order())
-
-    def recompute_fraction(self) -> np.ndarray:
-        return self._scatter([g.recompute_fraction for g in self.groups])
-
-    def _order(self) -> np.ndarray:
-        pos = np.concatenate([g.index for g in self.groups]) if self.groups else np.zeros(0, np.int64)
-        inv = np.empty_like(pos)
-        inv[pos] = np.arange(len(pos))
-        return inv
-
-    def step_inputs(self):
-        """``perf.StepInputs`` of every row, table order: one ``perf.prepare`` per architecture,
-        precision, dispatcher and schedule, the groups of different GPUs side by side (one GPU per
-        layout; elementwise the same as one call per group)."""
-        from scaletax import hardware, perf
-
-        batches: dict[tuple, list[PlanGroup]] = {}
-        for g in self.groups:
-            gpu = hardware.get(g.hardware)  # the first unsupported precision in table order raises, as per group
-            gpu.peak_flops(g.precision), gpu.peak_flops(perf.compute_precision(gpu, g.precision))
-            batches.setdefault((id(g.model), g.precision, g.ep_dispatch, g.schedule, g.stack, g.pp_split,
-                                  g.attn_kernel, g.tp_comm_overlap), []).append(g)
-        parts, index = [], []
-        for gs in batches.values():
-            index += [g.index for g in gs]
-            if len(gs) == 1:
-                parts.append(gs[0].step_inputs())
-                continue
-            gpus: list[str] = []
-            for g in gs:
-                gpus += [g.hardware] * len(g.index)
-            g0 = gs[0]
-            parts.append(perf.prepare(g0.model, LayoutArray.concat([g.layouts for g in gs]), g0.precision, gpus,
-                                      recompute_fraction=np.concatenate([g.recompute_fraction for g in gs]),
-                                      recompute_rest=np.concatenate([g.rest for g in gs]),
-                                      ep_dispatch=g0.ep_dispatch, schedule=g0.schedule, stack=g0.stack,
-                                      pp_split=g0.pp_split, attn_kernel=g0.attn_kernel,
-                                      tp_comm_overlap=g0.tp_comm_overlap))
-        pos = np.concatenate(index) if index else np.zeros(0, np.int64)
-        inv = np.empty_like(pos)
-        inv[pos] = np.arange(len(pos))
-        return perf.StepInputs.concat(parts).take(inv)
-
-    def recompute_label(self, i: int) -> str:
-        """:attr:`RowPlan.recompute_label` of row ``i``."""
-        g, j = self._where[i]
-        grp = self.groups[g]
-        return _recompute_label(int(grp.layouts.recompute[j]), float(grp.recompute_fraction[j]), int(grp.rest[j]))
-
-    def recompute_labels(self) -> list[str]:
-        """:meth:`recompute_label` of every row, table order (each distinct recompute worded once)."""
-        out = [""] * len(self.rows)
-        for grp in self.groups:
-            words: dict[tuple, str] = {}
-            for i, key in zip(grp.index.tolist(), zip(grp.layouts.recompute.tolist(), grp.recompute_fraction.tolist(),
-                                                      grp.rest.tolist())):
-                w = words.get(key)
-                if w is None:
-                    w = words[key] = _recompute_label(*key)
-                out[i] = w
-        return out
-
-    @property
-    def _where(self) -> dict[int, tuple[int, int]]:
-        w = self.__dict__.get("_where_cache")
-        if w is None:
-            w = {int(i): (g, j) for g, grp in enumerate(self.groups) for j, i in enumerate(grp.index)}
-            object.__setattr__(self, "_where_cache", w)
-        return w
-
-
-#: The cells :func:`memory_options` reads (besides the precision), and those :func:`row_dispatch` and
-#: :func:`row_schedule` read.
-_OPTION_COLUMNS: tuple[str, ...] = ("recompute_modules", "reserve_gib", "fp8_param_gather", "stack")
-_RUN_COLUMNS: tuple[str, ...] = ("moe_dispatcher", "schedule", "stack", "pp_split", "attn_kernel", "tp_comm_overlap")
-
-
-def _cached_cells(cache: dict, key: tuple, fn):
-    """``cache[key]``, computed by ``fn()`` the first time (``key``: the cells ``fn`` reads, with
-    their types: True and 1 are different cells); unhashable cells are not cached."""
-    key = (*key, *map(type, key))
-    try:
-        return cache[key]
-    except KeyError:
-        out = cache[key] = fn()
-        return out
-    except TypeError:
-        return fn()
-
-
-def plan_rows(rows: Sequence[dict[str, Any]], row_numbers: Sequence[int] | None = None,
-              **memory_opts: Any) -> TablePlan:
-    """:func:`plan_row` of every row (no layout override), vectorized: rows are grouped by
-    architecture, GPU, precision, memory options, MoE dispatcher and schedule, and the recompute of rows that leave it
-    unknown is resolved once per group (``perf.least_recompute`` on the group's layouts).
-    Same results as :func:`plan_row` row by row. A bad row raises ``RunsTableError``
-    "row N: reason" (N from ``row_numbers``, default position + 2: the header is row 1)."""
-    from scaletax import hardware, perf
-
-    rows = list(rows)
-    n = len(rows)
-    nums = list(row_numbers) if row_numbers is not None else [i + 2 for i in range(n)]
-    cache: dict = {}
-    table = _layout_table(rows)  # every row's layout at once; None: row by row (and its error)
-    if table is None:
-        vals = np.zeros((n, 12), dtype=np.int64)
-        unknown = np.zeros(n, dtype=bool)
-        n_block = np.zeros(n, dtype=np.int64)  # stated recompute_num_layers (0: none stated)
-    else:
-        vals, unknown, n_block = table
-    by_key: dict[tuple, list[int]] = {}
-    info: dict[tuple, tuple] = {}
-    measured: list[float | None] = []
-    basis: list[str] = []
-    moe: list[bool] = []
-    moe_of: dict[tuple, bool] = {}
-    # memory options, dispatcher and schedule of a row read only these cells: worked out once per distinct value
-    opt_cache: dict = {}
-    for i, row in enumerate(rows):
-        try:
-            mkey, model = _cached_model(row, cache)
-            is_moe = moe_of.get(mkey)
-            if is_moe is None:
-                is_moe = moe_of[mkey] = model.is_moe
-            moe.append(is_moe)
-            if table is None:
-                tp, pp, cp, ep, etp, dp, vp, mbs, gbs, sp, zero, rc = _layout_values(row)
-            gpu = str(row["hardware"]).strip()
-            prec = str(row["precision"]).strip().lower()
-            opts, opt_key = _cached_cells(opt_cache, ("opts", prec, *map(row.get, _OPTION_COLUMNS)), lambda: (
-                opts := {**memory_opts, **memory_options(row)}, tuple(sorted(opts.items()))))
-            if table is None:
-                unknown[i] = _stated_recompute(row) == "unknown"
-                n_block[i] = _block_layers(row) or 0
-            m, b = measured_tokens_per_s(row, model)
-            dispatch, schedule, stack, split, kernel, tpov = _cached_cells(
-                opt_cache, ("run", is_moe, *map(row.get, _RUN_COLUMNS)),
-                lambda: (row_dispatch(row) if is_moe else "alltoall", row_schedule(row), row_stack(row),
-                         row_pp_split(row), row_attn_kernel(row), row_tp_overlap(row)))
-        except (ValueError, hardware.HardwareError) as exc:
-            raise RunsTableError(f"row {nums[i]}: {exc}") from None
-        if table is None:
-            vals[i] = (tp, pp, cp, ep, etp, dp, vp, mbs, gbs, int((True if sp is None else sp) and tp > 1), zero,
-                       RECOMPUTE_CODE[rc])
-        measured.append(m)
-        basis.append(b)
-        key = (mkey, gpu, prec, opt_key, dispatch, schedule, stack, split, kernel, tpov)
-        if key not in by_key:
-            by_key[key] = []
-            info[key] = (model, gpu, prec, opts, dispatch, schedule, stack, split, kernel, tpov)
-        by_key[key].append(i)
-    assumed = [""] * n
-    frac_all = np.ones(n)
-    groups = []
-    for key, members in by_key.items():
-        model, gpu, prec, opts, dispatch, schedule, stack, split, kernel, tpov = info[key]
-        idx = np.asarray(members, dtype=np.int64)
-        v = vals[idx]
-        code = v[:, 11].copy()
-        frac = np.ones(len(idx))
-        unk = unknown[idx]
-        if np.any(unk):
-            sub = LayoutArray(**{f: v[unk, j] for j, f in enumerate(FIELDS)})
-            try:
-                c, fr, _ = perf.least_recompute(model, sub, gpu, prec, **opts)
-            except (ValueError, hardware.HardwareError) as exc:
-                raise RunsTableError(f"row {nums[int(idx[unk][0])]}: {exc}") from None
-            code[unk], frac[unk] = c, fr
-            for i, ci in zip(idx[unk], c):
-                assumed[int(i)] = RECOMPUTE_NAME[int(ci)]
-        v[:, 11] = code
-        blk = n_block[idx] > 0
-        if np.any(blk):  # stated block recompute: full on the first N layers of each chunk, none on the rest
-            frac[blk] = block_fraction(model.layers, v[blk, 1], v[blk, 6], n_block[idx][blk])
-        rest = np.where(blk, 0, 1).astype(np.int64)
-        frac = np.where(code == 2, frac, 0.0)
-        frac_all[idx] = frac
-        la = LayoutArray(**{f: v[:, j] for j, f in enumerate(FIELDS)})
-        groups.append(PlanGroup(model=model, hardware=gpu, precision=prec, options=opts, index=idx, layouts=la,
-                                recompute_fraction=frac, ep_dispatch=dispatch, schedule=schedule,
-                                recompute_rest=rest if np.any(blk) else None, stack=stack, pp_split=split,
-                                attn_kernel=kernel, tp_comm_overlap=tpov))
-    notes: list[tuple[str, ...]] = []
-    for row, gbs, vp, etp, is_moe, unk, a, f in zip(rows, vals[:, 8].tolist(), vals[:, 6].tolist(), vals[:, 4].tolist(),
-                                                    moe, unknown.tolist(), assumed, frac_all.tolist()):
-        note = _default_notes(row, gbs, vp, is_moe, etp)
-        if unk:
-            note.append(_recompute_note(a, f))
-        notes.append(tuple(note))
-    return TablePlan(rows=rows, groups=tuple(groups), recompute_assumed=assumed, assumptions=notes,
-                     measured=measured, basis=basis)
 
 
 def measured_tokens_per_s(row: dict[str, Any], model: models.Model | None = None) -> tuple[float | None, str]:
@@ -969,25 +548,23 @@ def measured_tokens_per_s(row: dict[str, Any], model: models.Model | None = None
     (Both are non-causal counts; ``models.Model.hardware_flops_per_token("full", causal=False)`` and
     ``model_flops_per_token(causal=False)`` reproduce them to < 0.01%.)
     """
-    from scaletax import hardware
-
     model = row_model(row) if model is None else model
     tps = row.get("measured_tokens_per_s_per_gpu")
-    if not _blank(tps):
+    if not is_blank(tps):
         return float(tps), "tokens/s per GPU (reported)"
     l, h, s, V = model.layers, model.hidden, model.seq_len, model.vocab
     rid = str(row.get("run_id", ""))
     tf, mfu = row.get("measured_model_tflops_per_gpu"), row.get("measured_mfu")
     peak = hardware.get(str(row["hardware"]).strip()).peak_flops(str(row["precision"]).strip().lower())
-    if rid.startswith("narayanan") and not _blank(tf):
+    if rid.startswith("narayanan") and not is_blank(tf):
         per_tok = 96.0 * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
         return float(tf) * 1e12 / per_tok, "TFLOP/s incl. recompute / Narayanan 2021 eq. 3 (full recompute, non-causal)"
-    if rid.startswith("korthikanti") and not _blank(mfu):
+    if rid.startswith("korthikanti") and not is_blank(mfu):
         per_tok = 72.0 * l * h * h * (1 + s / (6 * h) + V / (12 * l * h))
         return float(mfu) * peak / per_tok, "MFU x 16-bit peak / Korthikanti 2022 model FLOPs (non-causal)"
-    if not _blank(tf):
+    if not is_blank(tf):
         return float(tf) * 1e12 / model.model_flops_per_token(), "model TFLOP/s / model FLOPs per token (causal)"
-    if not _blank(mfu):
+    if not is_blank(mfu):
         return float(mfu) * peak / model.model_flops_per_token(), "MFU x peak / model FLOPs per token (causal)"
     return None, ""
 
@@ -995,16 +572,10 @@ def measured_tokens_per_s(row: dict[str, Any], model: models.Model | None = None
 def row_schedule(row: dict[str, Any]) -> str:
     """The training schedule a row states (``schedule`` column, :data:`COLUMN_DEFAULTS`), lower case;
     "unknown" when blank or absent."""
-    from scaletax import comm
-
     v = str(row.get("schedule") or "").strip().lower() or "unknown"
-    if v not in comm.SCHEDULES:
-        raise _CellError("schedule", f"must be one of {', '.join(comm.SCHEDULES)} or empty (got {v!r})")
+    if v not in SCHEDULES:
+        raise _CellError("schedule", f"must be one of {', '.join(SCHEDULES)} or empty (got {v!r})")
     return v
-
-
-#: ``stack`` column values (:data:`COLUMN_DEFAULTS`; ``perf.prepare``'s ``stack``, ``comm.STACKS``).
-STACKS: tuple[str, ...] = ("megatron", "fsdp")
 
 
 def row_stack(row: dict[str, Any]) -> str:
@@ -1018,24 +589,20 @@ def row_stack(row: dict[str, Any]) -> str:
 
 def row_pp_split(row: dict[str, Any]) -> str:
     """How a row's pipeline stages split the model (``pp_split`` column, :data:`COLUMN_DEFAULTS`,
-    ``perf.PP_SPLITS``), lower case; "auto" when blank or absent: the split Megatron-Core accepts for
+    ``PP_SPLITS``), lower case; "auto" when blank or absent: the split Megatron-Core accepts for
     the row's layout (``perf.pipeline_split``)."""
-    from scaletax import perf
-
     v = str(row.get("pp_split") or "").strip().lower() or "auto"
-    if v not in perf.PP_SPLITS:
-        raise _CellError("pp_split", f"must be one of {', '.join(perf.PP_SPLITS)} or empty (got {v!r})")
+    if v not in PP_SPLITS:
+        raise _CellError("pp_split", f"must be one of {', '.join(PP_SPLITS)} or empty (got {v!r})")
     return v
 
 
 def row_attn_kernel(row: dict[str, Any]) -> str:
     """The attention kernel a row ran (``attn_kernel`` column, :data:`COLUMN_DEFAULTS`,
-    ``perf.ATTN_KERNELS``), lower case; "flash" when blank or absent."""
-    from scaletax import perf
-
+    ``ATTN_KERNELS``), lower case; "flash" when blank or absent."""
     v = str(row.get("attn_kernel") or "").strip().lower() or "flash"
-    if v not in perf.ATTN_KERNELS:
-        raise _CellError("attn_kernel", f"must be one of {', '.join(perf.ATTN_KERNELS)} or empty (got {v!r})")
+    if v not in ATTN_KERNELS:
+        raise _CellError("attn_kernel", f"must be one of {', '.join(ATTN_KERNELS)} or empty (got {v!r})")
     return v
 
 
@@ -1044,7 +611,7 @@ def row_tp_overlap(row: dict[str, Any]) -> bool | None:
     (``tp_comm_overlap`` column, :data:`COLUMN_DEFAULTS`: Megatron-Core's ``tp_comm_overlap``,
     TorchTitan's async TP); None when blank (the stack's default, ``comm.STACK_TP_OVERLAP``)."""
     v = row.get("tp_comm_overlap")
-    return None if _blank(v) else _parse_bool("tp_comm_overlap", v)
+    return None if is_blank(v) else _parse_bool("tp_comm_overlap", v)
 
 
 #: ``moe_dispatcher`` column values and the ``perf.prepare`` ``ep_dispatch`` each runs.
@@ -1058,24 +625,6 @@ def row_dispatch(row: dict[str, Any]) -> str:
     if v not in DISPATCHERS:
         raise _CellError("moe_dispatcher", f"must be one of {', '.join(DISPATCHERS)} or empty (got {v!r})")
     return DISPATCHERS[v]
-
-
-def step_inputs(plans: Sequence[RowPlan]):
-    """Step-time inputs (``perf.StepInputs``) of every plan, concatenated (one entry per row).
-    MoE rows use the row's dispatcher (:func:`row_dispatch`, default DeepEP-class, :data:`ROW_CONVENTIONS`
-    "ep_dispatch"); the row's ``schedule`` sets the MoE all-to-all overlap (:func:`row_schedule`)."""
-    from scaletax import perf
-
-    parts = []
-    for su in plans:
-        ep_dispatch = row_dispatch(su.row) if su.model.is_moe else "alltoall"
-        parts.append(perf.prepare(su.model, su.layout, str(su.row["precision"]).strip().lower(),
-                                  str(su.row["hardware"]).strip(), recompute_fraction=su.recompute_fraction,
-                                  recompute_rest=RECOMPUTE_CODE[su.recompute_rest],
-                                  ep_dispatch=ep_dispatch, schedule=row_schedule(su.row), stack=row_stack(su.row),
-                                  pp_split=row_pp_split(su.row), attn_kernel=row_attn_kernel(su.row),
-                                  tp_comm_overlap=row_tp_overlap(su.row)))
-    return perf.StepInputs.concat(parts)
 
 
 #: (column, lowest, highest, lowest allowed itself) of the measured and size columns.
@@ -1092,7 +641,7 @@ RANGES: tuple[tuple[str, float, float, bool], ...] = (
 def _check_ranges(row: dict[str, Any]) -> None:
     for col, lo, hi, lo_ok in RANGES:
         v = row.get(col)
-        if v is None or _blank(v):
+        if v is None or is_blank(v):
             continue
         if not ((v >= lo if lo_ok else v > lo) and v <= hi):
             low = f">= {lo:g}" if lo_ok else f"> {lo:g}"
@@ -1116,8 +665,6 @@ def row_family(row: dict[str, Any]) -> str:
 
 def row_generation(row: dict[str, Any]) -> str:
     """GPU generation of a row: the hardware family (ampere, hopper, blackwell, ...)."""
-    from scaletax import hardware
-
     return hardware.get(str(row["hardware"]).strip()).family
 
 
@@ -1176,7 +723,7 @@ def row_regime(row: dict[str, Any]) -> str:
     fsdp = row_stack(row) == "fsdp" or _int(row, "zero_stage", 0) == 3
     large = None
     if not (experts or fsdp or seq >= LONG_CONTEXT_TOKENS):  # the size only where it decides
-        large = (row_model(row).total_params / 1e9 if _blank(size) else float(size)) > SMALL_DENSE_PARAMS_B
+        large = (row_model(row).total_params / 1e9 if is_blank(size) else float(size)) > SMALL_DENSE_PARAMS_B
     return regime_of(experts, seq, fsdp, large)
 
 
@@ -1204,19 +751,17 @@ def regime_of(experts: int, seq_len: int, fsdp: bool, large: bool | None) -> str
 
 
 def _validate_row(row: dict[str, Any], cache: dict | None = None) -> None:
-    from scaletax import hardware
-
     _check_ranges(row)
     hw = str(row.get("hardware") or "").strip()
     if not hardware.known(hw):  # a read of this row's GPU only; the list of ids only in the error
         raise _CellError("hardware", f"unknown hardware id {hw!r}; valid ids: {', '.join(hardware.ids())}")
     prec = str(row.get("precision") or "").strip().lower()
-    if prec not in memory.PRECISIONS:
-        raise _CellError("precision", f"unknown precision {prec!r}; valid: {', '.join(memory.PRECISIONS)}")
+    if prec not in recipes.TRAINING:
+        raise _CellError("precision", f"unknown precision {prec!r}; valid: {', '.join(recipes.TRAINING)}")
     gpu = hardware.get(hw)
     if not gpu.supports(prec):
         raise _CellError("precision", f"{hw} has no tensor cores for {prec}")
-    _block_layers(row)
+    block_layers(row)
     _param_gather(row)
     row_schedule(row)
     row_stack(row)
@@ -1226,11 +771,11 @@ def _validate_row(row: dict[str, Any], cache: dict | None = None) -> None:
     row_dispatch(row)
     mods = _modules(row)
     if mods is not None:
-        bad = set(mods) - set(memory.RECOMPUTE_MODULES)
+        bad = set(mods) - set(RECOMPUTE_MODULES)
         if bad:
-            raise _CellError("recompute_modules", f"unknown module(s) {sorted(bad)}; valid: {', '.join(memory.RECOMPUTE_MODULES)}")
-    model = row_model(row) if cache is None else _cached_model(row, cache)[1]
-    if all(_blank(row.get(c)) for c in SEARCHABLE_LAYOUT):
+            raise _CellError("recompute_modules", f"unknown module(s) {sorted(bad)}; valid: {', '.join(RECOMPUTE_MODULES)}")
+    model = row_model(row) if cache is None else cached_model(row, cache)[1]
+    if all(is_blank(row.get(c)) for c in SEARCHABLE_LAYOUT):
         return  # no layout given: nothing more to check here
     layout = row_layout(row)
     try:
@@ -1242,7 +787,7 @@ def _validate_row(row: dict[str, Any], cache: dict | None = None) -> None:
 
 def _modules(row: dict[str, Any]) -> tuple[str, ...] | None:
     v = row.get("recompute_modules")
-    if _blank(v):
+    if is_blank(v):
         return None
     return tuple(m.strip() for m in str(v).replace(",", ";").split(";") if m.strip())
 
@@ -1300,7 +845,7 @@ def read_runs(path: str | Path) -> list[dict[str, Any]]:
         if None in raw:
             bad.append(f"row {rownum}: more cells than header columns")
             continue
-        if all(_blank(v) for v in raw.values()):
+        if all(is_blank(v) for v in raw.values()):
             continue
         row, errors = _parse_row(raw, header)
         if not errors:
@@ -1318,44 +863,6 @@ def read_runs(path: str | Path) -> list[dict[str, Any]]:
     if not rows:
         raise RunsTableError(f"{name}: no data rows (header only)")
     return rows
-
-
-def predict_memory(rows: Iterable[dict[str, Any]], **memory_options: Any) -> list[dict[str, Any]]:
-    """Rows with predicted bytes per GPU by term (GiB) and whether they fit their hardware.
-
-    Adds ``MEMORY_COLUMNS``. ``recompute`` unknown/empty: the least recompute that fits
-    (:func:`plan_row`), reported in ``recompute_assumed`` (empty for rows that state it); with
-    full recompute on part of the layers the terms are those of that mix.
-    ``memory_options`` go to ``memory.breakdown`` (row columns ``reserve_gib`` and
-    ``recompute_modules`` override them per row). Vectorized (:func:`plan_rows`); ``rows`` may
-    also be a :class:`TablePlan` already made.
-    """
-    from scaletax import hardware
-
-    plan = rows if isinstance(rows, TablePlan) else plan_rows(list(rows), **memory_options)
-    g = {k: v.tolist() for k, v in plan.memory_gib().items()}  # Python floats once, not per element
-    caps: dict[str, float] = {}
-    out = []
-    for i, row in enumerate(plan.rows):
-        hw = str(row["hardware"]).strip()
-        cap = caps.get(hw)
-        if cap is None:
-            cap = caps[hw] = float(hardware.get(hw).hbm_gib)
-        total = g["total"][i]
-        new = dict(row)
-        new.update({
-            "memory_weights_gib": round(g["weights"][i], 3),
-            "memory_gradients_gib": round(g["gradients"][i], 3),
-            "memory_optimizer_gib": round(g["optimizer"][i], 3),
-            "memory_activations_gib": round(g["activations"][i], 3),
-            "memory_reserve_gib": round(g["reserve"][i], 3),
-            "memory_total_gib": round(total, 3),
-            "memory_capacity_gib": cap,
-            "fits": bool(total <= cap),
-            "recompute_assumed": plan.recompute_assumed[i],
-        })
-        out.append(new)
-    return out
 
 
 def schema_text() -> str:

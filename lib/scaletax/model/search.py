@@ -52,10 +52,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from scaletax import comm, hardware, memo, memory, perf
-from scaletax.models import Model
-from scaletax.layout import RECOMPUTE_CODE, RECOMPUTE_NAME, Layout, LayoutArray, LayoutGrid, divisors, label
-from scaletax.topology import Topology
+from scaletax import memo
+from scaletax.inputs import hardware, options
+from scaletax.inputs.layout import RECOMPUTE_CODE, RECOMPUTE_NAME, Layout, LayoutArray, LayoutGrid, divisors, label
+from scaletax.inputs.models import Model
+from scaletax.model import comm, efficiency, memory, perf
+from scaletax.model.topology import Topology
 
 #: Tensor-parallel sizes the search tries (powers of two up to 64).
 TP_CHOICES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
@@ -353,7 +355,7 @@ def _fail(model, precision, g, counts, space, n, seconds, sequences, domain, why
 
 def search(model: Model, precision: str, gpu, gpus: int | Sequence[int], *, tokens_per_step: float | None = None,
            gbs: int | None = None, space: SearchSpace | None = None, topo: Topology | None = None,
-           band: perf.EfficiencyBand | None = None, pareto: bool = True, **memory_options: Any) -> SearchResult:
+           band: efficiency.EfficiencyBand | None = None, pareto: bool = True, **memory_options: Any) -> SearchResult:
     """Vectorized layout search (module docstring). ``gpus``: one count or several (Pareto over them).
 
     ``topo`` overrides the topology (default: the GPU's, with ``space.domain``); ``band``: the
@@ -407,7 +409,7 @@ def _grid_memory(model, count: int, space: SearchSpace, seqs, domain, precision:
 
 
 def _search(model, precision, g, counts, seqs, space, topo, band, pareto, memory_options, fail=True):
-    band = perf.default_band() if band is None else band
+    band = efficiency.default_band() if band is None else band
     topo, domain = _topology(g, space, topo)
     fastest = space.objective == "fastest"
     cap = memory.capacity_gib(g) * memory.GIB
@@ -485,7 +487,7 @@ def _state_bound(model: Model, precision: str, **memory_options: Any) -> float:
 
 
 def min_gpus(model: Model, precision: str, gpu, *, space: SearchSpace | None = None, sequences: int | None = None,
-             counts: Sequence[int] | None = None, band: perf.EfficiencyBand | None = None,
+             counts: Sequence[int] | None = None, band: efficiency.EfficiencyBand | None = None,
              **memory_options: Any) -> SearchResult:
     """The smallest GPU count where ``space`` has a layout that fits, searched there.
 
@@ -499,7 +501,7 @@ def min_gpus(model: Model, precision: str, gpu, *, space: SearchSpace | None = N
     space = SearchSpace() if space is None else space
     g = _gpu(gpu)
     counts = sorted(set(int(c) for c in counts)) if counts is not None else default_counts(space.max_gpus)
-    reserve = float(memory_options.get("reserve_gib", memory.RESERVE_GIB))
+    reserve = float(memory_options.get("reserve_gib", options.RESERVE_GIB))
     usable = (memory.capacity_gib(g) - reserve) * memory.GIB
     bound = _state_bound(model, precision, **memory_options)
     screen = space.with_(vp=(1,), mbs=(min(space.mbs),), objective="least_parallel")
@@ -558,7 +560,7 @@ def _scalar_candidate(model: Model, gpus: int, sequences: int | None, space: Sea
 
 def search_loop(model: Model, precision: str, gpu, gpus: int, *, tokens_per_step: float | None = None,
                 gbs: int | None = None, space: SearchSpace | None = None, topo: Topology | None = None,
-                eff: perf.Efficiency | None = None, limit: int | None = None,
+                eff: efficiency.Efficiency | None = None, limit: int | None = None,
                 **memory_options: Any) -> dict[str, Any]:
     """The search as a per-layout Python loop: same candidates, same model, scalar calls.
 
@@ -568,7 +570,7 @@ def search_loop(model: Model, precision: str, gpu, gpus: int, *, tokens_per_step
     space = SearchSpace() if space is None else space
     g = _gpu(gpu)
     seqs = None if space.batch_tolerance is None else target_sequences(model, tokens_per_step, gbs)
-    eff = perf.default_efficiency() if eff is None else eff
+    eff = efficiency.default_efficiency() if eff is None else eff
     topo, domain = _topology(g, space, topo)
     cap = memory.capacity_gib(g) * memory.GIB
     ch = _choices(model, gpus, space, domain)
@@ -626,7 +628,7 @@ SEARCH_DATA: tuple[str, ...] = ("efficiency.yaml", "collectives.csv", "systems.c
 
 def _search_by_value(model: Model, precision: str, gpu: hardware.GPU, counts: tuple[int, ...],
                      sequences: int | None, space: SearchSpace, topo: Topology | None,
-                     band: perf.EfficiencyBand | None, pareto: bool, memory_options: dict[str, Any]) -> SearchResult:
+                     band: efficiency.EfficiencyBand | None, pareto: bool, memory_options: dict[str, Any]) -> SearchResult:
     """:func:`search` on arguments in one canonical form (see :func:`cached_search`)."""
     return _search(model, precision, gpu, list(counts), sequences, space, topo, band, pareto, memory_options)
 
@@ -636,7 +638,7 @@ _cached_by_value = memo.cached(_search_by_value, data=SEARCH_DATA, name=f"{__nam
 
 def cached_search(model: Model, precision: str, gpu, gpus: int | Sequence[int], *,
                   tokens_per_step: float | None = None, gbs: int | None = None, space: SearchSpace | None = None,
-                  topo: Topology | None = None, band: perf.EfficiencyBand | None = None, pareto: bool = True,
+                  topo: Topology | None = None, band: efficiency.EfficiencyBand | None = None, pareto: bool = True,
                   **memory_options: Any) -> SearchResult:
     """:func:`search`, cached on disk by ``scaletax.memo`` (the content hash of its arguments, with
     a GPU or model by its fields, this module's code and :data:`SEARCH_DATA`); a plain call when

@@ -51,7 +51,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from scaletax import hardware
+from scaletax.inputs import hardware
 
 SECONDS_PER_DAY = 86_400.0
 

@@ -1,4 +1,4 @@
-"""Fused numba loops behind `scaletax.precision`: one call per quantize instead of a dozen
+"""Fused numba loops behind `scaletax.model.precision`: one call per quantize instead of a dozen
 numpy passes (and as many Python calls) over the small operands of `lowp_training`.
 
 Each loop does, per element and in float32, the steps of the numpy version it replaced in the

@@ -2,10 +2,10 @@
 policy that says which precision a GPU trains in.
 
 A recipe is what "train in FP8" (or BF16, MXFP8, NVFP4, ...) means to every part of the model:
-the number format of its GEMM operands (:mod:`scaletax.precision`), the hardware peak it runs at
+the number format of its GEMM operands (:mod:`scaletax.model.precision`), the hardware peak it runs at
 (a ``data/hardware.csv`` column) and the format class of its calibrated GEMM ceiling, and the
 bytes it stores and moves. Byte counts are derived from the formats, never typed: a block-scaled
-operand costs ``element bits + scale bits / block size`` (``precision.format_info``: MXFP8
+operand costs ``element bits + scale bits / block size`` (``formats.format_info``: MXFP8
 8 + 8/32 bits, NVFP4 4 + 8/16, MXFP4 4 + 8/32; OCP MX v1.0, arXiv 2509.25149).
 
 Bytes per parameter (Megatron-LM distributed optimizer, docs/source/api-guide/dist_optimizer.md):
@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Sequence
 
-from scaletax import precision as formats
+from scaletax.inputs import formats
 
 #: Bytes of a 16-bit element (the parameters, activations and the input of a cast).
 HALF_BYTES = 2.0
@@ -75,7 +75,7 @@ class Recipe:
     """One training precision. Bytes are per element (operands, wire) or per parameter (state).
 
     name / label      scenario name ("nvfp4") and display label ("NVFP4")
-    operand_format    number format of the GEMM operands (:func:`scaletax.precision.format_info`)
+    operand_format    number format of the GEMM operands (:func:`scaletax.inputs.formats.format_info`)
     peak_column       ``data/hardware.csv`` column of the dense peak its GEMMs run at
     wire_format       number format of parameter gathers and MoE dispatch on the wire
     half              the 16-bit precision of the parts that stay in 16 bits ("bf16" or "fp16")
@@ -206,7 +206,7 @@ def runs_on(gpu, name: str) -> bool:
 
 def _gpu(gpu):
     if isinstance(gpu, str):
-        from scaletax import hardware  # hardware imports this module: look ids up lazily
+        from scaletax.inputs import hardware  # hardware imports this module: look ids up lazily
 
         return hardware.get(gpu)
     return gpu

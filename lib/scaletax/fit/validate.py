@@ -1,6 +1,6 @@
 """Validation: the step-time model's predictions against the published runs they never saw.
 
-Compares only; every fitted parameter comes from :mod:`scaletax.calibrate` (``data/efficiency.yaml``).
+Compares only; every fitted parameter comes from :mod:`scaletax.fit.calibrate` (``data/efficiency.yaml``).
 
 Public API
 ----------
@@ -19,7 +19,7 @@ Public API
   states them (what the executive summary and ``scaletax predict`` quote).
 - Held-out runs (``runs.HELDOUT_CSV``): ``heldout_predictions(path, band)`` (planned rows and the
   band's prediction, ``calibrate``'s), ``heldout_errors(path)`` (run id, regime, predicted / measured - 1).
-- Row plumbing (``runs``): ``row_setup`` = ``runs.plan_row``, ``measured_tokens_per_s``,
+- Row plumbing (``runs``): ``row_setup`` = ``runplan.plan_row``, ``measured_tokens_per_s``,
   ``prepare_rows``, ``prepare_setups``, ``load_rows``.
 """
 from __future__ import annotations
@@ -33,17 +33,18 @@ from typing import Any, Sequence
 import numpy as np
 import yaml
 
-from scaletax import calibrate as cal
-from scaletax import hardware, perf, runs
-from scaletax.calibrate import load_rows, prepare_rows
-from scaletax.layout import label
-from scaletax.runs import (FAMILY_PATTERNS, HELDOUT_CSV, REGIME_CRITERIA, REGIMES, ROW_CONVENTIONS, RUNS_CSV,
-                           VALIDATION_CSV, measured_tokens_per_s,
-                           row_family, row_generation, row_regime, row_source)
+from scaletax.inputs import hardware, runs
+from scaletax.inputs.layout import label
+from scaletax.inputs.runs import (FAMILY_PATTERNS, HELDOUT_CSV, REGIME_CRITERIA, REGIMES, ROW_CONVENTIONS, RUNS_CSV,
+                                  VALIDATION_CSV, measured_tokens_per_s, row_family, row_generation, row_regime,
+                                  row_source)
+from scaletax.model import efficiency, perf, runplan
+from scaletax.fit import calibrate as cal
+from scaletax.fit.calibrate import load_rows, prepare_rows
 
-RowSetup = runs.RowPlan
-row_setup = runs.plan_row
-prepare_setups = runs.step_inputs
+RowSetup = runplan.RowPlan
+row_setup = runplan.plan_row
+prepare_setups = runplan.step_inputs
 
 
 def row_group(row: dict[str, Any]) -> str:
@@ -67,7 +68,7 @@ SCHEMES: dict[str, Any] = {"row": None, "family": row_family, "generation": row_
 # =========================================================================================
 # Validation table and error statistics
 # =========================================================================================
-def validation_table(rows: Sequence[dict[str, Any]] | None = None, band: perf.EfficiencyBand | None = None,
+def validation_table(rows: Sequence[dict[str, Any]] | None = None, band: efficiency.EfficiencyBand | None = None,
                      prepared: tuple[perf.StepInputs, list[RowSetup]] | None = None) -> list[dict[str, Any]]:
     """One dict per row: measured and predicted tokens/s per GPU (with band), error, breakdown.
 
@@ -75,7 +76,7 @@ def validation_table(rows: Sequence[dict[str, Any]] | None = None, band: perf.Ef
     """
     rows = load_rows() if rows is None and prepared is None else rows
     inp, setups = prepared if prepared is not None else prepare_rows(rows)
-    band = perf.default_band() if band is None else band
+    band = efficiency.default_band() if band is None else band
     pred = perf.evaluate_band(inp, band)
     out = []
     for i, su in enumerate(setups):
@@ -186,7 +187,7 @@ def band_coverage(table: Sequence[dict[str, Any]], spread) -> float:
     w, or an ``EfficiencyBand`` whose half-width of each row's regime (``regime`` key, else
     ``runs.row_regime``) applies."""
     def w(r):
-        if isinstance(spread, perf.EfficiencyBand):
+        if isinstance(spread, efficiency.EfficiencyBand):
             return float(spread.regime_spread.get(r.get("regime") or "", spread.spread))
         return float(spread)
 
@@ -211,7 +212,7 @@ def cross_validation(prepared: tuple[perf.StepInputs, list[RowSetup]] | None = N
         t = holdout(prepared=prepared, scheme=sch, fits=fits)
         out[sch] = holdout_summary(t)
         out["tables"][sch] = t
-    band = perf.default_band()
+    band = efficiency.default_band()
     out["band"] = float(band.spread)
     out["band_coverage"] = {k: band_coverage(v, band) for k, v in out["tables"].items()}
     return out
@@ -280,11 +281,11 @@ heldout_errors = cal.heldout_errors
 
 @lru_cache(maxsize=1)
 def _regime_accuracy() -> tuple[dict[str, Any], ...]:
-    raw = yaml.load(perf.EFFICIENCY_YAML.read_text(encoding="utf-8"), Loader=perf.SAFE_LOADER)
+    raw = yaml.load(efficiency.EFFICIENCY_YAML.read_text(encoding="utf-8"), Loader=efficiency.SAFE_LOADER)
     sec = raw.get("regimes") if isinstance(raw, dict) else None
     if not isinstance(sec, dict) or any(not isinstance(sec.get(r), dict) for r in REGIMES):
-        raise ValueError(f"{perf.EFFICIENCY_YAML.name}: no regimes section for every regime; "
-                         "regenerate it: python -m scaletax.calibrate")
+        raise ValueError(f"{efficiency.EFFICIENCY_YAML.name}: no regimes section for every regime; "
+                         "regenerate it: python -m scaletax.fit.calibrate")
     return tuple({"regime": r, "criterion": REGIME_CRITERIA[r], **sec[r]} for r in REGIMES)
 
 
@@ -364,7 +365,7 @@ class RunAccuracy:
 
 
 def run_accuracy(prepared: tuple[perf.StepInputs, list[RowSetup]] | None = None, tables: Sequence[str] | None = None,
-                 band: perf.EfficiencyBand | None = None, train_tables: Sequence[str] = ("calibration", "validation"),
+                 band: efficiency.EfficiencyBand | None = None, train_tables: Sequence[str] = ("calibration", "validation"),
                  fits: dict | None = None) -> RunAccuracy:
     """Every published run (:func:`published_runs`) predicted in sample, with ``band`` (default the
     calibrated one, ``data/efficiency.yaml``), and out of sample: each run by a calibration fitted on the
@@ -413,8 +414,6 @@ def measured_pairs(acc: RunAccuracy) -> list[dict[str, Any]]:
     out (``ratio_error``, ``oos_ratio_error``: predicted / measured ratio - 1). What a ratio the book
     quotes (GB200 over H100, H-equivalents) can be held to: the model's error on ratios it can be
     checked on."""
-    from scaletax import hardware
-
     order = {g: i for i, g in enumerate(hardware.ids())}
     keyed: dict[tuple, list[dict[str, Any]]] = {}
     for r in acc.select():

@@ -39,7 +39,7 @@ V/(12 l h))`` when N = 12 l h^2 + V h.
 numerator of MFU. "Hardware FLOPs" (``hardware_flops_per_token``) add the recomputed
 forward work: ``selective`` recomputes the attention core (Korthikanti et al. 2022,
 arXiv 2205.05198, §5) and, for MLA, the up-projections (DeepSeek-V3 arXiv 2412.19437
-§3.2.3; the same set as ``memory.SELECTIVE_MODULES``), ``full`` recomputes every transformer layer's forward (not the
+§3.2.3; the same set as ``options.SELECTIVE_MODULES``), ``full`` recomputes every transformer layer's forward (not the
 output layer), which reproduces Narayanan eq. 3's ``96 B s l h^2 (1 + s/(6h) + V/(16 l h))``.
 """
 from __future__ import annotations
@@ -349,7 +349,7 @@ class Model(BaseModel):
             return base
         if recompute == "selective":
             # attention core (Korthikanti 2022 §5) and, for MLA, the up-projections (DeepSeek-V3
-            # §3.2.3), as memory.SELECTIVE_MODULES; norms and activation functions are elementwise
+            # §3.2.3), as options.SELECTIVE_MODULES; norms and activation functions are elementwise
             return base + attn + 2.0 * self.layers * self.mla_up_proj_params
         # full: one more forward of every layer, output layer excluded (Narayanan 2021 eq. 3)
         layer_params = self.active_params - self.vocab * self.hidden - self._norm_size(self.hidden)

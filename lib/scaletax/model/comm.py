@@ -23,7 +23,7 @@ recursive halving / doubling: the same bytes in ceil(log2 n) steps per pass; all
 2 steps (the switch reduces, each GPU sends its data once and receives the result once).
 
 Hierarchical collectives over a group with ``n_in`` GPUs per domain in ``n_out`` domains
-(:func:`scaletax.topology.placement`), rail-optimized (each GPU its own NIC):
+(:func:`scaletax.model.topology.placement`), rail-optimized (each GPU its own NIC):
 all_reduce = [reduce-scatter + all-gather in the domain, costed as an intra-domain all_reduce]
            + all_reduce of the 1/n_in shard across domains over the NICs;
 reduce_scatter = in-domain reduce_scatter of m + cross-domain reduce_scatter of m/n_in;
@@ -45,7 +45,7 @@ Per step: ``WireFormat``, ``step_traffic`` -> ``StepComm`` of ``GroupTraffic`` (
 ``take``, ``concat`` and ``map``: the one way to select, join or combine traffic; the chapter's
 per-group tables are in :mod:`scaletax.chapters.communication`). Overlap: ``Overlap``, ``exposed_comm`` ->
 ``ExposedComm``, ``exposed_time`` (the step-time model's entry point).
-The topology (``Topology``, ``placement``, calibrated constants) is in :mod:`scaletax.topology`.
+The topology (``Topology``, ``placement``, calibrated constants) is in :mod:`scaletax.model.topology`.
 """
 from __future__ import annotations
 
@@ -58,8 +58,10 @@ from typing import Sequence
 
 import numpy as np
 
-from scaletax import DATA_DIR, recipes
-from scaletax.topology import Topology, placement
+from scaletax import DATA_DIR
+from scaletax.inputs import recipes
+from scaletax.inputs.options import SCHEDULES, STACKS
+from scaletax.model.topology import Topology, placement
 
 COLLECTIVES_CSV = DATA_DIR / "collectives.csv"
 
@@ -182,7 +184,7 @@ class _Links:
 
 
 def _placed(n, stride, domain):
-    """(n, n_in, n_out) as float arrays (:func:`scaletax.topology.placement`)."""
+    """(n, n_in, n_out) as float arrays (:func:`scaletax.model.topology.placement`)."""
     n_int = np.asarray(n, dtype=np.int64)
     n_in, n_out = placement(n_int, stride, domain)
     return _f(n_int), _f(n_in), _f(n_out)
@@ -478,7 +480,7 @@ class WireFormat:
     act: TP/SP, CP and PP activations and activation gradients (bf16 in Megatron/TE: TP
     collectives and p2p run in the autocast dtype); grad: DP gradient reduce-scatter /
     all-reduce in the dtype of the main-gradient buffer, the recipe's ``grad_bytes`` (the same
-    bytes ``memory`` stores; :data:`scaletax.recipes.GRAD_BYTES`, 16-bit): Megatron-Core DDP reduces
+    bytes ``memory`` stores; :data:`scaletax.inputs.recipes.GRAD_BYTES`, 16-bit): Megatron-Core DDP reduces
     its grad buffer in place (``grad_reduce_in_fp32`` makes both 4 B); param: distributed-optimizer
     parameter all-gather (bf16, or 1 B with FP8 parameters,
     Transformer Engine ``fp8_param_gather``); dispatch / combine: MoE all-to-all token payloads
@@ -494,7 +496,7 @@ class WireFormat:
 
     @classmethod
     def for_recipe(cls, precision: str) -> "WireFormat":
-        """Wire format of a training recipe (:mod:`scaletax.recipes`): parameter gathers and MoE
+        """Wire format of a training recipe (:mod:`scaletax.inputs.recipes`): parameter gathers and MoE
         dispatch in the recipe's ``wire_bytes`` (FP8 1 B; MX and FP4 recipes MXFP8), gradients
         in its main-gradient dtype (``grad_bytes``), activations 16-bit
         (ASSUMPTIONS stated in the registry)."""
@@ -509,7 +511,7 @@ class GroupTraffic:
     count: collectives (or p2p transfers) per step; nvlink_bytes / nic_bytes: bytes each GPU
     sends per step over NVLink / its NIC (ring or direct algorithm wire bytes); seconds:
     communication time per step if nothing overlapped it; size, stride: the group's size and
-    rank stride (:func:`scaletax.layout.group_strides`); domain: NVLink domain size.
+    rank stride (:func:`scaletax.inputs.layout.group_strides`); domain: NVLink domain size.
     """
 
     count: np.ndarray
@@ -641,7 +643,7 @@ class StepComm:
         ``layouts`` (same parallel sizes as the entries picked); the group placement is computed
         from them. ``take(idx, layouts)`` is ``gather`` of ``idx``; ``perf`` gathers the rows
         of a ``LayoutGrid``'s traffic."""
-        from scaletax.layout import group_strides
+        from scaletax.inputs.layout import group_strides
 
         strides = group_strides(layouts)
         groups = {}
@@ -738,8 +740,8 @@ def step_traffic(model, layouts, topo: Topology, wire: WireFormat | None = None,
                  algorithm: str = "auto") -> StepComm:
     """Communication per GPU per training step for each layout (the heaviest pipeline stage).
 
-    model: :class:`scaletax.models.Model`; layouts: :class:`scaletax.layout.LayoutArray` or
-    :class:`~scaletax.layout.Layout`; topo: :class:`Topology` (fields may be arrays that
+    model: :class:`scaletax.inputs.models.Model`; layouts: :class:`scaletax.inputs.layout.LayoutArray` or
+    :class:`~scaletax.inputs.layout.Layout`; topo: :class:`Topology` (fields may be arrays that
     broadcast against the layouts); wire: bytes per element (:class:`WireFormat`, default bf16).
 
     Per micro-batch of b sequences, each CP rank holds t = s*b/cp tokens. Per layer:
@@ -771,11 +773,11 @@ def step_traffic(model, layouts, topo: Topology, wire: WireFormat | None = None,
 
     Runs in blocks of :data:`CHUNK` layouts when the topology's fields are scalars or arrays of
     the same length as the layouts (other broadcast shapes run in one pass). ``layouts`` may be a
-    :class:`scaletax.layout.LayoutGrid` (scalar topology): every array of the result then has a
+    :class:`scaletax.inputs.layout.LayoutGrid` (scalar topology): every array of the result then has a
     shape that broadcasts to the grid's, each term computed once per base layout and the ZeRO
     stage or recompute mode it depends on (``perf`` gathers the rows it needs).
     """
-    from scaletax.layout import Layout, LayoutArray, LayoutGrid
+    from scaletax.inputs.layout import Layout, LayoutArray, LayoutGrid
 
     if isinstance(layouts, Layout):
         layouts = LayoutArray.from_layouts([layouts])
@@ -798,7 +800,7 @@ def step_traffic(model, layouts, topo: Topology, wire: WireFormat | None = None,
 def _step_traffic(model, layouts, topo: Topology, wire: WireFormat | None = None,
                   algorithm: str = "auto") -> StepComm:
     """One block of :func:`step_traffic`."""
-    from scaletax.layout import Layout, LayoutArray, group_strides
+    from scaletax.inputs.layout import Layout, LayoutArray, group_strides
 
     if isinstance(layouts, Layout):
         layouts = LayoutArray.from_layouts([layouts])
@@ -979,7 +981,6 @@ class ExposedComm:
 #:     communication can be fully hidden"): all of it can hide, capped by the compute.
 #: "unknown": :class:`Overlap`'s default ``ep`` (0.5, ASSUMPTION: the midpoint of the two modes).
 SCHEDULE_EP_OVERLAP: dict[str, float] = {"unknown": Overlap.ep, "1f1b": 0.0, "ep_overlap": 1.0, "dualpipe": 1.0}
-SCHEDULES: tuple[str, ...] = tuple(SCHEDULE_EP_OVERLAP)
 
 #: Software stacks a row may state (runs column ``stack``) and the share of the TP/SP collectives
 #: each can run under compute (the TP base fraction, before ``overlap_scale``):
@@ -990,7 +991,6 @@ SCHEDULES: tuple[str, ...] = tuple(SCHEDULE_EP_OVERLAP)
 #:     it also needs torch.compile, configs.py:304-310). Structural, not fitted: no FSDP-stack row
 #:     with a measurement is in data/.
 STACK_TP_OVERLAP: dict[str, float] = {"megatron": Overlap.tp, "fsdp": 0.0}
-STACKS: tuple[str, ...] = tuple(STACK_TP_OVERLAP)
 
 
 def stack_tp_overlap(stack: str) -> float:

@@ -29,7 +29,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from scaletax import DATA_DIR, recipes, unknown_id
+from scaletax import DATA_DIR, memo, unknown_id
+from scaletax.inputs import recipes
 
 HARDWARE_CSV = DATA_DIR / "hardware.csv"
 SYSTEMS_CSV = DATA_DIR / "systems.csv"
@@ -306,6 +307,10 @@ def read_file(path: Path | str) -> tuple[str, ...]:
     except FileNotFoundError:
         return ()
     return (ALL,) if ALL in lines else tuple(sorted(set(lines)))
+
+
+#: A cached call (``scaletax.memo``) reads GPUs only through its arguments: memo checks it with these.
+memo.guard_catalog(reads_during, lambda: catalog())
 
 
 def catalog() -> dict[str, GPU]:
