@@ -44,12 +44,12 @@ def test_every_published_run_once_and_the_held_out_runs_never_fitted(everything)
 
 def test_the_validation_table_accuracy(everything):
     """The issue's figures on its 72 runs, in sample and leave one source out (the honest one): at the
-    start of this work 12.3% median, 72% within 25%, 62.5% in band. The goals (8%, 90%, 80%) are met
-    in sample for the band; out of sample the median and share within 25% are what the chapter states."""
+    start of this work 12.3% median, 72% within 25%, 62.5% in band. The goals (8%, 90%, 80%): the
+    median and the band are met out of sample too; the share within 25% is what the chapter states."""
     *_, acc = everything
     s = acc.summary("validation")
-    assert s["median"] <= 0.075 and s["in_band"] >= 0.85
-    assert s["oos_median"] <= 0.09 and s["oos_within_25"] >= 0.80
+    assert s["median"] <= 0.07 and s["in_band"] >= 0.85
+    assert s["oos_median"] <= 0.08 and s["oos_within_25"] >= 0.80
     dense = [r for r in acc.select("validation") if "dense" in r["regime"]]
     assert np.median([abs(r["oos_error"]) for r in dense]) <= 0.08
     assert np.mean([abs(r["oos_error"]) <= 0.25 for r in dense]) >= 0.9
@@ -103,6 +103,27 @@ def test_moe_routing_bytes_are_their_own_term():
     assert float(np.broadcast_to(dense.bytes_route, (1,))[0]) == 0.0
 
 
+def test_a_fixed_time_per_layer_pass_below_its_idle_gemm_calls():
+    """Every layer's forward and backward, per micro-batch, costs layer_overhead_us beyond its FLOPs and
+    bytes (in the stage's busy time, so the pipeline bubble carries it too). The fit stays at or below
+    the 12 GEMM calls of a dense layer pass at the shortest call an idle H200 took (21.7 us, the 512^3
+    BF16 GEMM of data/measured/gemm_h200.csv): a step queues its kernels, so it pays less than idle."""
+    assert calibrate.gemm_call_floor_us() == pytest.approx(21.728, abs=0.01)
+    eff = efficiency.default_efficiency()
+    bound = calibrate.LAYER_GEMM_CALLS * calibrate.gemm_call_floor_us()
+    assert calibrate.fit_bounds()["layer_overhead_us"][1] == pytest.approx(bound)
+    assert 0.0 < eff.layer_overhead_us <= bound + 1e-4  # data/efficiency.yaml keeps 4 decimals
+    lay = Layout(tp=2, pp=4, dp=8, mbs=1, gbs=64, recompute="selective")  # 8 micro-batches, 8 layers a stage
+    inp = perf.prepare(models.get("llama31_8b"), lay, "bf16", "h100_sxm")
+    assert inp.layer_passes[0] == 8 * 8
+    none, st = perf.evaluate(inp, eff.with_params(layer_overhead_us=0.0)), perf.evaluate(inp, eff)
+    fixed = 64 * eff.layer_overhead_us * 1e-6
+    assert st.other_s[0] - none.other_s[0] == pytest.approx(fixed, rel=1e-9)
+    assert st.bubble_s[0] - none.bubble_s[0] == pytest.approx(3 / 8 * fixed, rel=1e-9)  # (pp - 1) / n_micro
+    with pytest.raises(ValueError, match=r"layer_overhead_us must be >= 0 \(got -1.0\)"):
+        eff.with_params(layer_overhead_us=-1.0)
+
+
 def test_band_widths_by_regime():
     err = np.log1p(np.array([0.01, -0.02, 0.03, 0.05, -0.08, 0.1, 0.12, -0.2, 0.3, 0.5]))
     regs = ["large dense"] * 9 + ["coarse MoE"]
@@ -121,3 +142,22 @@ def test_a_stated_regime_band_holds_out_of_sample():
     raw = band.meta["band"]
     assert raw["coverage"] >= 0.8 and raw["rows"] == 95
     assert band.regime_spread["large dense"] < band.regime_spread["small dense"] < band.regime_spread["fine-grained MoE"]
+
+
+def test_a_ratio_of_two_predictions_carries_the_error_on_measured_pairs(everything):
+    """data/efficiency.yaml's ratio half-width is the 80% quantile of the leave-one-source-out error of
+    the measured pairs' ratios (same model, precision, GPU count and source on two GPUs, fitted runs);
+    every ratio the book quotes is at least that wide, however its two predictions' corners move."""
+    *_, acc = everything
+    band = efficiency.default_band()
+    recs = [r for r in acc.select() if r["table"] != "held-out"]
+    pairs = calibrate.measured_pairs(recs)
+    assert len(pairs) == band.meta["band"]["ratio_pairs"] >= 40
+    assert band.ratio_spread == pytest.approx(calibrate.ratio_half_width(pairs), abs=1e-4)
+    assert 0.05 < band.ratio_spread < 0.3
+    w = band.ratio_spread
+    # both corners set by one regime's half-width: their ratio is the value, the band is not
+    assert efficiency.ratio_range(2.0, 2.0, 2.0) == pytest.approx((2.0 / (1 + w), 2.0 * (1 + w)))
+    assert efficiency.ratio_range(2.0, 2.9, 1.2) == (1.2, 2.9)  # wider corners stay, in either order
+    with pytest.raises(ValueError, match="ratio_half_width: no measured pair"):
+        calibrate.ratio_half_width([])

@@ -133,7 +133,9 @@ def test_bubble_is_narayanan_fraction_of_busy_time():
         lay = Layout(tp=8, pp=pp, dp=2, vp=vp, mbs=1, gbs=2 * n_micro, recompute="full")
         inp = perf.prepare(m, lay, "fp8", "h100_sxm")
         st = perf.evaluate(inp, eff)
-        micro = eff.memory_overhead * inp.bytes_micro[0] / inp.hbm_bw[0]
+        micro = (eff.memory_overhead * inp.bytes_micro[0] / inp.hbm_bw[0]
+                 + eff.layer_overhead_us * 1e-6 * inp.layer_passes[0])  # the fixed time per layer pass too
+        assert inp.layer_passes[0] == np.ceil(m.layers / pp) * n_micro
         assert st.bubble_s[0] == pytest.approx((pp - 1) / (vp * n_micro) * (st.compute_s[0] + micro), rel=1e-12)
 
 

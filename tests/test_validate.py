@@ -128,7 +128,7 @@ def test_calibration_is_deterministic_and_uses_few_parameters(prepared):
     a = calibrate.calibrate(prepared=prepared)
     b = calibrate.calibrate(prepared=prepared)
     assert a.params == b.params
-    assert len(a.fitted) <= 7 < len(a.rows)
+    assert len(a.fitted) <= 8 < len(a.rows)
     entries = efficiency.default_band().meta["parameters"]
     for n in a.fitted:  # every fitted value lies inside its stated range
         assert entries[n]["low"] <= a.params[n] * (1 + 1e-3) and a.params[n] <= entries[n]["high"] * (1 + 1e-3)

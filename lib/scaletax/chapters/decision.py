@@ -529,7 +529,9 @@ def waterfall(plan: Plan, model_id: str, target: str, base: str | None = None, g
             if base_tps is not None:
                 row["cumulative"] = tp[0] / base_tps[0]
                 lo, hi = tp[1] / base_tps[1], tp[2] / base_tps[2]
-                row["cumulative_low"], row["cumulative_high"] = min(lo, hi), max(lo, hi)
+                # a ratio of two predictions carries the model's error on measured pairs (not the base: 1 exactly)
+                row["cumulative_low"], row["cumulative_high"] = (
+                    (min(lo, hi), max(lo, hi)) if key == "base" else efficiency.ratio_range(row["cumulative"], lo, hi))
             if prev is not None and prev["tps"]:
                 row["gain"] = tp[0] / prev["tps"]
         if alone and key in {f[0] for f in FACTORS} and base_tps is not None:
@@ -659,8 +661,9 @@ def breakeven_rows(plan: Plan, rows: list[dict]) -> list[dict[str, Any]]:
                    "ref_days": ref.get("days"), "days": r.get("days"),
                    "deadline_ref": (ref.get("days") is not None and ref["days"] <= plan.target_days)}
             if r.get("tps") and ref.get("tps"):
-                lo, hi = r["tps_low"] / ref["tps_low"], r["tps_high"] / ref["tps_high"]
-                row.update(ratio=r["tps"] / ref["tps"], ratio_low=min(lo, hi), ratio_high=max(lo, hi))
+                ratio = r["tps"] / ref["tps"]
+                lo, hi = efficiency.ratio_range(ratio, r["tps_low"] / ref["tps_low"], r["tps_high"] / ref["tps_high"])
+                row.update(ratio=ratio, ratio_low=lo, ratio_high=hi)
                 if row["price"] is not None and row["ref_price"] is not None:
                     e_ref, e_gpu = _energy_usd_per_gpu_hour(plan, ref_id), _energy_usd_per_gpu_hour(plan, gid)
                     be = [(row["ref_price"] + e_ref) * x - e_gpu for x in (row["ratio"], row["ratio_low"], row["ratio_high"])]
@@ -719,8 +722,8 @@ def heq_rows(plan: Plan, hopper: Sequence[str] | None = None, blackwell: Sequenc
                     if tb is None or th is None:
                         row[h] = row[f"{h}_low"] = row[f"{h}_high"] = None
                         continue
-                    lo, hi = tb[1] / th[1], tb[2] / th[2]
-                    row.update({h: tb[0] / th[0], f"{h}_low": min(lo, hi), f"{h}_high": max(lo, hi)})
+                    lo, hi = efficiency.ratio_range(tb[0] / th[0], tb[1] / th[1], tb[2] / th[2])
+                    row.update({h: tb[0] / th[0], f"{h}_low": lo, f"{h}_high": hi})
                 out.append(row)
     return out
 
@@ -763,8 +766,7 @@ def rubin_claim(plan: Plan, model_id: str | None = None, pair: tuple[str, str] |
             # GPU-count ratio at equal time, from the throughput of each right-sized cluster
             # (free of the count grid): (tokens / t_new) / (tokens / t_old) = t_old / t_new
             ratio = a["exact"] / b["exact"]
-            x, y = a["exact_low"] / b["exact_low"], a["exact_high"] / b["exact_high"]
-            lo, hi = min(x, y, ratio), max(x, y, ratio)
+            lo, hi = efficiency.ratio_range(ratio, a["exact_low"] / b["exact_low"], a["exact_high"] / b["exact_high"])
         for r in rows[-2:]:
             r.update(ratio=ratio, ratio_low=lo, ratio_high=hi)
     sc = rows[0]

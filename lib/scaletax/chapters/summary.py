@@ -388,8 +388,9 @@ def headline(plan: Plan, rows: list[dict] | None = None) -> dict[str, Any]:
                 "source": None, "speedup": None, "speedup_low": None, "speedup_high": None,
                 "precision_gain": None, "precision_from": None, "precision_to": None}
         if h and b:
-            lo, hi = b["tps_low"] / h["tps_low"], b["tps_high"] / h["tps_high"]
-            item.update(speedup=b["tps"] / h["tps"], speedup_low=min(lo, hi), speedup_high=max(lo, hi))
+            speedup = b["tps"] / h["tps"]
+            lo, hi = efficiency.ratio_range(speedup, b["tps_low"] / h["tps_low"], b["tps_high"] / h["tps_high"])
+            item.update(speedup=speedup, speedup_low=lo, speedup_high=hi)
         target = _waterfall_target_for(plan, b["gpu"] if b else None)
         if target:
             wf = waterfall(plan, mid, target, alone=False)

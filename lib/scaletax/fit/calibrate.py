@@ -122,7 +122,8 @@ def _fit_gemm(text: str, path: str, min_m: int, g: hardware.GPU) -> dict[str, fl
 # =========================================================================================
 #: Parameters fitted to the runs table (the others come from the GEMM measurements or are stated).
 FIT_PARAMS: tuple[str, ...] = ("gemm_ceiling_8bit", "gemm_ceiling_4bit", "family_factor_ampere",
-                               "family_factor_blackwell", "memory_overhead", "overlap_scale", "moe_overhead")
+                               "family_factor_blackwell", "memory_overhead", "overlap_scale", "moe_overhead",
+                               "layer_overhead_us")
 #: Search bounds of the fit (physical limits, not ranges of the result).
 FIT_BOUNDS: dict[str, tuple[float, float]] = {
     "gemm_ceiling_16bit": (0.3, 1.0), "gemm_ceiling_8bit": (0.3, 1.0), "gemm_ceiling_4bit": (0.15, 1.0),
@@ -130,7 +131,7 @@ FIT_BOUNDS: dict[str, tuple[float, float]] = {
     "family_factor_blackwell_ultra": (0.5, 1.3), "family_factor_rubin": (0.5, 1.3),
     "family_factor_hopper": (1.0, 1.0), "gemm_roofline": (0.0, 3.0), "memory_overhead": (0.5, 8.0),
     "moe_overhead": (0.5, 30.0),
-    "overlap_scale": (0.0, 2.0),
+    "overlap_scale": (0.0, 2.0), "layer_overhead_us": (0.0, 1000.0),
 }
 
 
@@ -164,10 +165,13 @@ def fit_bounds() -> dict[str, tuple[float, float]]:
     measured 16-bit ceiling times :func:`fp8_over_bf16_max` (on the Hopper basis the 8-bit
     ceiling is a fraction of the FP8 peak, which no measured FP8 GEMM holds above the BF16 one).
     Without it a fold that keeps few 8-bit rows trades the 8-bit ceiling against the
-    memory-bound overhead up to a ceiling of 1 (leaving the large dense runs out did)."""
+    memory-bound overhead up to a ceiling of 1 (leaving the large dense runs out did). The fixed
+    time per layer pass stays below :data:`LAYER_GEMM_CALLS` idle GEMM calls (:func:`gemm_call_floor_us`)."""
     b = dict(FIT_BOUNDS)
     top = fit_gemm_measurements()["ceiling_bf16"] * fp8_over_bf16_max()
     b["gemm_ceiling_8bit"] = (b["gemm_ceiling_8bit"][0], min(b["gemm_ceiling_8bit"][1], top))
+    # a layer pass costs less than its GEMM calls on an idle GPU (gemm_call_floor_us)
+    b["layer_overhead_us"] = (b["layer_overhead_us"][0], LAYER_GEMM_CALLS * gemm_call_floor_us())
     return b
 
 
@@ -181,7 +185,6 @@ DERIVED_FAMILIES: dict[str, str] = {"blackwell_ultra": "blackwell"}
 #: new generation sustains the Hopper fraction of its datasheet peak); the 8-bit ceiling: the FP8
 #: GEMM ceiling measured on the H200 (data/measured/gemm_h200.csv); the 4-bit ceiling: the fold's
 #: 8-bit ceiling times the Blackwell factor (the same fraction as the previous format).
-#: The 4-bit ceiling is that in every fit (:func:`_tie`): not a parameter of its own.
 PRIORS: dict[str, Any] = {
     "moe_overhead": lambda p: p["memory_overhead"],
     "gemm_ceiling_4bit": lambda p: min(1.0, p["gemm_ceiling_8bit"] * p["family_factor_blackwell"]),
@@ -208,8 +211,29 @@ def measured_base() -> dict[str, float]:
     base = {f"gemm_ceiling_{k}": v for k, v in (("16bit", m["ceiling_bf16"]), ("8bit", m["ceiling_fp8"]),
                                                  ("4bit", 0.6))}
     base.update({f"family_factor_{f}": 1.0 for f in efficiency.FAMILIES})
-    base.update(gemm_roofline=m["gemm_roofline"], memory_overhead=2.0, overlap_scale=1.0, moe_overhead=2.0)
+    base.update(gemm_roofline=m["gemm_roofline"], memory_overhead=2.0, overlap_scale=1.0, moe_overhead=2.0,
+                layer_overhead_us=gemm_call_floor_us())
     return base
+
+
+#: GEMM calls of a dense transformer layer's forward and backward: QKV, projection, FC1 and FC2
+#: forward, each with its data-gradient and weight-gradient GEMM backward.
+LAYER_GEMM_CALLS = 12
+
+
+@lru_cache(maxsize=4)
+def gemm_call_floor_us(path: Path | str = GEMM_CSV) -> float:
+    """The shortest GEMM call measured on an idle H200 (``data/measured/gemm_h200.csv``, the
+    ``seconds`` of every GEMM row), microseconds: however small the GEMM, host dispatch and launch
+    take about this long on an idle GPU (the 512^3 and 1024^3 GEMMs both ~22 us). The start of the
+    fitted ``layer_overhead_us``, and ``LAYER_GEMM_CALLS`` of it bound that fit from above (a step
+    queues its kernels ahead of the GPU, so a layer pass pays less than its calls idle)."""
+    with open(path, newline="", encoding="utf-8") as f:
+        secs = [float(r["seconds"]) for r in csv.DictReader(f) if r["dtype"] in _GEMM_DTYPE]
+    if not secs:
+        raise ValueError(f"{path}: no GEMM rows")
+    return min(secs) * 1e6
+
 
 
 def _tie(p: dict[str, float], ratios: dict[str, float] | None = None) -> dict[str, float]:
@@ -444,6 +468,52 @@ def out_of_sample_spread(prepared=None, pred: np.ndarray | None = None) -> dict[
             "rows": int(ok.sum())}
 
 
+def measured_pairs(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every pair of runs of the same model (``model`` column), precision, GPU count and source on two
+    different GPUs (each run once; ``records``: dicts with run_id, model, precision, gpus, source,
+    hardware, measured, predicted, oos_predicted): the measured per-GPU throughput ratio (first /
+    second, GPUs in ``hardware.csv`` order reversed: the newer first) and the model's, in sample and
+    leave one source out (``ratio_error``, ``oos_ratio_error``: predicted / measured ratio - 1). What
+    a ratio the book quotes (GB200 over H100, H-equivalents) can be held to."""
+    order = {g: i for i, g in enumerate(hardware.ids())}
+    keyed: dict[tuple, list[dict[str, Any]]] = {}
+    for r in records:
+        keyed.setdefault((r["model"], r["precision"], r["gpus"], r["source"]), []).append(r)
+    out = []
+    for rs in keyed.values():
+        rs = sorted(rs, key=lambda r: -order.get(r["hardware"], 0))
+        for i, a in enumerate(rs):
+            for b in rs[i + 1:]:
+                if a["hardware"] == b["hardware"]:
+                    continue
+                m = a["measured"] / b["measured"]
+                p, q = a["predicted"] / b["predicted"], a["oos_predicted"] / b["oos_predicted"]
+                out.append({"first": a["run_id"], "second": b["run_id"], "model": a["model"],
+                            "gpus_first": a["hardware"], "gpus_second": b["hardware"], "measured_ratio": m,
+                            "predicted_ratio": p, "oos_ratio": q, "ratio_error": p / m - 1.0,
+                            "oos_ratio_error": q / m - 1.0})
+    return out
+
+
+def ratio_half_width(pairs: Sequence[dict[str, Any]]) -> float:
+    """Relative half-width of the band of a ratio of two predictions: the :data:`BAND_QUANTILE`
+    quantile of |log(predicted / measured ratio)| over :func:`measured_pairs`, leave one source out
+    (never zero: the two predictions' errors do not cancel)."""
+    if not pairs:
+        raise ValueError("ratio_half_width: no measured pair")
+    a = np.abs(np.log1p([p["oos_ratio_error"] for p in pairs]))
+    return float(np.expm1(np.quantile(a, BAND_QUANTILE)))
+
+
+def pair_records(plans: Sequence[RowPlan], pred: np.ndarray, oos: np.ndarray) -> list[dict[str, Any]]:
+    """:func:`measured_pairs`' records of the fitted runs with a measurement: in-sample ``pred`` and
+    leave-one-source-out ``oos`` tokens/s per GPU."""
+    return [{"run_id": p.row["run_id"], "model": str(p.row.get("model") or ""), "precision": str(p.row["precision"]).lower(),
+             "gpus": int(p.layout.gpus), "source": runs.row_source(p.row), "hardware": str(p.row["hardware"]).strip(),
+             "measured": float(p.measured), "predicted": float(a), "oos_predicted": float(b)}
+            for p, a, b in zip(plans, pred, oos) if p.measured and np.isfinite(b)]
+
+
 def abs_error_stats(errors: Sequence[float]) -> tuple[float | None, float | None, float | None]:
     """(median |error|, share within 25%, largest |error|) of relative ``errors``; Nones when empty."""
     if not len(errors):
@@ -612,6 +682,14 @@ _SOURCES = {
     "overlap_scale": "CALIBRATED on all rows: multiplier on comm.Overlap's assumed overlap fractions of the TP, CP, PP "
                      "and DP collectives (clipped to 1); the MoE all-to-all of a paired schedule is not scaled "
                      "(perf.ep_hidden_share).",
+    "layer_overhead_us": "CALIBRATED on all rows: a fixed time per transformer layer per micro-batch (its forward and "
+                         "backward, on the slowest pipeline stage), microseconds, whatever the layer's work: the gaps "
+                         "between its few dozen kernels and each kernel's last-wave tail, which the FLOP and byte terms "
+                         "do not see and which dominate where a GPU gets few tokens per step (small models at large "
+                         "data parallelism, about 2 layers per pipeline stage). Bounded above by the {calls} GEMM calls "
+                         "of a dense layer's forward and backward at the shortest call an idle H200 takes "
+                         "({call_us:.1f} us, data/measured/gemm_h200.csv): {bound:.0f} us (calibrate.gemm_call_floor_us)"
+                         "{at_bound}.",
     "moe_overhead": "CALIBRATED on the MoE rows only (fine- and coarse-grained): time of the MoE routing kernels "
                     "(router logits and top-k, token permutations around the all-to-all; perf.memory_bound_bytes) "
                     "over their ideal HBM time. A fold without an MoE row takes memory_overhead (calibrate.PRIORS).",
@@ -647,6 +725,7 @@ def efficiency_yaml_text(ranges: dict[str, Any] | None = None, prepared=None) ->
     in_band = (pred.low.tokens_per_s_per_gpu[ok] <= meas[ok]) & (meas[ok] <= pred.high.tokens_per_s_per_gpu[ok])
     summ = {"median_abs_error": float(np.median(err)), "max_abs_error": float(err.max()),
             "band_coverage": float(np.mean(in_band))}
+    pairs = measured_pairs(pair_records(plans, pred.value.tokens_per_s_per_gpu, oos))
     coll = comm.fit_calibration()
     file_band = replace(band_from_ranges(ranges, digits=4), spread=round(spread["relative_half_width"], 4),
                         regime_spread={k: round(v, 4) for k, v in spread["regimes"].items()})
@@ -664,11 +743,16 @@ def efficiency_yaml_text(ranges: dict[str, Any] | None = None, prepared=None) ->
     ]
     order = ["gemm_ceiling_16bit", "gemm_ceiling_8bit", "gemm_ceiling_4bit", "family_factor_ampere",
              "family_factor_hopper", "family_factor_blackwell", "family_factor_blackwell_ultra", "family_factor_rubin",
-             "gemm_roofline", "memory_overhead", "overlap_scale", "moe_overhead"]
+             "gemm_roofline", "memory_overhead", "overlap_scale", "moe_overhead", "layer_overhead_us"]
     for n in order:
         r = ranges[n]
         src = _SOURCES[n].format(fp8_meas=gm["ceiling_fp8"], ultra_ratio=power_ratio("blackwell_ultra"),
-                                 fp8_top=fit_bounds()["gemm_ceiling_8bit"][1], fp8_ratio=fp8_over_bf16_max())
+                                 fp8_top=fit_bounds()["gemm_ceiling_8bit"][1], fp8_ratio=fp8_over_bf16_max(),
+                                 calls=LAYER_GEMM_CALLS, call_us=gemm_call_floor_us(),
+                                 bound=LAYER_GEMM_CALLS * gemm_call_floor_us(),
+                                 at_bound=(": the fit sits at this bound (unbounded it takes more, and predicts runs of "
+                                           "sources it did not see worse)" if r["value"] >= fit_bounds()[n][1] * (1 - 1e-6)
+                                           else "") if n == "layer_overhead_us" else "")
         lines.append(f"  {n}:")
         lines.append(f"    value: {r['value']:.4f}")
         lines.append(f"    low: {r['low']:.4f}")
@@ -704,6 +788,12 @@ def efficiency_yaml_text(ranges: dict[str, Any] | None = None, prepared=None) ->
         f"band_half_width; a regime of fewer than {BAND_MIN_RUNS} runs: this pooled value widened to its largest error); "
         "every prediction's low / high is at least value / (1 + w) and value x (1 + w); coverage: the share of the "
         "fitted runs inside a band derived without their source\"",
+        f"  ratio_half_width: {ratio_half_width(pairs):.4f}",
+        f"  ratio_pairs: {len(pairs)}",
+        f"  ratio_method: \"a ratio of two predictions (one GPU over another): at least value / (1 + w) to value x "
+        f"(1 + w), w the {BAND_QUANTILE:.0%} quantile of |log(predicted / measured ratio)| over the pairs of fitted runs "
+        "of one model, precision, GPU count and source on two GPUs, each run predicted without its source "
+        "(calibrate.measured_pairs, ratio_half_width; efficiency.ratio_range)\"",
     ]
     lines += [
         "regimes:",

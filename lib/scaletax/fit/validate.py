@@ -408,40 +408,10 @@ def run_accuracy(prepared: tuple[perf.StepInputs, list[RowSetup]] | None = None,
 
 
 def measured_pairs(acc: RunAccuracy) -> list[dict[str, Any]]:
-    """Every pair of runs of the same model (``model`` column), precision, GPU count and source on two
-    different GPUs (each run once): the measured per-GPU throughput ratio (first / second, GPUs in
-    ``hardware.csv`` order reversed: the newer first) and the model's, in sample and leave one source
-    out (``ratio_error``, ``oos_ratio_error``: predicted / measured ratio - 1). What a ratio the book
-    quotes (GB200 over H100, H-equivalents) can be held to: the model's error on ratios it can be
-    checked on."""
-    order = {g: i for i, g in enumerate(hardware.ids())}
-    keyed: dict[tuple, list[dict[str, Any]]] = {}
-    for r in acc.select():
-        keyed.setdefault((r["model"], r["precision"], r["gpus"], r["source"]), []).append(r)
-    out = []
-    for rs in keyed.values():
-        rs = sorted(rs, key=lambda r: -order.get(r["hardware"], 0))
-        for i, a in enumerate(rs):
-            for b in rs[i + 1:]:
-                if a["hardware"] == b["hardware"]:
-                    continue
-                m = a["measured"] / b["measured"]
-                p, q = a["predicted"] / b["predicted"], a["oos_predicted"] / b["oos_predicted"]
-                out.append({"first": a["run_id"], "second": b["run_id"], "model": a["model"],
-                            "gpus_first": a["hardware"], "gpus_second": b["hardware"], "measured_ratio": m,
-                            "predicted_ratio": p, "oos_ratio": q, "ratio_error": p / m - 1.0,
-                            "oos_ratio_error": q / m - 1.0})
-    return out
-
-
-def ratio_band(pairs: Sequence[dict[str, Any]]) -> float:
-    """Relative half-width of the band of a ratio of two predictions: the ``calibrate.BAND_QUANTILE``
-    quantile of |log(predicted / measured ratio)| over :func:`measured_pairs`, leave one source out
-    (never zero: the two predictions' errors do not cancel)."""
-    if not pairs:
-        raise ValueError("ratio_band: no measured pair")
-    a = np.abs(np.log1p([p["oos_ratio_error"] for p in pairs]))
-    return float(np.expm1(np.quantile(a, cal.BAND_QUANTILE)))
+    """``calibrate.measured_pairs`` of every published run (``acc``, each run once): the same model,
+    precision, GPU count and source on two GPUs, measured and predicted ratios in sample and leave one
+    source out."""
+    return cal.measured_pairs(acc.select())
 
 
 def goals_met(summary: dict[str, Any], goals: dict[str, float] | None = None) -> bool:
@@ -450,7 +420,7 @@ def goals_met(summary: dict[str, Any], goals: dict[str, float] | None = None) ->
     return bool(summary["median_abs_error"] <= g["median_abs_error"] and summary["within_25"] >= g["within_25"])
 
 
-__all__ = ["RUN_TABLES", "RunAccuracy", "measured_pairs", "ratio_band", "VALIDATION_CSV", "published_runs", "run_accuracy", "CV_GOALS", "FAMILY_PATTERNS", "HELDOUT_CSV", "HOLDOUT_TARGETS", "REGIMES", "REGIME_CRITERIA",
+__all__ = ["RUN_TABLES", "RunAccuracy", "measured_pairs", "VALIDATION_CSV", "published_runs", "run_accuracy", "CV_GOALS", "FAMILY_PATTERNS", "HELDOUT_CSV", "HOLDOUT_TARGETS", "REGIMES", "REGIME_CRITERIA",
            "ROW_CONVENTIONS", "RUNS_CSV", "RowSetup", "SCHEMES", "TARGETS", "band_coverage",
            "cross_validation", "error_summary", "goals_met", "heldout_errors", "heldout_predictions",
            "holdout", "holdout_summary", "load_rows", "measured_tokens_per_s", "prepare_rows",

@@ -1,12 +1,15 @@
 """The calibrated parameters of the step-time model (``scaletax.model.perf``): GEMM ceilings per
-format class and GPU family, the GEMM roofline weight, the memory-bound overhead and the overlap
-scale, each with its range (``data/efficiency.yaml``, written by ``scaletax.fit.calibrate``).
+format class and GPU family, the GEMM roofline weight, the memory-bound and MoE routing overheads,
+the overlap scale and the fixed time per layer pass, each with its range (``data/efficiency.yaml``,
+written by ``scaletax.fit.calibrate``).
 
 - ``Efficiency`` (one point of the parameters), ``EfficiencyBand`` (value / low / high corners and
-  the out-of-sample spread), ``load_efficiency(path=EFFICIENCY_YAML)``, ``default_band()``,
+  the out-of-sample spread, pooled and per regime: ``spreads(regime_idx)``),
+  ``load_efficiency(path=EFFICIENCY_YAML)``, ``default_band()``,
   ``default_efficiency()``.
 - ``format_class(precision)``: the ceiling a precision's GEMMs run at; ``power_per_flop(family)``:
-  the rated power per peak FLOP behind Blackwell Ultra's family factor.
+  the rated power per peak FLOP behind Blackwell Ultra's family factor; ``ratio_range(ratio, low,
+  high)``: the band of a ratio of two predictions (the model's error on measured pairs of runs).
 """
 from __future__ import annotations
 
@@ -49,6 +52,7 @@ class Efficiency:
     memory_overhead  time / ideal HBM time of the memory-bound kernels
     overlap_scale  multiplier on the default overlap fractions of :class:`comm.Overlap` (clipped to 1)
     moe_overhead   time / ideal HBM time of the MoE routing kernels (router, token permutations)
+    layer_overhead_us  fixed time per transformer layer per micro-batch (forward and backward), microseconds
     """
 
     gemm_ceiling: Mapping[str, float]
@@ -57,6 +61,7 @@ class Efficiency:
     memory_overhead: float
     overlap_scale: float
     moe_overhead: float = 1.0
+    layer_overhead_us: float = 0.0
 
     def __post_init__(self) -> None:
         missing = set(FORMAT_CLASSES) - set(self.gemm_ceiling)
@@ -78,6 +83,8 @@ class Efficiency:
             raise ValueError(f"overlap_scale must be >= 0 (got {self.overlap_scale})")
         if self.moe_overhead <= 0:
             raise ValueError(f"moe_overhead must be > 0 (got {self.moe_overhead})")
+        if self.layer_overhead_us < 0:
+            raise ValueError(f"layer_overhead_us must be >= 0 (got {self.layer_overhead_us})")
 
     def ceiling(self, precision: str, family: str) -> float:
         """Fraction of the dense peak of ``precision`` a large GEMM sustains on ``family``:
@@ -99,7 +106,8 @@ class Efficiency:
         out = {f"gemm_ceiling_{k}": float(v) for k, v in self.gemm_ceiling.items()}
         out.update({f"family_factor_{k}": float(v) for k, v in self.family_factor.items()})
         out.update(gemm_roofline=float(self.gemm_roofline), memory_overhead=float(self.memory_overhead),
-                   overlap_scale=float(self.overlap_scale), moe_overhead=float(self.moe_overhead))
+                   overlap_scale=float(self.overlap_scale), moe_overhead=float(self.moe_overhead),
+                   layer_overhead_us=float(self.layer_overhead_us))
         return out
 
     @classmethod
@@ -109,7 +117,8 @@ class Efficiency:
             return cls(gemm_ceiling={k: float(p[f"gemm_ceiling_{k}"]) for k in FORMAT_CLASSES},
                        family_factor={k: float(p[f"family_factor_{k}"]) for k in FAMILIES},
                        gemm_roofline=float(p["gemm_roofline"]), memory_overhead=float(p["memory_overhead"]),
-                       overlap_scale=float(p["overlap_scale"]), moe_overhead=float(p["moe_overhead"]))
+                       overlap_scale=float(p["overlap_scale"]), moe_overhead=float(p["moe_overhead"]),
+                       layer_overhead_us=float(p["layer_overhead_us"]))
         except KeyError as exc:
             raise ValueError(f"efficiency parameter {exc.args[0]!r} missing") from None
 
@@ -125,7 +134,8 @@ class Efficiency:
 #: Direction in which each parameter raises throughput (+1: larger is faster, -1: slower).
 PARAM_SIGN: dict[str, int] = {**{f"gemm_ceiling_{k}": 1 for k in FORMAT_CLASSES},
                               **{f"family_factor_{k}": 1 for k in FAMILIES},
-                              "gemm_roofline": -1, "memory_overhead": -1, "overlap_scale": 1, "moe_overhead": -1}
+                              "gemm_roofline": -1, "memory_overhead": -1, "overlap_scale": 1, "moe_overhead": -1,
+                              "layer_overhead_us": -1}
 
 
 @dataclass(frozen=True)
@@ -143,9 +153,12 @@ class EfficiencyBand:
     #: the same per regime (``data/efficiency.yaml`` ``regimes``, ``runs.REGIMES``): the regime's
     #: leave-one-source-out half-width; a regime not in it takes ``spread``
     regime_spread: Mapping[str, float] = field(default_factory=dict)
+    #: relative half-width of a ratio of two predictions (``data/efficiency.yaml`` ``band.ratio_half_width``:
+    #: the model's error on measured pairs of runs, one model on two GPUs); :func:`ratio_range`
+    ratio_spread: float = 0.0
 
     def __post_init__(self) -> None:
-        for name, w in {"": self.spread, **dict(self.regime_spread)}.items():
+        for name, w in {"": self.spread, "ratio": self.ratio_spread, **dict(self.regime_spread)}.items():
             if not (0.0 <= w < 10.0):
                 raise ValueError(f"EfficiencyBand.spread{'[' + repr(name) + ']' if name else ''} must be in [0, 10) "
                                  f"(got {w})")
@@ -199,8 +212,9 @@ def load_efficiency(path: Path | str = EFFICIENCY_YAML) -> EfficiencyBand:
     sec = raw.get("band") or {}
     try:
         spread = float(sec.get("relative_half_width", 0.0)) if isinstance(sec, dict) else 0.0
+        ratio = float(sec.get("ratio_half_width", 0.0)) if isinstance(sec, dict) else 0.0
     except (TypeError, ValueError):
-        raise ValueError(f"{path.name}: band.relative_half_width must be a number") from None
+        raise ValueError(f"{path.name}: band.relative_half_width and band.ratio_half_width must be numbers") from None
     regimes = raw.get("regimes") or {}
     per: dict[str, float] = {}
     for name, rec in (regimes.items() if isinstance(regimes, dict) else ()):
@@ -209,7 +223,7 @@ def load_efficiency(path: Path | str = EFFICIENCY_YAML) -> EfficiencyBand:
                 per[str(name)] = float(rec["band_half_width"])
             except (TypeError, ValueError):
                 raise ValueError(f"{path.name}: regimes.{name}.band_half_width must be a number") from None
-    return replace(band, spread=spread, regime_spread=per)
+    return replace(band, spread=spread, regime_spread=per, ratio_spread=ratio)
 
 
 @lru_cache(maxsize=1)
@@ -220,6 +234,17 @@ def default_band() -> EfficiencyBand:
 
 def default_efficiency() -> Efficiency:
     return default_band().value
+
+
+def ratio_range(ratio: float, low: float, high: float, band: EfficiencyBand | None = None) -> tuple[float, float]:
+    """The band of a ratio of two predictions (tokens/s of one GPU over another's, GPUs for a deadline,
+    H-equivalents): the ratio of their corners (``low``, ``high``, in either order), widened to at least
+    ``ratio / (1 + w)`` and ``ratio x (1 + w)``, w the model's error on measured pairs of runs
+    (``band.ratio_spread``, default the calibrated band's). Never zero width: two predictions' errors
+    need not cancel, and where both corners are set by the same regime half-width their ratio would."""
+    w = (default_band() if band is None else band).ratio_spread
+    lo, hi = min(low, high), max(low, high)
+    return min(lo, ratio / (1.0 + w)), max(hi, ratio * (1.0 + w))
 
 
 def format_class(precision: str) -> str:
@@ -246,4 +271,4 @@ def power_per_flop(family: str) -> float:
 
 __all__ = ["EFFICIENCY_YAML", "FAMILIES", "FAMILY_CLASSES", "FORMAT_CLASSES", "FP4_CLASS", "PARAM_SIGN", "SAFE_LOADER",
            "Efficiency", "EfficiencyBand", "default_band", "default_efficiency", "format_class", "load_efficiency",
-           "power_per_flop"]
+           "power_per_flop", "ratio_range"]

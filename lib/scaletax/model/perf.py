@@ -26,6 +26,7 @@ Model (per GPU of the heaviest pipeline stage, per step; seconds, FLOP, bytes)
     step_s    = compute_s + other_s + bubble_s + exposed_comm_s
     compute_s = sum_k FLOP_k / (peak_k x ceiling_k) x (1 + gemm_roofline x n_ref_k x S_k)
     other_s   = memory_overhead x (bytes of all micro-batches + bytes once per step) / HBM B/s
+                + moe_overhead x MoE routing bytes / HBM B/s + layer_overhead_us x layers of the stage x m
     bubble_s  = (pp - 1) / (vp m) x (compute_s + micro-batch part of other_s)
     exposed_comm_s = comm.exposed_comm(step traffic, t_compute = compute_s + micro-batch other_s,
                                        comm.Overlap() fractions x overlap_scale)
@@ -52,8 +53,8 @@ Model (per GPU of the heaviest pipeline stage, per step; seconds, FLOP, bytes)
   (:data:`FP4_BF16_LAYERS`) run at the 16-bit peak (ASSUMPTION: Transformer Engine defaults, FP8
   dot-product attention off, output layer outside the low-precision region).
 - Ceilings: ``gemm_ceiling[format class] x family_factor[family]`` (Hopper = 1; the 4-bit
-  ceiling is absolute: FP4 tensor cores start with Blackwell; ``calibrate`` ties it to the 8-bit
-  ceiling x the Blackwell factor).
+  ceiling is absolute: FP4 tensor cores start with Blackwell; a fold of ``calibrate`` without a
+  4-bit run takes the 8-bit ceiling x the Blackwell factor).
 - GEMM shape (additive roofline, Williams et al. 2009): a GEMM M x K x N per GPU (after TP/ETP,
   CP and the MoE token split) with n = 3 / (1/M + 1/K + 1/N) takes FLOPs / (peak x ceiling) x
   (1 + k n_ref / n), n_ref = 1.5 x bytes per element x ridge point (:func:`gemm_reference_size`);
@@ -63,7 +64,10 @@ Model (per GPU of the heaviest pipeline stage, per step; seconds, FLOP, bytes)
   activation functions, low-precision casts, MoE routing and permutation, cross-entropy, the
   context-parallel merges of partial attention results; per step the Adam update,
   gradient-buffer reset and weight casts. A lower bound on bytes moved;
-  ``memory_overhead`` turns it into time.
+  ``memory_overhead`` turns it into time (``moe_overhead`` the MoE routing bytes').
+- A fixed time per layer pass (``layer_overhead_us``, each layer's forward and backward per
+  micro-batch on the slowest stage, ``StepInputs.layer_passes``): kernel gaps and tails, whatever
+  the work; fitted below 12 idle GEMM calls (``calibrate.gemm_call_floor_us``).
 - Communication: :mod:`scaletax.model.comm` per group, evaluated once per distinct pattern; the MoE
   all-to-all re-timed for per-domain deduplication (:func:`ep_dedup_factor`, DeepEP-class); the
   context-parallel ring hides only under the attention time (Ring Attention, arXiv 2310.01889).
@@ -304,7 +308,9 @@ class StepInputs:
     stack can hide (``comm.STACK_TP_OVERLAP``); attn_unfused: 1 where the attention is unfused
     (:data:`ATTN_KERNELS`: its batched GEMMs at the 16-bit rate, the score traffic in bytes_scores, no
     exp), 0 for flash attention (scores on chip, the softmax exp on the SFUs); bytes_scores: HBM bytes of the unfused attention's
-    score kernels per step (:data:`UNFUSED_ATTN_BYTES`), at :data:`HBM_STREAM_EFF`; comm: :class:`comm.StepComm` (with its ``layouts``).
+    score kernels per step (:data:`UNFUSED_ATTN_BYTES`), at :data:`HBM_STREAM_EFF`; layer_passes: transformer layers
+    of the slowest stage x micro-batches per step (each a forward and a backward: the fitted ``layer_overhead_us``
+    is charged per pass); comm: :class:`comm.StepComm` (with its ``layouts``).
     """
 
     flops_lin: np.ndarray
@@ -341,6 +347,7 @@ class StepInputs:
     tp_overlap: np.ndarray
     attn_unfused: np.ndarray
     bytes_scores: np.ndarray
+    layer_passes: np.ndarray
     comm: comm.StepComm
 
     def __len__(self) -> int:
@@ -972,7 +979,8 @@ def prepare(model: Model, layouts, precision: str, gpu, topo: Topology | None = 
                       fmt_idx=np.full(n, FORMAT_CLASSES.index(fmt)), fam_idx=g.fam_idx + np.zeros(n, np.int64),
                       clock_scale=g.clock * full, regime_idx=_regime_idx(model, la.zero_stage, stack),
                       ep_overlap=comm.schedule_ep_overlap(schedule) * full, tp_overlap=tp_overlap * full,
-                      attn_unfused=float(unfused) * full, bytes_scores=take(b_scores) * full, comm=step)
+                      attn_unfused=float(unfused) * full, bytes_scores=take(b_scores) * full,
+                      layer_passes=take(layers_stage * n_micro) * full, comm=step)
 
 
 def _regime_idx(model: Model, zero_stage, stack: str) -> np.ndarray:
@@ -998,7 +1006,7 @@ class StepTime:
     """Step time per layout and its breakdown by cause, seconds (float64 arrays).
 
     step_s = compute_s + other_s + bubble_s + exposed_comm_s. compute_s: tensor-core work;
-    other_s: memory-bound kernels and the optimizer step; bubble_s: pipeline fill and drain;
+    other_s: memory-bound kernels, the fixed time per layer pass and the optimizer step; bubble_s: pipeline fill and drain;
     exposed_comm_s: communication not hidden by compute (per group in ``comm_groups``;
     ``comm_s`` is all communication, hidden or not). Rates per GPU: tokens_per_s_per_gpu,
     model_tflops_per_gpu (TFLOP/s, no recompute), mfu (model FLOPs / dense peak of the
@@ -1062,6 +1070,9 @@ def evaluate(inp: StepInputs, eff: Efficiency | None = None, overlap: Overlap | 
     mem_micro = ((eff.memory_overhead * inp.bytes_micro + eff.moe_overhead * inp.bytes_route) / inp.hbm_bw
                  + inp.bytes_scores / (inp.hbm_bw * HBM_STREAM_EFF))
     mem_step = eff.memory_overhead * inp.bytes_step / inp.hbm_bw
+    # a fixed time per layer per micro-batch, whatever its work: what a layer's forward and backward
+    # cost beyond their FLOPs and bytes (the gaps between its few dozen kernels, each last wave's tail)
+    mem_micro = mem_micro + eff.layer_overhead_us * 1e-6 * inp.layer_passes
     busy = compute + mem_micro
     bubble = inp.bubble * busy
     # the context-parallel ring hides its K/V hops under the attention of the chunk at hand only
