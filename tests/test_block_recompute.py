@@ -12,6 +12,8 @@ from scaletax.inputs import runs
 from scaletax.inputs.layout import Layout, LayoutArray
 from scaletax.model import memory, perf, runplan
 
+from objects import as_gpu, as_recipe
+
 LLAMA3_8B = {"model": "Llama 3 8B", "layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8, "head_dim": 128,
              "ffn_hidden": 14336, "vocab": 128256, "seq_len": 8192, "hardware": "h100_sxm", "gpu_count": 8,
              "tp": 1, "pp": 1, "mbs": 1, "gbs": 128, "precision": "fp8"}
@@ -44,7 +46,7 @@ def test_plan_row_block_recompute_mixes_full_and_none():
     assert plan.recompute_fraction == pytest.approx(5 / 32) and plan.recompute_rest == "none"
     assert plan.recompute_label == "full on 16% of layers, none on the rest"
     model, lay = plan.model, plan.layout
-    tot = memory.breakdown(model, LayoutArray.from_layouts([lay.replace(recompute="none"), lay]), "fp8").total
+    tot = memory.breakdown(model, LayoutArray.from_layouts([lay.replace(recompute="none"), lay]), as_recipe("fp8")).total
     x = 5 / 32
     assert plan.memory_gib == pytest.approx(float((1 - x) * tot[0] + x * tot[1]) / memory.GIB, rel=1e-12)
     # activations are stored per layer: the block mix lies strictly between none and full
@@ -58,16 +60,16 @@ def test_block_recompute_flops_are_the_layer_mix_of_none_and_full():
     plan = runplan.plan_row(row)
     lay, x = plan.layout, plan.recompute_fraction
     block = runplan.step_inputs([plan])
-    none = perf.prepare(plan.model, lay.replace(recompute="none"), "fp8", "h100_sxm")
-    full = perf.prepare(plan.model, lay, "fp8", "h100_sxm")
+    none = perf.prepare(plan.model, lay.replace(recompute="none"), as_recipe("fp8"), as_gpu("h100_sxm"))
+    full = perf.prepare(plan.model, lay, as_recipe("fp8"), as_gpu("h100_sxm"))
     for k in ("flops_lin", "flops_attn", "attn_elems_fwd", "bytes_micro"):
         mix = (1 - x) * getattr(none, k)[0] + x * getattr(full, k)[0]
         assert getattr(block, k)[0] == pytest.approx(mix, rel=1e-12), k
     # the selective rest (perf.least_recompute's mix) costs more than the block method's none
-    sel_rest = perf.prepare(plan.model, lay, "fp8", "h100_sxm", recompute_fraction=x)
+    sel_rest = perf.prepare(plan.model, lay, as_recipe("fp8"), as_gpu("h100_sxm"), recompute_fraction=x)
     assert sel_rest.flops_attn[0] > block.flops_attn[0]
     with pytest.raises(ValueError, match="recompute_rest"):
-        perf.prepare(plan.model, lay, "fp8", "h100_sxm", recompute_fraction=x, recompute_rest=2)
+        perf.prepare(plan.model, lay, as_recipe("fp8"), as_gpu("h100_sxm"), recompute_fraction=x, recompute_rest=2)
 
 
 def test_plan_rows_matches_plan_row_with_block_recompute():

@@ -49,7 +49,9 @@ def test_own_model_and_gpu_build_marked_and_a_price_change_reruns_only_price_rea
         assert "My MoE 1.8T (yours)" in text, page
     summary = (html / "summary.html").read_text(encoding="utf-8")
     assert "Your inputs" in summary  # the provenance box
-    assert "90% goodput" in summary and "2407.21783" in summary  # the sourced default, said on the summary
+    # a scenario file written before the goodput model takes its inputs from the default scenario: the
+    # summary says the goodput is modelled, for which cluster, and from whose interruption rate
+    assert "goodput (modelled for 8,192 GPUs)" in summary and "Llama 3 405B pre-training" in summary
     assert "racks (" in summary  # GPUs for the deadline in whole NVL72 racks
     m = json.loads((build / "mine" / "manifest.json").read_text())
     assert set(m["definitions"]["gpus"]) == {"gb200_800g"} and set(m["definitions"]["models"]) == {"moe_1p8t"}

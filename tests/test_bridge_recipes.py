@@ -12,6 +12,8 @@ from scaletax.inputs import recipes, runs
 from scaletax.model import memory, runplan
 from scaletax.chapters import validation as vs
 
+from objects import as_gpu, as_recipe
+
 RECIPES_CSV = DATA_DIR / "bridge_recipes.csv"
 TAG = vs.RECIPE_NOTE
 GPU = {"h100": "h100_sxm", "b200": "b200", "gb200": "gb200", "b300": "b300", "gb300": "gb300"}
@@ -192,8 +194,8 @@ def test_fp8_param_gather_keeps_the_linear_weights_only_as_their_copy(tmp_path):
            "pp": 4, "vp": 5, "mbs": 1, "gbs": 256, "precision": "mxfp8", "recompute": "none"}
     plain, gather = runplan.plan_row(row), runplan.plan_row({**row, "fp8_param_gather": "true"})
     assert gather.options == {"lowp_params": True} and plain.options == {}
-    w0 = memory.breakdown(plain.model, plain.layout, "mxfp8").gib()["weights"][0]
-    w1 = memory.breakdown(plain.model, plain.layout, "mxfp8", lowp_params=True).gib()["weights"][0]
+    w0 = memory.breakdown(plain.model, plain.layout, as_recipe("mxfp8")).gib()["weights"][0]
+    w1 = memory.breakdown(plain.model, plain.layout, as_recipe("mxfp8"), lowp_params=True).gib()["weights"][0]
     # the 16-bit copy of the stage's linear weights is gone: weights drop by param_bytes per linear weight
     assert w1 < w0 and plain.memory_gib - gather.memory_gib == pytest.approx(w0 - w1, rel=1e-9)
     assert w0 - w1 > 0.5 * recipes.training("mxfp8").param_bytes * 17e9 / memory.GIB

@@ -11,6 +11,8 @@ from scaletax.model.comm import GROUPS, Overlap
 from scaletax.model.topology import Topology
 from scaletax.chapters import communication as cs
 
+from objects import as_gpu, as_recipe
+
 BATCH = 16 * 2**20
 DENSE = models.get("megatron_1t")
 MOE = models.get("kimi_k2")
@@ -20,25 +22,25 @@ MOE = models.get("kimi_k2")
 def test_best_layout_is_the_search_answer():
     """The chapter's best layout is search.search's, with its step time and per-group traffic."""
     row = cs.best_layout(DENSE, "h100_sxm", 4096, batch_tokens=BATCH)
-    res = search.search(DENSE, "fp8", "h100_sxm", 4096, tokens_per_step=BATCH, pareto=False)
+    res = search.search(DENSE, as_recipe("fp8"), as_gpu("h100_sxm"), 4096, tokens_per_step=BATCH, pareto=False)
     assert row["layout"] == label(res.best, DENSE)
     assert row["t_step"] == pytest.approx(res.metrics["step_s"], rel=1e-12)
     lay = Layout(tp=row["tp"], pp=row["pp"], cp=row["cp"], dp=row["dp"], ep=row["ep"], etp=row["etp"],
                  vp=row["vp"], mbs=row["mbs"], gbs=row["gbs"], zero_stage=row["zero_stage"], recompute=row["recompute"])
     assert lay == res.best
-    assert memory.fits(DENSE, lay, "h100_sxm", "fp8")[0]
+    assert memory.fits(DENSE, lay, as_gpu("h100_sxm"), as_recipe("fp8"))[0]
     assert row["share"] == pytest.approx(row["t_exposed"] / row["t_step"])
     assert sum(row[f"{g}_exposed"] for g in GROUPS) == pytest.approx(row["t_exposed"])
     assert row["t_step"] == pytest.approx(row["t_compute"] + row["t_bubble"] + row["t_exposed"])
     # the traffic is step_traffic's for that layout on the GPU's topology
-    st = comm.step_traffic(DENSE, lay, Topology.from_gpu("h100_sxm"), comm.WireFormat.for_recipe("fp8"))
+    st = comm.step_traffic(DENSE, lay, Topology.from_gpu(as_gpu("h100_sxm")), comm.WireFormat.for_recipe(as_recipe("fp8")))
     assert row["dp_nic_gb"] == pytest.approx(float(st.groups["dp"].nic_bytes[0]) / 1e9)
     assert row["t_comm"] == pytest.approx(float(st.seconds[0]))
 
 
 def test_best_layout_on_another_domain_keeps_tp_aligned():
     row = cs.best_layout(DENSE, "gb200", 4096, batch_tokens=BATCH, domain=36)
-    res = search.search(DENSE, "fp8", "gb200", 4096, tokens_per_step=BATCH, pareto=False,
+    res = search.search(DENSE, as_recipe("fp8"), as_gpu("gb200"), 4096, tokens_per_step=BATCH, pareto=False,
                         space=search.SearchSpace(domain=36))
     assert row["domain"] == 36 and row["layout"] == label(res.best, DENSE)
     assert 36 % row["tp"] == 0
@@ -191,7 +193,7 @@ def test_llama_rows_match_the_step_time_model():
     assert tc > 0 and rows[-1]["group"] == "total"
     assert {r["group"] for r in rows[:-1]} == {"tp", "cp", "pp", "dp"}
     lay = Layout(**cs.LLAMA405B_LAYOUT)
-    st = perf.step_time(models.get("llama31_405b"), lay, "fp8", "h100_sxm")
+    st = perf.step_time(models.get("llama31_405b"), lay, as_recipe("fp8"), as_gpu("h100_sxm"))
     assert tc == pytest.approx(float(st.compute_s[0] + st.other_s[0]))
     ref = cs.llama405b_traffic("h100_sxm", precision="fp8", t_compute=tc, overlap=cs.applied_overlap())
     assert rows[-1]["exposed_s"] == pytest.approx(ref[-1]["exposed_s"])

@@ -19,6 +19,8 @@ from scaletax.chapters import decision as d
 from scaletax.chapters import summary as s
 from scaletax.report.chapters import chapter, default_parameters
 
+from objects import as_gpu, as_recipe
+
 DEFAULT = yaml.safe_load((ROOT / "data" / "scenarios" / "default.yaml").read_text())
 # fast models for most tests: dense searches take ~0.01-0.05 s
 DENSE, SMALL_MOE = "megatron_1t", "qwen3_235b_a22b"
@@ -32,7 +34,7 @@ def make(**kw) -> d.Plan:
              cluster_gpus=4096, cluster_target_days=90, economics_prices=DEFAULT["economics"]["prices"],
              economics_energy=DEFAULT["economics"]["energy"], economics_usd_per_mwh=80,
              comparisons=DEFAULT["comparisons"], cluster_goodput=1.0,  # the formulas below: no lost time
-             economics_price_includes_power=False)
+             economics_price_includes_power=False, cluster_reliability=DEFAULT["cluster"]["reliability"])
     p.update(kw)
     return d.Plan.from_params(**p)
 
@@ -72,10 +74,10 @@ def test_round_count(n):
 def test_rows_match_search_and_cost(plan, rows):
     assert [(r["model"], r["gpu"]) for r in rows] == [(DENSE, g) for g in plan.gpus]
     for r in rows:
-        res = search.search(catalog.get(DENSE), r["precision"], r["gpu"], plan.cluster_gpus,
+        res = search.search(catalog.get(DENSE), as_recipe(r["precision"]), as_gpu(r["gpu"]), plan.cluster_gpus,
                             tokens_per_step=plan.batch_tokens, pareto=False)
         assert r["tps"] == pytest.approx(res.metrics["tokens_per_s_per_gpu"])
-        est = cost.train_estimate(plan.tokens, r["tps"], r["gpus"], r["gpu"], plan.economics(r["gpu"]),
+        est = cost.train_estimate(plan.tokens, r["tps"], r["gpus"], as_gpu(r["gpu"]), plan.economics(r["gpu"]),
                                   low=r["tps_low"], high=r["tps_high"])
         for k in ("days", "gpu_hours", "energy_mwh", "cost_usd"):
             assert r[k] == pytest.approx(est[k]) and r[k + "_low"] == pytest.approx(est[k + "_low"])
@@ -181,7 +183,7 @@ def test_breakeven_price_equalizes_cost_per_token(plan, rows):
     ref = next(r for r in rows if r["gpu"] == "h200_sxm")
     for r in be:
         x = next(q for q in rows if q["gpu"] == r["gpu"])
-        e = lambda g: cost.energy_mwh(1.0, hardware.get(g).tdp_w, plan.system_overhead, plan.utilization, plan.pue)
+        e = lambda g: cost.energy_mwh(1.0, hardware.get(g).system_w, plan.utilization, plan.pue)
         per_tok = lambda price, g, tps: (price + e(g) * plan.usd_per_mwh) / (tps * 3600)
         assert per_tok(r["breakeven"], r["gpu"], x["tps"]) == pytest.approx(per_tok(2.50, "h200_sxm", ref["tps"]))
         assert r["ratio"] == pytest.approx(x["tps"] / ref["tps"])
@@ -244,7 +246,7 @@ def test_tornado_rows(plan, rows):
     assert {r["gpu"] for r in tor} == {ref["gpu"]}
     costs = [r for r in tor if r["output"] == "cost_usd"]
     assert {r["input"] for r in costs} == {"tokens_per_s_per_gpu", "tokens", "usd_per_gpu_hour", "pue", "utilization",
-                                            "system_overhead", "gpus"}
+                                            "system_w", "gpus"}
     swings = [r["swing_pct"] for r in costs]
     # sorted by swing, largest first; inputs with the same swing (to rounding) in either order
     assert all(a >= b - 1e-9 * abs(b) for a, b in zip(swings, swings[1:]))

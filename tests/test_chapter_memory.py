@@ -10,6 +10,8 @@ from scaletax.inputs.layout import Layout
 from scaletax.model import memory, search
 from scaletax.chapters import memory as ms
 
+from objects import as_gpu, as_recipe
+
 GIB = 2**30
 ONE_T = models.get(models.DENSE_1T)
 MOE = models.get(models.MOE_1T)
@@ -37,7 +39,7 @@ def test_every_reference_cites_a_bib_entry():
 def test_min_gpus_is_the_search_answer(mid, gpu):
     m = models.get(mid)
     mine = ms.min_gpus(m, gpu, "fp8")
-    ref = search.min_gpus(m, "fp8", gpu, space=ms.space(None))
+    ref = search.min_gpus(m, as_recipe("fp8"), as_gpu(gpu), space=ms.space(None))
     assert mine["gpus"] == ref.gpus[0]
     assert mine["layout"] == ref.best
     assert mine["memory_gib"] == pytest.approx(ref.metrics["memory_gib"])
@@ -47,21 +49,21 @@ def test_min_gpus_is_the_search_answer(mid, gpu):
 
 def test_fit_respects_capacity_batch_and_least_parallelism():
     gpus = ["h100_sxm", "gb300"]
-    precs = {g: "fp8" for g in gpus}
+    precs = {g: as_recipe("fp8") for g in gpus}
     seqs = ms.batch_sequences(MOE, B)
     res = ms.fit(MOE, 16384, gpus, precs, seqs)
     for g, r in res.items():
         lay = r["layout"]
         assert lay is not None and lay.gpus == 16384
         assert abs(lay.gbs - seqs) <= ms.SPACE.batch_tolerance * seqs and lay.gbs % (lay.dp * lay.mbs) == 0
-        assert memory.fits(MOE, lay, g, "fp8")[0]
+        assert memory.fits(MOE, lay, as_gpu(g), as_recipe("fp8"))[0]
         # no candidate with less model parallelism fits
         la = search.candidates(MOE, 16384, ms.SPACE, seqs, domain=hardware.get(g).nvlink_domain)
         mp = la.tp * la.pp * la.cp
-        ok = memory.fits(MOE, la, g, "fp8")
+        ok = memory.fits(MOE, la, as_gpu(g), as_recipe("fp8"))
         assert not np.any(ok & (mp < lay.tp * lay.pp * lay.cp))
         # and it is the search's answer for the chapter's space
-        one = search.search(MOE, "fp8", g, 16384, gbs=seqs, space=ms.SPACE, pareto=False)
+        one = search.search(MOE, as_recipe("fp8"), as_gpu(g), 16384, gbs=seqs, space=ms.SPACE, pareto=False)
         assert one.best == lay
     # 4,096 sequences cannot feed 16,384 data-parallel ranks: at least 4-way model parallel
     assert res["gb300"]["layout"].tp * res["gb300"]["layout"].pp >= 16384 // seqs // 1.1
@@ -107,7 +109,7 @@ def test_state_rows_bytes_per_parameter():
 
 def test_sweeps_are_monotonic_and_recompute_ordered():
     lay = Layout(tp=8, pp=16, dp=128, gbs=8192)
-    rows = ms.sweep_rows(ONE_T, lay, "fp8")
+    rows = ms.sweep_rows(ONE_T, lay, as_recipe("fp8"))
     for knob in ("sequence length", "micro-batch"):
         for rc in ms.RECOMPUTE:
             tot = [r["total_gib"] for r in rows if r["knob"] == knob and r["recompute"] == rc]
@@ -128,13 +130,13 @@ def test_limit_rows_agree_with_fits():
     for r in rows:
         cap = r["capacity_gib"]
         if r["least_recompute"] != "does not fit":
-            assert memory.fits(ONE_T, lay.replace(recompute=r["least_recompute"]), cap, "fp8")[0]
+            assert memory.fits(ONE_T, lay.replace(recompute=r["least_recompute"]), as_gpu(cap), as_recipe("fp8"))[0]
         for rc in ms.RECOMPUTE:
             mb = r[f"mbs_{rc}"]
             base = lay.replace(recompute=rc)
             if mb:
-                assert memory.fits(ONE_T, base.replace(mbs=mb, gbs=mb * base.dp * base.n_micro), cap, "fp8")[0]
-            assert not memory.fits(ONE_T, base.replace(mbs=mb + 1, gbs=(mb + 1) * base.dp * base.n_micro), cap, "fp8")[0]
+                assert memory.fits(ONE_T, base.replace(mbs=mb, gbs=mb * base.dp * base.n_micro), as_gpu(cap), as_recipe("fp8"))[0]
+            assert not memory.fits(ONE_T, base.replace(mbs=mb + 1, gbs=(mb + 1) * base.dp * base.n_micro), as_gpu(cap), as_recipe("fp8"))[0]
     h100, gb300 = rows
     assert h100["least_recompute"] == "full" and gb300["least_recompute"] == "none"
     assert gb300["seq_none"] > h100["seq_none"] and gb300["mbs_full"] > h100["mbs_full"]

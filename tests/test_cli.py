@@ -37,6 +37,10 @@ def test_scenario_show_prints_resolved_yaml_and_hash(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("# sha256: ")
     assert "gpus: 32768" in proc.stdout
+    # the power budget, the goodput model's inputs, ownership and the fleets are shown with their sources
+    for text in ("power_mw: 200", "failure_report: llama3_405b", "restart_minutes: 10", "storage_tb_s: 2.0",
+                 "depreciation_years: 5", "facility_usd_per_mw_year:", "fleets:", "name: H-equivalent fleet"):
+        assert text in proc.stdout, text
 
 
 def test_build_refuses_when_build_dir_cannot_be_written(tmp_path):

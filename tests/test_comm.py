@@ -16,8 +16,10 @@ from scaletax.model.comm import (GROUPS, Overlap, WireFormat, bus_factor, collec
                            exposed_comm, link_bytes, step_traffic, wire_bytes)
 from scaletax.model.topology import Topology, placement
 
+from objects import as_gpu, as_recipe
+
 GiB = 2.0**30
-H100 = Topology.from_gpu("h100_sxm")
+H100 = Topology.from_gpu(as_gpu("h100_sxm"))
 
 
 def bare(domain=8, nvlink=450e9, nic=50e9, **kw):
@@ -175,11 +177,11 @@ def test_placement_vectorized_and_validated():
 
 
 def test_topology_from_gpu_and_validation():
-    t = Topology.from_gpu(hardware.get("gb200"))
+    t = Topology.from_gpu(as_gpu(hardware.get("gb200")))
     assert t.domain == 72 and t.nvlink_bw == 900e9 and t.nic_bw == 50e9 and t.nvls
-    assert Topology.from_gpu("a100_sxm_80gb").nvls is False  # no NVLS before Hopper's NVSwitch
-    assert Topology.from_gpu("h100_sxm", domain=256).domain == 256
-    assert Topology.from_gpu("gb300").nic_bw == 100e9
+    assert Topology.from_gpu(as_gpu("a100_sxm_80gb")).nvls is False  # no NVLS before Hopper's NVSwitch
+    assert Topology.from_gpu(as_gpu("h100_sxm"), domain=256).domain == 256
+    assert Topology.from_gpu(as_gpu("gb300")).nic_bw == 100e9
     with pytest.raises(ValueError, match="nvlink_bw"):
         Topology(domain=8, nvlink_bw=0.0, nic_bw=50e9)
     with pytest.raises(ValueError, match="alpha_nic"):
@@ -290,7 +292,7 @@ LAYOUT_405B = Layout(tp=8, pp=8, cp=2, dp=4, mbs=1, gbs=1152)
 
 
 def test_405b_tp_traffic_closed_form():
-    model, wire = llama405b(), WireFormat.for_recipe("fp8")
+    model, wire = llama405b(), WireFormat.for_recipe(as_recipe("fp8"))
     step = step_traffic(model, LAYOUT_405B, H100, wire)
     s, b, h, cp, tp = 8192, 1, 16384, 2, 8
     n_micro = 1152 // (1 * 4)
@@ -313,7 +315,7 @@ def test_405b_tp_traffic_closed_form():
 
 
 def test_405b_other_groups_sanity():
-    model, wire = llama405b(), WireFormat.for_recipe("fp8")
+    model, wire = llama405b(), WireFormat.for_recipe(as_recipe("fp8"))
     step = step_traffic(model, LAYOUT_405B, H100, wire)
     g = {k: float(v.bytes[0]) for k, v in ((k, step.groups[k]) for k in GROUPS)}
     n_micro, layers = 288, 16
@@ -328,13 +330,13 @@ def test_405b_other_groups_sanity():
     assert g["ep"] == g["etp"] == g["edp"] == 0.0
     # placement: CP, PP and DP all leave the 8-GPU node; on a 72-GPU domain CP and DP stay inside
     assert all(float(step.groups[k].nvlink_bytes[0]) == 0 for k in ("cp", "pp", "dp"))
-    nvl = step_traffic(model, LAYOUT_405B, Topology.from_gpu("gb200"), wire)
+    nvl = step_traffic(model, LAYOUT_405B, Topology.from_gpu(as_gpu("gb200")), wire)
     assert float(nvl.groups["cp"].nic_bytes[0]) == 0 and float(nvl.groups["dp"].nic_bytes[0]) == 0
     assert float(nvl.nic_bytes[0]) < 0.2 * float(step.nic_bytes[0])
 
 
 def test_domain_sweep_never_increases_communication():
-    model, wire = llama405b(), WireFormat.for_recipe("fp8")
+    model, wire = llama405b(), WireFormat.for_recipe(as_recipe("fp8"))
     domains = np.array([8, 16, 36, 72, 144])
     lay = LayoutArray.from_layouts([LAYOUT_405B] * len(domains))
     step = step_traffic(model, lay, H100.replace(domain=domains), wire)
@@ -347,7 +349,7 @@ def test_moe_expert_traffic():
     model = small_moe()
     lay = Layout(tp=2, pp=1, cp=1, dp=16, ep=8, etp=1, mbs=1, gbs=32)
     wire = WireFormat(dispatch=1.0)
-    step = step_traffic(model, lay, Topology.from_gpu("h100_sxm"), wire)
+    step = step_traffic(model, lay, Topology.from_gpu(as_gpu("h100_sxm")), wire)
     tokens = 4096 // 2  # sequence-parallel share per GPU before dispatch
     per = comm.moe_dispatch_bytes(tokens, 4, 1024, 1.0)
     assert per == tokens * 4 * 1024
@@ -363,12 +365,12 @@ def test_moe_expert_traffic():
     assert float(step.groups["edp"].bytes[0]) > 0  # expert grads over edp = 2*16/8 = 4 ranks
     assert int(step.groups["edp"].size[0]) == 4 and int(step.groups["edp"].stride[0]) == 8
     # spreading EP over nodes (ep 16) sends part over the NIC and takes longer per byte
-    wide = step_traffic(model, lay.replace(ep=16), Topology.from_gpu("h100_sxm"), wire)
+    wide = step_traffic(model, lay.replace(ep=16), Topology.from_gpu(as_gpu("h100_sxm")), wire)
     assert float(wide.groups["ep"].nic_bytes[0]) > 0
     # the catalog DeepSeek-V3 (MLA) runs through the same path
     ds = models.get("deepseek_v3")
     dlay = Layout(tp=2, pp=8, cp=1, dp=64, ep=64, mbs=1, gbs=8192)
-    dstep = step_traffic(ds, dlay, Topology.from_gpu("h100_sxm"), WireFormat.for_recipe("fp8"))
+    dstep = step_traffic(ds, dlay, Topology.from_gpu(as_gpu("h100_sxm")), WireFormat.for_recipe(as_recipe("fp8")))
     assert float(dstep.groups["ep"].nic_bytes[0]) > float(dstep.groups["ep"].nvlink_bytes[0]) > 0
 
 
@@ -417,10 +419,10 @@ def test_exposed_time_entry_point_and_wire_formats():
     model, lay = llama405b(), LayoutArray.from_layouts([LAYOUT_405B])
     t = comm.exposed_time(model, lay, H100, np.array([50.0]))
     assert t.shape == (1,) and 0 < t[0] < step_traffic(model, lay, H100).seconds[0]
-    assert WireFormat.for_recipe("fp8").param == 1.0 and WireFormat.for_recipe("bf16").param == 2.0
-    assert WireFormat.for_recipe("mxfp8").dispatch == pytest.approx(1 + 1 / 32)
+    assert WireFormat.for_recipe(as_recipe("fp8")).param == 1.0 and WireFormat.for_recipe(as_recipe("bf16")).param == 2.0
+    assert WireFormat.for_recipe(as_recipe("mxfp8")).dispatch == pytest.approx(1 + 1 / 32)
     with pytest.raises(ValueError, match="precision: unknown .int3."):
-        WireFormat.for_recipe("int3")
+        WireFormat.for_recipe(as_recipe("int3"))
 
 
 # --- vectorization ----------------------------------------------------------------------------

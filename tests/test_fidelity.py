@@ -11,6 +11,7 @@ import pytest
 from scaletax.inputs import models, runs
 from scaletax.model import efficiency, perf
 from scaletax.fit import calibrate, validate
+from objects import as_gpu, as_recipe
 from scaletax.inputs.layout import Layout, LayoutArray
 
 
@@ -75,9 +76,9 @@ def test_a_paired_schedule_hides_every_all_to_all_with_a_partner():
             Layout(tp=1, pp=4, dp=4, ep=4, etp=1, mbs=1, gbs=32),        # 8 micro-batches on 4 stages
             Layout(tp=1, pp=4, dp=4, ep=4, etp=1, mbs=1, gbs=16)]        # 4 on 4: none paired
     for sched, want in (("ep_overlap", [0.75, 0.5, 0.0]), ("dualpipe", [0.75, 0.5, 0.0]), ("1f1b", [0.0] * 3)):
-        inp = perf.prepare(qwen, lays, "bf16", "h100_sxm", schedule=sched)
+        inp = perf.prepare(qwen, lays, as_recipe("bf16"), as_gpu("h100_sxm"), schedule=sched)
         np.testing.assert_allclose(perf.ep_hidden_share(inp, 0.3), want, rtol=1e-12)
-    inp = perf.prepare(qwen, lays, "bf16", "h100_sxm")  # unknown: the assumed half x the fitted scale
+    inp = perf.prepare(qwen, lays, as_recipe("bf16"), as_gpu("h100_sxm"))  # unknown: the assumed half x the fitted scale
     np.testing.assert_allclose(perf.ep_hidden_share(inp, 0.3), 0.15, rtol=1e-12)
 
 
@@ -87,19 +88,19 @@ def test_moe_routing_bytes_are_their_own_term():
     bytes with memory_overhead."""
     m = models.get("qwen3_235b_a22b")
     la = LayoutArray.from_layouts([Layout(tp=1, pp=1, dp=8, ep=8, etp=1, mbs=1, gbs=8, recompute="none")])
-    total, _, route = perf.memory_bound_bytes(m, la, "bf16", routing=True)
+    total, _, route = perf.memory_bound_bytes(m, la, as_recipe("bf16"), routing=True)
     r = float(perf.distinct_groups(m.moe_experts, m.moe_top_k, 8))
     per_tok = 24.0 * m.moe_experts + 8.0 * m.hidden * (m.moe_top_k + r)
     assert float(route[0]) == pytest.approx(m.seq_len * m.n_moe_layers * per_tok, rel=1e-12)
-    assert float(total[0]) == pytest.approx(float(perf.memory_bound_bytes(m, la, "bf16")[0][0]), rel=1e-12)
-    inp = perf.prepare(m, la, "bf16", "h100_sxm", schedule="1f1b")
+    assert float(total[0]) == pytest.approx(float(perf.memory_bound_bytes(m, la, as_recipe("bf16"))[0][0]), rel=1e-12)
+    inp = perf.prepare(m, la, as_recipe("bf16"), as_gpu("h100_sxm"), schedule="1f1b")
     assert float(inp.bytes_route[0]) == pytest.approx(float(route[0]), rel=1e-12)
     eff = efficiency.default_efficiency()
     slow = perf.evaluate(inp, eff.with_params(moe_overhead=2 * eff.moe_overhead))
     base = perf.evaluate(inp, eff)
     assert float(slow.other_s[0] - base.other_s[0]) == pytest.approx(
         eff.moe_overhead * float(route[0]) / 3.35e12, rel=1e-9)
-    dense = perf.prepare(models.get("llama31_8b"), Layout(dp=8, mbs=1, gbs=8), "bf16", "h100_sxm")
+    dense = perf.prepare(models.get("llama31_8b"), Layout(dp=8, mbs=1, gbs=8), as_recipe("bf16"), as_gpu("h100_sxm"))
     assert float(np.broadcast_to(dense.bytes_route, (1,))[0]) == 0.0
 
 
@@ -114,7 +115,7 @@ def test_a_fixed_time_per_layer_pass_below_its_idle_gemm_calls():
     assert calibrate.fit_bounds()["layer_overhead_us"][1] == pytest.approx(bound)
     assert 0.0 < eff.layer_overhead_us <= bound + 1e-4  # data/efficiency.yaml keeps 4 decimals
     lay = Layout(tp=2, pp=4, dp=8, mbs=1, gbs=64, recompute="selective")  # 8 micro-batches, 8 layers a stage
-    inp = perf.prepare(models.get("llama31_8b"), lay, "bf16", "h100_sxm")
+    inp = perf.prepare(models.get("llama31_8b"), lay, as_recipe("bf16"), as_gpu("h100_sxm"))
     assert inp.layer_passes[0] == 8 * 8
     none, st = perf.evaluate(inp, eff.with_params(layer_overhead_us=0.0)), perf.evaluate(inp, eff)
     fixed = 64 * eff.layer_overhead_us * 1e-6

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from scaletax import memo
-from scaletax.inputs import hardware
+from scaletax.inputs import hardware, recipes
 
 CALLS: list[tuple] = []
 
@@ -129,14 +129,15 @@ def test_memory_and_communication_chapters_search_through_the_cache(memo_dir, mo
 
     model = models.get("llama31_405b")
     memo.STATS.clear()
-    fit1 = cm.fit(model, 1024, ["h100_sxm", "b200"], {"h100_sxm": "fp8", "b200": "fp8"}, batch_seqs=4096)
+    fp8 = recipes.training("fp8")
+    fit1 = cm.fit(model, 1024, ["h100_sxm", "b200"], {"h100_sxm": fp8, "b200": fp8}, batch_seqs=4096)
     mg1 = cm.min_gpus(model, "b200", "fp8", batch_tokens=16 * 2**20)
     best1 = cc.best_search(model, "h100_sxm", 1024, batch_tokens=16 * 2**20)
     misses = {k: v["miss"] for k, v in memo.STATS.items()}
     assert misses["scaletax.model.search.search"] >= 3 and misses["scaletax.model.search.min_gpus"] == 1
     monkeypatch.setattr(cc, "_BEST", {})
     memo.STATS.clear()
-    assert cm.fit(model, 1024, ["h100_sxm", "b200"], {"h100_sxm": "fp8", "b200": "fp8"}, batch_seqs=4096) == fit1
+    assert cm.fit(model, 1024, ["h100_sxm", "b200"], {"h100_sxm": fp8, "b200": fp8}, batch_seqs=4096) == fit1
     assert cm.min_gpus(model, "b200", "fp8", batch_tokens=16 * 2**20) == mg1
     assert cc.best_search(model, "h100_sxm", 1024, batch_tokens=16 * 2**20).best == best1.best
     assert all(v["miss"] == 0 and v["hit"] > 0 for v in memo.STATS.values()), memo.STATS

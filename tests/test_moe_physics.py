@@ -8,6 +8,8 @@ from scaletax.inputs import models
 from scaletax.inputs.layout import Layout, LayoutArray
 from scaletax.model import comm, efficiency, perf, runplan
 
+from objects import as_gpu, as_recipe
+
 # Qwen3-30B-A3B shape (Qwen Team 2025, arXiv 2505.09388; HF config: hidden 2048, 128 experts top-8,
 # moe_intermediate_size 768)
 QWEN30 = models.Model(name="qwen3-30b-a3b-like", layers=48, hidden=2048, heads=32, kv_heads=4, head_dim=128,
@@ -37,7 +39,7 @@ def test_rank_imbalance_two_ranks_by_hand():
 
 def test_rank_imbalance_slows_expert_gemms_and_dispatch():
     lay = Layout(tp=1, pp=1, dp=8, ep=8, etp=1, mbs=1, gbs=64, recompute="none")
-    inp = perf.prepare(QWEN30, lay, "bf16", "h100_sxm")
+    inp = perf.prepare(QWEN30, lay, as_recipe("bf16"), as_gpu("h100_sxm"))
     imb = comm.moe_rank_imbalance(128, 8, 8, 8 * 4096)
     m_exp = 4096 * 8 * 8 / 128
     plain = 64 * 4096 / 8 * 48 * 3 * 2 * 8 * QWEN30.expert_params
@@ -75,8 +77,8 @@ def test_permute_bytes_dedup_by_hand():
 
 def test_permute_bytes_enter_memory_bound_work():
     la = LayoutArray.from_layouts([Layout(tp=1, pp=1, dp=8, ep=8, etp=1, mbs=1, gbs=8, recompute="none")])
-    a2a, _ = perf.memory_bound_bytes(QWEN30, la, "bf16", ep_dispatch="alltoall")
-    dd, _ = perf.memory_bound_bytes(QWEN30, la, "bf16", ep_dispatch="dedup")
+    a2a, _ = perf.memory_bound_bytes(QWEN30, la, as_recipe("bf16"), ep_dispatch="alltoall")
+    dd, _ = perf.memory_bound_bytes(QWEN30, la, as_recipe("bf16"), ep_dispatch="dedup")
     diff = (perf.moe_permute_bytes(QWEN30, 8, 1, "alltoall") - perf.moe_permute_bytes(QWEN30, 8, 1, "dedup"))
     assert float(a2a[0] - dd[0]) == pytest.approx(4096 * 48 * float(diff), rel=1e-9)
 
@@ -88,9 +90,9 @@ def test_schedule_sets_the_expert_all_to_all_overlap():
     whatever the fitted overlap scale; unknown: Overlap's default times the scale."""
     lay = Layout(tp=1, pp=1, dp=16, ep=16, etp=1, mbs=1, gbs=64, recompute="selective")
     eff = efficiency.default_efficiency()
-    out = {s: perf.evaluate(perf.prepare(QWEN30, lay, "bf16", "h100_sxm", schedule=s), eff)
+    out = {s: perf.evaluate(perf.prepare(QWEN30, lay, as_recipe("bf16"), as_gpu("h100_sxm"), schedule=s), eff)
            for s in ("unknown", "1f1b", "ep_overlap", "dualpipe")}
-    inp = perf.prepare(QWEN30, lay, "bf16", "h100_sxm")
+    inp = perf.prepare(QWEN30, lay, as_recipe("bf16"), as_gpu("h100_sxm"))
     t_ep = float(inp.comm.groups["ep"].seconds[0])
     assert t_ep > 0 and lay.n_micro == 4
     assert float(out["1f1b"].comm_groups["ep"][0]) == pytest.approx(t_ep, rel=1e-12)
@@ -100,7 +102,7 @@ def test_schedule_sets_the_expert_all_to_all_overlap():
     assert float(out["ep_overlap"].step_s[0]) == pytest.approx(float(out["dualpipe"].step_s[0]))
     # the fitted scale does not move the paired schedule
     other = eff.with_params(overlap_scale=eff.overlap_scale / 2)
-    dp2 = perf.evaluate(perf.prepare(QWEN30, lay, "bf16", "h100_sxm", schedule="dualpipe"), other)
+    dp2 = perf.evaluate(perf.prepare(QWEN30, lay, as_recipe("bf16"), as_gpu("h100_sxm"), schedule="dualpipe"), other)
     assert float(dp2.comm_groups["ep"][0]) == pytest.approx(float(out["dualpipe"].comm_groups["ep"][0]), rel=1e-9)
     base = perf.evaluate(inp, eff)  # no schedule given: comm.Overlap().ep x the scale
     assert float(out["unknown"].step_s[0]) == float(base.step_s[0])
@@ -112,10 +114,10 @@ def test_schedule_sets_the_expert_all_to_all_overlap():
         float(st.step_s[0]), rel=1e-12)
     assert float(st.exposed_comm_s[0]) == pytest.approx(sum(float(v[0]) for v in st.comm_groups.values()), rel=1e-12)
     # an explicit overlap wins over the schedule
-    none = perf.evaluate(perf.prepare(QWEN30, lay, "bf16", "h100_sxm", schedule="dualpipe"), eff, comm.Overlap.none())
+    none = perf.evaluate(perf.prepare(QWEN30, lay, as_recipe("bf16"), as_gpu("h100_sxm"), schedule="dualpipe"), eff, comm.Overlap.none())
     assert float(none.comm_groups["ep"][0]) == pytest.approx(t_ep, rel=1e-12)
     with pytest.raises(ValueError, match="schedule: must be one of unknown, 1f1b, ep_overlap, dualpipe"):
-        perf.prepare(QWEN30, lay, "bf16", "h100_sxm", schedule="zb")
+        perf.prepare(QWEN30, lay, as_recipe("bf16"), as_gpu("h100_sxm"), schedule="zb")
 
 
 def test_schedule_column_is_read_and_checked(tmp_path):
@@ -139,16 +141,16 @@ def test_gradient_copy_and_activations_share_the_peak():
     from scaletax.model import memory as M
 
     lay = Layout(tp=1, pp=1, dp=8, ep=8, etp=1, mbs=1, gbs=64, recompute="selective")
-    mem = M.breakdown(QWEN30, lay, "bf16")
-    stated = M.breakdown(QWEN30, lay, "bf16", optimizer_bytes=16.0)  # stated bytes: all persistent
+    mem = M.breakdown(QWEN30, lay, as_recipe("bf16"))
+    stated = M.breakdown(QWEN30, lay, as_recipe("bf16"), optimizer_bytes=16.0)  # stated bytes: all persistent
     copy = float(stated.optimizer[0]) * 4.0 / 16.0  # 4 of the 16 B per optimizer-shard parameter
     acts = float(mem.activations[0])
     assert float(stated.total[0] - mem.total[0]) == pytest.approx(min(copy, acts), rel=1e-9)
     assert float(mem.optimizer[0]) == pytest.approx(float(stated.optimizer[0]) - copy + max(copy - acts, 0.0), rel=1e-9)
     # max_micro_batch still finds the largest batch that fits around the kink
-    m = M.max_micro_batch(QWEN30, lay, 180.0, "bf16")[0]
-    assert M.fits(QWEN30, lay.replace(mbs=int(m), gbs=int(m) * 8 * lay.n_micro), 180.0, "bf16")[0]
-    assert not M.fits(QWEN30, lay.replace(mbs=int(m) + 1, gbs=(int(m) + 1) * 8 * lay.n_micro), 180.0, "bf16")[0]
+    m = M.max_micro_batch(QWEN30, lay, 180.0, as_recipe("bf16"))[0]
+    assert M.fits(QWEN30, lay.replace(mbs=int(m), gbs=int(m) * 8 * lay.n_micro), 180.0, as_recipe("bf16"))[0]
+    assert not M.fits(QWEN30, lay.replace(mbs=int(m) + 1, gbs=(int(m) + 1) * 8 * lay.n_micro), 180.0, as_recipe("bf16"))[0]
 
 
 def test_moe_dispatcher_column_selects_the_dispatch(tmp_path):
@@ -164,8 +166,8 @@ def test_moe_dispatcher_column_selects_the_dispatch(tmp_path):
     inp = runplan.step_inputs([runplan.plan_row(r) for r in rows])
     plan = runplan.plan_row(rows[0])
     la = LayoutArray.from_layouts([plan.layout])
-    a2a, _ = perf.memory_bound_bytes(plan.model, la, "bf16", ep_dispatch="alltoall")
-    dd, _ = perf.memory_bound_bytes(plan.model, la, "bf16", ep_dispatch="dedup")
+    a2a, _ = perf.memory_bound_bytes(plan.model, la, as_recipe("bf16"), ep_dispatch="alltoall")
+    dd, _ = perf.memory_bound_bytes(plan.model, la, as_recipe("bf16"), ep_dispatch="dedup")
     np.testing.assert_allclose(inp.bytes_micro + inp.bytes_route, [dd[0], a2a[0], dd[0]], rtol=1e-12)
     p.write_text(head + body.format("nccl"), encoding="utf-8")
     with pytest.raises(runs.RunsTableError, match="column 'moe_dispatcher': must be one of deepep, alltoall"):

@@ -18,6 +18,8 @@ from scaletax.chapters import communication as cs
 from scaletax.chapters import decision as d
 from scaletax.report.chapters import default_parameters
 
+from objects import as_gpu, as_recipe
+
 BATCH = 16 * 2**20
 CASES = [("megatron_1t", "h100_sxm", 16384, "fp8"), ("kimi_k2", "gb200", 16384, "fp8"),
          ("megatron_1t", "gb200", 4096, "fp8")]
@@ -34,7 +36,7 @@ def _plan(model_id, gpu, n, precision) -> d.Plan:
 @pytest.fixture(scope="module", params=CASES, ids=[f"{m}-{g}-{n}" for m, g, n, _ in CASES])
 def case(request):
     mid, gpu, n, prec = request.param
-    res = search.search(models.get(mid), prec, gpu, n, tokens_per_step=BATCH, pareto=False)
+    res = search.search(models.get(mid), as_recipe(prec), as_gpu(gpu), n, tokens_per_step=BATCH, pareto=False)
     assert res.fits
     return mid, gpu, n, prec, res
 
@@ -61,7 +63,7 @@ def test_nvl72_domains_are_the_search_with_that_domain():
     mid, gpu, n = "megatron_1t", "gb200", 4096
     rows = cs.domain_rows([mid], gpu, [n], (8, 72), batch_tokens=BATCH)
     for r in rows:
-        res = search.search(models.get(mid), "fp8", gpu, n, tokens_per_step=BATCH, pareto=False,
+        res = search.search(models.get(mid), as_recipe("fp8"), as_gpu(gpu), n, tokens_per_step=BATCH, pareto=False,
                             space=search.SearchSpace(domain=r["domain"]))
         assert r["layout"] == label(res.best, models.get(mid))
         assert r["t_step"] == pytest.approx(res.metrics["step_s"], rel=1e-12)
@@ -75,7 +77,7 @@ def test_summary_nvl72_tax_is_the_search_with_each_domain():
     tax = s.nvl72_tax(plan)
     assert tax["gpu"] == "gb200" and len(tax["pairs"]) == 1
     p = tax["pairs"][0]
-    res = {dom: search.search(models.get("megatron_1t"), "fp8", "gb200", 4096, tokens_per_step=BATCH, pareto=False,
+    res = {dom: search.search(models.get("megatron_1t"), as_recipe("fp8"), as_gpu("gb200"), 4096, tokens_per_step=BATCH, pareto=False,
                               space=search.SearchSpace(domain=dom)) for dom in (8, 72)}
     assert p["layout_small"] == label(res[8].best, models.get("megatron_1t"))
     assert p["layout_large"] == label(res[72].best, models.get("megatron_1t"))
@@ -92,8 +94,8 @@ def test_memory_chapter_fit_is_the_search_with_its_space():
     seqs = ms.batch_sequences(m, BATCH)
     (row,) = ms.fit_map_rows(["megatron_1t"], ["h100_sxm"], [16384], "fp8", BATCH,
                              min_rows=ms.min_gpus_rows(["megatron_1t"], ["h100_sxm"], "fp8", BATCH))
-    res = search.search(m, "fp8", "h100_sxm", 16384, gbs=seqs, space=ms.SPACE, pareto=False)
+    res = search.search(m, as_recipe("fp8"), as_gpu("h100_sxm"), 16384, gbs=seqs, space=ms.SPACE, pareto=False)
     assert row["layout"] == res.best and row["memory_gib"] == pytest.approx(res.metrics["memory_gib"])
     # the same search with the default space gives the communication chapter's fastest layout
     (fast,) = cs.tax_rows(["megatron_1t"], ["h100_sxm"], [16384], batch_tokens=BATCH)
-    assert fast["layout"] == label(search.search(m, "fp8", "h100_sxm", 16384, gbs=seqs, pareto=False).best, m)
+    assert fast["layout"] == label(search.search(m, as_recipe("fp8"), as_gpu("h100_sxm"), 16384, gbs=seqs, pareto=False).best, m)

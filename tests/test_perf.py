@@ -14,6 +14,8 @@ from scaletax.inputs.layout import Layout, LayoutArray
 from scaletax.model import comm, efficiency, memory, perf, search
 from scaletax.model.topology import Topology
 
+from objects import as_gpu, as_recipe
+
 LLAMA70 = models.get("llama31_70b")
 KIMI = models.get("kimi_k2")
 SMALL_MOE = models.Model(layers=8, hidden=1024, heads=16, kv_heads=4, ffn_hidden=4096, vocab=32000, seq_len=4096,
@@ -36,7 +38,7 @@ def grid(model, gpus):
 def case(request):
     model, gpus, gpu, prec = CASES[request.param]
     la = grid(model, gpus)
-    return model, la, gpu, prec, perf.step_time(model, la, prec, gpu)
+    return model, la, gpu, prec, perf.step_time(model, la, as_recipe(prec), as_gpu(gpu))
 
 
 def test_breakdown_sums_to_step_time(case):
@@ -60,7 +62,7 @@ def test_rates_are_consistent(case):
 @pytest.mark.parametrize("corner", ["value", "high"])
 def test_mfu_at_most_hfu_at_most_one(case, corner):
     model, la, gpu, prec, _ = case
-    st = perf.step_time(model, la, prec, gpu, eff=getattr(efficiency.default_band(), corner))
+    st = perf.step_time(model, la, as_recipe(prec), as_gpu(gpu), eff=getattr(efficiency.default_band(), corner))
     assert np.all(st.mfu > 0)
     assert np.all(st.mfu <= st.hfu + 1e-12)
     assert np.all(st.hfu <= 1.0)
@@ -70,7 +72,7 @@ def test_vectorized_equals_per_layout(case):
     model, la, gpu, prec, st = case
     rng = np.random.default_rng(0)
     for i in rng.choice(len(la), size=min(12, len(la)), replace=False):
-        one = perf.step_time(model, la.layout(int(i)), prec, gpu)
+        one = perf.step_time(model, la.layout(int(i)), as_recipe(prec), as_gpu(gpu))
         for k in ("step_s", "compute_s", "exposed_comm_s", "bubble_s", "other_s", "mfu"):
             assert getattr(one, k)[0] == pytest.approx(getattr(st, k)[i], rel=1e-9), (k, la.layout(int(i)))
 
@@ -96,8 +98,8 @@ def test_more_bandwidth_or_peak_is_never_slower(which, factor, i, c):
     lay = la[i % len(la)]
     g = hardware.get(gpu_id)
     fast = _faster(g, **{which: factor})
-    base = perf.step_time(model, lay, prec, g, Topology.from_gpu(g)).step_s[0]
-    quick = perf.step_time(model, lay, prec, fast, Topology.from_gpu(fast)).step_s[0]
+    base = perf.step_time(model, lay, as_recipe(prec), as_gpu(g), Topology.from_gpu(as_gpu(g))).step_s[0]
+    quick = perf.step_time(model, lay, as_recipe(prec), as_gpu(fast), Topology.from_gpu(as_gpu(fast))).step_s[0]
     assert quick <= base * (1 + 1e-12)
 
 
@@ -107,7 +109,7 @@ def test_flops_per_gpu_add_up_to_the_model_count():
     m = models.get("llama31_70b")  # 80 layers, vocab 128256 = 1002 x 128
     for rc in ("none", "selective", "full"):
         lay = Layout(tp=1, pp=4, dp=8, mbs=1, gbs=64, recompute=rc)
-        inp = perf.prepare(m, lay, "bf16", "h100_sxm")
+        inp = perf.prepare(m, lay, as_recipe("bf16"), as_gpu("h100_sxm"))
         total = inp.hw_flops_per_gpu[0] * lay.gpus
         # flash attention's backward also recomputes S = QK^T: 2 d_qk more FLOPs per score element
         fa_extra = m.layers * m.heads * m.seq_len / 2 * 2 * m.qk_head_dim
@@ -131,7 +133,7 @@ def test_bubble_is_narayanan_fraction_of_busy_time():
     eff = efficiency.default_efficiency()
     for pp, vp, n_micro in ((4, 1, 8), (8, 2, 16), (1, 1, 4)):
         lay = Layout(tp=8, pp=pp, dp=2, vp=vp, mbs=1, gbs=2 * n_micro, recompute="full")
-        inp = perf.prepare(m, lay, "fp8", "h100_sxm")
+        inp = perf.prepare(m, lay, as_recipe("fp8"), as_gpu("h100_sxm"))
         st = perf.evaluate(inp, eff)
         micro = (eff.memory_overhead * inp.bytes_micro[0] / inp.hbm_bw[0]
                  + eff.layer_overhead_us * 1e-6 * inp.layer_passes[0])  # the fixed time per layer pass too
@@ -142,23 +144,23 @@ def test_bubble_is_narayanan_fraction_of_busy_time():
 def test_recompute_costs_time_and_partial_recompute_interpolates():
     lay = Layout(tp=8, pp=8, cp=2, dp=4, vp=8, mbs=1, gbs=1152, recompute="none")
     m = models.get("llama31_405b")
-    t = {rc: perf.step_time(m, lay.replace(recompute=rc), "fp8", "h100_sxm").compute_s[0]
+    t = {rc: perf.step_time(m, lay.replace(recompute=rc), as_recipe("fp8"), as_gpu("h100_sxm")).compute_s[0]
          for rc in ("none", "selective", "full")}
     assert t["none"] < t["selective"] < t["full"]
-    half = perf.step_time(m, lay.replace(recompute="full"), "fp8", "h100_sxm", recompute_fraction=0.5).compute_s[0]
+    half = perf.step_time(m, lay.replace(recompute="full"), as_recipe("fp8"), as_gpu("h100_sxm"), recompute_fraction=0.5).compute_s[0]
     assert half == pytest.approx((t["selective"] + t["full"]) / 2, rel=1e-9)
-    zero = perf.step_time(m, lay.replace(recompute="full"), "fp8", "h100_sxm", recompute_fraction=0.0).compute_s[0]
+    zero = perf.step_time(m, lay.replace(recompute="full"), as_recipe("fp8"), as_gpu("h100_sxm"), recompute_fraction=0.0).compute_s[0]
     assert zero == pytest.approx(t["selective"], rel=1e-12)
     with pytest.raises(ValueError, match="recompute_fraction"):
-        perf.prepare(m, lay.replace(recompute="full"), "fp8", "h100_sxm", recompute_fraction=1.5)
+        perf.prepare(m, lay.replace(recompute="full"), as_recipe("fp8"), as_gpu("h100_sxm"), recompute_fraction=1.5)
 
 
 def test_least_recompute_is_the_least_that_fits():
     m = models.get("llama31_405b")
     la = LayoutArray.from_layouts([Layout(tp=8, pp=8, cp=2, dp=d, vp=v, mbs=1, gbs=1152 if d != 19 else 1216)
                                    for d, v in ((4, 1), (16, 1), (19, 1), (4, 8))])
-    code, frac, gib = perf.least_recompute(m, la, "h100_sxm", "fp8")
-    cap = memory.capacity_gib("h100_sxm")
+    code, frac, gib = perf.least_recompute(m, la, as_gpu("h100_sxm"), as_recipe("fp8"))
+    cap = memory.capacity_gib(as_gpu("h100_sxm"))
     for i in range(len(la)):
         assert gib[i] <= cap + 1e-9
         if code[i] == 2:
@@ -167,12 +169,12 @@ def test_least_recompute_is_the_least_that_fits():
             r = round(frac[i] * per_chunk)
             assert frac[i] == pytest.approx(r / per_chunk)
             if r > 1:  # one layer fewer would not fit
-                sel = memory.breakdown(m, la[i].replace(recompute=1), "fp8").total[0]
-                full = memory.breakdown(m, la[i].replace(recompute=2), "fp8").total[0]
+                sel = memory.breakdown(m, la[i].replace(recompute=1), as_recipe("fp8")).total[0]
+                full = memory.breakdown(m, la[i].replace(recompute=2), as_recipe("fp8")).total[0]
                 assert (sel + (r - 1) / per_chunk * (full - sel)) / memory.GIB > cap
         else:
             assert frac[i] == 0
-            assert memory.breakdown(m, la[i].replace(recompute=int(code[i])), "fp8").total[0] / memory.GIB <= cap
+            assert memory.breakdown(m, la[i].replace(recompute=int(code[i])), as_recipe("fp8")).total[0] / memory.GIB <= cap
 
 
 def test_ep_dedup_factor():
@@ -183,8 +185,8 @@ def test_ep_dedup_factor():
     assert perf.ep_dedup_factor(top1, 64, 8) == pytest.approx(1.0)  # one copy per token: no duplicates
     assert perf.ep_dedup_factor(KIMI, 64, 8, "alltoall") == 1.0
     lay = Layout(tp=1, pp=4, dp=256, ep=64, etp=1, mbs=1, gbs=1024)
-    plain = perf.step_time(KIMI, lay, "fp8", "h100_sxm", ep_dispatch="alltoall")
-    dedup = perf.step_time(KIMI, lay, "fp8", "h100_sxm")
+    plain = perf.step_time(KIMI, lay, as_recipe("fp8"), as_gpu("h100_sxm"), ep_dispatch="alltoall")
+    dedup = perf.step_time(KIMI, lay, as_recipe("fp8"), as_gpu("h100_sxm"))
     assert dedup.comm_groups["ep"][0] < plain.comm_groups["ep"][0]
     assert dedup.step_s[0] <= plain.step_s[0]
 
@@ -194,8 +196,8 @@ def test_dedup_reproduces_comm_without_dedup():
     from scaletax.model import comm
 
     lay = LayoutArray.from_layouts([Layout(tp=1, pp=4, dp=256, ep=e, etp=1, mbs=1, gbs=1024) for e in (8, 64, 128)])
-    topo = Topology.from_gpu("h100_sxm")
-    step = comm.step_traffic(KIMI, lay, topo, comm.WireFormat.for_recipe("fp8"))
+    topo = Topology.from_gpu(as_gpu("h100_sxm"))
+    step = comm.step_traffic(KIMI, lay, topo, comm.WireFormat.for_recipe(as_recipe("fp8")))
     one = KIMI.model_copy(update={"moe_top_k": 1, "moe_experts": 384})
     redo = perf._dedup_ep(step, one, topo, "dedup")  # factor 1 for top-1 routing
     np.testing.assert_allclose(redo.groups["ep"].seconds, step.groups["ep"].seconds, rtol=1e-9)
@@ -203,9 +205,9 @@ def test_dedup_reproduces_comm_without_dedup():
 
 def test_unsupported_precision_raises():
     with pytest.raises(hardware.UnsupportedPrecision):
-        perf.prepare(LLAMA70, Layout(tp=8, pp=1, dp=1), "nvfp4", "h100_sxm")
+        perf.prepare(LLAMA70, Layout(tp=8, pp=1, dp=1), as_recipe("nvfp4"), as_gpu("h100_sxm"))
     with pytest.raises(ValueError, match="precision"):
-        perf.prepare(LLAMA70, Layout(tp=8, pp=1, dp=1), "int8", "h100_sxm")
+        perf.prepare(LLAMA70, Layout(tp=8, pp=1, dp=1), as_recipe("int8"), as_gpu("h100_sxm"))
 
 
 def test_efficiency_validation():
@@ -222,7 +224,7 @@ def test_efficiency_validation():
 
 def test_band_orders_predictions(case):
     model, la, gpu, prec, _ = case
-    p = perf.predict(model, la, prec, gpu)
+    p = perf.predict(model, la, as_recipe(prec), as_gpu(gpu))
     assert np.all(p.low.tokens_per_s_per_gpu <= p.value.tokens_per_s_per_gpu * (1 + 1e-12))
     assert np.all(p.value.tokens_per_s_per_gpu <= p.high.tokens_per_s_per_gpu * (1 + 1e-12))
 
@@ -245,7 +247,7 @@ def test_traffic_deduplication_is_exact():
 
     la = search.candidates(KIMI, 2048, search.SearchSpace(tp=(1, 2, 4), cp=(1, 2), vp=(1, 2), mbs=(1, 2)), 1024)
     assert len(la) >= 4096
-    topo, wire = Topology.from_gpu("gb200"), comm.WireFormat.for_recipe("fp8")
+    topo, wire = Topology.from_gpu(as_gpu("gb200")), comm.WireFormat.for_recipe(as_recipe("fp8"))
     a, b = perf._step_traffic(KIMI, la, topo, wire), comm.step_traffic(KIMI, la, topo, wire)
     n = len(la)
     for g in comm.GROUPS:
@@ -260,14 +262,14 @@ def test_flash_attention_efficiency_follows_head_size_and_exp_throughput():
     """FlashAttention-3 on H100 (arXiv 2407.08608, Fig. 5, causal, 16k): ~640 of 989 TFLOP/s forward
     at head size 128 and ~500 at 64; the backward runs below the forward."""
     eff = efficiency.default_efficiency()
-    f128, b128 = perf.attention_efficiency("h100_sxm", 128, eff=eff)
-    f64, b64 = perf.attention_efficiency("h100_sxm", 64, eff=eff)
-    f256, _ = perf.attention_efficiency("h100_sxm", 256, eff=eff)
+    f128, b128 = perf.attention_efficiency(as_gpu("h100_sxm"), 128, eff=eff)
+    f64, b64 = perf.attention_efficiency(as_gpu("h100_sxm"), 64, eff=eff)
+    f256, _ = perf.attention_efficiency(as_gpu("h100_sxm"), 256, eff=eff)
     assert f128 == pytest.approx(640 / 989.4, abs=0.05) and f64 == pytest.approx(500 / 989.4, abs=0.06)
     assert f64 < f128 < f256 < eff.gemm_ceiling["16bit"] and b128 < f128 and b64 < b128
     # same peak, twice the exp throughput (Blackwell Ultra vs Blackwell): faster attention relative to its GEMMs
-    fb, _ = perf.attention_efficiency("gb200", 128, eff=eff)
-    fu, _ = perf.attention_efficiency("gb300", 128, eff=eff)
+    fb, _ = perf.attention_efficiency(as_gpu("gb200"), 128, eff=eff)
+    fu, _ = perf.attention_efficiency(as_gpu("gb300"), 128, eff=eff)
     ratio_b = fb / (eff.gemm_ceiling["16bit"] * eff.family_factor["blackwell"])
     ratio_u = fu / (eff.gemm_ceiling["16bit"] * eff.family_factor["blackwell_ultra"])
     assert ratio_u > ratio_b
@@ -280,7 +282,7 @@ def test_attention_share_grows_with_sequence_and_cp_ring_hides_only_under_attent
     for s in (8192, 32768, 65536):
         m = m8.model_copy(update={"seq_len": s})
         lay = Layout(tp=1, pp=1, cp=8, dp=8, mbs=1, gbs=64, recompute="none")
-        inp = perf.prepare(m, lay, "bf16", "h100_sxm")
+        inp = perf.prepare(m, lay, as_recipe("bf16"), as_gpu("h100_sxm"))
         fam = eff.family_factor["hopper"]
         attn = perf.attention_seconds(inp, inp.peak_16 * eff.gemm_ceiling["16bit"] * fam, fam)
         st = perf.evaluate(inp, eff)
@@ -297,7 +299,7 @@ def test_attention_share_grows_with_sequence_and_cp_ring_hides_only_under_attent
 def test_grouped_expert_gemms_pay_tile_padding():
     """Tokens per local expert padded to whole 128-row tiles: half a tile per expert on average."""
     lay = Layout(tp=1, pp=1, dp=8, ep=8, etp=1, mbs=1, gbs=64, recompute="none")
-    inp = perf.prepare(SMALL_MOE, lay, "bf16", "h100_sxm")
+    inp = perf.prepare(SMALL_MOE, lay, as_recipe("bf16"), as_gpu("h100_sxm"))
     m_exp = SMALL_MOE.seq_len * SMALL_MOE.moe_top_k * 8 / SMALL_MOE.moe_experts  # 4096 tokens x 4 / 32 x 8 = 4096
     tok_gpu = 64 * SMALL_MOE.seq_len / 8
     moe_layers = SMALL_MOE.layers - SMALL_MOE.moe_dense_layers
@@ -326,7 +328,7 @@ def test_band_is_at_least_the_out_of_sample_spread_of_the_regime():
     assert band.spread > 0 and set(band.regime_spread) == set(runs.REGIMES)
     for zero, reg in ((1, "large dense"), (3, "FSDP stack")):
         inp = perf.prepare(LLAMA70, Layout(tp=8, pp=4, dp=8, mbs=1, gbs=256, recompute="selective", zero_stage=zero),
-                           "fp8", "h100_sxm")
+                           as_recipe("fp8"), as_gpu("h100_sxm"))
         assert runs.REGIMES[int(inp.regime_idx[0])] == reg
         w = band.regime_spread[reg]
         pred = perf.evaluate_band(inp, band)
@@ -346,22 +348,22 @@ def test_context_parallel_merges_are_memory_bound_bytes_by_hand():
     element (read running, read partial, write running, 16-bit) on 3/4 of the rank's rows; forward
     the output a d_v, backward dq a d_qk and dk, dv g (d_qk + d_v)."""
     m = models.get("llama31_8b")  # 32 layers, 32 heads, 8 kv heads, head 128
-    base = perf.memory_bound_bytes(m, LayoutArray.from_layouts([Layout(dp=2, mbs=1, gbs=2)]), "bf16")[0][0]
-    cp4 = perf.memory_bound_bytes(m, LayoutArray.from_layouts([Layout(cp=4, dp=2, mbs=1, gbs=2)]), "bf16")[0][0]
+    base = perf.memory_bound_bytes(m, LayoutArray.from_layouts([Layout(dp=2, mbs=1, gbs=2)]), as_recipe("bf16"))[0][0]
+    cp4 = perf.memory_bound_bytes(m, LayoutArray.from_layouts([Layout(cp=4, dp=2, mbs=1, gbs=2)]), as_recipe("bf16"))[0][0]
     tokens = m.seq_len / 4  # per CP rank
     per_token_layer = (4 - 1) * 0.75 * 6.0 * (32 * 128 + 32 * 128 + 8 * (128 + 128))
     assert cp4 - base / 4 == pytest.approx(tokens * m.layers * per_token_layer, rel=1e-12)
     # tensor parallelism splits the heads, so the merges too
     cp4tp2 = perf.memory_bound_bytes(m, LayoutArray.from_layouts([Layout(tp=2, cp=4, dp=1, mbs=1, gbs=1,
-                                                                        sequence_parallel=True)]), "bf16")[0][0]
+                                                                        sequence_parallel=True)]), as_recipe("bf16"))[0][0]
     base_tp2 = perf.memory_bound_bytes(m, LayoutArray.from_layouts([Layout(tp=2, dp=1, mbs=1, gbs=1,
-                                                                           sequence_parallel=True)]), "bf16")[0][0]
+                                                                           sequence_parallel=True)]), as_recipe("bf16"))[0][0]
     assert cp4tp2 - base_tp2 / 4 == pytest.approx(tokens * m.layers * per_token_layer / 2, rel=1e-12)
 
 
 def test_causal_tile_adds_half_a_tile_per_query():
     """A causal kernel over s positions with B-wide key tiles computes s^2/2 + s B/2 elements."""
     m = models.get("llama31_8b")
-    inp = perf.prepare(m, Layout(dp=1, mbs=1, gbs=1), "bf16", "h100_sxm")
+    inp = perf.prepare(m, Layout(dp=1, mbs=1, gbs=1), as_recipe("bf16"), as_gpu("h100_sxm"))
     want = m.seq_len * m.layers * m.heads * (m.seq_len / 2 + perf.FA_CAUSAL_TILE / 2)
     assert inp.attn_elems_bwd[0] == pytest.approx(want, rel=1e-12)

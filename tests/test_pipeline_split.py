@@ -9,6 +9,7 @@ import yaml
 
 from scaletax import DATA_DIR
 from scaletax.inputs import models, options, runs
+from objects import as_gpu, as_recipe
 from scaletax.inputs.layout import Layout
 from scaletax.model import efficiency, perf, runplan
 from scaletax.fit import calibrate
@@ -122,7 +123,7 @@ def test_the_slowest_stage_is_decided_by_time_not_flops():
     counted no expert work at all (the layout search's 2.8x "win" over NVIDIA's TP8 PP16 EP64 recipe)."""
     kimi = models.get("kimi_k2")
     lay = Layout(tp=2, pp=32, ep=2, etp=1, dp=16, mbs=1, gbs=8192, zero_stage=2, recompute="selective")
-    inp = perf.prepare(kimi, [lay], "bf16", "h100_sxm")
+    inp = perf.prepare(kimi, [lay], as_recipe("bf16"), as_gpu("h100_sxm"))
     assert inp.flops_exp[0] > 0 and np.broadcast_to(inp.flops_head, (1,))[0] == 0  # a stage of layers, not the head, is the slowest
     # the head in layers' worth with the time proxy: under one 2-layer stage here
     flops_only = 6.0 * kimi.hidden * float(perf.padded_vocab(kimi.vocab, 2)) / (

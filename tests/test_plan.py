@@ -37,9 +37,12 @@ def test_json_is_the_decision_chapters_row():
     assert out["layout"] == row["layout"] and out["fits"]
     # 5,376 GPUs are 74.7 NVL72 racks: bought as 75 racks, 5,400 GPUs
     assert (out["systems"], out["gpus_bought"], out["system"]) == (75, 5400, "GB200 NVL72 rack")
-    # the default scenario's 90% goodput: days = tokens / (tokens/s x GPUs x 86,400 x 0.9)
-    assert out["goodput"] == 0.9
-    assert out["days"] == pytest.approx(15e12 / (out["tps"] * 5376 * 86400 * 0.9))
+    # the goodput of Kimi K2 on 5,376 GPUs (the scale model): days = tokens / (tokens/s x GPUs x 86,400 x goodput)
+    assert out["goodput"] == pytest.approx(plan.goodput_at("kimi_k2", 5376)) and 0.9 < out["goodput"] < 1
+    assert out["goodput_low"] < out["goodput"] < out["goodput_high"]
+    assert out["days"] == pytest.approx(15e12 / (out["tps"] * 5376 * 86400 * out["goodput"]))
+    # power: 75 racks of 132 kW (data/systems.csv), x the PUE of 1.2
+    assert out["it_mw"] == pytest.approx(75 * 0.132) and out["facility_mw"] == pytest.approx(75 * 0.132 * 1.2)
     assert out["cost_usd"] == pytest.approx(out["gpu_hours"] * 4.5 + out["energy_mwh"] * 80)
     assert out["price_basis"] == "assumed"
     assert out["tps_low"] <= out["tps"] <= out["tps_high"] and out["cost_usd_low"] <= out["cost_usd"] <= out["cost_usd_high"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from scaletax.inputs import hardware, runs
-from scaletax.model import cost
+from scaletax.model import cost, goodput
 from scaletax.chapters.decision import Plan
 from scaletax.report.chapters import default_parameters
 from scaletax.report.predict import COST_COLUMNS, predict_rows
@@ -26,11 +26,15 @@ def test_days_and_cost_follow_cost_run_costs():
     own, scen, a100, none = out
     for r, price in ((own, 2.0), (scen, plan.price("h100_sxm"))):
         tps = r["predicted_tokens_per_s_per_gpu"]  # rounded to 3 decimals: compare to 1e-6
-        days = r["tokens"] / (tps * r["gpu_count"] * 86_400 * econ.goodput)
+        # the goodput of the row's model at its GPU count, as the decision chapter's (the scale model)
+        good = plan.goodput_at(runs.row_model(r), r["gpu_count"])
+        assert good == goodput.goodput(r["gpu_count"], goodput.checkpoint_bytes(runs.row_model(r).total_params),
+                                       plan.reliability_inputs()) and 0.9 < good < 1
+        days = r["tokens"] / (tps * r["gpu_count"] * 86_400 * good)
         assert math.isclose(r["predicted_days"], days, rel_tol=1e-6)
-        hours = r["tokens"] / tps / 3600 / econ.goodput
+        hours = r["tokens"] / tps / 3600 / good
         assert math.isclose(r["predicted_gpu_hours"], hours, rel_tol=1e-6)
-        mwh = cost.energy_mwh(hours, hardware.get("h100_sxm").tdp_w, econ.system_overhead, econ.utilization, econ.pue)
+        mwh = cost.energy_mwh(hours, hardware.get("h100_sxm").system_w, econ.utilization, econ.pue)
         assert math.isclose(r["predicted_cost_usd"], hours * price + mwh * econ.energy_usd_per_mwh, rel_tol=1e-6)
     assert own["cost_basis"].startswith("2 USD per GPU-hour from the row")
     assert scen["cost_basis"].startswith(f"{plan.price('h100_sxm'):g} USD per GPU-hour from the default scenario")

@@ -13,6 +13,8 @@ from scaletax.inputs.layout import LayoutArray, divisors
 from scaletax.model import efficiency, memory, perf, runplan
 from scaletax.report.predict import PERF_COLUMNS, predict_rows
 
+from objects import as_gpu, as_recipe
+
 TOL = 1e-12
 
 
@@ -28,9 +30,9 @@ def _reference(rows):
         if lay.recompute == "full" and plan.recompute_fraction < 1.0:
             la = LayoutArray.from_layouts([lay.replace(recompute="selective"), lay])
             x = plan.recompute_fraction
-            g = {k: float((1.0 - x) * v[0] + x * v[1]) for k, v in memory.breakdown(plan.model, la, prec, **plan.options).gib().items()}
+            g = {k: float((1.0 - x) * v[0] + x * v[1]) for k, v in memory.breakdown(plan.model, la, as_recipe(prec), **plan.options).gib().items()}
         else:
-            g = {k: float(v[0]) for k, v in memory.breakdown(plan.model, lay, prec, **plan.options).gib().items()}
+            g = {k: float(v[0]) for k, v in memory.breakdown(plan.model, lay, as_recipe(prec), **plan.options).gib().items()}
         pred = perf.evaluate_band(runplan.step_inputs([plan]), band)
         v = pred.value
         p = float(v.tokens_per_s_per_gpu[0])
@@ -232,12 +234,12 @@ def test_prepare_one_gpu_per_layout():
     """``perf.prepare`` with one GPU per layout equals one call per GPU; a wrong count is refused."""
     model = runs.row_model(runs.read_runs(runs.RUNS_CSV)[0])
     la = LayoutArray.from_layouts([runs.row_layout(r) for r in runs.read_runs(runs.RUNS_CSV)[:2]])
-    gpus = ["h100_sxm", "gb200"]
-    both = perf.prepare(model, LayoutArray.concat([la, la]), "fp8", [gpus[0]] * 2 + [gpus[1]] * 2)
-    one = perf.StepInputs.concat([perf.prepare(model, la, "fp8", g) for g in gpus])
+    gpus = [as_gpu("h100_sxm"), as_gpu("gb200")]
+    both = perf.prepare(model, LayoutArray.concat([la, la]), as_recipe("fp8"), [gpus[0]] * 2 + [gpus[1]] * 2)
+    one = perf.StepInputs.concat([perf.prepare(model, la, as_recipe("fp8"), g) for g in gpus])
     _fields_equal(both, one)
     with pytest.raises(ValueError, match=r"^gpu: 3 GPUs for 4 layouts"):
-        perf.prepare(model, LayoutArray.concat([la, la]), "fp8", gpus + gpus[:1])
+        perf.prepare(model, LayoutArray.concat([la, la]), as_recipe("fp8"), gpus + gpus[:1])
 
 
 @pytest.mark.parametrize("table", ["published", "random"])

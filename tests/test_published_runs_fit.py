@@ -13,6 +13,8 @@ from scaletax.inputs import runs
 from scaletax.model import comm, memory, perf, runplan
 from scaletax.model.comm import WireFormat
 
+from objects import as_gpu, as_recipe
+
 TABLES = ("published_runs.csv", "heldout_runs.csv", "coverage_probes.csv", "production_moe_recipes.csv")
 
 
@@ -21,7 +23,7 @@ def test_every_published_run_fits(name):
     """Each row, planned as calibration, validation and ``scaletax predict`` plan it, fits its GPU."""
     over = []
     for row in runs.read_runs(DATA_DIR / name):
-        gib, cap = runplan.plan_row(row).memory_gib, memory.capacity_gib(row["hardware"])
+        gib, cap = runplan.plan_row(row).memory_gib, memory.capacity_gib(as_gpu(row["hardware"]))
         if not gib <= cap:
             over.append(f"{row['run_id']}: {gib:.1f} GiB > {cap:.1f} GiB")
     assert not over, f"{name}: predicted not to fit: " + "; ".join(over)
@@ -43,7 +45,7 @@ def test_etp_defaults_to_tp_and_a_stated_etp_is_kept():
     table = runplan.plan_rows([blank, one])
     assert table.layouts().etp.tolist() == [8, 1]
     # issue 29: with every expert whole on each TP rank the run does not fit; with Megatron's default it does
-    cap = memory.capacity_gib("h100_sxm")
+    cap = memory.capacity_gib(as_gpu("h100_sxm"))
     assert runplan.plan_row(one).memory_gib > cap >= runplan.plan_row(blank).memory_gib
     # the probe row of the same run fits as the table states it (etp blank)
     probe = next(r for r in runs.read_runs(DATA_DIR / "coverage_probes.csv")
@@ -89,7 +91,7 @@ def test_llama3_8b_64_h100_recipes_fit_as_stated(recipe):
         assert row["recompute"] == "none" and not rec["recompute_granularity"] and row["cp"] == 2
     plan = runplan.plan_row(row)
     assert plan.recompute_assumed == ""
-    assert plan.memory_gib <= memory.capacity_gib("h100_sxm"), f"{row['run_id']}: {plan.memory_gib:.1f} GiB"
+    assert plan.memory_gib <= memory.capacity_gib(as_gpu("h100_sxm")), f"{row['run_id']}: {plan.memory_gib:.1f} GiB"
 
 
 # --- the stack column --------------------------------------------------------------------------
@@ -105,10 +107,10 @@ def test_fsdp_stack_is_zero3_with_fp32_gradients():
     assert runplan.plan_row(_llama(stack="fsdp", zero_stage=2)).layout.zero_stage == 2
     sf, sm = runplan.step_inputs([pf]).comm.groups["dp"], runplan.step_inputs([pm]).comm.groups["dp"]
     # the reduce-scatter alone (no parameter gather) of the megatron row (16-bit) and in fp32
-    rs = {b: float(perf.prepare(pm.model, pm.layout, "bf16", "h100_sxm", wire=WireFormat(grad=b, param=0.0))
+    rs = {b: float(perf.prepare(pm.model, pm.layout, as_recipe("bf16"), as_gpu("h100_sxm"), wire=WireFormat(grad=b, param=0.0))
                    .comm.groups["dp"].bytes[0]) for b in (2.0, 4.0)}
     assert rs[4.0] == pytest.approx(2 * rs[2.0], rel=1e-12) and rs[2.0] > 0
-    assert comm.stack_wire(WireFormat.for_recipe("bf16"), "fsdp").grad == 2 * WireFormat.for_recipe("bf16").grad
+    assert comm.stack_wire(WireFormat.for_recipe(as_recipe("bf16")), "fsdp").grad == 2 * WireFormat.for_recipe(as_recipe("bf16")).grad
     # fsdp: the same bf16 parameter all-gathers, and its reduce-scatter 2x the megatron row's
     assert float(sf.bytes[0]) - float(sm.bytes[0]) == pytest.approx(rs[2.0], rel=1e-9)
     # fp32 gradient shards in memory: twice the 16-bit ones
@@ -128,15 +130,15 @@ def test_fsdp_stack_holds_16_bytes_per_parameter_shard():
     pf, pm = runplan.plan_row(_llama(stack="fsdp")), runplan.plan_row(_llama(zero_stage=3))
     m = pf.model
     one = dict(stage="first", include_embeddings=False)  # transformer layers only: every layer alike
-    f = memory.breakdown(m, pf.layout, "bf16", **one, **pf.options, fsdp_prefetch_layers=0)
-    g = memory.breakdown(m, pm.layout, "bf16", **one, **pm.options, fsdp_prefetch_layers=0)
+    f = memory.breakdown(m, pf.layout, as_recipe("bf16"), **one, **pf.options, fsdp_prefetch_layers=0)
+    g = memory.breakdown(m, pm.layout, as_recipe("bf16"), **one, **pm.options, fsdp_prefetch_layers=0)
     state_f = float(f.weights[0] + f.gradients[0] + f.optimizer[0])
     state_m = float(g.weights[0] + g.gradients[0] + g.optimizer[0])
     assert f.weights[0] / f.gradients[0] == pytest.approx(1.0) and f.optimizer[0] / f.gradients[0] == pytest.approx(2.0)
     assert state_f / float(f.gradients[0]) == pytest.approx(4.0)  # 16 = 4 + 4 + 8, per parameter of the shard
     assert state_m / float(g.weights[0]) == pytest.approx((2 + 2 + 12) / 2)
     # the gathered layers: bf16 (mixed_precision_param), 2 bytes per parameter of the layers in flight
-    f2 = memory.breakdown(m, pf.layout, "bf16", **one, **pf.options)
+    f2 = memory.breakdown(m, pf.layout, as_recipe("bf16"), **one, **pf.options)
     layer = float(f.weights[0]) / 4.0 * (pf.layout.dp) / m.layers  # parameters of one layer on this TP rank
     assert float(f2.weights[0] - f.weights[0]) == pytest.approx(memory.FSDP_PREFETCH_LAYERS * layer * 2.0, rel=1e-9)
 

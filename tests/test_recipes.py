@@ -17,6 +17,8 @@ from scaletax.chapters import decision as d
 from scaletax.chapters import memory as ms
 from scaletax.report.chapters import default_parameters
 
+from objects import as_gpu, as_recipe
+
 
 def test_operand_bytes_follow_the_format_specs():
     # OCP MX v1.0: one E8M0 scale per 32 elements; NVFP4 (arXiv 2509.25149): one E4M3 scale per 16
@@ -44,7 +46,7 @@ def test_state_copy_cast_and_wire_bytes():
     # wire: FP8 gathers and dispatches 1 B; MX and FP4 recipes move MXFP8
     assert (bf16.wire_bytes, fp8.wire_bytes) == (2.0, 1.0)
     assert nv4.wire_bytes == mx8.wire_bytes == pytest.approx(1 + 1 / 32)
-    w = comm.WireFormat.for_recipe("nvfp4")
+    w = comm.WireFormat.for_recipe(as_recipe("nvfp4"))
     assert (w.param, w.dispatch, w.act, w.grad) == (pytest.approx(1 + 1 / 32), pytest.approx(1 + 1 / 32), 2.0, 2.0)
 
 
@@ -54,12 +56,12 @@ def test_gradient_bytes_are_one_choice_for_memory_and_wire():
     m = models.get(models.DENSE_1T)
     for name in recipes.TRAINING:
         rec = recipes.get(name)
-        assert comm.WireFormat.for_recipe(name).grad == rec.grad_bytes == memory.resolve_options(name)["grad_bytes"]
+        assert comm.WireFormat.for_recipe(as_recipe(name)).grad == rec.grad_bytes == memory.resolve_options(as_recipe(name))["grad_bytes"]
     # DP gradient traffic scales with the gradient bytes: fp32 (grad_reduce_in_fp32) doubles it
     lay = Layout(tp=8, pp=8, dp=16)
-    topo = Topology.from_gpu("h100_sxm")
-    g2 = comm.step_traffic(m, lay, topo, comm.WireFormat.for_recipe("bf16")).groups["dp"]
-    g4 = comm.step_traffic(m, lay, topo, replace(comm.WireFormat.for_recipe("bf16"), grad=4.0)).groups["dp"]
+    topo = Topology.from_gpu(as_gpu("h100_sxm"))
+    g2 = comm.step_traffic(m, lay, topo, comm.WireFormat.for_recipe(as_recipe("bf16"))).groups["dp"]
+    g4 = comm.step_traffic(m, lay, topo, replace(comm.WireFormat.for_recipe(as_recipe("bf16")), grad=4.0)).groups["dp"]
     # reduce-scatter of gradients + all-gather of 16-bit parameters: 2 + 2 bytes -> 4 + 2 bytes
     assert float(g4.nic_bytes[0] + g4.nvlink_bytes[0]) / float(g2.nic_bytes[0] + g2.nvlink_bytes[0]) == pytest.approx(1.5)
 
@@ -67,15 +69,15 @@ def test_gradient_bytes_are_one_choice_for_memory_and_wire():
 def test_the_models_read_the_registry():
     m = models.get(models.DENSE_1T)
     lay = Layout(tp=8, pp=8, dp=16)
-    o = memory.resolve_options("nvfp4")
+    o = memory.resolve_options(as_recipe("nvfp4"))
     assert (o["param_bytes"], o["grad_bytes"], o["optimizer_bytes"]) == (2.0, 2.0, 16.0)
     assert o["lowp"] == recipes.get("nvfp4").lowp_copy_bytes
     # weights: 16-bit parameters plus the quantized copies of the linear weights
-    w = {p: float(memory.breakdown(m, lay, p).weights[0]) for p in ("bf16", "fp8", "nvfp4")}
+    w = {p: float(memory.breakdown(m, lay, as_recipe(p)).weights[0]) for p in ("bf16", "fp8", "nvfp4")}
     assert w["bf16"] < w["nvfp4"] < w["fp8"]
     g = hardware.get("h100_sxm")
-    assert perf.gemm_reference_size(g, "fp8") == pytest.approx(1.5 * 1.0 * g.peak_flops("fp8") / g.hbm_bw)
-    assert perf.compute_precision(g, "fp16") == "fp16" and perf.compute_precision(g, "nvfp4") == "bf16"
+    assert perf.gemm_reference_size(g, as_recipe("fp8")) == pytest.approx(1.5 * 1.0 * g.peak_flops("fp8") / g.hbm_bw)
+    assert perf.compute_precision(as_recipe("fp16")).name == "fp16" and perf.compute_precision(as_recipe("nvfp4")).name == "bf16"
     assert recipes.TRAINING == memory.PRECISIONS == recipes.TRAINING
 
 
@@ -93,13 +95,17 @@ def test_mxfp6_has_a_peak_but_no_training_recipe():
     r = recipes.get("mxfp6")
     assert not r.trains and "mxfp6" not in recipes.TRAINING and r.peak_column == "fp6_tflops"
     with pytest.raises(ValueError, match="precision: unknown 'mxfp6'; valid: bf16, fp16, fp8, mxfp8, nvfp4, mxfp4"):
-        efficiency.format_class("mxfp6")
+        recipes.training("mxfp6")
+    with pytest.raises(ValueError, match="the memory model does not train in mxfp6"):
+        memory.resolve_options(r)
     with pytest.raises(ValueError, match="precision: unknown 'int3'"):
         recipes.get("int3")
 
 
 def test_training_precision_policy():
-    tp = recipes.training_precision
+    def tp(g, *a):
+        return recipes.training_precision(hardware.get(g), *a).name
+
     assert tp("b200", "nvfp4", ["bf16", "nvfp4"]) == "nvfp4"
     # Hopper has no FP4: the fastest native one the scenario allows, else BF16
     assert tp("h100_sxm", "nvfp4", ["bf16", "fp8", "nvfp4"]) == "fp8"
@@ -107,8 +113,13 @@ def test_training_precision_policy():
     assert tp("h100_sxm", "nvfp4") == "fp8"  # default: any training recipe
     assert tp("a100_sxm_80gb", "fp8") == "bf16"  # BF16 and FP16 tie: the first listed
     assert tp("h100_sxm", "nvfp4", []) == "bf16"
-    assert recipes.fastest_precision("gb200", "fp8", ["bf16", "fp8", "nvfp4"]) == "nvfp4"
-    assert recipes.fastest_precision("h200_sxm", "fp8", ["bf16", "fp8", "nvfp4"]) == "fp8"
+    assert recipes.fastest_precision(hardware.get("gb200"), "fp8", ["bf16", "fp8", "nvfp4"]).name == "nvfp4"
+    assert recipes.fastest_precision(hardware.get("h200_sxm"), "fp8", ["bf16", "fp8", "nvfp4"]).name == "fp8"
+    # the model takes the objects, resolved once where the ids come in
+    with pytest.raises(TypeError, match="expected a hardware.GPU, got str 'h100_sxm'"):
+        perf.prepare(models.get(models.DENSE_1T), Layout(tp=8, pp=8, dp=16), recipes.training("bf16"), "h100_sxm")
+    with pytest.raises(TypeError, match="expected a recipes.Recipe, got str 'bf16'"):
+        memory.breakdown(models.get(models.DENSE_1T), Layout(tp=8, pp=8, dp=16), "bf16")
     with pytest.raises(ValueError, match="precision: unknown 'int3'"):
         tp("h100_sxm", "int3")
 

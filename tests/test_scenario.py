@@ -68,6 +68,28 @@ def test_overrides_apply_and_hash_changes():
     ("cluster.sizes=" + "x" * 20000, "longer than 16384 characters"),
     ("economics.prices={b200: &p {usd_per_gpu_hour: 3, source: x, assumption: true}, gb200: *p}",
      "anchors and aliases (&, *) are not allowed"),
+    # power, goodput, ownership and fleets: typed and bounded like the rest
+    ("cluster.power_mw=-5", "cluster.power_mw: Input should be greater than 0 (got -5)"),
+    ("cluster.power_mw=1e9", "cluster.power_mw: Input should be less than or equal to 100000"),
+    ("cluster.goodput=1.5", "cluster.goodput: Input should be less than or equal to 1 (got 1.5)"),
+    ("cluster.reliability.failure_report=llama3",
+     "cluster.reliability.failure_report: unknown failure report 'llama3' (did you mean 'llama3_405b'?)"),
+    ("cluster.reliability.restart_minutes=0", "cluster.reliability.restart_minutes: Input should be greater than 0"),
+    ("cluster.reliability.storage_tb_s=true", "cluster.reliability.storage_tb_s: Input should be a valid number (got True)"),
+    ("cluster.reliability.failures_per_gpu_hour=0.5", "cluster.reliability.failures_per_gpu_hour: Input should be less than or equal to 0.01"),
+    ("cluster.reliabilty.restart_minutes=5", "unknown key 'cluster.reliabilty'; did you mean 'cluster.reliability'?"),
+    ("economics.energy.system_overhead=0.5", "economics.energy.system_overhead: Input should be greater than or equal to 1"),
+    ("economics.ownership.cost_of_capital=2", "economics.ownership.cost_of_capital: Input should be less than or equal to 1"),
+    ("economics.ownership.busy_share=0", "economics.ownership.busy_share: Input should be greater than 0"),
+    ("economics.ownership.capex.h100.usd_per_system=3",
+     "economics.ownership.capex: unknown GPU id 'h100' (did you mean 'h100_sxm'?)"),
+    ("economics.ownership.capex.b200.usd_per_sytem=3",
+     "unknown key 'economics.ownership.capex.b200.usd_per_sytem'; did you mean 'economics.ownership.capex.b200.usd_per_system'?"),
+    ("fleets=[{name: X, gpu: b2000, count: 5, source: s}]", "fleets.0.gpu: unknown GPU id 'b2000' (did you mean 'b200'?)"),
+    ("fleets=[{name: X, gpu: b200, cont: 5, source: s}]", "unknown key 'fleets.0.cont'; did you mean 'fleets.0.count'?"),
+    ("fleets=[{name: X, gpu: b200, count: 0, source: s}]", "fleets.0.count: Input should be greater than or equal to 1"),
+    ("fleets=[{name: X, gpu: b200, count: 5}]", "fleets.0.source: Field required"),
+    ("fleets.0.count=5", "fleets: a list; set it whole (fleets=[{...}, ...])"),
 ])
 def test_bad_overrides_are_refused_in_one_line(override, expect):
     with pytest.raises(ScenarioError) as exc:
@@ -182,3 +204,30 @@ def test_only_small_regular_files_are_read(tmp_path):
     binary.write_bytes(b"name: \xff\xfe\n")
     with pytest.raises(ScenarioError, match="not UTF-8"):
         resolve(binary)
+
+
+def test_an_older_scenario_file_takes_the_new_sections_from_the_default(tmp_path):
+    """A scenario written before power, goodput, ownership and fleets existed still resolves: those
+    sections are the default's, sources and all."""
+    import yaml
+
+    data = load_yaml(DEFAULT_SCENARIO)
+    for key in ("reliability", "power_mw", "power_mw_source"):
+        data["cluster"].pop(key)
+    data["economics"].pop("ownership")
+    data.pop("fleets")
+    old = tmp_path / "old.yaml"
+    old.write_text(yaml.safe_dump(data))
+    s, default = resolve(old), resolve()
+    assert s.cluster.reliability == default.cluster.reliability and s.economics.ownership == default.economics.ownership
+    assert s.fleets == default.fleets and s.cluster.power_mw == default.cluster.power_mw
+
+
+def test_default_fleets_are_press_reports_and_a_fleet_given_with_set_replaces_them():
+    s = resolve()
+    assert [f.count for f in s.fleets] == [100_000, 36_000, 20_000, 20_000, 4_000]
+    assert all(not f.verified and "press report" in f.source and "unverified" in f.source for f in s.fleets)
+    heq = next(f for f in s.fleets if f.name == "H-equivalent fleet")
+    assert (heq.gpu, heq.equivalent) == ("h100_sxm", True)
+    mine = resolve(overrides=['fleets=[{name: "Our site", gpu: gb300, count: 8640, source: "our plan"}]'])
+    assert [(f.name, f.gpu, f.count, f.equivalent) for f in mine.fleets] == [("Our site", "gb300", 8640, False)]

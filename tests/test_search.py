@@ -13,6 +13,8 @@ from scaletax.inputs import models
 from scaletax.model import memory, perf, search
 from scaletax.model.search import SearchSpace
 
+from objects import as_gpu, as_recipe
+
 SMALL = SearchSpace(tp=(1, 2, 4, 8), cp=(1, 2), vp=(1, 2), mbs=(1, 2), zero_stage=(1, 3))
 SMALL_MOE = models.Model(id="small_moe", layers=8, hidden=1024, heads=16, kv_heads=4, ffn_hidden=4096, vocab=32000,
                          seq_len=4096, moe_experts=16, moe_top_k=4, moe_ffn_hidden=512, moe_shared_experts=1,
@@ -26,8 +28,8 @@ CASES = [(models.get("llama31_8b"), "fp8", "h100_sxm", 64, 2**21),
 def test_vectorized_search_equals_loop(model, prec, gpu, gpus, tokens):
     space = SMALL if not model.is_moe else SearchSpace(tp=(1, 2, 4), cp=(1, 2), ep=(1, 2, 4, 8, 16), vp=(1, 2),
                                                        mbs=(1, 2), zero_stage=(1, 3))
-    vec = search.search(model, prec, gpu, gpus, tokens_per_step=tokens, space=space)
-    loop = search.search_loop(model, prec, gpu, gpus, tokens_per_step=tokens, space=space)
+    vec = search.search(model, as_recipe(prec), as_gpu(gpu), gpus, tokens_per_step=tokens, space=space)
+    loop = search.search_loop(model, as_recipe(prec), as_gpu(gpu), gpus, tokens_per_step=tokens, space=space)
     assert vec.fits and loop["best"] is not None
     assert vec.n_layouts == loop["n_layouts"] > 20
     assert vec.n_fit == loop["n_fit"]
@@ -35,12 +37,12 @@ def test_vectorized_search_equals_loop(model, prec, gpu, gpus, tokens):
     assert vec.metrics["tokens_per_s_per_gpu"] == pytest.approx(loop["tokens_per_s_per_gpu"], rel=1e-9)
     assert vec.metrics["memory_gib"] == pytest.approx(loop["memory_gib"], rel=1e-9)
     # the best layout fits memory and is the fastest of every candidate that fits
-    cap = memory.capacity_gib(gpu)
-    assert memory.breakdown(model, vec.best, prec).total[0] / memory.GIB <= cap
+    cap = memory.capacity_gib(as_gpu(gpu))
+    assert memory.breakdown(model, vec.best, as_recipe(prec)).total[0] / memory.GIB <= cap
     assert vec.metrics["memory_gib"] + vec.metrics["headroom_gib"] == pytest.approx(cap)
     la = search.candidates(model, gpus, space, search.target_sequences(model, tokens))
-    ok = memory.fits(model, la, cap, prec)
-    tps = perf.step_time(model, la[ok], prec, gpu, ep_dispatch="dedup" if model.is_moe else "alltoall").tokens_per_s_per_gpu
+    ok = memory.fits(model, la, as_gpu(cap), as_recipe(prec))
+    tps = perf.step_time(model, la[ok], as_recipe(prec), as_gpu(gpu), ep_dispatch="dedup" if model.is_moe else "alltoall").tokens_per_s_per_gpu
     assert vec.metrics["tokens_per_s_per_gpu"] == pytest.approx(tps.max(), rel=1e-12)
     assert vec.metrics["tokens_per_s_per_gpu_low"] <= vec.metrics["tokens_per_s_per_gpu"] <= vec.metrics["tokens_per_s_per_gpu_high"]
     breakdown = sum(vec.metrics[k] for k in ("compute_s", "exposed_comm_s", "bubble_s", "other_s"))
@@ -74,25 +76,25 @@ def test_moe_candidates_try_both_expert_tensor_layouts():
 
 def test_does_not_fit_returns_the_minimum_gpu_count():
     m = models.get("megatron_1t")
-    res = search.search(m, "fp8", "h100_sxm", 64, tokens_per_step=2**22)
+    res = search.search(m, as_recipe("fp8"), as_gpu("h100_sxm"), 64, tokens_per_step=2**22)
     assert not res.fits and res.best is None and res.n_layouts > 0
-    want = search.min_gpus(m, "fp8", "h100_sxm", space=SearchSpace(batch_tolerance=None, objective="least_parallel"))
+    want = search.min_gpus(m, as_recipe("fp8"), as_gpu("h100_sxm"), space=SearchSpace(batch_tolerance=None, objective="least_parallel"))
     assert want.fits and res.min_gpus == want.gpus[0] and res.min_gpus > 64
     # nothing fits on the count below it (whole nodes), with any batch
-    below = search.search(m, "fp8", "h100_sxm", res.min_gpus - 8, space=SearchSpace(batch_tolerance=None))
+    below = search.search(m, as_recipe("fp8"), as_gpu("h100_sxm"), res.min_gpus - 8, space=SearchSpace(batch_tolerance=None))
     assert not below.fits
     assert f"does not fit on 64 GPUs of type H100 SXM in fp8; needs at least {res.min_gpus:,}" in res.message
     # and it does fit on that many (with some batch): the answer is consistent
-    ok = search.search(m, "fp8", "h100_sxm", res.min_gpus, gbs=res.min_gpus)
+    ok = search.search(m, as_recipe("fp8"), as_gpu("h100_sxm"), res.min_gpus, gbs=res.min_gpus)
     assert ok.fits
 
 
 def test_batch_budget_errors():
     m = models.get("llama31_8b")
     with pytest.raises(ValueError, match="tokens_per_step"):
-        search.search(m, "fp8", "h100_sxm", 8)
+        search.search(m, as_recipe("fp8"), as_gpu("h100_sxm"), 8)
     with pytest.raises(ValueError, match="less than one sequence"):
-        search.search(m, "fp8", "h100_sxm", 8, tokens_per_step=100)
+        search.search(m, as_recipe("fp8"), as_gpu("h100_sxm"), 8, tokens_per_step=100)
 
 
 def _brute_pareto(t, h, g):
@@ -119,7 +121,7 @@ def test_pareto_mask_matches_brute_force(points):
 
 def test_pareto_over_several_cluster_sizes():
     m = models.get("llama31_8b")
-    res = search.search(m, "fp8", "h100_sxm", [8, 16, 32], tokens_per_step=2**21, space=SMALL)
+    res = search.search(m, as_recipe("fp8"), as_gpu("h100_sxm"), [8, 16, 32], tokens_per_step=2**21, space=SMALL)
     assert res.fits and res.pareto
     assert {r["gpus"] for r in res.pareto} <= {8, 16, 32}
     tps = [r["tokens_per_s"] for r in res.pareto]
@@ -135,15 +137,15 @@ def test_pareto_over_several_cluster_sizes():
 def test_least_parallel_objective_equals_loop_and_brute_force():
     m = models.get("llama31_70b")
     space = SearchSpace(tp=(1, 2, 4, 8), cp=(1,), vp=(1,), mbs=(1,), zero_stage=(1,), objective="least_parallel")
-    vec = search.search(m, "bf16", "a100_sxm_80gb", 64, tokens_per_step=2**22, space=space)
-    loop = search.search_loop(m, "bf16", "a100_sxm_80gb", 64, tokens_per_step=2**22, space=space)
+    vec = search.search(m, as_recipe("bf16"), as_gpu("a100_sxm_80gb"), 64, tokens_per_step=2**22, space=space)
+    loop = search.search_loop(m, as_recipe("bf16"), as_gpu("a100_sxm_80gb"), 64, tokens_per_step=2**22, space=space)
     assert vec.fits and vec.best == loop["best"]
     la = search.candidates(m, 64, space, search.target_sequences(m, 2**22), domain=8)
-    ok = memory.fits(m, la, "a100_sxm_80gb", "bf16")
+    ok = memory.fits(m, la, as_gpu("a100_sxm_80gb"), as_recipe("bf16"))
     mp = (la.tp * la.pp * la.cp)[ok]
     assert vec.best.tp * vec.best.pp * vec.best.cp == mp.min()
     # its step time is the step-time model's for that layout
-    st = perf.step_time(m, vec.best, "bf16", "a100_sxm_80gb", ep_dispatch="alltoall")
+    st = perf.step_time(m, vec.best, as_recipe("bf16"), as_gpu("a100_sxm_80gb"), ep_dispatch="alltoall")
     assert vec.metrics["step_s"] == pytest.approx(float(st.step_s[0]), rel=1e-12)
     assert vec.traffic is not None and len(vec.traffic) == 1 and len(vec.step) == 1
 
@@ -161,7 +163,7 @@ def test_tp_groups_sit_in_whole_domains():
 
 def test_domain_of_the_space_sets_the_topology():
     m = models.get("megatron_1t")
-    res = search.search(m, "fp8", "b200", 4096, tokens_per_step=2**24, pareto=False, space=SearchSpace(domain=72))
+    res = search.search(m, as_recipe("fp8"), as_gpu("b200"), 4096, tokens_per_step=2**24, pareto=False, space=SearchSpace(domain=72))
     assert res.domain == 72 and 72 % res.best.tp == 0
     assert np.all(res.traffic.groups["tp"].domain == 72)
 
@@ -187,13 +189,13 @@ def test_min_gpus_is_the_smallest_count_that_fits():
     m = models.get(models.DENSE_1T)
     space = SearchSpace(tp=(1, 2, 4, 8), cp=(1,), vp=(1,), mbs=(1,), zero_stage=(1,), batch_tolerance=None,
                         objective="least_parallel")
-    res = search.min_gpus(m, "bf16", "h100_sxm", space=space)
-    assert res.fits and res.best.gpus == res.gpus[0] and res.metrics["memory_gib"] <= memory.capacity_gib("h100_sxm")
-    assert memory.fits(m, res.best, "h100_sxm", "bf16")[0]
-    assert not search.search(m, "bf16", "h100_sxm", res.gpus[0] - 8, space=space).fits
+    res = search.min_gpus(m, as_recipe("bf16"), as_gpu("h100_sxm"), space=space)
+    assert res.fits and res.best.gpus == res.gpus[0] and res.metrics["memory_gib"] <= memory.capacity_gib(as_gpu("h100_sxm"))
+    assert memory.fits(m, res.best, as_gpu("h100_sxm"), as_recipe("bf16"))[0]
+    assert not search.search(m, as_recipe("bf16"), as_gpu("h100_sxm"), res.gpus[0] - 8, space=space).fits
     # more memory: fewer GPUs; a tiny limit: no answer
-    assert search.min_gpus(m, "bf16", "h200_sxm", space=space).gpus[0] < res.gpus[0]
-    none = search.min_gpus(m, "bf16", "h100_sxm", space=space.with_(max_gpus=64))
+    assert search.min_gpus(m, as_recipe("bf16"), as_gpu("h200_sxm"), space=space).gpus[0] < res.gpus[0]
+    none = search.min_gpus(m, as_recipe("bf16"), as_gpu("h100_sxm"), space=space.with_(max_gpus=64))
     assert not none.fits and none.best is None
 
 
@@ -207,11 +209,11 @@ def test_the_same_search_asked_two_ways_is_one_cache_entry(tmp_path, monkeypatch
     monkeypatch.setenv(memo.ENV, str(tmp_path))
     m = models.get("megatron_1t")
     memo.STATS.clear()
-    a = search.cached_search(m, "fp8", "h100_sxm", 1024, tokens_per_step=2**22, pareto=False)
-    b = search.cached_search(m, "fp8", hardware.get("h100_sxm"), [1024], gbs=2**22 // m.seq_len, pareto=False,
+    a = search.cached_search(m, as_recipe("fp8"), as_gpu("h100_sxm"), 1024, tokens_per_step=2**22, pareto=False)
+    b = search.cached_search(m, as_recipe("fp8"), as_gpu(hardware.get("h100_sxm")), [1024], gbs=2**22 // m.seq_len, pareto=False,
                              space=SearchSpace(domain=8))
     assert memo.STATS["scaletax.model.search.search"] == {"miss": 1, "hit": 1}
-    ref = search.search(m, "fp8", "h100_sxm", 1024, tokens_per_step=2**22, pareto=False)
+    ref = search.search(m, as_recipe("fp8"), as_gpu("h100_sxm"), 1024, tokens_per_step=2**22, pareto=False)
     assert a.best == b.best == ref.best and a.metrics == ref.metrics and a.domain == ref.domain == 8
-    search.cached_search(m, "fp8", "h100_sxm", 1024, tokens_per_step=2**22, pareto=False, space=SearchSpace(domain=16))
+    search.cached_search(m, as_recipe("fp8"), as_gpu("h100_sxm"), 1024, tokens_per_step=2**22, pareto=False, space=SearchSpace(domain=16))
     assert memo.STATS["scaletax.model.search.search"] == {"miss": 2, "hit": 1}  # another domain: another search

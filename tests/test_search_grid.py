@@ -14,6 +14,8 @@ from scaletax.model.perf import _dense_codes
 from scaletax.model.search import SearchSpace
 from scaletax.model.topology import Topology
 
+from objects import as_gpu, as_recipe
+
 SMALL_MOE = models.Model(id="small_moe", layers=8, hidden=1024, heads=16, kv_heads=4, ffn_hidden=4096, vocab=32000,
                          seq_len=4096, moe_experts=16, moe_top_k=4, moe_ffn_hidden=512, moe_shared_experts=1,
                          moe_dense_layers=1)
@@ -56,8 +58,8 @@ def test_grid_expands_to_the_candidates_and_takes_their_rows(model, prec, gpu, g
 @pytest.mark.parametrize("model,prec,gpu,gpus,seqs", CASES, ids=IDS)
 def test_grid_memory_is_the_breakdown_total_bit_for_bit(model, prec, gpu, gpus, seqs, options):
     grid = _grid(model, gpus, seqs)
-    want = memory.breakdown(model, grid.expand(), prec, **options).total
-    _same_bits(memory.grid_total(model, grid, prec, **options), want)
+    want = memory.breakdown(model, grid.expand(), as_recipe(prec), **options).total
+    _same_bits(memory.grid_total(model, grid, as_recipe(prec), **options), want)
 
 
 @pytest.mark.parametrize("model,prec,gpu,gpus,seqs", CASES, ids=IDS)
@@ -67,8 +69,8 @@ def test_prepare_on_the_grid_is_prepare_per_layout_bit_for_bit(model, prec, gpu,
     rows = np.flatnonzero(np.random.default_rng(1).random(len(grid)) < 0.6)  # a fit mask's rows
     la = grid.take(rows)
     dispatch = "dedup" if model.is_moe else "alltoall"
-    a = perf.prepare(model, la, prec, g, ep_dispatch=dispatch, grid=(grid, rows))
-    b = perf.prepare(model, la, prec, g, ep_dispatch=dispatch)
+    a = perf.prepare(model, la, as_recipe(prec), as_gpu(g), ep_dispatch=dispatch, grid=(grid, rows))
+    b = perf.prepare(model, la, as_recipe(prec), as_gpu(g), ep_dispatch=dispatch)
     for f in dataclasses.fields(perf.StepInputs):
         if f.name != "comm":
             _same_bits(np.broadcast_to(getattr(a, f.name), (len(la),)), np.broadcast_to(getattr(b, f.name), (len(la),)),
@@ -89,15 +91,15 @@ def test_prepare_ignores_the_grid_where_it_cannot_use_it():
     rows = np.arange(0, len(grid), 7)
     la = grid.take(rows)
     x = np.linspace(0.0, 1.0, len(la))
-    a = perf.prepare(model, la, "bf16", g, recompute_fraction=x, grid=(grid, rows))
-    b = perf.prepare(model, la, "bf16", g, recompute_fraction=x)
+    a = perf.prepare(model, la, as_recipe("bf16"), as_gpu(g), recompute_fraction=x, grid=(grid, rows))
+    b = perf.prepare(model, la, as_recipe("bf16"), as_gpu(g), recompute_fraction=x)
     _same_bits(perf.evaluate(a).step_s, perf.evaluate(b).step_s)
 
 
 def test_step_traffic_on_a_grid_needs_a_scalar_topology():
     model = models.get("llama31_70b")
     grid = _grid(model, 256, 1024)
-    topo = Topology.from_gpu(hardware.get("h100_sxm"))
+    topo = Topology.from_gpu(as_gpu(hardware.get("h100_sxm")))
     with pytest.raises(ValueError, match="LayoutGrid needs a topology of scalars"):
         comm.step_traffic(model, grid, topo.replace(domain=np.full(len(grid), 8)))
 
@@ -127,13 +129,13 @@ def test_a_grid_kept_for_one_gpu_gives_another_gpu_its_own_answer():
     model, tokens = models.get("llama31_70b"), 2**22
     space = SearchSpace(domain=8)
     search._GRIDS.clear()
-    search.search(model, "fp8", "h100_sxm", 256, tokens_per_step=tokens, space=space)
+    search.search(model, as_recipe("fp8"), as_gpu("h100_sxm"), 256, tokens_per_step=tokens, space=space)
     assert len(search._GRIDS) == 1
-    kept = search.search(model, "fp8", "h200_sxm", 256, tokens_per_step=tokens, space=space)
+    kept = search.search(model, as_recipe("fp8"), as_gpu("h200_sxm"), 256, tokens_per_step=tokens, space=space)
     assert len(search._GRIDS) == 1  # the same entry
     search._GRIDS.clear()
-    fresh = search.search(model, "fp8", "h200_sxm", 256, tokens_per_step=tokens, space=space)
+    fresh = search.search(model, as_recipe("fp8"), as_gpu("h200_sxm"), 256, tokens_per_step=tokens, space=space)
     assert kept.best == fresh.best and kept.metrics == fresh.metrics and kept.pareto == fresh.pareto
     assert kept.n_fit == fresh.n_fit
-    h100 = search.search(model, "fp8", "h100_sxm", 256, tokens_per_step=tokens, space=space)
+    h100 = search.search(model, as_recipe("fp8"), as_gpu("h100_sxm"), 256, tokens_per_step=tokens, space=space)
     assert h100.n_fit < kept.n_fit  # 80 GB against 141 GB: fewer layouts fit

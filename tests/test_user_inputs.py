@@ -2,6 +2,7 @@
 bought in whole systems, goodput, power-inclusive prices and the chapter cache keys."""
 import json
 
+import numpy as np
 import pytest
 
 from scaletax.inputs import hardware, models
@@ -151,7 +152,9 @@ def test_a_user_scenario_file_changing_a_value_without_a_source_is_labelled(tmp_
 
 
 #: The default scenario's energy factors (cost.Economics has no defaults for them).
-ENERGY = dict(system_overhead=1.7, utilization=0.9, pue=1.2)
+ENERGY = dict(utilization=0.9, pue=1.2)
+#: DGX H100's 10.2 kW over its 8 GPUs (data/systems.csv), W.
+H100_SYSTEM_W = 1275.0
 
 
 # --- economics ----------------------------------------------------------------------------
@@ -160,24 +163,31 @@ def test_power_inclusive_prices_add_no_energy_and_zero_electricity_is_accepted()
     s = resolve(overrides=["economics.price_includes_power=true"])
     assert s.economics.price_includes_power
     econ = cost.Economics(**ENERGY, usd_per_gpu_hour=2.0, usd_per_mwh=80, price_includes_power=True)
-    r = cost.run_costs(1e12, 1000.0, 1024, 700.0, econ)
+    r = cost.run_costs(1e12, 1000.0, 1024, H100_SYSTEM_W, econ)
     hours = 1e12 / 1000 / 3600
     assert r["cost_usd"] == pytest.approx(hours * 2.0) and r["energy_cost_usd"] == 0
-    assert r["energy_mwh"] == pytest.approx(hours * 700 * 1.7 * 0.9 * 1.2 / 1e6)  # energy still reported
-    owned = cost.run_costs(1e12, 1000.0, 1024, 700.0, cost.Economics(**ENERGY, usd_per_gpu_hour=2.0, usd_per_mwh=80))
+    assert r["energy_mwh"] == pytest.approx(hours * 1275 * 0.9 * 1.2 / 1e6)  # energy still reported
+    owned = cost.run_costs(1e12, 1000.0, 1024, H100_SYSTEM_W,
+                           cost.Economics(**ENERGY, usd_per_gpu_hour=2.0, usd_per_mwh=80))
     assert owned["cost_usd"] == pytest.approx(hours * 2.0 + owned["energy_mwh"] * 80)
 
 
 def test_goodput_stretches_days_and_billed_hours():
     econ = cost.Economics(**ENERGY, usd_per_gpu_hour=2.0, goodput=0.9)
-    r = cost.run_costs(15e12, 500.0, 16384, 700.0, econ)
+    r = cost.run_costs(15e12, 500.0, 16384, H100_SYSTEM_W, econ)
     ideal_days = 15e12 / (500 * 16384 * 86400)
     assert r["days"] == pytest.approx(ideal_days / 0.9)
     assert r["gpu_hours"] == pytest.approx(15e12 / 500 / 3600 / 0.9)
     assert r["cost_usd"] == pytest.approx(r["gpu_hours"] * 2.0)
     with pytest.raises(ValueError, match=r"goodput: must be in \(0, 1\]"):
         cost.Economics(**ENERGY, usd_per_gpu_hour=1.0, goodput=1.2)
-    assert resolve().cluster.goodput == 0.9 and "2407.21783" in resolve().cluster.goodput_source
+    # one goodput per row (the scale model gives each cluster size its own)
+    rows = cost.run_costs(15e12, 500.0, np.array([1024, 16384]), H100_SYSTEM_W, econ, goodput=np.array([0.99, 0.9]))
+    assert rows["days"] == pytest.approx([15e12 / (500 * 1024 * 86400 * 0.99), ideal_days / 0.9])
+    # the default scenario models goodput (no override); a goodput set without a source is the user's
+    assert resolve().cluster.goodput is None and resolve().cluster.reliability.failure_report == "llama3_405b"
+    mine = resolve(overrides=["cluster.goodput=0.95"]).cluster
+    assert (mine.goodput, mine.goodput_source) == (0.95, "your input (--set cluster.goodput=0.95)")
 
 
 def test_gpus_for_a_deadline_round_up_to_whole_systems():

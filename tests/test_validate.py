@@ -13,6 +13,8 @@ from scaletax.inputs import hardware, models, runs
 from scaletax.model import efficiency, perf, runplan
 from scaletax.fit import calibrate, validate
 
+from objects import as_gpu, as_recipe
+
 
 @pytest.fixture(scope="module")
 def summary(table):
@@ -144,7 +146,7 @@ def test_gemm_measurement_fit():
 
     h200 = hardware.get("h200_sxm")
     n = 8192
-    pred = g["ceiling_bf16"] / (1 + g["gemm_roofline"] * perf.gemm_reference_size(h200, "bf16") / n)
+    pred = g["ceiling_bf16"] / (1 + g["gemm_roofline"] * perf.gemm_reference_size(as_gpu(h200), as_recipe("bf16")) / n)
     assert pred * h200.peak_flops("bf16") / 1e12 == pytest.approx(725, rel=0.15)
 
 

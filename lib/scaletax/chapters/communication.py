@@ -70,7 +70,7 @@ def best_search(model: Model, gpu, gpus: int, *, batch_tokens: int, domain: int 
     (:func:`scaletax.inputs.recipes.training_precision` of ``precision`` among ``allowed``). ``domain``
     sets the NVLink domain (``SearchSpace.domain``), ``ep`` the expert-parallel sizes to try.
     Memoized per process and on disk (``search.cached_search``)."""
-    g = hardware.get(gpu) if isinstance(gpu, str) else gpu
+    g = hardware.get(gpu) if isinstance(gpu, str) else hardware.check(gpu)
     dom = int(g.nvlink_domain if domain is None else domain)
     eps = None if ep is None else tuple(int(e) for e in np.atleast_1d(ep))
     prec = recipes.training_precision(g, precision, allowed)
@@ -522,8 +522,8 @@ def llama405b_traffic(gpu: str = "h100_sxm", *, gbs: int = 1152, precision: str 
     from scaletax.inputs import models
 
     layout = Layout(**{**LLAMA405B_LAYOUT, "gbs": gbs})
-    topo = Topology.from_gpu(gpu, domain=domain)
-    return traffic_table(models.get("llama31_405b"), layout, topo, WireFormat.for_recipe(precision),
+    topo = Topology.from_gpu(hardware.get(gpu), domain=domain)
+    return traffic_table(models.get("llama31_405b"), layout, topo, WireFormat.for_recipe(recipes.training(precision)),
                          t_compute=t_compute, overlap=overlap)
 
 
@@ -535,10 +535,11 @@ def llama_rows(gpu: str = "h100_sxm", precision: str = "fp8", allowed: Sequence[
     from scaletax.inputs import models as _models
 
     lay = Layout(**LLAMA405B_LAYOUT)
-    prec = recipes.training_precision(gpu, precision, allowed)
-    st = perf.step_time(_models.get("llama31_405b"), lay, prec, gpu, overlap=overlap)
+    g = hardware.get(gpu)
+    prec = recipes.training_precision(g, precision, allowed)
+    st = perf.step_time(_models.get("llama31_405b"), lay, prec, g, overlap=overlap)
     tc = float(st.compute_s[0] + st.other_s[0])
-    rows = llama405b_traffic(gpu, gbs=lay.gbs, precision=prec, t_compute=tc, overlap=applied_overlap(overlap))
+    rows = llama405b_traffic(gpu, gbs=lay.gbs, precision=prec.name, t_compute=tc, overlap=applied_overlap(overlap))
     return [r for r in rows if r["group"] == "total" or r["collectives"] > 0], tc
 
 

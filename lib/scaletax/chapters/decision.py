@@ -16,6 +16,11 @@ Public API
 - ``decision_rows(plan)``: every model x GPU type on the scenario's cluster, with the GPU count
   that finishes in the target time (:func:`gpus_for_target`, searched, not extrapolated).
 - ``fitting`` / ``cheapest`` / ``fastest``: picks from those rows.
+- ``Plan.goodput_at`` / ``goodput_detail``: the goodput of a model on a GPU count (the planner's
+  ``cluster.goodput``, else the scale model of :mod:`scaletax.model.goodput`), which every day count and
+  cost of this module uses; ``cluster_power``: IT and facility MW in whole systems
+  (:mod:`scaletax.model.power`, the system power energy uses too); ``owned_price``: USD per GPU-hour of
+  an owned GPU beside the rental price (:mod:`scaletax.model.ownership`).
 - ``waterfall(plan, model, target)``: where a GPU's advantage over H100 comes from, by swapping
   one group of hardware properties at a time in the model (:data:`FACTORS`).
 - ``breakeven_rows``: cost per trained token against the reference Hopper, and the price per
@@ -39,10 +44,10 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from scaletax import jobserver
-from scaletax.inputs import hardware, recipes, references
+from scaletax.inputs import failures, hardware, recipes, references
 from scaletax.inputs import models as catalog
 from scaletax.inputs.layout import label
-from scaletax.model import cost, efficiency, search
+from scaletax.model import cost, efficiency, goodput, ownership, power, search
 
 # =========================================================================================
 # Constants
@@ -81,8 +86,12 @@ class Plan:
     """What the decision needs from the scenario (plain data, validated by the scenario).
 
     prices: GPU id -> {"usd_per_gpu_hour", "assumption", "source", "your_input"}; energy: PUE,
-    system overhead (all-in system power / TDP) and utilization (average / peak power);
-    goodput: share of scheduled time that trains; price_includes_power: all-in rental prices.
+    utilization (average / peak power) and the planner's system overhead (all-in system power /
+    TDP, None: each GPU's system power, :func:`scaletax.model.power.system_w`); goodput: the planner's
+    share of scheduled time that trains (None: the scale model of :mod:`scaletax.model.goodput` with
+    ``reliability``, the scenario's ``cluster.reliability``); price_includes_power: all-in rental
+    prices; ownership: ``economics.ownership`` (None when the scenario has none); power_mw: the
+    facility power budget; fleets: the scenario's fleets.
     """
 
     name: str
@@ -97,34 +106,45 @@ class Plan:
     target_days: float
     prices: Mapping[str, Mapping[str, Any]]
     pue: float
-    system_overhead: float
     utilization: float
     usd_per_mwh: float
     baseline: str
     hopper_ref: str
     heq_hopper: tuple[str, ...]
     heq_blackwell: tuple[str, ...]
-    goodput: float = 1.0
+    reliability: Mapping[str, Any]
+    goodput: float | None = None
     price_includes_power: bool = False
+    system_overhead: float | None = None
+    ownership: Mapping[str, Any] | None = None
+    power_mw: float | None = None
+    fleets: tuple[Mapping[str, Any], ...] = ()
 
     @classmethod
     def from_params(cls, *, name: str, models, gpus, training_tokens, training_global_batch_tokens,
                     training_precision, training_precisions, cluster_sizes, cluster_gpus, cluster_target_days,
                     economics_prices, economics_energy, economics_usd_per_mwh, comparisons,
-                    cluster_goodput: float, economics_price_includes_power: bool,
-                    **_ignored: Any) -> "Plan":
+                    cluster_goodput: float | None, economics_price_includes_power: bool,
+                    cluster_reliability: Mapping[str, Any], economics_ownership: Mapping[str, Any] | None = None,
+                    cluster_power_mw: float | None = None, fleets=(), **_ignored: Any) -> "Plan":
         """Build from the notebook parameters (scenario keys with '_' for '.')."""
         e = economics_energy
+        over = e.get("system_overhead")
         return cls(name=str(name), models=tuple(models), gpus=tuple(gpus), tokens=float(training_tokens),
                    batch_tokens=int(training_global_batch_tokens), precision=str(training_precision),
                    precisions=tuple(training_precisions), cluster_gpus=int(cluster_gpus),
                    sizes=tuple(int(n) for n in cluster_sizes), target_days=float(cluster_target_days),
                    prices={k: dict(v) for k, v in (economics_prices or {}).items()},
-                   pue=float(e["pue"]), system_overhead=float(e["system_overhead"]),
+                   pue=float(e["pue"]), system_overhead=None if over is None else float(over),
                    utilization=float(e["utilization"]), usd_per_mwh=float(economics_usd_per_mwh),
                    baseline=str(comparisons["baseline"]), hopper_ref=str(comparisons["hopper_reference"]),
                    heq_hopper=tuple(comparisons["heq_hopper"]), heq_blackwell=tuple(comparisons["heq_blackwell"]),
-                   goodput=float(cluster_goodput), price_includes_power=bool(economics_price_includes_power))
+                   reliability=dict(cluster_reliability),
+                   goodput=None if cluster_goodput is None else float(cluster_goodput),
+                   price_includes_power=bool(economics_price_includes_power),
+                   ownership=None if economics_ownership is None else dict(economics_ownership),
+                   power_mw=None if cluster_power_mw is None else float(cluster_power_mw),
+                   fleets=tuple(dict(f) for f in (fleets or ())))
 
     @property
     def top(self) -> int:
@@ -146,26 +166,74 @@ class Plan:
             return "your input"
         return "assumed" if self.price_assumed(gpu_id) else "published"
 
-    def economics(self, gpu_id: str | None = None) -> cost.Economics:
-        """Scenario economics with this GPU's price (0 when the scenario has none or no GPU is given)."""
+    def economics(self, gpu_id: str | None = None, model_id: str | None = None, gpus: int | None = None) -> cost.Economics:
+        """Scenario economics with this GPU's price (0 when the scenario has none or no GPU is
+        given) and the goodput of ``model_id`` on ``gpus`` GPUs (:meth:`goodput_at`; without them
+        the planner's goodput, else 1)."""
+        good = self.goodput_at(model_id, gpus) if model_id and gpus else (self.goodput or 1.0)
         return cost.Economics(usd_per_gpu_hour=(self.price(gpu_id) if gpu_id else None) or 0.0,
                               system_overhead=self.system_overhead, utilization=self.utilization, pue=self.pue,
-                              usd_per_mwh=self.usd_per_mwh, goodput=self.goodput,
+                              usd_per_mwh=self.usd_per_mwh, goodput=float(good),
                               price_includes_power=self.price_includes_power)
 
+    def system_w(self, gpu) -> float:
+        """All-in system power per GPU, W (:func:`scaletax.model.power.system_w`; the energy of every
+        case and the megawatts of every cluster come from it)."""
+        return power.system_w(_gpu(gpu), self.system_overhead)
+
+    def failure_report(self) -> failures.Report:
+        """The published report whose interruption rates the goodput model uses."""
+        return failures.get(str(self.reliability["failure_report"]))
+
+    def reliability_inputs(self) -> goodput.Reliability:
+        """The goodput model's inputs: the report's rates per GPU-hour (or the planner's own
+        unexpected rate), restart time, storage bandwidth, and the spread of the published
+        unexpected rates (with the planner's rate in it) for the band."""
+        rep, rel = self.failure_report(), self.reliability
+        rate = rel.get("failures_per_gpu_hour") or rep.unexpected_per_gpu_hour
+        lo, hi = failures.rate_range()
+        return goodput.Reliability(unexpected_per_gpu_hour=float(rate), planned_per_gpu_hour=rep.planned_per_gpu_hour,
+                                   restart_s=60.0 * float(rel["restart_minutes"]),
+                                   storage_bytes_per_s=1e12 * float(rel["storage_tb_s"]),
+                                   unexpected_low=min(lo, rate), unexpected_high=max(hi, rate))
+
+    def goodput_at(self, model_id, gpus) -> float | np.ndarray:
+        """Share of scheduled time that trains for ``model_id`` (an id or a ``Model``) on ``gpus``
+        GPUs (an int or an array): the planner's ``cluster.goodput`` when set, else the scale model
+        (:func:`scaletax.model.goodput.goodput`: interruptions grow with the GPU count, the checkpoint
+        with the model's parameters)."""
+        if self.goodput is not None:
+            return self.goodput if np.ndim(gpus) == 0 else np.full(np.shape(gpus), self.goodput)
+        return goodput.goodput(gpus, _state_bytes(model_id), self.reliability_inputs())
+
+    def goodput_band_at(self, model_id: str, gpus) -> tuple:
+        """(goodput, low, high) of :meth:`goodput_at`: the band spans the published interruption
+        rates (:func:`scaletax.model.goodput.goodput_band`); the planner's goodput has none."""
+        if self.goodput is not None:
+            g = self.goodput_at(model_id, gpus)
+            return g, g, g
+        return goodput.goodput_band(gpus, _state_bytes(model_id), self.reliability_inputs())
+
     def run_precision(self, gpu) -> str:
-        """The precision the GPU trains in (:func:`scaletax.inputs.recipes.training_precision` of the
-        scenario's precision and precisions)."""
-        return recipes.training_precision(_gpu(gpu), self.precision, self.precisions)
+        """The name of the precision the GPU trains in (:func:`scaletax.inputs.recipes.training_precision`
+        of the scenario's precision and precisions)."""
+        return recipes.training_precision(_gpu(gpu), self.precision, self.precisions).name
 
     def fastest_precision(self, gpu) -> str:
-        """The GPU's fastest native format among the scenario's precisions
+        """The name of the GPU's fastest native format among the scenario's precisions
         (:func:`scaletax.inputs.recipes.fastest_precision`)."""
-        return recipes.fastest_precision(_gpu(gpu), self.precision, self.precisions)
+        return recipes.fastest_precision(_gpu(gpu), self.precision, self.precisions).name
 
 
 def _gpu(gpu) -> hardware.GPU:
-    return hardware.get(gpu) if isinstance(gpu, str) else gpu
+    """A scenario's GPU id as the GPU (where this chapter's ids become objects); a GPU as is."""
+    return hardware.get(gpu) if isinstance(gpu, str) else hardware.check(gpu)
+
+
+def _state_bytes(model) -> float:
+    """Bytes a restart of ``model`` (an id or a ``Model``) loads (:func:`scaletax.model.goodput.checkpoint_bytes`)."""
+    m = catalog.get(model) if isinstance(model, str) else model
+    return goodput.checkpoint_bytes(m.total_params)
 
 
 def model_name(mid: str) -> str:
@@ -198,8 +266,8 @@ def best(model_id: str, gpu, precision: str, gpus: int, batch_tokens: int) -> se
     key = (model_id, g, precision, int(gpus), int(batch_tokens))
     res = _SEARCH_CACHE.get(key)
     if res is None:
-        res = search.cached_search(catalog.get(model_id), precision, g, int(gpus), tokens_per_step=batch_tokens,
-                                   pareto=False)
+        res = search.cached_search(catalog.get(model_id), recipes.training(precision), g, int(gpus),
+                                   tokens_per_step=batch_tokens, pareto=False)
         _SEARCH_CACHE[key] = res
     return res
 
@@ -258,13 +326,14 @@ def gpus_for_target(plan: Plan, model_id: str, gpu, precision: str | None = None
     def ok(n: int) -> bool:
         r = run(n)
         return r.fits and cost.days_to_train(plan.tokens, r.metrics["tokens_per_s_per_gpu"], n,
-                                             plan.goodput) <= days * (1 + 1e-9)
+                                             plan.goodput_at(model_id, n)) <= days * (1 + 1e-9)
 
     n = round_count(start or TARGET_START_GPUS)
     for _ in range(max_iter):  # fixed-point iteration
         r = run(n)
         if r.fits:
-            nxt = round_count(cost.gpus_for_days(plan.tokens, r.metrics["tokens_per_s_per_gpu"], days, plan.goodput))
+            nxt = round_count(cost.gpus_for_days(plan.tokens, r.metrics["tokens_per_s_per_gpu"], days,
+                                                 plan.goodput_at(model_id, n)))
         elif r.min_gpus is None:
             return _no_target(r)
         else:
@@ -313,10 +382,11 @@ def gpus_for_target(plan: Plan, model_id: str, gpu, precision: str | None = None
             misses += 1
     res = run(hi)
     t, tlo, thi = _tps(res)
-    low, high = (cost.gpus_for_days(plan.tokens, x, days, plan.goodput) for x in (thi, tlo))
-    exact = [plan.tokens / (x * days * cost.SECONDS_PER_DAY * plan.goodput) for x in (t, thi, tlo)]
+    good = plan.goodput_at(model_id, hi)
+    low, high = (cost.gpus_for_days(plan.tokens, x, days, good) for x in (thi, tlo))
+    exact = [plan.tokens / (x * days * cost.SECONDS_PER_DAY * good) for x in (t, thi, tlo)]
     return {"gpus": hi, "low": min(low, hi), "high": max(high, hi),
-            "days": cost.days_to_train(plan.tokens, t, hi, plan.goodput),
+            "days": cost.days_to_train(plan.tokens, t, hi, good), "goodput": good,
             "exact": exact[0], "exact_low": exact[1], "exact_high": exact[2],
             "result": res, "memory_bound": lo is not None and not run(lo).fits,
             "tokens_per_s_per_gpu": t, "tps_low": tlo, "tps_high": thi, "searches": len(seen), "message": ""}
@@ -364,22 +434,32 @@ _ECON = ("days", "gpu_hours", "energy_mwh", "cost_usd", "usd_per_mtok", "tokens_
 
 def economics(rows: list[dict[str, Any]], plan: Plan) -> list[dict[str, Any]]:
     """Add days, GPU-hours, energy (MWh), cost (USD), USD per million tokens and tokens per day,
-    each with ``_low`` / ``_high``, to every row that fits; one numpy pass over all rows.
+    each with ``_low`` / ``_high``, and the goodput of the row's scale (``goodput``, with
+    ``goodput_low`` / ``goodput_high`` over the published interruption rates) to every row that
+    fits; one numpy pass over all rows.
 
     Low throughput gives the high end of days, GPU-hours, energy and cost.
     """
     fit = [r for r in rows if r.get("tps")]
     for r in rows:
         if not r.get("tps"):
-            r.update({k + s: None for k in _ECON for s in ("", "_low", "_high")})
+            r.update({k + s: None for k in (*_ECON, "goodput") for s in ("", "_low", "_high")})
     if not fit:
         return rows
     n = np.array([r["gpus"] for r in fit], dtype=float)
-    tdp = np.array([hardware.get(r["gpu"]).tdp_w for r in fit])
+    watts = np.array([plan.system_w(r["gpu"]) for r in fit])
     price = np.array([np.nan if r["price"] is None else r["price"] for r in fit])
+    good = np.empty(len(fit))
+    for mid in {r["model"] for r in fit}:
+        idx = [i for i, r in enumerate(fit) if r["model"] == mid]
+        g, lo, hi = (np.atleast_1d(x) for x in plan.goodput_band_at(mid, n[idx]))
+        good[idx] = g
+        for i, a, b, c in zip(idx, g, lo, hi):
+            fit[i].update(goodput=float(a), goodput_low=float(b), goodput_high=float(c))
 
     def cols(tps):
-        c = cost.run_costs(plan.tokens, tps, n, tdp, plan.economics(), usd_per_gpu_hour=np.nan_to_num(price))
+        c = cost.run_costs(plan.tokens, tps, n, watts, plan.economics(), usd_per_gpu_hour=np.nan_to_num(price),
+                           goodput=good)
         for k in ("cost_usd", "usd_per_mtok"):
             c[k] = np.where(np.isnan(price), np.nan, c[k])
         return c
@@ -420,6 +500,47 @@ def capacity(gpu, gpus: int | None) -> dict[str, Any]:
     n = cost.whole_systems(gpus, g.gpus_per_system)
     return {"need_systems": n, "need_bought": n * g.gpus_per_system, "system": g.system or f"{g.gpus_per_system}-GPU system",
             "per_system": g.gpus_per_system}
+
+
+# =========================================================================================
+# Power, goodput and owning
+# =========================================================================================
+def cluster_power(plan: Plan, gpu, gpus) -> dict[str, Any]:
+    """IT and facility megawatts of ``gpus`` GPUs of ``gpu`` in whole systems, at the scenario's
+    PUE (:func:`scaletax.model.power.cluster_power`, the system power every energy figure uses)."""
+    return power.cluster_power(_gpu(gpu), gpus, plan.pue, plan.system_overhead)
+
+
+def goodput_detail(plan: Plan, model_id, gpus) -> dict[str, Any]:
+    """The goodput of ``model_id`` on ``gpus`` GPUs with its band and what makes it (mean time
+    between unexpected interruptions in hours, checkpoint write and interval in s,
+    :func:`scaletax.model.goodput.breakdown`); ``yours``: the planner's ``cluster.goodput`` (no model)."""
+    g, lo, hi = plan.goodput_band_at(model_id, gpus)
+    out = {"goodput": g, "goodput_low": lo, "goodput_high": hi, "yours": plan.goodput is not None,
+           "mtbf_h": None, "checkpoint_s": None, "interval_s": None}
+    if plan.goodput is None:
+        b = goodput.breakdown(gpus, _state_bytes(model_id), plan.reliability_inputs())
+        out.update(mtbf_h=b["mtbf_h"], checkpoint_s=b["checkpoint_s"], interval_s=b["interval_s"])
+    return out
+
+
+def owned_price(plan: Plan, gpu_id: str) -> dict[str, Any] | None:
+    """USD per GPU-hour of paid work of an owned ``gpu_id`` (:func:`scaletax.model.ownership.owned_usd_per_gpu_hour`:
+    capital, facility, energy and total) beside the rental price with the same energy
+    (``rent_total``); None when the scenario has no ownership inputs or no system price for it."""
+    own = plan.ownership
+    cap = (own or {}).get("capex", {}).get(gpu_id)
+    if own is None or cap is None:
+        return None
+    g = _gpu(gpu_id)
+    energy = _energy_usd_per_gpu_hour(plan, gpu_id)
+    out = ownership.owned_usd_per_gpu_hour(float(cap["usd_per_system"]) / g.gpus_per_system, float(own["depreciation_years"]),
+                                           float(own["cost_of_capital"]), float(own["facility_usd_per_mw_year"]),
+                                           plan.system_w(g), float(own["busy_share"]), energy)
+    rent = plan.price(gpu_id)
+    basis = "your input" if cap.get("your_input") else "assumed" if cap.get("assumption") else "published"
+    return {**out, "capex_per_system": float(cap["usd_per_system"]), "capex_basis": basis,
+            "rent": rent, "rent_total": None if rent is None else rent + energy}
 
 
 # =========================================================================================
@@ -501,7 +622,7 @@ def waterfall(plan: Plan, model_id: str, target: str, base: str | None = None, g
     n = int(gpus or plan.cluster_gpus)
     b, t = hardware.get(base or plan.baseline), hardware.get(target)
     prec = plan.run_precision(b)
-    if not t.supports(prec):
+    if not t.supports(recipes.training(prec)):
         prec = "bf16"
     cases = [("base", f"{b.label} {prec.upper()}", b, prec)]
     cur, fields = b, []
@@ -622,8 +743,7 @@ def hopper_reference(plan: Plan, rows: list[dict], model_id: str) -> tuple[str, 
 
 
 def _energy_usd_per_gpu_hour(plan: Plan, gpu_id: str) -> float:
-    g = hardware.get(gpu_id)
-    return (cost.energy_mwh(1.0, g.tdp_w, plan.system_overhead, plan.utilization, plan.pue)
+    return (cost.energy_mwh(1.0, plan.system_w(gpu_id), plan.utilization, plan.pue)
             * plan.economics().energy_usd_per_mwh)
 
 
@@ -801,8 +921,10 @@ def tornado_rows(plan: Plan, rows: list[dict], outputs: Sequence[str] = ("cost_u
             return t[0] if t else float("nan")
 
         for o in outputs:
-            for s in cost.training_sensitivity(plan.tokens, r["tps"], r["gpus"], r["gpu"], plan.economics(r["gpu"]),
-                                               low=r["tps_low"], high=r["tps_high"], output=o, tps_at_gpus=tps_at,
+            for s in cost.training_sensitivity(plan.tokens, r["tps"], r["gpus"], _gpu(r["gpu"]),
+                                               plan.economics(r["gpu"], mid, r["gpus"]), low=r["tps_low"],
+                                               high=r["tps_high"], output=o, tps_at_gpus=tps_at,
+                                               goodput_at_gpus=lambda n, _m=mid: float(plan.goodput_at(_m, n)),
                                                options=options):
                 swing = 100 * abs(s["high_change"] - s["low_change"])
                 out.append({**s, "model": mid, "model_name": model_name(mid), "gpu": r["gpu"], "gpu_label": r["label"],
@@ -834,7 +956,7 @@ def tornado_notes(tornado: list[dict], rows: list[dict], plan: Plan) -> dict[str
     (PUE, power utilization, system overhead) causes, and the range of electricity's share of the
     cost (%)."""
     swing = [max(abs(r["low_pct"]), abs(r["high_pct"])) for r in tornado
-             if r["output"] == "cost_usd" and r["input"] in ("pue", "utilization", "system_overhead")
+             if r["output"] == "cost_usd" and r["input"] in ("pue", "utilization", "system_w")
              and math.isfinite(r["low_pct"]) and math.isfinite(r["high_pct"])]
     shares = []
     for mid in plan.models:
@@ -876,7 +998,8 @@ def cost_time_chart_rows(rows: list[dict], plan: Plan) -> list[dict]:
 
 __all__ = ["BLACKWELL_FAMILIES", "CLAIM_KEY", "FACTORS",
            "MAX_COUNT", "Plan", "RESOLUTION_BITS", "best", "blackwell_factor", "blackwell_ids",
-           "breakeven_chart_rows", "breakeven_rows", "capacity", "cheapest", "clear_cache", "cost_time_chart_rows",
+           "breakeven_chart_rows", "breakeven_rows", "capacity", "cheapest", "clear_cache", "cluster_power",
+           "cost_time_chart_rows", "goodput_detail", "owned_price",
            "decision_rows", "economics", "fastest", "first_moe", "fitting", "gpu_label", "gpus_for_target",
            "heq_rows", "hopper_ids", "hopper_reference", "hybrid", "main_source", "model_name", "nvl72_ids",
            "outcome", "price_candidates", "round_count", "rubin_claim", "top_input", "top_rows", "tornado_chart_rows", "tornado_notes",

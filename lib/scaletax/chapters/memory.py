@@ -95,6 +95,9 @@ ZERO_FIG1_MODEL = Model(id="zero_fig1", name="ZeRO Fig. 1 7.5B", layers=37, hidd
                         norm="layernorm", tied_embeddings=True, position_embedding="learned")
 #: ZeRO counts fp16 params + fp16 grads + K = 12 and only the transformer blocks.
 ZERO_OPTIONS = dict(grad_bytes=2, optimizer_bytes=12, include_embeddings=False, fsdp_prefetch_layers=0)
+#: The recipes of the published setups: ZeRO's mixed precision (BF16 here, the same 2 + 2 + 12 bytes)
+#: and Korthikanti et al.'s FP16.
+BF16, FP16 = recipes.training("bf16"), recipes.training("fp16")
 #: Korthikanti's accounting: stored attention scores and dropout masks, transformer layers only.
 KORTHIKANTI_OPTIONS = dict(attention="paper", include_embeddings=False, grad_bytes=4, optimizer_bytes=12,
                            stage="first")
@@ -121,13 +124,13 @@ def reference_rows() -> list[dict[str, Any]]:
     k_lay = KORTHIKANTI_LAYOUT
     computed = {}
     for z in range(4):
-        mem = memory.breakdown(ZERO_FIG1_MODEL, Layout(dp=ZERO_FIG1_DP, zero_stage=z), "bf16", **ZERO_OPTIONS)
+        mem = memory.breakdown(ZERO_FIG1_MODEL, Layout(dp=ZERO_FIG1_DP, zero_stage=z), BF16, **ZERO_OPTIONS)
         computed[f"zero{z}"] = float(mem.model_state()[0])
-    mem = memory.breakdown(one_t, k_lay, "fp16", **KORTHIKANTI_OPTIONS)
+    mem = memory.breakdown(one_t, k_lay, FP16, **KORTHIKANTI_OPTIONS)
     computed["k_state"] = float(mem.model_state()[0])
-    mem = memory.breakdown(one_t, k_lay.replace(sequence_parallel=False), "fp16", **KORTHIKANTI_OPTIONS)
+    mem = memory.breakdown(one_t, k_lay.replace(sequence_parallel=False), FP16, **KORTHIKANTI_OPTIONS)
     computed["k_act_tp"] = float(mem.activations[0])
-    mem = memory.breakdown(one_t, k_lay.replace(recompute="selective"), "fp16", **KORTHIKANTI_OPTIONS)
+    mem = memory.breakdown(one_t, k_lay.replace(recompute="selective"), FP16, **KORTHIKANTI_OPTIONS)
     computed["k_act_sel"] = float(mem.activations[0])
     rows = []
     for ref in REFERENCES:
@@ -146,7 +149,7 @@ def precision_note(gpu_ids: Sequence[str], precision: str, allowed: Sequence[str
     among the scenario's ``allowed`` precisions)."""
     fall = {}
     for g in gpu_ids:
-        p = recipes.training_precision(g, precision, allowed)
+        p = _train_name(g, precision, allowed)
         if p != precision:
             fall.setdefault(p, []).append(hardware.get(g).label)
     if not fall:
@@ -167,8 +170,8 @@ def announced_note(gpu_ids: Sequence[str]) -> str:
 
 
 def assumptions(precision: str) -> dict[str, Any]:
-    """The memory model's named assumptions for ``precision``, as plain numbers and text."""
-    o = memory.resolve_options(precision)
+    """The memory model's named assumptions for ``precision`` (a name), as plain numbers and text."""
+    o = memory.resolve_options(recipes.training(precision))
     return {
         "reserve_gib": options.RESERVE_GIB,
         "param_bytes": o["param_bytes"],
@@ -184,6 +187,11 @@ def assumptions(precision: str) -> dict[str, Any]:
         "batch_tolerance_pct": 100 * SPACE.batch_tolerance,
         "max_gpus": MAX_GPUS,
     }
+
+
+def _train_name(gpu_id: str, precision: str, allowed: Sequence[str]) -> str:
+    """The name of the precision GPU ``gpu_id`` trains in (:func:`recipes.training_precision`)."""
+    return recipes.training_precision(hardware.get(gpu_id), precision, allowed).name
 
 
 # --- formatting helpers ---------------------------------------------------------------------
@@ -234,21 +242,21 @@ def space(batch_seqs: int | None, max_gpus: int = MAX_GPUS) -> search.SearchSpac
     return out if max_gpus == out.max_gpus else out.with_(max_gpus=max_gpus)
 
 
-def _least_parallel(model: Model, gpus: int, gpu_id: str, precision: str, batch_seqs: int | None,
+def _least_parallel(model: Model, gpus: int, gpu_id: str, precision: recipes.Recipe, batch_seqs: int | None,
                     sp: search.SearchSpace) -> search.SearchResult:
     # cached on disk (search.cached_search), keyed by the GPU's fields: a hardware.csv edit of
     # another GPU reuses it
     return search.cached_search(model, precision, hardware.get(gpu_id), gpus, gbs=batch_seqs, space=sp, pareto=False)
 
 
-def fit(model: Model, gpus: int, gpu_ids: Sequence[str], precisions: dict[str, str],
+def fit(model: Model, gpus: int, gpu_ids: Sequence[str], precisions: dict[str, recipes.Recipe],
         batch_seqs: int | None = None) -> dict[str, dict[str, Any]]:
     """For each GPU of ``gpu_ids``: the least model-parallel layout on ``gpus`` GPUs that fits
     (:func:`scaletax.model.search.search` on :data:`SPACE`; ``layout``, None where none does), its
     ``gib``, and what sets its model-parallel size ``mp = tp*pp*cp`` (``bound``): "batch" where a
     less model-parallel layout would fit in memory but not run the global batch, "memory" where
     the less model-parallel layouts do not fit, "none" where it is the least parallel layout
-    there is. ``precisions``: GPU id -> the precision it trains in.
+    there is. ``precisions``: GPU id -> the recipe it trains in.
     """
     out = {}
     lowest = None
@@ -276,14 +284,15 @@ def min_gpus(model: Model, gpu_id: str, precision: str, batch_tokens: int | None
     """Smallest GPU count (1, 2, 4, then whole 8-GPU nodes) that holds ``model`` on ``gpu_id``
     in its training precision (:func:`recipes.training_precision` of ``precision`` and ``allowed``):
     :func:`scaletax.model.search.min_gpus` on :data:`SPACE`, with the global batch of ``batch_tokens``."""
-    cap = float(hardware.get(gpu_id).hbm_gib)
-    prec = recipes.training_precision(gpu_id, precision, allowed)
+    g = hardware.get(gpu_id)
+    cap = float(g.hbm_gib)
+    prec = recipes.training_precision(g, precision, allowed)
     B = batch_sequences(model, batch_tokens)
-    res = search.cached_min_gpus(model, prec, hardware.get(gpu_id), space=space(B, max_gpus), sequences=B)
+    res = search.cached_min_gpus(model, prec, g, space=space(B, max_gpus), sequences=B)
     n, lay = (res.gpus[0], res.best) if res.fits else (None, None)
     return {"model": model.id, "model_name": model.name, "model_short": short_name(model), "gpu": gpu_id,
-            "label": hardware.get(gpu_id).label, "status": hardware.get(gpu_id).status, "capacity_gib": cap,
-            "precision": prec, "gpus": n, "gpus_text": count_text(n, max_gpus), "max_gpus": max_gpus, "layout": lay,
+            "label": g.label, "status": g.status, "capacity_gib": cap,
+            "precision": prec.name, "gpus": n, "gpus_text": count_text(n, max_gpus), "max_gpus": max_gpus, "layout": lay,
             "layout_label": layout_label(lay, model), "memory_gib": res.metrics.get("memory_gib"),
             "mp": None if lay is None else lay.tp * lay.pp * lay.cp}
 
@@ -307,9 +316,10 @@ def min_gpus_rows(model_ids: Sequence[str], gpu_ids: Sequence[str], precision: s
 
 
 def _full_state_bytes(model: Model, precision: str) -> float:
-    """Weights + gradients + optimizer of the whole model (one copy, unsharded), bytes."""
+    """Weights + gradients + optimizer of the whole model (one copy, unsharded) in ``precision``
+    (a name), bytes."""
     lay = Layout(tp=1, pp=1, dp=1, zero_stage=0)
-    return float(memory.breakdown(model, lay, precision, fsdp_prefetch_layers=0).model_state()[0])
+    return float(memory.breakdown(model, lay, recipes.training(precision), fsdp_prefetch_layers=0).model_state()[0])
 
 
 def fit_map_rows(model_ids: Sequence[str], gpu_ids: Sequence[str], counts: Iterable[int], precision: str,
@@ -331,7 +341,7 @@ def fit_map_rows(model_ids: Sequence[str], gpu_ids: Sequence[str], counts: Itera
         m = models.get(mid)
         B = batch_sequences(m, batch_tokens)
         caps = {g: float(hardware.get(g).hbm_gib) for g in gpu_ids}
-        precs = {g: recipes.training_precision(g, precision, allowed) for g in gpu_ids}
+        precs = {g: recipes.training_precision(hardware.get(g), precision, allowed) for g in gpu_ids}
         per_count = dict(zip(counts, jobserver.map(lambda n, m=m, B=B, precs=precs: fit(m, n, gpu_ids, precs, B), counts)))
         for g in gpu_ids:
             label = hardware.get(g).label
@@ -339,7 +349,7 @@ def fit_map_rows(model_ids: Sequence[str], gpu_ids: Sequence[str], counts: Itera
                 res = per_count[n][g]
                 lay, gib = res["layout"], res["gib"]
                 row = {"model": mid, "model_name": m.name, "model_short": short_name(m), "gpu": g, "label": label, "gpus": n,
-                       "capacity_gib": caps[g], "precision": precs[g], "fits": lay is not None, "layout": lay,
+                       "capacity_gib": caps[g], "precision": precs[g].name, "fits": lay is not None, "layout": lay,
                        "layout_label": layout_label(lay, m), "cell": _cell_label(lay, m), "memory_gib": gib}
                 for f in ("tp", "pp", "cp", "ep", "dp", "recompute"):
                     row[f] = getattr(lay, f) if lay is not None else None
@@ -367,10 +377,10 @@ def _why_not(model: Model, label: str, n: int, need: int | None, limit: int, bat
 def term_rows(model: Model, layout: Layout, gpu_id: str, precision: str, allowed: Sequence[str] = recipes.TRAINING,
               **extra: Any) -> list[dict[str, Any]]:
     """GiB per GPU by term (one row per term, stacking order ``order``) plus capacity."""
-    prec = recipes.training_precision(gpu_id, precision, allowed)
-    g = memory.breakdown(model, layout, prec).gib()
-    cap = float(hardware.get(gpu_id).hbm_gib)
-    return [{"model": model.id, "model_name": model.name, "model_short": short_name(model), "gpu": gpu_id, "label": hardware.get(gpu_id).label,
+    gpu = hardware.get(gpu_id)
+    g = memory.breakdown(model, layout, recipes.training_precision(gpu, precision, allowed)).gib()
+    cap = float(gpu.hbm_gib)
+    return [{"model": model.id, "model_name": model.name, "model_short": short_name(model), "gpu": gpu_id, "label": gpu.label,
              "term": t, "order": i, "gib": float(g[t][0]), "total_gib": float(g["total"][0]),
              "capacity_gib": cap, "layout_label": layout_label(layout, model), **extra}
             for i, t in enumerate(TERMS)]
@@ -394,12 +404,13 @@ def breakdown_rows(min_rows: Sequence[dict], map_rows: Sequence[dict], cluster_g
 def state_rows(model_ids: Sequence[str], precision: str) -> list[dict[str, Any]]:
     """Model state of each model: parameters, bytes per parameter by term, total TiB."""
     rows = []
+    rec = recipes.training(precision)
     for mid in model_ids:
         m = models.get(mid)
-        mem = memory.breakdown(m, Layout(tp=1, pp=1, dp=1, zero_stage=0), precision, fsdp_prefetch_layers=0)
+        mem = memory.breakdown(m, Layout(tp=1, pp=1, dp=1, zero_stage=0), rec, fsdp_prefetch_layers=0)
         n = m.total_params
         # the optimizer's bytes at its step, the transient fp32 gradient copy included (memory docstring)
-        opt = memory.resolve_options(precision)["optimizer_bytes"]
+        opt = memory.resolve_options(rec)["optimizer_bytes"]
         state = float(mem.weights[0] + mem.gradients[0]) + opt * n
         rows.append({"model": mid, "model_name": m.name, "model_short": short_name(m), "params_b": n / 1e9, "active_b": m.active_params / 1e9,
                      "weights_bpp": float(mem.weights[0]) / n, "gradients_bpp": float(mem.gradients[0]) / n,
@@ -435,7 +446,7 @@ def _with_seq(model: Model, seq_len: int) -> Model:
     return Model(**{**model.model_dump(), "seq_len": int(seq_len)})
 
 
-def sweep_rows(model: Model, layout: Layout, precision: str, *, seq_lens: Sequence[int] = SEQ_LENS,
+def sweep_rows(model: Model, layout: Layout, precision: recipes.Recipe, *, seq_lens: Sequence[int] = SEQ_LENS,
                micro_batches: Sequence[int] = MICRO_BATCHES) -> list[dict[str, Any]]:
     """GiB per GPU at ``layout`` (recompute varied) against sequence length and micro-batch.
 
@@ -476,15 +487,16 @@ def limit_rows(model: Model, layout: Layout, gpu_ids: Sequence[str], precision: 
     seq_tot = {}
     rows = []
     for g in gpu_ids:
-        prec = recipes.training_precision(g, precision, allowed)
-        cap = float(hardware.get(g).hbm_gib)
+        gpu = hardware.get(g)
+        prec = recipes.training_precision(gpu, precision, allowed)
+        cap = float(gpu.hbm_gib)
         if prec not in seq_tot:
             seq_tot[prec] = np.stack([memory.breakdown(_with_seq(model, s), modes, prec).total for s in seq_lens])
         ok = seq_tot[prec] <= cap * GIB  # (seq, recompute)
         longest = [max((s for s, f in zip(seq_lens, ok[:, j]) if f), default=None) for j in range(len(RECOMPUTE))]
         least = memory.least_recompute(model, layout, cap, prec)[0]
         mbs = memory.max_micro_batch(model, modes, cap, prec)
-        rows.append({"model": model.id, "model_short": short_name(model), "gpu": g, "label": hardware.get(g).label,
+        rows.append({"model": model.id, "model_short": short_name(model), "gpu": g, "label": gpu.label,
                      "capacity_gib": cap, "least_recompute": RECOMPUTE_NAME[least] if least >= 0 else "does not fit",
                      **{f"mbs_{r}": int(mbs[j]) for j, r in enumerate(RECOMPUTE)},
                      **{f"seq_{r}": longest[j] for j, r in enumerate(RECOMPUTE)}})
@@ -502,7 +514,7 @@ def sensitivity(model_ids: Sequence[str], gpu_ids: Sequence[str], map_rows: Sequ
         if ref is None:
             continue
         m = models.get(mid)
-        sweeps += sweep_rows(m, ref["layout"], recipes.training_precision(ref["gpu"], precision, allowed))
+        sweeps += sweep_rows(m, ref["layout"], recipes.training_precision(hardware.get(ref["gpu"]), precision, allowed))
         limits += limit_rows(m, ref["layout"], gpu_ids, precision, allowed=allowed)
     return refs, sweeps, limits
 

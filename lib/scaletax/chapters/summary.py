@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
-from scaletax.inputs import hardware, models, runs
+from scaletax.inputs import failures, hardware, models, recipes, runs
 from scaletax.model import efficiency
 from scaletax.fit import validate
 from scaletax.chapters.decision import (FACTORS, Plan, blackwell_ids, capacity, cheapest, decision_rows,
@@ -286,12 +286,50 @@ def bought_text(r: dict) -> str:
     return f"{r['need_systems']:,} {system_unit(r, r['need_systems'])} ({r['need_bought']:,} GPUs)"
 
 
-def goodput_sentence(plan: Plan, source: str) -> str:
-    """How scheduled time lost to failures enters days and cost."""
-    if plan.goodput >= 1:
-        return "days and costs assume no time lost to failures, restarts or checkpoints"
-    return (f"days, GPU-hours, energy and cost count scheduled time: {100 * plan.goodput:.0f}% of it trains and the "
-            f"rest goes to failures, restarts and checkpoints; source: {source}")
+def goodput_phrase(plan: Plan, gpus: int | None = None) -> str:
+    """"91% goodput (modelled for 16,384 GPUs)", "90–91% goodput (...)" over the scenario's
+    models, "the modelled goodput of each count" without ``gpus``, or "95% goodput (your input)"
+    when the planner set ``cluster.goodput``."""
+    if plan.goodput is not None:
+        return f"{100 * plan.goodput:.0f}% goodput (your input)"
+    if gpus is None:
+        return "the modelled goodput of each count"
+    vals = sorted(round(100 * float(plan.goodput_at(m, gpus))) for m in plan.models)
+    share = f"{vals[0]}%" if vals[0] == vals[-1] else f"{vals[0]}–{vals[-1]}%"
+    return f"{share} goodput (modelled for {gpus:,} GPUs)"
+
+
+def goodput_sentence(plan: Plan, source: str | None) -> str:
+    """The goodput behind days and cost: the planner's, or the scale model at the scenario's
+    smallest, reference and largest cluster."""
+    if plan.goodput is not None:
+        if plan.goodput >= 1:
+            return "no scheduled time is lost to failures, restarts or checkpoints (your input)"
+        return (f"{100 * plan.goodput:.0f}% of scheduled time trains and the rest goes to failures, restarts and "
+                f"checkpoints (your input; source: {source or 'not given'})")
+    mid = plan.models[0]
+    sizes = sorted({min(plan.sizes), plan.cluster_gpus, plan.top})
+    at = _join([f"{100 * float(plan.goodput_at(mid, n)):.0f}% on {n:,} GPUs" for n in sizes])
+    rel, rep = plan.reliability, plan.failure_report()
+    rate = ("your rate of unexpected interruptions" if rel.get("failures_per_gpu_hour")
+            else f"the rate of unexpected interruptions of {rep.label}")
+    return (f"the share of scheduled time that trains (goodput) falls as the cluster grows: {at} for "
+            f"{model_name(mid)} ({rate}, {float(rel['restart_minutes']):g}-minute restarts, checkpoints written at "
+            f"{float(rel['storage_tb_s']):g} TB/s at Daly's optimal interval)")
+
+
+def system_power_sentence(plan: Plan) -> str:
+    """Where each GPU's system power comes from: "DGX/HGX H100 node 10.2 kW for 8 GPUs, 1,275 W per
+    GPU; ... (data/systems.csv, sourced per row)", or the planner's overhead over TDP."""
+    if plan.system_overhead is not None:
+        return f"TDP x {plan.system_overhead:g}, your economics.energy.system_overhead, for every GPU"
+    parts = []
+    for gid in plan.gpus:
+        g = hardware.get(gid)
+        w = plan.system_w(g)
+        parts.append(f"{g.system or gpu_label(g)} {w * g.gpus_per_system / 1e3:,.4g} kW for {g.gpus_per_system} GPUs, "
+                     f"{w:,.0f} W per GPU")
+    return "; ".join(parts) + " (maximum system power, data/systems.csv, sourced per row)"
 
 
 def power_sentence(plan: Plan) -> str:
@@ -624,6 +662,8 @@ def limits(plan: Plan, runs: Sequence[dict[str, Any]] | None = None) -> dict[str
             "regimes": model_regimes(plan), "band": float(efficiency.default_band().spread),
             "unvalidated": [g for g in plan.gpus if g not in hw],
             "beyond": [n for n in sizes if n > max(counts)], "goodput": plan.goodput,
+            "goodput_model": None if plan.goodput is not None else goodput_sentence(plan, None),
+            "goodput_reports_gpus": max(r.scale_gpus for r in failures.reports()),
             "assumed_prices": [g for g in plan.gpus if plan.price_basis(g) == "assumed"],
             "your_prices": [g for g in plan.gpus if plan.price_basis(g) == "your input"]}
 
@@ -644,9 +684,12 @@ def limits_sentences(lim: dict[str, Any], goodput_source: str) -> dict[str, str]
     out["beyond"] = ("no cluster size of the scenario exceeds the largest published run" if not lim["beyond"]
                      else f"cluster sizes of {_join([f'{n:,}' for n in lim['beyond']])} GPUs are extrapolations "
                           f"beyond the largest published run ({lim['max_gpus']:,} GPUs)")
-    out["goodput"] = (f"days and cost assume {100 * lim['goodput']:.0f}% goodput, the share of scheduled time that "
-                      f"trains; source: {goodput_source}"
-                      if lim["goodput"] < 1 else "days and cost assume no time lost to failures, restarts or checkpoints")
+    if lim["goodput"] is not None:
+        out["goodput"] = (f"days and cost assume {100 * lim['goodput']:.0f}% goodput, the share of scheduled time that "
+                          f"trains (your input; source: {goodput_source or 'not given'})")
+    else:  # goodput_model: goodput_sentence's
+        out["goodput"] = (f"{lim['goodput_model']}; the published interruption rates come from jobs and clusters of up "
+                          f"to {lim['goodput_reports_gpus']:,} GPUs")
     bits = []
     if lim["assumed_prices"]:
         bits.append(f"assumed for {_join([hardware.get(g).label for g in lim['assumed_prices']])}")
@@ -660,7 +703,7 @@ def assumptions_sentence(plan: Plan) -> str:
     """What the summary's numbers assume, in one sentence."""
     return (f"scenario {plan.name}: {plan.tokens / 1e12:g} trillion training tokens per model, a global batch of "
             f"{plan.batch_tokens / 2**20:g} Mi tokens, {plan.precision.upper()} where the GPU runs it, "
-            f"{plan.cluster_gpus:,} GPUs, a {plan.target_days:g}-day horizon, {100 * plan.goodput:.0f}% goodput; "
+            f"{plan.cluster_gpus:,} GPUs, a {plan.target_days:g}-day horizon, {goodput_phrase(plan, plan.cluster_gpus)}; "
             + assumed_prices_sentence(plan)
             + ("; all-in prices (power included)" if plan.price_includes_power or plan.usd_per_mwh == 0
                else f"; electricity at ${plan.usd_per_mwh:g}/MWh with a PUE of {plan.pue:g}"))
@@ -680,7 +723,7 @@ def nvl72_tax(plan: Plan) -> dict[str, Any]:
 
     gpu = sweep_gpu(plan.gpus)
     g = hardware.get(gpu)  # the resolved definition: the disk cache keys on its fields
-    prec = plan.run_precision(gpu)
+    prec = recipes.training(plan.run_precision(gpu))
     pairs = []
     for mid in plan.models:
         m = catalog.get(mid)
@@ -705,7 +748,7 @@ def nvl72_sentence(t: dict[str, Any]) -> str:
 
 
 __all__ = ["NO_CASE", "PRICE_MARK", "assumed_prices_sentence", "bought_text", "deadline_rows", "deadline_table",
-           "goodput_sentence", "limits", "limits_sentences", "model_regime_record", "model_regimes", "regime_accuracy_text", "regime_sentence",
+           "goodput_phrase", "goodput_sentence", "limits", "system_power_sentence", "limits_sentences", "model_regime_record", "model_regimes", "regime_accuracy_text", "regime_sentence",
            "power_sentence", "row_basis", "system_unit", "assumptions_sentence", "band_text", "breakeven_sentence",
            "breakeven_summary", "breakeven_table", "claim_sentence", "claim_table", "cost_table",
            "deadline_sentence", "headline", "headline_table", "heq_sentence", "heq_summary", "heq_table",

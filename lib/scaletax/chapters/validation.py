@@ -44,7 +44,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from scaletax import DATA_DIR
-from scaletax.inputs import hardware, models, runs
+from scaletax.inputs import hardware, models, recipes, runs
 from scaletax.inputs.layout import Layout, label
 from scaletax.model import comm, efficiency, memory, perf, runplan, search
 from scaletax.fit import calibrate, validate
@@ -245,7 +245,7 @@ def recompute_whatif(rows: Sequence[dict[str, Any]], run_ids: Sequence[str],
         base = validate.row_setup(row)
         setups = [validate.row_setup(row, layout=base.layout.replace(recompute=m)) for m in _MODES]
         st = perf.evaluate(validate.prepare_setups(setups), eff)
-        cap = memory.capacity_gib(str(row["hardware"]).strip())
+        cap = memory.capacity_gib(base.gpu)
         rec = {"run_id": rid, "capacity_gib": cap, "used": base.recompute_label,
                "assumed": any(a.startswith("recompute assumed") for a in base.assumptions)}
         for m, su, tps in zip(_MODES, setups, st.tokens_per_s_per_gpu):
@@ -476,7 +476,7 @@ def probe_rows(path: Path | str = PROBES_CSV) -> list[dict[str, Any]]:
     out = []
     for i, (r, pl) in enumerate(zip(rows, plans)):
         step = float(st.step_s[i])
-        cap = memory.capacity_gib(pl.row["hardware"])
+        cap = memory.capacity_gib(pl.gpu)
         out.append({"run_id": r["run_id"], "category": r["category"], "label": PROBE_LABELS[r["category"]],
                     "model": r["model"], "gpu_label": hardware.get(r["hardware"]).label, "gpus": int(pl.layout.gpus),
                     "layout": label(pl.layout, recompute=False), "precision": str(r["precision"]).upper(),
@@ -564,8 +564,8 @@ def heldout_rows(path: Path | str = HELDOUT_CSV, band: efficiency.EfficiencyBand
                     "measured": measured, "basis": plan.basis[i], "predicted": p, "low": lo, "high": hi,
                     "error": p / measured - 1.0, "in_band": lo <= measured <= hi,
                     "error_dp_unhidden": float(unhidden[i]) / measured - 1.0,
-                    "memory_gib": float(gib[i]), "capacity_gib": memory.capacity_gib(r["hardware"]),
-                    "fits": float(gib[i]) <= memory.capacity_gib(r["hardware"])})
+                    "memory_gib": float(gib[i]), "capacity_gib": memory.capacity_gib(runs.row_gpu(r)),
+                    "fits": float(gib[i]) <= memory.capacity_gib(runs.row_gpu(r))})
     return out
 
 
@@ -629,7 +629,7 @@ def recipe_search_rows(path: Path | str = PRODUCTION_MOE_CSV) -> list[dict[str, 
     for r, p in zip(rows, probe_rows(path)):
         model = runs.row_model(r)
         lay = runplan.plan_row(r).layout
-        prec, gpu, gpus, gbs = str(r["precision"]).lower(), str(r["hardware"]).strip(), int(lay.gpus), int(lay.gbs)
+        prec, gpu, gpus, gbs = runs.row_recipe(r), runs.row_gpu(r), int(lay.gpus), int(lay.gbs)
         best = search.cached_search(model, prec, gpu, gpus, gbs=gbs, pareto=False)
         own = search.cached_search(model, prec, gpu, gpus, gbs=gbs, space=_recipe_space(lay), pareto=False)
         b = float(best.metrics["tokens_per_s_per_gpu"]) if best.fits else None
@@ -738,12 +738,13 @@ def gemm_points(path: Path | str = calibrate.GEMM_CSV, gpu: str = "h200_sxm", mi
     peak = np.array([g.peak_flops(p) for p in prec])
     frac = np.array([float(r["tflops"]) for r in raw]) * 1e12 / peak
     n_hm = 3.0 / (1.0 / m + 1.0 / n + 1.0 / k)
-    n_ref = np.array([perf.gemm_reference_size(g, p) for p in prec])
+    recs = [recipes.training(p) for p in prec]
+    n_ref = np.array([perf.gemm_reference_size(g, r) for r in recs])
     kr = fit["gemm_roofline"]
     implied = frac * (1.0 + kr * n_ref / n_hm)
     single = {d: float(np.exp(np.mean(np.log(implied[keep & (dt == d)])))) for d in GEMM_DTYPES}
     eff = band.value
-    model_ceiling = np.array([eff.ceiling(p, g.family) for p in prec])
+    model_ceiling = np.array([eff.ceiling(r, g.family) for r in recs])
     model_frac = model_ceiling / (1.0 + eff.gemm_roofline * n_ref / n_hm)
     single_frac = np.array([single[d] for d in dt]) / (1.0 + kr * n_ref / n_hm)
     out = []
@@ -752,7 +753,7 @@ def gemm_points(path: Path | str = calibrate.GEMM_CSV, gpu: str = "h200_sxm", mi
                     "m": int(m[i]), "n": int(n[i]), "k": int(k[i]), "n_hm": float(n_hm[i]),
                     "frac": float(frac[i]), "single_fit_frac": float(single_frac[i]),
                     "single_ceiling": single[dt[i]], "model_frac": float(model_frac[i]),
-                    "model_ceiling": float(model_ceiling[i]), "format_class": efficiency.format_class(str(prec[i]))})
+                    "model_ceiling": float(model_ceiling[i]), "format_class": recs[i].format_class})
     return out
 
 
@@ -768,7 +769,7 @@ def gemm_summary(points: Sequence[dict[str, Any]], band: efficiency.EfficiencyBa
             continue
         f = np.array([p["frac"] for p in pts])
         q1, med, q3 = (float(x) for x in np.percentile(f, [25, 50, 75]))
-        par = params[f"gemm_ceiling_{efficiency.format_class(prec)}"]
+        par = params[f"gemm_ceiling_{recipes.training(prec).format_class}"]
         model_med = float(np.median([p["model_frac"] for p in pts]))
         out.append({"dtype": d, "dtype_label": label, "shapes": len(pts), "median": med, "q1": q1, "q3": q3,
                     "best": float(f.max()), "achieved_text": f"{med:.2f} ({q1:.2f}–{q3:.2f}; best {f.max():.2f})",
@@ -790,12 +791,13 @@ def gemm_curves(summary: Sequence[dict[str, Any]], points: Sequence[dict[str, An
     grid = np.geomspace(n_hm.min(), n_hm.max(), num)
     k_fit = calibrate.fit_gemm_measurements(gpu=gpu)["gemm_roofline"]
     by = {s["dtype"]: s for s in summary}
-    lines = [("model: 16-bit ceiling (measured)", band.value.ceiling("bf16", g.family), band.value.gemm_roofline, "bf16"),
-             ("model: 8-bit ceiling (calibrated on runs)", band.value.ceiling("fp8", g.family),
-              band.value.gemm_roofline, "fp8")]
+    bf16, fp8 = recipes.training("bf16"), recipes.training("fp8")
+    lines = [("model: 16-bit ceiling (measured)", band.value.ceiling(bf16, g.family), band.value.gemm_roofline, bf16),
+             ("model: 8-bit ceiling (calibrated on runs)", band.value.ceiling(fp8, g.family),
+              band.value.gemm_roofline, fp8)]
     for d in ("fp8_e4m3", "fp8_e4m3_fastaccum"):
         if d in by:
-            lines.append((f"single-GEMM fit: {by[d]['dtype_label']}", by[d]["single_ceiling"], k_fit, "fp8"))
+            lines.append((f"single-GEMM fit: {by[d]['dtype_label']}", by[d]["single_ceiling"], k_fit, fp8))
     out = []
     for name, ceil, kr, prec in lines:
         y = ceil / (1.0 + kr * perf.gemm_reference_size(g, prec) / grid)
@@ -876,7 +878,8 @@ def gb300_vs_gb200(table: Sequence[dict[str, Any]] | None = None) -> dict[str, A
     pairs = [v for v in by.values() if len(v) == 2]
     lay = Layout(tp=4, pp=16, dp=4, vp=8, mbs=1, gbs=1536, recompute="none")
     m = models.get("llama31_405b")
-    res = {gpu: float(perf.step_time(m, lay, "nvfp4", gpu).tokens_per_s_per_gpu[0]) for gpu in ("gb200", "gb300")}
+    nvfp4 = recipes.training("nvfp4")
+    res = {gpu: float(perf.step_time(m, lay, nvfp4, hardware.get(gpu)).tokens_per_s_per_gpu[0]) for gpu in ("gb200", "gb300")}
     meas = [p["gb300"]["measured"] / p["gb200"]["measured"] for p in pairs]
     pred = [p["gb300"]["predicted"] / p["gb200"]["predicted"] for p in pairs]
     return {"available": bool(pairs), "measured_rows": [p[g]["run_id"] for p in pairs for g in ("gb300", "gb200")],

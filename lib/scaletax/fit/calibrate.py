@@ -32,7 +32,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from scaletax import DATA_DIR
-from scaletax.inputs import hardware, runs
+from scaletax.inputs import hardware, recipes, runs
 from scaletax.inputs.runs import ROW_CONVENTIONS
 from scaletax.model import comm, efficiency, perf, runplan
 from scaletax.model.runplan import RowPlan
@@ -62,7 +62,7 @@ def prepare_rows(rows: Iterable[dict[str, Any]]) -> tuple[perf.StepInputs, list[
 # =========================================================================================
 # Measured GEMMs -> Hopper ceilings and the roofline constant
 # =========================================================================================
-_GEMM_DTYPE = {"bf16": "bf16", "fp8_e4m3": "fp8"}
+_GEMM_DTYPE = {"bf16": recipes.training("bf16"), "fp8_e4m3": recipes.training("fp8")}
 
 
 
@@ -98,7 +98,7 @@ def _fit_gemm(text: str, path: str, min_m: int, g: hardware.GPU) -> dict[str, fl
         pts.append((d, eff, perf.gemm_reference_size(g, d) / n_hm))
     if not pts:
         raise ValueError(f"{path}: no GEMM rows with m >= {min_m}")
-    dt = np.array([p[0] for p in pts])
+    dt = np.array([p[0].name for p in pts])
     eff = np.array([p[1] for p in pts])
     x = np.array([p[2] for p in pts])
     best = None
@@ -153,7 +153,8 @@ def _fp8_over_bf16_max(text: str, path: str, g: hardware.GPU) -> float:
     for r in csv.DictReader(io.StringIO(text, newline="")):
         if r["dtype"] in ("bf16", "fp8_e4m3", "fp8_e4m3_fastaccum"):
             by.setdefault((r["label"], r["m"], r["n"], r["k"]), {})[r["dtype"]] = float(r["tflops"]) * 1e12
-    ratios = [v[d] / g.peak_flops("fp8") / (v["bf16"] / g.peak_flops("bf16"))
+    fp8, bf16 = recipes.training("fp8"), recipes.training("bf16")
+    ratios = [v[d] / g.peak_flops(fp8) / (v["bf16"] / g.peak_flops(bf16))
               for v in by.values() if "bf16" in v for d in ("fp8_e4m3", "fp8_e4m3_fastaccum") if d in v]
     if not ratios:
         raise ValueError(f"{path}: no shape measured in both BF16 and FP8")
@@ -195,12 +196,11 @@ PRIORS: dict[str, Any] = {
 #: Which rows identify a parameter (a cross-validation fold without such a row uses the prior).
 IDENTIFIED_BY: dict[str, Any] = {
     "moe_overhead": lambda su: su.model.is_moe,
-    "gemm_ceiling_4bit": lambda su: efficiency.format_class(str(su.row["precision"]).lower()) == "4bit",
-    "family_factor_ampere": lambda su: hardware.get(su.row["hardware"]).family == "ampere",
-    "family_factor_blackwell": lambda su: hardware.get(su.row["hardware"]).family == "blackwell",
+    "gemm_ceiling_4bit": lambda su: su.precision.format_class == "4bit",
+    "family_factor_ampere": lambda su: su.gpu.family == "ampere",
+    "family_factor_blackwell": lambda su: su.gpu.family == "blackwell",
     # Hopper is the basis (factor 1): only Hopper 8-bit rows separate the 8-bit ceiling from a factor
-    "gemm_ceiling_8bit": lambda su: (efficiency.format_class(str(su.row["precision"]).lower()) == "8bit"
-                                     and hardware.get(su.row["hardware"]).family == "hopper"),
+    "gemm_ceiling_8bit": lambda su: su.precision.format_class == "8bit" and su.gpu.family == "hopper",
 }
 
 

@@ -88,6 +88,13 @@ class GPU(BaseModel):
     #: The system capacity is bought in (``data/systems.csv``): its name and GPUs per system.
     system: str = ""
     system_gpus: int | None = Field(default=None, gt=0, le=100_000)
+    #: Power of the system beyond its GPUs' TDP, per GPU, W (host CPUs and memory, NICs, NVLink
+    #: switches, fans, conversion losses): the system's maximum power (``data/systems.csv``,
+    #: ``system_kw``) / GPUs per system - TDP. A GPU derived with ``base:`` keeps its base's, so a
+    #: new ``tdp_w`` moves the system power by the TDP's change. None: no system power known.
+    non_gpu_w: float | None = Field(default=None, ge=0, le=1e5)
+    #: Where the system power comes from (``data/systems.csv`` ``power_source``).
+    power_source: str = ""
     #: Fields a scenario set (empty for a catalog row): what the book marks as the user's.
     user_fields: tuple[str, ...] = ()
     #: A catalog GPU this row is a variant of: the same silicon and datasheet peaks, with its own
@@ -135,30 +142,46 @@ class GPU(BaseModel):
         return bool(self.user_fields)
 
     @property
+    def system_w(self) -> float | None:
+        """All-in system power per GPU, W: TDP + :attr:`non_gpu_w` (the system's maximum power
+        over its GPUs); None when no system power is known."""
+        return None if self.non_gpu_w is None else self.tdp_w + self.non_gpu_w
+
+    @property
     def gpus_per_system(self) -> int:
         """GPUs in the smallest unit sold (a node or rack); the NVLink domain when not listed."""
         return self.system_gpus or self.nvlink_domain
 
-    def supports(self, precision: str) -> bool:
-        """True when the GPU runs ``precision`` natively on its tensor cores (:func:`recipes.runs_on`)."""
-        return recipes.runs_on(self, precision)
+    def supports(self, recipe: recipes.Recipe | str) -> bool:
+        """True when the GPU runs ``recipe`` (a recipe or its name) natively on its tensor cores
+        (:func:`recipes.runs_on`); False for a name no recipe has."""
+        if isinstance(recipe, str) and recipe not in recipes.RECIPES:
+            return False
+        return recipes.runs_on(self, _recipe(recipe))
 
-    def peak_flops(self, precision: str) -> float:
-        """Dense peak FLOP/s for ``precision`` (its recipe's column); raises UnsupportedPrecision if not native."""
-        if precision not in recipes.RECIPES:
-            raise HardwareError(
-                f"unknown precision {precision!r}; valid: {', '.join(recipes.NAMES)}"
-            )
-        if not self.supports(precision):
+    def peak_flops(self, recipe: recipes.Recipe | str) -> float:
+        """Dense peak FLOP/s of ``recipe`` (a recipe or its name: the catalog's column of its
+        format); raises UnsupportedPrecision if not native."""
+        r = _recipe(recipe)
+        if not self.supports(r):
             raise UnsupportedPrecision(
-                f"{self.id} has no native {precision} tensor cores"
-                f" (supported: {', '.join(p for p in recipes.NAMES if self.supports(p))})"
+                f"{self.id} has no native {r.name} tensor cores"
+                f" (supported: {', '.join(p for p, x in recipes.RECIPES.items() if self.supports(x))})"
             )
-        return getattr(self, recipes.get(precision).peak_column) * 1e12
+        return getattr(self, r.peak_column) * 1e12
 
-    def ridge_point(self, precision: str) -> float:
+    def ridge_point(self, recipe: recipes.Recipe | str) -> float:
         """Roofline ridge point, FLOP per byte of HBM traffic (peak FLOP/s / HBM B/s)."""
-        return self.peak_flops(precision) / self.hbm_bw
+        return self.peak_flops(recipe) / self.hbm_bw
+
+
+def _recipe(recipe: recipes.Recipe | str) -> recipes.Recipe:
+    """A recipe, or the recipe of a precision name (a catalog query by format; the model passes recipes)."""
+    if isinstance(recipe, recipes.Recipe):
+        return recipe
+    if recipe not in recipes.RECIPES:
+        raise HardwareError(f"unknown precision {recipe!r}; valid: {', '.join(recipes.NAMES)}")
+    return recipes.RECIPES[recipe]
 
 
 def _parse_cell(value: str):
@@ -206,10 +229,11 @@ def load_catalog(path: Path | str = HARDWARE_CSV) -> dict[str, GPU]:
     return catalog
 
 
-def load_systems(path: Path | str = SYSTEMS_CSV) -> dict[str, tuple[str, int]]:
-    """GPU id -> (system name, GPUs per system) from a systems CSV (sourced rows)."""
+def load_systems(path: Path | str = SYSTEMS_CSV) -> dict[str, tuple[str, int, float, str]]:
+    """GPU id -> (system name, GPUs per system, maximum system power in kW, its source) from a
+    systems CSV (sourced rows)."""
     path = Path(path)
-    out: dict[str, tuple[str, int]] = {}
+    out: dict[str, tuple[str, int, float, str]] = {}
     for rownum, row in enumerate(csv.DictReader(path.read_text(encoding="utf-8").splitlines()), start=2):
         try:
             n = int(row["gpus_per_system"])
@@ -217,7 +241,13 @@ def load_systems(path: Path | str = SYSTEMS_CSV) -> dict[str, tuple[str, int]]:
             raise HardwareError(f"{path.name}: row {rownum}, column 'gpus_per_system': expected an integer") from None
         if n <= 0 or not (row.get("source") or "").strip():
             raise HardwareError(f"{path.name}: row {rownum}: needs a positive gpus_per_system and a source")
-        out[row["gpu"]] = (row["system"], n)
+        try:
+            kw = float(row["system_kw"])
+        except (KeyError, TypeError, ValueError):
+            raise HardwareError(f"{path.name}: row {rownum}, column 'system_kw': expected a number") from None
+        if not 0 < kw < 1e5 or not (row.get("power_source") or "").strip():
+            raise HardwareError(f"{path.name}: row {rownum}: needs a positive system_kw and a power_source")
+        out[row["gpu"]] = (row["system"], n, kw, row["power_source"].strip())
     return out
 
 
@@ -225,10 +255,15 @@ def load_systems(path: Path | str = SYSTEMS_CSV) -> dict[str, tuple[str, int]]:
 def _data_catalog() -> dict[str, GPU]:
     cat = load_catalog(HARDWARE_CSV)
     systems = load_systems(SYSTEMS_CSV) if SYSTEMS_CSV.exists() else {}
-    for gid, (system, n) in systems.items():
+    for gid, (system, n, kw, power_source) in systems.items():
         if gid not in cat:
             raise HardwareError(f"{SYSTEMS_CSV.name}: unknown GPU id {gid!r}")
-        cat[gid] = cat[gid].model_copy(update={"system": system, "system_gpus": n})
+        other = kw * 1e3 / n - cat[gid].tdp_w
+        if other < 0:
+            raise HardwareError(f"{SYSTEMS_CSV.name}: {gid}: system_kw {kw:g} is less than {n} x its TDP "
+                                f"({cat[gid].tdp_w:g} W)")
+        cat[gid] = cat[gid].model_copy(update={"system": system, "system_gpus": n, "non_gpu_w": other,
+                                               "power_source": power_source})
     return cat
 
 
@@ -364,6 +399,15 @@ def get(gpu_id: str) -> GPU:
         return cat[gpu_id]
     valid = [*cat, *_USER]
     raise UnknownHardware(f"{_unknown(gpu_id, valid)}; valid ids: {', '.join(valid)}")
+
+
+def check(gpu: GPU) -> GPU:
+    """``gpu`` itself when it is a :class:`GPU`; a TypeError otherwise: the model takes GPUs,
+    looked up from their ids once where the ids come in (:func:`get`)."""
+    if not isinstance(gpu, GPU):
+        raise TypeError(f"expected a hardware.GPU, got {type(gpu).__name__} {gpu!r}: look a GPU id up once "
+                        "where it comes in (hardware.get)")
+    return gpu
 
 
 def known(gpu_id: str) -> bool:

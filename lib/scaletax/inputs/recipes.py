@@ -148,6 +148,11 @@ class Recipe:
         return self.lowp_copies * self.operand_bytes if self.low_precision else 0.0
 
     @property
+    def half_recipe(self) -> "Recipe":
+        """The 16-bit recipe of the parts that stay in 16 bits (attention, the output layer)."""
+        return RECIPES[self.half]
+
+    @property
     def cast_bytes(self) -> float:
         """HBM bytes per element of one cast kernel of a GEMM input: read 16 bits (plus the
         extra reads), write the quantized copies with their scales (0 for 16-bit recipes)."""
@@ -195,46 +200,44 @@ def label(name: str) -> str:
     return r.label if r is not None else str(name).upper()
 
 
-def runs_on(gpu, name: str) -> bool:
-    """True when ``gpu`` (a ``hardware.GPU``) runs ``name`` natively on its tensor cores: it has
+def check(recipe: Recipe) -> Recipe:
+    """``recipe`` itself when it is a :class:`Recipe`; a TypeError otherwise: the model takes
+    recipes, resolved from their names once where the names come in (:func:`training`)."""
+    if not isinstance(recipe, Recipe):
+        raise TypeError(f"expected a recipes.Recipe, got {type(recipe).__name__} {recipe!r}: resolve a precision "
+                        "name once where it comes in (recipes.training)")
+    return recipe
+
+
+def runs_on(gpu, recipe: Recipe) -> bool:
+    """True when ``gpu`` (a ``hardware.GPU``) runs ``recipe`` natively on its tensor cores: it has
     a dense peak in the recipe's column, and block-scaled formats need ``native_mx``."""
-    r = RECIPES.get(name)
-    if r is None or (r.block_scaled and not gpu.native_mx):
+    if check(recipe).block_scaled and not gpu.native_mx:
         return False
-    return getattr(gpu, r.peak_column) is not None
+    return getattr(gpu, recipe.peak_column) is not None
 
 
-def _gpu(gpu):
-    if isinstance(gpu, str):
-        from scaletax.inputs import hardware  # hardware imports this module: look ids up lazily
-
-        return hardware.get(gpu)
-    return gpu
-
-
-def training_precision(gpu, wanted: str, allowed: Sequence[str] = TRAINING) -> str:
-    """The precision ``gpu`` (an id or a ``hardware.GPU``) trains in.
+def training_precision(gpu, wanted: str, allowed: Sequence[str] = TRAINING) -> Recipe:
+    """The recipe ``gpu`` (a ``hardware.GPU``) trains in, from the scenario's precision names.
 
     ``wanted`` where the GPU runs it natively; else the fastest native one of ``allowed`` (the
     scenario's precisions; ties: the first listed), e.g. FP8 on Hopper for an NVFP4 scenario that
     allows FP8; else BF16, which every GPU runs.
     """
-    g = _gpu(gpu)
-    training(wanted)
-    if runs_on(g, wanted):
-        return wanted
-    ok = [p for p in allowed if p in TRAINING and runs_on(g, p)]
-    return max(ok, key=g.peak_flops) if ok else "bf16"  # max keeps the first of equal peaks
+    want = training(wanted)
+    if runs_on(gpu, want):
+        return want
+    ok = [RECIPES[p] for p in allowed if p in TRAINING and runs_on(gpu, RECIPES[p])]
+    return max(ok, key=gpu.peak_flops) if ok else RECIPES["bf16"]  # max keeps the first of equal peaks
 
 
-def fastest_precision(gpu, wanted: str, allowed: Sequence[str] = TRAINING) -> str:
-    """The native format with the highest dense peak among ``allowed`` and the training
+def fastest_precision(gpu, wanted: str, allowed: Sequence[str] = TRAINING) -> Recipe:
+    """The native recipe with the highest dense peak among ``allowed`` and the training
     precision (ties: the training precision, then list order)."""
-    g = _gpu(gpu)
-    base = training_precision(g, wanted, allowed)
-    ok = [base] + [p for p in allowed if p in TRAINING and p != base and runs_on(g, p)]
-    return max(ok, key=g.peak_flops)
+    base = training_precision(gpu, wanted, allowed)
+    ok = [base] + [RECIPES[p] for p in allowed if p in TRAINING and p != base.name and runs_on(gpu, RECIPES[p])]
+    return max(ok, key=gpu.peak_flops)
 
 
 __all__ = ["FP32_BYTES", "FSDP_GRAD_BYTES", "FSDP_OPTIMIZER_BYTES", "FSDP_PARAM_BYTES", "GRAD_BYTES", "HALF_BYTES", "NAMES", "RECIPES", "Recipe", "TRAINING", "fastest_precision", "get",
-           "label", "runs_on", "training", "training_precision"]
+           "check", "label", "runs_on", "training", "training_precision"]

@@ -529,6 +529,16 @@ def _param_gather(row: dict[str, Any]) -> bool:
     return True
 
 
+def row_gpu(row: dict[str, Any]) -> hardware.GPU:
+    """The GPU of a row's ``hardware`` id: where a runs table's ids become GPUs (one lookup per row)."""
+    return hardware.get(str(row["hardware"]).strip())
+
+
+def row_recipe(row: dict[str, Any]) -> recipes.Recipe:
+    """The training recipe of a row's ``precision`` name (lower case)."""
+    return recipes.training(str(row["precision"]).strip().lower())
+
+
 def measured_tokens_per_s(row: dict[str, Any], model: models.Model | None = None) -> tuple[float | None, str]:
     """(measured tokens/s per GPU, how it was obtained); (None, "") when the row has nothing.
 
@@ -555,7 +565,7 @@ def measured_tokens_per_s(row: dict[str, Any], model: models.Model | None = None
     l, h, s, V = model.layers, model.hidden, model.seq_len, model.vocab
     rid = str(row.get("run_id", ""))
     tf, mfu = row.get("measured_model_tflops_per_gpu"), row.get("measured_mfu")
-    peak = hardware.get(str(row["hardware"]).strip()).peak_flops(str(row["precision"]).strip().lower())
+    peak = row_gpu(row).peak_flops(row_recipe(row))
     if rid.startswith("narayanan") and not is_blank(tf):
         per_tok = 96.0 * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
         return float(tf) * 1e12 / per_tok, "TFLOP/s incl. recompute / Narayanan 2021 eq. 3 (full recompute, non-causal)"
@@ -665,7 +675,7 @@ def row_family(row: dict[str, Any]) -> str:
 
 def row_generation(row: dict[str, Any]) -> str:
     """GPU generation of a row: the hardware family (ampere, hopper, blackwell, ...)."""
-    return hardware.get(str(row["hardware"]).strip()).family
+    return row_gpu(row).family
 
 
 #: Where a row's measurement was published (:func:`row_source`): (text in its ``source_url`` or
@@ -759,7 +769,7 @@ def _validate_row(row: dict[str, Any], cache: dict | None = None) -> None:
     if prec not in recipes.TRAINING:
         raise _CellError("precision", f"unknown precision {prec!r}; valid: {', '.join(recipes.TRAINING)}")
     gpu = hardware.get(hw)
-    if not gpu.supports(prec):
+    if not gpu.supports(recipes.training(prec)):
         raise _CellError("precision", f"{hw} has no tensor cores for {prec}")
     block_layers(row)
     _param_gather(row)

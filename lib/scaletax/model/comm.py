@@ -59,7 +59,7 @@ from typing import Sequence
 import numpy as np
 
 from scaletax import DATA_DIR
-from scaletax.inputs import recipes
+from scaletax.inputs import hardware, recipes
 from scaletax.inputs.options import SCHEDULES, STACKS
 from scaletax.model.topology import Topology, placement
 
@@ -385,8 +385,9 @@ def calibration_points(path: Path | str = COLLECTIVES_CSV) -> list[dict]:
 
 
 def _setting(row: dict, **fields) -> tuple[Topology, int]:
-    """Topology (catalog GPU, the row's domain size) and group size of one measurement."""
-    topo = Topology.from_gpu(row["hardware"], domain=int(row["gpus_per_domain"]),
+    """Topology (catalog GPU, the row's domain size) and group size of one measurement (the
+    table's GPU id is looked up here, where the table comes in)."""
+    topo = Topology.from_gpu(hardware.get(row["hardware"]), domain=int(row["gpus_per_domain"]),
                              nvls=row["algorithm"] == "nvls", **fields)
     return topo, int(row["n_gpus"])
 
@@ -495,12 +496,12 @@ class WireFormat:
     combine: float = 2.0
 
     @classmethod
-    def for_recipe(cls, precision: str) -> "WireFormat":
+    def for_recipe(cls, precision: recipes.Recipe) -> "WireFormat":
         """Wire format of a training recipe (:mod:`scaletax.inputs.recipes`): parameter gathers and MoE
         dispatch in the recipe's ``wire_bytes`` (FP8 1 B; MX and FP4 recipes MXFP8), gradients
         in its main-gradient dtype (``grad_bytes``), activations 16-bit
         (ASSUMPTIONS stated in the registry)."""
-        rec = recipes.training(precision.lower())
+        rec = recipes.check(precision)
         return cls(param=rec.wire_bytes, dispatch=rec.wire_bytes, grad=rec.grad_bytes)
 
 

@@ -14,18 +14,18 @@ Arithmetic (scalars or numpy arrays, broadcasting):
 - ``whole_systems(gpus, per_system)``: systems holding ``gpus`` GPUs (ceil).
 - ``gpu_hours(tokens, tokens_per_s_per_gpu, goodput=1)``: scheduled (billed) GPU-hours,
   tokens / (tokens/s per GPU) / 3,600 / goodput.
-- ``energy_mwh(hours, tdp_w, system_overhead, utilization, pue)``:
-  GPU-hours x TDP x system overhead x utilization x PUE / 1e6.
+- ``energy_mwh(hours, system_w, utilization, pue)``:
+  GPU-hours x all-in system power per GPU (W) x utilization x PUE / 1e6.
 - ``cost_usd(hours, usd_per_gpu_hour, mwh=0, usd_per_mwh=0)``: GPU-hours x price + MWh x price.
-- ``run_costs(tokens, tokens_per_s_per_gpu, gpus, tdp_w, economics, usd_per_gpu_hour=None)``:
-  days, GPU-hours, energy, cost (GPU and energy parts) and USD per million tokens of a run,
-  vectorized over arrays; what every chapter and ``scaletax plan`` use.
+- ``run_costs(tokens, tokens_per_s_per_gpu, gpus, system_w, economics, usd_per_gpu_hour=None,
+  goodput=None)``: days, GPU-hours, energy, cost (GPU and energy parts) and USD per million
+  tokens of a run, vectorized over arrays; what every chapter and ``scaletax plan`` use.
 
 Goodput: the share of scheduled time that trains (the rest is lost to failures, restarts and
-checkpoints). Llama 3 405B on 16k H100: 466 job interruptions in a 54-day snapshot and "higher
-than 90% effective training time" (arXiv 2407.21783, Sec. 3.3.4); the default scenario's 0.9.
-Days and billed GPU-hours are the productive ones divided by goodput; energy is counted on the
-scheduled hours too (an upper bound: a restarting cluster draws less than a training one).
+checkpoints): the scale model of :mod:`scaletax.model.goodput` for the run's GPU count and model, or
+the scenario's ``cluster.goodput`` when the planner sets one. Days and billed GPU-hours are the
+productive ones divided by goodput; energy is counted on the scheduled hours too (an upper
+bound: a restarting cluster draws less than a training one).
 
 Estimates:
 
@@ -38,10 +38,10 @@ Estimates:
   value, sorted by swing (largest first); ``training_sensitivity(...)`` builds it for the
   training estimate (efficiency band, token budget, price, PUE, utilization, overhead, cluster).
 
-Energy: a GPU's share of its system's power is ``tdp_w x system_overhead`` (CPUs, NICs,
-switches, fans, conversion losses per GPU of TDP; DGX H100 ~10.2 kW / 8 x 700 W = 1.82),
-drawn at ``utilization`` of peak on average, times the facility PUE (The Green Grid, PUE: a
-comprehensive examination of the metric, 2012).
+Energy: a GPU's share of its system's power, ``system_w`` (:func:`scaletax.model.power.system_w`: the
+system's maximum power over its GPUs, DGX H100 10.2 kW / 8 = 1,275 W; the same figure the
+facility megawatts of :mod:`scaletax.model.power` use), drawn at ``utilization`` of peak on average,
+times the facility PUE (The Green Grid, PUE: a comprehensive examination of the metric, 2012).
 """
 from __future__ import annotations
 
@@ -52,6 +52,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from scaletax.inputs import hardware
+from scaletax.model import power
 
 SECONDS_PER_DAY = 86_400.0
 
@@ -104,16 +105,15 @@ def gpu_hours(tokens, tokens_per_s_per_gpu, goodput=1.0):
                 / _goodput(goodput))
 
 
-def energy_mwh(hours, tdp_w, system_overhead, utilization, pue):
-    """Facility energy, MWh: GPU-hours x TDP (W) x system overhead x utilization x PUE / 1e6."""
-    for name, v in (("system_overhead", system_overhead), ("pue", pue)):
-        if np.any(np.asarray(v, dtype=float) < 1):
-            raise ValueError(f"{name}: must be >= 1 (got {v!r})")
+def energy_mwh(hours, system_w, utilization, pue):
+    """Facility energy, MWh: GPU-hours x all-in system power per GPU (W,
+    :func:`scaletax.model.power.system_w`) x utilization (average / peak draw) x PUE / 1e6."""
+    if np.any(np.asarray(pue, dtype=float) < 1):
+        raise ValueError(f"pue: must be >= 1 (got {pue!r})")
     u = np.asarray(utilization, dtype=np.float64)
     if np.any((u <= 0) | (u > 1)):
         raise ValueError(f"utilization: must be in (0, 1] (got {utilization!r})")
-    return _out(_pos("hours", hours) * _pos("tdp_w", tdp_w) * np.asarray(system_overhead, dtype=float)
-                * u * np.asarray(pue, dtype=float) / 1e6)
+    return _out(_pos("hours", hours) * _pos("system_w", system_w) * u * np.asarray(pue, dtype=float) / 1e6)
 
 
 def cost_usd(hours, usd_per_gpu_hour, mwh=0.0, usd_per_mwh=0.0):
@@ -130,25 +130,29 @@ def cost_usd(hours, usd_per_gpu_hour, mwh=0.0, usd_per_mwh=0.0):
 
 @dataclass(frozen=True)
 class Economics:
-    """Scenario economics. usd_per_gpu_hour: rental or amortized price; system_overhead: all-in
-    system power / GPU TDP; utilization: average / peak power; pue: facility power usage
-    effectiveness; usd_per_mwh: electricity price (0: included in the GPU-hour price);
-    price_includes_power: all-in rental price, so no energy cost is added whatever usd_per_mwh;
-    goodput: share of scheduled time that trains. The energy factors have no defaults: they are
-    scenario inputs (``economics.energy`` of data/scenarios/default.yaml, with sources)."""
+    """Scenario economics. usd_per_gpu_hour: rental or amortized price; utilization: average /
+    peak power; pue: facility power usage effectiveness; usd_per_mwh: electricity price (0:
+    included in the GPU-hour price); price_includes_power: all-in rental price, so no energy cost
+    is added whatever usd_per_mwh; goodput: share of scheduled time that trains;
+    system_overhead: the planner's all-in system power / GPU TDP, which replaces every GPU's
+    system power (None: ``data/systems.csv``, :func:`scaletax.model.power.system_w`). The energy
+    factors have no defaults: they are scenario inputs (``economics.energy`` of
+    data/scenarios/default.yaml, with sources)."""
 
     usd_per_gpu_hour: float
-    system_overhead: float
     utilization: float
     pue: float
     usd_per_mwh: float = 0.0
     goodput: float = 1.0
     price_includes_power: bool = False
+    system_overhead: float | None = None
 
     def __post_init__(self) -> None:
         if not self.usd_per_gpu_hour >= 0:
             raise ValueError(f"usd_per_gpu_hour: must be >= 0 (got {self.usd_per_gpu_hour})")
-        energy_mwh(1.0, 1.0, self.system_overhead, self.utilization, self.pue)  # validates
+        energy_mwh(1.0, 1.0, self.utilization, self.pue)  # validates
+        if self.system_overhead is not None and not self.system_overhead >= 1:
+            raise ValueError(f"system_overhead: must be >= 1 (got {self.system_overhead!r})")
         if not self.usd_per_mwh >= 0:
             raise ValueError(f"usd_per_mwh: must be >= 0 (got {self.usd_per_mwh})")
         _goodput(self.goodput)
@@ -158,26 +162,34 @@ class Economics:
         """What one MWh adds to the cost: 0 when the GPU-hour price includes power."""
         return 0.0 if self.price_includes_power else self.usd_per_mwh
 
+    def system_w(self, gpu) -> float:
+        """All-in system power per GPU of ``gpu``, W (:func:`scaletax.model.power.system_w` with this
+        scenario's override)."""
+        return power.system_w(gpu, self.system_overhead)
 
-def run_costs(tokens, tokens_per_s_per_gpu, gpus, tdp_w, economics: Economics, usd_per_gpu_hour=None) -> dict:
+
+def run_costs(tokens, tokens_per_s_per_gpu, gpus, system_w, economics: Economics, usd_per_gpu_hour=None,
+              goodput=None) -> dict:
     """Days, scheduled GPU-hours, energy (MWh), cost (USD: total, GPU part, energy part), USD per
-    million tokens and tokens per day of a run; arrays broadcast (``usd_per_gpu_hour`` overrides
-    the economics' price, e.g. one price per row)."""
+    million tokens and tokens per day of a run; arrays broadcast. ``system_w``: all-in system power
+    per GPU, W (``economics.system_w(gpu)``); ``usd_per_gpu_hour`` and ``goodput`` override the
+    economics' (e.g. one per row: the goodput of each row's scale)."""
     econ = economics
     price = np.asarray(econ.usd_per_gpu_hour if usd_per_gpu_hour is None else usd_per_gpu_hour, dtype=float)
+    good = np.asarray(econ.goodput if goodput is None else goodput, dtype=float)
     tps = _pos("tokens_per_s_per_gpu", tokens_per_s_per_gpu)
-    hours = np.asarray(gpu_hours(tokens, tps, econ.goodput))
-    mwh = np.asarray(energy_mwh(hours, tdp_w, econ.system_overhead, econ.utilization, econ.pue))
+    hours = np.asarray(gpu_hours(tokens, tps, good))
+    mwh = np.asarray(energy_mwh(hours, system_w, econ.utilization, econ.pue))
     gpu_usd, energy_usd = hours * price, mwh * econ.energy_usd_per_mwh
-    out = {"days": days_to_train(tokens, tps, gpus, econ.goodput), "gpu_hours": hours, "energy_mwh": mwh,
+    out = {"days": days_to_train(tokens, tps, gpus, good), "gpu_hours": hours, "energy_mwh": mwh,
            "gpu_cost_usd": gpu_usd, "energy_cost_usd": energy_usd, "cost_usd": gpu_usd + energy_usd,
            "usd_per_mtok": (gpu_usd + energy_usd) / np.asarray(tokens, dtype=float) * 1e6,
-           "tokens_per_day": tps * np.asarray(gpus, dtype=float) * SECONDS_PER_DAY * econ.goodput}
+           "tokens_per_day": tps * np.asarray(gpus, dtype=float) * SECONDS_PER_DAY * good}
     return {k: _out(v) for k, v in out.items()}
 
 
-def _one(tokens, tps, gpus, tdp_w, econ: Economics, target_days) -> dict[str, float]:
-    r = run_costs(tokens, tps, gpus, tdp_w, econ)
+def _one(tokens, tps, gpus, system_w, econ: Economics, target_days) -> dict[str, float]:
+    r = run_costs(tokens, tps, gpus, system_w, econ)
     out = {"tokens_per_s_per_gpu": float(tps), **{k: r[k] for k in ("days", "gpu_hours", "energy_mwh", "cost_usd",
                                                                      "energy_cost_usd", "gpu_cost_usd")}}
     if target_days is not None:
@@ -192,20 +204,21 @@ def train_estimate(tokens: float, tokens_per_s_per_gpu: float, gpus: int, gpu, e
 
     ``low`` / ``high``: the throughput band (tokens/s per GPU). Every output gets ``_low`` and
     ``_high`` versions: the range over the band (low throughput gives more days, GPU-hours,
-    energy and cost). ``gpu``: hardware id or GPU object (for its TDP).
+    energy and cost). ``gpu``: a ``hardware.GPU`` (for its system power).
     """
-    g = hardware.get(gpu) if isinstance(gpu, str) else gpu
-    mid = _one(tokens, tokens_per_s_per_gpu, gpus, g.tdp_w, economics, target_days)
+    g = hardware.check(gpu)
+    w = economics.system_w(g)
+    mid = _one(tokens, tokens_per_s_per_gpu, gpus, w, economics, target_days)
     out: dict[str, Any] = {"tokens": float(tokens), "gpus": int(gpus), "gpu": g.id, "tdp_w": g.tdp_w,
-                           **asdict(economics), **mid}
+                           "system_w": w, **asdict(economics), **mid}
     if target_days is not None:
         out["target_days"] = float(target_days)
     lo_t = tokens_per_s_per_gpu if low is None else low
     hi_t = tokens_per_s_per_gpu if high is None else high
     if not lo_t <= tokens_per_s_per_gpu <= hi_t:
         raise ValueError(f"throughput band: need low <= value <= high (got {lo_t}, {tokens_per_s_per_gpu}, {hi_t})")
-    slow = _one(tokens, lo_t, gpus, g.tdp_w, economics, target_days)
-    fast = _one(tokens, hi_t, gpus, g.tdp_w, economics, target_days)
+    slow = _one(tokens, lo_t, gpus, w, economics, target_days)
+    fast = _one(tokens, hi_t, gpus, w, economics, target_days)
     for k in mid:
         a, b = slow[k], fast[k]
         out[f"{k}_low"], out[f"{k}_high"] = (min(a, b), max(a, b))
@@ -234,9 +247,12 @@ def sensitivity(fn: Callable[[dict[str, Any]], float], base: Mapping[str, Any],
     return rows
 
 
-#: Default one-at-a-time ranges of :func:`training_sensitivity` (relative unless stated).
+#: Default one-at-a-time ranges of :func:`training_sensitivity` (relative unless stated; ASSUMPTIONS
+#: about what a planner is unsure of). ``system_power_pct``: the system power per GPU +-15% (the
+#: sourced system figures are maximum ratings, with reported ranges such as GB200 NVL72's
+#: 120-132 kW).
 SENSITIVITY_DEFAULTS: dict[str, Any] = {"tokens_pct": 0.25, "price_pct": 0.30, "pue": (1.1, 1.5),
-                                        "utilization": (0.7, 1.0), "system_overhead": (1.4, 1.9),
+                                        "utilization": (0.7, 1.0), "system_power_pct": 0.15,
                                         "cluster_factor": 2.0}
 
 
@@ -250,40 +266,44 @@ def sensitivity_gpus(gpus: int, options: Mapping[str, Any] | None = None) -> tup
 def training_sensitivity(tokens: float, tokens_per_s_per_gpu: float, gpus: int, gpu, economics: Economics,
                          *, low: float, high: float, output: str = "cost_usd",
                          tps_at_gpus: Callable[[int], float] | None = None,
+                         goodput_at_gpus: Callable[[int], float] | None = None,
                          options: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """Tornado rows for one output of :func:`train_estimate` (``cost_usd``, ``days``,
     ``energy_mwh``, ``gpu_hours``).
 
     Inputs varied: efficiency (tokens/s per GPU at the band's ``low`` and ``high``), token budget
-    (+-``tokens_pct``), price per GPU-hour (+-``price_pct``), PUE, utilization, system overhead
-    (absolute ranges) and cluster size (/ and x ``cluster_factor``; tokens/s per GPU from
-    ``tps_at_gpus`` when given, else held fixed, which moves only ``days``). Defaults:
-    :data:`SENSITIVITY_DEFAULTS`, overridden by ``options``.
+    (+-``tokens_pct``), price per GPU-hour (+-``price_pct``), PUE, utilization (absolute ranges),
+    system power per GPU (+-``system_power_pct``) and cluster size (/ and x ``cluster_factor``;
+    tokens/s per GPU from ``tps_at_gpus`` and goodput from ``goodput_at_gpus`` when given, else
+    held fixed, which moves only ``days``). Defaults: :data:`SENSITIVITY_DEFAULTS`, overridden by
+    ``options``.
     """
     o = {**SENSITIVITY_DEFAULTS, **(options or {})}
-    g = hardware.get(gpu) if isinstance(gpu, str) else gpu
+    g = hardware.check(gpu)
+    w = economics.system_w(g)
     base = {"tokens_per_s_per_gpu": tokens_per_s_per_gpu, "tokens": tokens, "usd_per_gpu_hour": economics.usd_per_gpu_hour,
-            "pue": economics.pue, "utilization": economics.utilization, "system_overhead": economics.system_overhead,
-            "gpus": gpus}
+            "pue": economics.pue, "utilization": economics.utilization, "system_w": w, "gpus": gpus}
 
     def fn(x):
-        tps = x["tokens_per_s_per_gpu"]
+        tps, econ = x["tokens_per_s_per_gpu"], economics
         if x["gpus"] != gpus and tps_at_gpus is not None:
             tps = tps_at_gpus(int(x["gpus"]))
-        econ = replace(economics, usd_per_gpu_hour=x["usd_per_gpu_hour"], pue=x["pue"], utilization=x["utilization"],
-                       system_overhead=x["system_overhead"])
-        return _one(x["tokens"], tps, x["gpus"], g.tdp_w, econ, None)[output]
+        if x["gpus"] != gpus and goodput_at_gpus is not None:
+            econ = replace(econ, goodput=goodput_at_gpus(int(x["gpus"])))
+        econ = replace(econ, usd_per_gpu_hour=x["usd_per_gpu_hour"], pue=x["pue"], utilization=x["utilization"])
+        return _one(x["tokens"], tps, x["gpus"], x["system_w"], econ, None)[output]
 
     ranges = {
         "tokens_per_s_per_gpu": (low, high),
         "tokens": (tokens * (1 - o["tokens_pct"]), tokens * (1 + o["tokens_pct"])),
         "usd_per_gpu_hour": (economics.usd_per_gpu_hour * (1 - o["price_pct"]), economics.usd_per_gpu_hour * (1 + o["price_pct"])),
-        "pue": tuple(o["pue"]), "utilization": tuple(o["utilization"]), "system_overhead": tuple(o["system_overhead"]),
+        "pue": tuple(o["pue"]), "utilization": tuple(o["utilization"]),
+        "system_w": (w * (1 - o["system_power_pct"]), w * (1 + o["system_power_pct"])),
         "gpus": sensitivity_gpus(gpus, o),
     }
     labels = {"tokens_per_s_per_gpu": "efficiency (throughput band)", "tokens": "token budget",
               "usd_per_gpu_hour": "price per GPU-hour", "pue": "PUE", "utilization": "power utilization",
-              "system_overhead": "system power overhead", "gpus": "cluster size"}
+              "system_w": "system power per GPU", "gpus": "cluster size"}
     rows = sensitivity(fn, base, ranges, labels)
     for r in rows:
         r["output"] = output

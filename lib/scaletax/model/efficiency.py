@@ -7,9 +7,9 @@ written by ``scaletax.fit.calibrate``).
   the out-of-sample spread, pooled and per regime: ``spreads(regime_idx)``),
   ``load_efficiency(path=EFFICIENCY_YAML)``, ``default_band()``,
   ``default_efficiency()``.
-- ``format_class(precision)``: the ceiling a precision's GEMMs run at; ``power_per_flop(family)``:
-  the rated power per peak FLOP behind Blackwell Ultra's family factor; ``ratio_range(ratio, low,
-  high)``: the band of a ratio of two predictions (the model's error on measured pairs of runs).
+- ``power_per_flop(family)``: the rated power per peak FLOP behind Blackwell Ultra's family factor;
+  ``ratio_range(ratio, low, high)``: the band of a ratio of two predictions (the model's error on
+  measured pairs of runs). (The ceiling a recipe's GEMMs run at is its ``Recipe.format_class``.)
 """
 from __future__ import annotations
 
@@ -86,11 +86,11 @@ class Efficiency:
         if self.layer_overhead_us < 0:
             raise ValueError(f"layer_overhead_us must be >= 0 (got {self.layer_overhead_us})")
 
-    def ceiling(self, precision: str, family: str) -> float:
-        """Fraction of the dense peak of ``precision`` a large GEMM sustains on ``family``:
+    def ceiling(self, precision: recipes.Recipe, family: str) -> float:
+        """Fraction of the dense peak of ``precision`` (a recipe) a large GEMM sustains on ``family``:
         ``gemm_ceiling[class] * family_factor[family]`` for 16- and 8-bit formats, the 4-bit
         ceiling as is (FP4 tensor cores exist only from Blackwell on)."""
-        cls = format_class(precision)
+        cls = precision.format_class
         return self.gemm_ceiling[cls] * (1.0 if cls == "4bit" else self.family_factor[family])
 
     def overlap(self, base: Overlap | None = None) -> Overlap:
@@ -247,11 +247,6 @@ def ratio_range(ratio: float, low: float, high: float, band: EfficiencyBand | No
     return min(lo, ratio / (1.0 + w)), max(hi, ratio * (1.0 + w))
 
 
-def format_class(precision: str) -> str:
-    """The GEMM format class of a training precision (its recipe's)."""
-    return recipes.training(precision).format_class
-
-
 def power_per_flop(family: str) -> float:
     """Rated board power per dense 16-bit TFLOP/s of a GPU family, W / (TFLOP/s): the mean of
     ``tdp_w / bf16 peak`` over the family's GPUs in ``data/hardware.csv``.
@@ -263,12 +258,13 @@ def power_per_flop(family: str) -> float:
     linear in clock (P = C V^2 f), so the sustained fraction of peak scales with power per peak
     FLOP (ASSUMPTION: linear DVFS regime; the ratio is only applied within one silicon generation).
     """
-    gpus = [g for g in hardware.catalog().values() if g.family == family and not g.variant_of and g.peak_flops("bf16")]
+    bf16 = recipes.training("bf16")
+    gpus = [g for g in hardware.catalog().values() if g.family == family and not g.variant_of and g.peak_flops(bf16)]
     if not gpus:
         raise ValueError(f"power_per_flop: no GPU of family {family!r} in the catalog")
-    return float(np.mean([g.tdp_w / (g.peak_flops("bf16") / 1e12) for g in gpus]))
+    return float(np.mean([g.tdp_w / (g.peak_flops(bf16) / 1e12) for g in gpus]))
 
 
 __all__ = ["EFFICIENCY_YAML", "FAMILIES", "FAMILY_CLASSES", "FORMAT_CLASSES", "FP4_CLASS", "PARAM_SIGN", "SAFE_LOADER",
-           "Efficiency", "EfficiencyBand", "default_band", "default_efficiency", "format_class", "load_efficiency",
+           "Efficiency", "EfficiencyBand", "default_band", "default_efficiency", "load_efficiency",
            "power_per_flop", "ratio_range"]

@@ -2,16 +2,16 @@
 
 Public API:
 
-- ``breakdown(model, layouts, precision="bf16", *, reserve_gib=RESERVE_GIB, stage="max",
+- ``breakdown(model, layouts, precision=BF16, *, reserve_gib=RESERVE_GIB, stage="max",
   **options) -> Memory``: bytes per GPU of the heaviest pipeline stage by term (``weights,
   gradients, optimizer, activations, reserve``) and ``total``, float64 arrays over a
   ``LayoutArray`` (a single ``Layout`` gives length 1). Pure numpy broadcasting, no Python
   loop over layouts (1e6 layouts in ~0.3 s on one core).
-- ``grid_total(model, grid, precision="bf16", *, reserve_gib=RESERVE_GIB, **options)``: the
+- ``grid_total(model, grid, precision=BF16, *, reserve_gib=RESERVE_GIB, **options)``: the
   ``total`` of ``breakdown`` (same bits, same order) for a ``layout.LayoutGrid``, each term that
   depends on neither ZeRO stage nor recompute computed once per base layout (the search's grid).
-- ``fits(model, layouts, gpu, precision="bf16", **options) -> bool array``; ``gpu`` is a
-  capacity in GiB, a ``hardware`` GPU object (``hbm_gib``) or a hardware id.
+- ``fits(model, layouts, gpu, precision=BF16, **options) -> bool array``; ``gpu`` is a
+  capacity in GiB or a ``hardware.GPU`` (``hbm_gib``).
 - ``least_recompute(model, layouts, gpu, precision, **options) -> int array``: the smallest
   recompute code (0 none, 1 selective, 2 full) that fits each layout, -1 if none does.
 - ``max_micro_batch(model, layouts, gpu, precision, **options) -> int array``.
@@ -99,6 +99,8 @@ ACT_BYTES = 2
 #: The precisions the memory model trains in (the recipe registry's); their parameter, gradient,
 #: optimizer and quantized-copy bytes are the recipes' (:mod:`scaletax.inputs.recipes`).
 PRECISIONS: tuple[str, ...] = recipes.TRAINING
+#: The default recipe of the functions below (16-bit mixed precision).
+BF16 = recipes.training("bf16")
 
 TERMS: tuple[str, ...] = ("weights", "gradients", "optimizer", "activations", "reserve")
 _STAGE_TERMS = TERMS[:4]  # what a pipeline stage holds (the reserve is per GPU)
@@ -137,17 +139,15 @@ class Memory:
 # --- helpers ------------------------------------------------------------------------------
 
 def capacity_gib(gpu: Any) -> float:
-    """Usable memory in GiB of ``gpu``: a number (GiB), an object with ``hbm_gib`` or an id."""
+    """Usable memory in GiB of ``gpu``: a number (GiB) or a ``hardware.GPU`` (its ``hbm_gib``)."""
     if isinstance(gpu, (int, float, np.integer, np.floating)) and not isinstance(gpu, bool):
         if gpu <= 0:
             raise ValueError(f"capacity: must be positive GiB (got {gpu})")
         return float(gpu)
-    if isinstance(gpu, str):
-        from scaletax.inputs import hardware  # imported lazily: memory does not need the catalog otherwise
-        return float(hardware.get(gpu).hbm_gib)
     if hasattr(gpu, "hbm_gib"):
         return float(gpu.hbm_gib)
-    raise TypeError(f"gpu: expected GiB, a GPU object or a hardware id (got {type(gpu).__name__})")
+    raise TypeError(f"gpu: expected GiB or a hardware.GPU (got {type(gpu).__name__} {gpu!r}): look a GPU id up "
+                    "once where it comes in (hardware.get)")
 
 
 def _as_array(layouts: Layout | LayoutArray | Iterable[Layout]) -> LayoutArray:
@@ -158,8 +158,10 @@ def _as_array(layouts: Layout | LayoutArray | Iterable[Layout]) -> LayoutArray:
     return LayoutArray.from_layouts(list(layouts))
 
 
-def _check_precision(precision: str) -> None:
-    recipes.training(precision)
+def _check_precision(precision: recipes.Recipe) -> None:
+    if not recipes.check(precision).trains:
+        raise ValueError(f"precision: the memory model does not train in {precision.name}; valid: "
+                         f"{', '.join(recipes.TRAINING)}")
 
 
 #: ASSUMPTION: every transformer GEMM runs in the recipe precision, and Transformer Engine saves
@@ -167,7 +169,7 @@ def _check_precision(precision: str) -> None:
 #: weight-gradient GEMM; norms, activation-function inputs and attention Q/K/V/O stay 16-bit.
 
 
-def activation_items(model: Model, precision: str = "bf16", attention: str = "flash",
+def activation_items(model: Model, precision: recipes.Recipe = BF16, attention: str = "flash",
                      dropout: bool = False) -> list[tuple[str, float, str, str, frozenset]]:
     """Saved activations of one layer, bytes per token, term by term.
 
@@ -197,7 +199,7 @@ def activation_items(model: Model, precision: str = "bf16", attention: str = "fl
     _check_precision(precision)
     h, a, g, s = model.hidden, model.heads, model.kv_heads, model.seq_len
     dqk, dv = model.qk_head_dim, model.v_head_dim_eff
-    B, q = ACT_BYTES, recipes.training(precision).operand_bytes
+    B, q = ACT_BYTES, precision.operand_bytes
     up = frozenset({"mla_up_proj"}) if model.attention == "mla" else frozenset()
     ln = frozenset({"layernorm"})
     none = frozenset()
@@ -373,7 +375,7 @@ def _stage(model: Model, la: LayoutArray, last: bool, o: dict[str, Any], c: dict
     return {"weights": weights, "gradients": gradients, "optimizer": optimizer, "activations": acts}
 
 
-def resolve_options(precision: str = "bf16", *, attention: str = "flash", dropout: bool | None = None,
+def resolve_options(precision: recipes.Recipe = BF16, *, attention: str = "flash", dropout: bool | None = None,
                     param_bytes: float | None = None, grad_bytes: float | None = None,
                     optimizer_bytes: float | None = None, lowp_weight_copy: bool = True,
                     lowp_params: bool = False, selective_modules: Sequence[str] | None = None,
@@ -383,7 +385,7 @@ def resolve_options(precision: str = "bf16", *, attention: str = "flash", dropou
     _check_precision(precision)
     if attention not in ("flash", "paper"):
         raise ValueError(f"attention: must be 'flash' or 'paper' (got {attention!r})")
-    rec = recipes.training(precision)
+    rec = precision
     pb = rec.param_bytes
     gb = rec.grad_bytes if grad_bytes is None else float(grad_bytes)
     # the fp32 copy of the gradient shard (16-bit grads) lives only from the optimizer step to the
@@ -415,7 +417,7 @@ def resolve_options(precision: str = "bf16", *, attention: str = "flash", dropou
 
 # --- public functions ---------------------------------------------------------------------
 
-def breakdown(model: Model, layouts: Layout | LayoutArray | Iterable[Layout], precision: str = "bf16", *,
+def breakdown(model: Model, layouts: Layout | LayoutArray | Iterable[Layout], precision: recipes.Recipe = BF16, *,
               reserve_gib: float | np.ndarray = RESERVE_GIB, stage: str = "max", **options: Any) -> Memory:
     """Bytes per GPU by term for every layout (see the module docstring for the model).
 
@@ -464,7 +466,7 @@ def _terms(model: Model, la, o: dict[str, Any], stage: str):
     return {k: np.where(use_last, lastd[k], first[k]) for k in _STAGE_TERMS}, use_last
 
 
-def grid_total(model: Model, grid: LayoutGrid, precision: str = "bf16", *, reserve_gib: float = RESERVE_GIB,
+def grid_total(model: Model, grid: LayoutGrid, precision: recipes.Recipe = BF16, *, reserve_gib: float = RESERVE_GIB,
                **options: Any) -> np.ndarray:
     """``breakdown(model, grid.expand(), precision, ...).total`` (bytes, same value in every
     bit, same order), computed on the grid: the terms that depend on neither the ZeRO stage nor
@@ -478,14 +480,14 @@ def grid_total(model: Model, grid: LayoutGrid, precision: str = "bf16", *, reser
 
 
 def fits(model: Model, layouts: Layout | LayoutArray | Iterable[Layout], gpu: Any,
-         precision: str = "bf16", **options: Any) -> np.ndarray:
-    """True where the layout's heaviest stage fits in ``gpu`` (GiB, GPU object or hardware id)."""
+         precision: recipes.Recipe = BF16, **options: Any) -> np.ndarray:
+    """True where the layout's heaviest stage fits in ``gpu`` (GiB or a ``hardware.GPU``)."""
     cap = capacity_gib(gpu) * GIB
     return breakdown(model, layouts, precision, **options).total <= cap
 
 
 def least_recompute(model: Model, layouts: Layout | LayoutArray | Iterable[Layout], gpu: Any,
-                    precision: str = "bf16", **options: Any) -> np.ndarray:
+                    precision: recipes.Recipe = BF16, **options: Any) -> np.ndarray:
     """Smallest recompute code (0 none, 1 selective, 2 full) that fits; -1 where none fits.
 
     The layouts' own ``recompute`` is ignored.
@@ -499,7 +501,7 @@ def least_recompute(model: Model, layouts: Layout | LayoutArray | Iterable[Layou
 
 
 def max_micro_batch(model: Model, layouts: Layout | LayoutArray | Iterable[Layout], gpu: Any,
-                    precision: str = "bf16", *, limit: int = 4096, **options: Any) -> np.ndarray:
+                    precision: recipes.Recipe = BF16, *, limit: int = 4096, **options: Any) -> np.ndarray:
     """Largest micro-batch (sequences) that fits each layout, 0 if even 1 does not.
 
     The number of micro-batches per step is held at the layout's value (gbs scales with mbs).

@@ -91,10 +91,10 @@ from scaletax.inputs import hardware, recipes, runs
 from scaletax.inputs.layout import Layout, LayoutArray, LayoutGrid
 from scaletax.inputs.models import Model
 from scaletax.inputs.options import ATTN_KERNELS, PP_SPLITS
-from scaletax.model import comm
+from scaletax.model import comm, memory
 from scaletax.model.comm import Overlap, WireFormat
 from scaletax.model.efficiency import (FAMILIES, FORMAT_CLASSES, FP4_CLASS, Efficiency, EfficiencyBand, default_band,
-                                       default_efficiency, format_class)
+                                       default_efficiency)
 from scaletax.model.topology import Topology
 
 #: Megatron-LM pads the vocabulary to a multiple of ``make_vocab_size_divisible_by`` (default
@@ -159,9 +159,9 @@ ACT = 2.0  # bytes per 16-bit activation element
 # =========================================================================================
 
 
-def compute_precision(gpu, precision: str) -> str:
-    """The 16-bit precision whose peak runs the 16-bit parts (attention, output layer)."""
-    return recipes.training(precision).half
+def compute_precision(precision: recipes.Recipe) -> recipes.Recipe:
+    """The 16-bit recipe whose peak runs the 16-bit parts (attention, output layer)."""
+    return precision.half_recipe
 
 
 def padded_vocab(vocab, tp):
@@ -170,7 +170,7 @@ def padded_vocab(vocab, tp):
     return (-(-np.asarray(vocab, dtype=np.int64) // div)) * div
 
 
-def gemm_reference_size(gpu, precision: str) -> float:
+def gemm_reference_size(gpu: hardware.GPU, precision: recipes.Recipe) -> float:
     """GEMM harmonic-mean size n_ref (elements) at which operand traffic equals math time.
 
     A GEMM M x K x N moves b (MK + KN + MN) bytes for 2 MKN FLOPs: intensity 2 n / (3 b) FLOP/B
@@ -179,29 +179,22 @@ def gemm_reference_size(gpu, precision: str) -> float:
     n_ref = 1.5 b P / B = 1.5 b x ridge point. The calibrated ``gemm_roofline`` scales n_ref
     (1: operand traffic not overlapped at all; < 1: partly hidden by on-chip reuse).
     """
-    g = _gpu(gpu)
-    return 1.5 * recipes.training(precision).operand_bytes * g.peak_flops(precision) / g.hbm_bw
+    return 1.5 * precision.operand_bytes * gpu.peak_flops(precision) / gpu.hbm_bw
 
 
-
-
-def power_scale(gpu) -> float:
+def power_scale(gpu: hardware.GPU) -> float:
     """Sustained tensor-core clock of a power-limited variant (``hardware.GPU.variant_of``) relative to
     its base part: min(1, rated power / the base part's rated power); 1 for a part of its own.
 
     Under heavy GEMM load a Hopper or Blackwell GPU runs at its power limit, and at the voltage floor
     dynamic power is linear in clock (P = C V^2 f): the sustained clock scales with the power limit
-    (the rule :func:`power_per_flop` applies between Blackwell and Blackwell Ultra). Meta's 500 W
+    (the rule ``efficiency.power_per_flop`` applies between Blackwell and Blackwell Ultra). Meta's 500 W
     H100 SXM (``h100_sxm_96gb_500w``) sustains 500 / 700 of the stock part's clock. ASSUMPTION: linear
     DVFS (an upper bound on the loss where the voltage can still fall with the clock)."""
-    g = _gpu(gpu)
+    g = hardware.check(gpu)
     if not g.variant_of:
         return 1.0
     return min(1.0, g.tdp_w / hardware.get(g.variant_of).tdp_w)
-
-
-def _gpu(gpu) -> hardware.GPU:
-    return hardware.get(gpu) if isinstance(gpu, str) else gpu
 
 
 @lru_cache(maxsize=256)
@@ -228,9 +221,9 @@ class _GPUTerms:
     clock: Any = 1.0
 
     @classmethod
-    def one(cls, gpu, precision: str) -> "_GPUTerms":
-        g = _gpu(gpu)
-        half = compute_precision(g, precision)
+    def one(cls, gpu: hardware.GPU, precision: recipes.Recipe) -> "_GPUTerms":
+        g = hardware.check(gpu)
+        half = compute_precision(precision)
         return cls(peak_fmt=g.peak_flops(precision), peak_16=g.peak_flops(half), topo=_topology(g),
                    sfu_ratio=SFU_RATIO[g.family], fam_idx=FAMILIES.index(g.family),
                    n_ref_fmt=gemm_reference_size(g, precision), n_ref_16=gemm_reference_size(g, half), hbm_bw=g.hbm_bw,
@@ -241,20 +234,19 @@ class _GPUTerms:
 _TOPO_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Topology) if f.name != "name")
 
 
-def _gpu_terms(gpu, precision: str, n: int) -> _GPUTerms:
-    """:class:`_GPUTerms` of ``gpu``: one GPU (hardware id or ``hardware.GPU``), or a sequence of
-    ``n``, one per layout (each distinct GPU looked up once; the values gathered per layout, so
-    every formula of :func:`prepare` runs elementwise as it does for one GPU)."""
-    if isinstance(gpu, (str, hardware.GPU)):
+def _gpu_terms(gpu, precision: recipes.Recipe, n: int) -> _GPUTerms:
+    """:class:`_GPUTerms` of ``gpu``: one ``hardware.GPU``, or a sequence of ``n``, one per layout
+    (each distinct GPU's terms computed once; the values gathered per layout, so every formula of
+    :func:`prepare` runs elementwise as it does for one GPU)."""
+    if not isinstance(gpu, (list, tuple)):
         return _GPUTerms.one(gpu, precision)
-    gpu = list(gpu)
     if len(gpu) != n:
         raise ValueError(f"gpu: {len(gpu)} GPUs for {n} layouts (give one GPU, or one per layout)")
     codes: dict = {}
-    inv = np.array([codes.setdefault(x if isinstance(x, str) else id(x), len(codes)) for x in gpu], dtype=np.int64)
+    inv = np.array([codes.setdefault(id(x), len(codes)) for x in gpu], dtype=np.int64)
     first: dict = {}
     for x in gpu:
-        first.setdefault(x if isinstance(x, str) else id(x), x)
+        first.setdefault(id(x), x)
     terms = [_GPUTerms.one(x, precision) for x in first.values()]
     if len(terms) == 1:
         return terms[0]
@@ -600,7 +592,7 @@ def distinct_groups(experts: int, top_k: int, groups):
     return np.where(D > 1.0, D * (1.0 - p0), 1.0)
 
 
-def memory_bound_bytes(model: Model, la: LayoutArray, precision: str,
+def memory_bound_bytes(model: Model, la: LayoutArray, precision: recipes.Recipe,
                        recompute_fraction=None, ep_dispatch: str = "dedup",
                        recompute_rest=None, stage=None, routing: bool = False):
     """(bytes of all micro-batches of a step, bytes once per step) of memory-bound kernels, per GPU.
@@ -632,7 +624,7 @@ def memory_bound_bytes(model: Model, la: LayoutArray, precision: str,
     rep = np.where(la.sp.astype(bool), tp, 1.0)
     h, a, g = float(model.hidden), float(model.heads), float(model.kv_heads)
     dqk, dv = float(model.qk_head_dim), float(model.v_head_dim_eff)
-    cb = recipes.training(precision).cast_bytes
+    cb = precision.cast_bytes
     mult = 2.0 if model.gated else 1.0
     act_fn = 16.0 if model.gated else 10.0
     common_rep = 20.0 * h + 24.0 * h
@@ -822,7 +814,7 @@ class _GridPick:
         return a.reshape(-1).take(flat)  # as [flat], without fancy indexing's overhead
 
 
-def prepare(model: Model, layouts, precision: str, gpu, topo: Topology | None = None,
+def prepare(model: Model, layouts, precision: recipes.Recipe, gpu, topo: Topology | None = None,
             wire: WireFormat | None = None, *, recompute_fraction=None, recompute_rest=None,
             ep_dispatch: str = "dedup", fp4_bf16_layers: int = FP4_BF16_LAYERS,
             schedule: str = "unknown", grid: tuple[LayoutGrid, np.ndarray] | None = None,
@@ -830,7 +822,7 @@ def prepare(model: Model, layouts, precision: str, gpu, topo: Topology | None = 
             tp_comm_overlap: bool | None = None) -> StepInputs:
     """Efficiency-independent step inputs for every layout (see the module docstring).
 
-    ``gpu``: hardware id or ``hardware.GPU``, or a sequence of them with one per layout (the
+    ``precision``: a ``recipes.Recipe``; ``gpu``: a ``hardware.GPU``, or a list of them with one per layout (the
     GPU's peaks, family and topology then become per-layout arrays: ``runplan.TablePlan`` puts the
     groups of different GPUs in one call); ``topo`` default ``Topology.from_gpu(gpu)``;
     ``wire`` default ``WireFormat.for_recipe(precision)``. ``recompute_fraction``: for layouts
@@ -857,7 +849,7 @@ def prepare(model: Model, layouts, precision: str, gpu, topo: Topology | None = 
     candidates): the traffic is then computed on the grid (same values).
     Raises ``hardware.UnsupportedPrecision`` when the GPU has no native tensor cores for it.
     """
-    fmt = format_class(precision)
+    fmt = recipes.check(precision).format_class
     la = _as_array(layouts)
     n = len(la)
     g = _gpu_terms(gpu, precision, n)
@@ -1137,10 +1129,10 @@ def attention_seconds(inp: StepInputs, r_16, fam):
     return fwd + bwd
 
 
-def attention_efficiency(gpu, d_qk: float, d_v: float | None = None, eff: Efficiency | None = None) -> tuple[float, float]:
+def attention_efficiency(gpu: hardware.GPU, d_qk: float, d_v: float | None = None, eff: Efficiency | None = None) -> tuple[float, float]:
     """(forward, backward) flash-attention throughput as a fraction of the GPU's dense 16-bit
     peak for heads of ``d_qk`` / ``d_v`` (default d_qk), by :func:`attention_seconds`' rule."""
-    g = _gpu(gpu)
+    g = hardware.check(gpu)
     eff = default_efficiency() if eff is None else eff
     d_v = d_qk if d_v is None else d_v
     fam = eff.family_factor[g.family] * power_scale(g)
@@ -1152,7 +1144,7 @@ def attention_efficiency(gpu, d_qk: float, d_v: float | None = None, eff: Effici
     return f_fwd / t_fwd, f_bwd / t_bwd
 
 
-def step_time(model: Model, layouts, precision: str, gpu, topo: Topology | None = None,
+def step_time(model: Model, layouts, precision: recipes.Recipe, gpu, topo: Topology | None = None,
               eff: Efficiency | None = None, overlap: Overlap | None = None,
               wire: WireFormat | None = None, **prepare_options: Any) -> StepTime:
     """Step time and breakdown for every layout (:func:`prepare` then :func:`evaluate`)."""
@@ -1172,7 +1164,7 @@ class Prediction:
         return Prediction(self.value.take(idx), self.low.take(idx), self.high.take(idx))
 
 
-def predict(model: Model, layouts, precision: str, gpu, topo: Topology | None = None,
+def predict(model: Model, layouts, precision: recipes.Recipe, gpu, topo: Topology | None = None,
             band: EfficiencyBand | None = None, overlap: Overlap | None = None,
             wire: WireFormat | None = None, inputs: StepInputs | None = None,
             **prepare_options: Any) -> Prediction:
@@ -1208,7 +1200,7 @@ def evaluate_band(inp: StepInputs, band: EfficiencyBand | None = None, overlap: 
 # =========================================================================================
 # Least recompute that fits
 # =========================================================================================
-def least_recompute(model: Model, layouts, gpu, precision: str, **memory_options: Any):
+def least_recompute(model: Model, layouts, gpu, precision: recipes.Recipe, **memory_options: Any):
     """(recompute code, full-recompute fraction, total GiB) of the least recompute that fits.
 
     Order: none, selective, then full recompute of the fewest layers per virtual pipeline chunk
@@ -1218,8 +1210,6 @@ def least_recompute(model: Model, layouts, gpu, precision: str, **memory_options
     Where even full recompute does not fit: code 2, fraction 1, and the (too large) total.
     The layouts' own ``recompute`` is ignored. Vectorized over a ``LayoutArray``.
     """
-    from scaletax.model import memory
-
     la = _as_array(layouts)
     cap = memory.capacity_gib(gpu) * memory.GIB
     n = len(la)

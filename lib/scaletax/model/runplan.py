@@ -18,12 +18,12 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from scaletax.inputs import hardware, models
+from scaletax.inputs import hardware, models, recipes
 from scaletax.inputs.layout import FIELDS, RECOMPUTE_CODE, RECOMPUTE_NAME, Layout, LayoutArray
 from scaletax.inputs.runs import (LAYERS_PER_VIRTUAL_STAGE, RunsTableError, block_layers, cached_model, is_blank,
                                   layout_table, layout_values, measured_tokens_per_s, memory_options, row_attn_kernel,
-                                  row_dispatch, row_layout, row_model, row_pp_split, row_schedule, row_stack, row_tp_overlap,
-                                  stated_recompute)
+                                  row_dispatch, row_gpu, row_layout, row_model, row_pp_split, row_recipe, row_schedule, row_stack,
+                                  row_tp_overlap, stated_recompute)
 from scaletax.model import memory, perf
 
 MEMORY_COLUMNS: tuple[str, ...] = (
@@ -45,6 +45,7 @@ def block_fraction(layers: int, pp, vp, num_layers) -> np.ndarray:
 class RowPlan:
     """What the model runs for one row.
 
+    model, gpu, precision: the row's architecture, GPU and recipe (its ids resolved once, here);
     layout: the row's layout with :data:`COLUMN_DEFAULTS` (recompute resolved);
     recompute_fraction: share of layers fully recomputed where recompute is "full" (the rest
     selective); recompute_assumed: the level chosen for an unknown recompute ("" when stated);
@@ -57,6 +58,8 @@ class RowPlan:
 
     row: dict[str, Any]
     model: models.Model
+    gpu: hardware.GPU
+    precision: recipes.Recipe
     layout: Layout
     recompute_fraction: float
     recompute_assumed: str
@@ -104,8 +107,7 @@ def plan_row(row: dict[str, Any], layout: Layout | None = None, **memory_opts: A
     layers). ``memory_opts`` go to ``memory.breakdown`` (the row's columns override them).
     """
     model = row_model(row)
-    gpu = str(row["hardware"]).strip()
-    prec = str(row["precision"]).strip().lower()
+    gpu, prec = row_gpu(row), row_recipe(row)
     notes: list[str] = []
     lay = row_layout(row) if layout is None else layout
     if layout is None:
@@ -132,12 +134,12 @@ def plan_row(row: dict[str, Any], layout: Layout | None = None, **memory_opts: A
         else:
             gib = float(memory.breakdown(model, lay, prec, **opts).total[0] / memory.GIB)
     measured, basis = measured_tokens_per_s(row, model)
-    return RowPlan(row=row, model=model, layout=lay, recompute_fraction=frac if lay.recompute == "full" else 0.0,
+    return RowPlan(row=row, model=model, gpu=gpu, precision=prec, layout=lay, recompute_fraction=frac if lay.recompute == "full" else 0.0,
                    recompute_assumed=assumed, assumptions=tuple(notes), options=opts, memory_gib=gib,
                    measured=measured, basis=basis, recompute_rest=rest)
 
 
-def mixed_recompute_gib(model, la: LayoutArray, precision: str, fraction, rest, **options: Any) -> dict[str, np.ndarray]:
+def mixed_recompute_gib(model, la: LayoutArray, precision: recipes.Recipe, fraction, rest, **options: Any) -> dict[str, np.ndarray]:
     """GiB per GPU by term and total (``memory.breakdown``) of layouts ``la``; where recompute is
     full on only a ``fraction`` of the layers (< 1), each term is the per-layer mix of the full
     terms and those of the other layers' recompute code ``rest`` (1 selective, 0 none), by that share."""
@@ -163,8 +165,8 @@ class PlanGroup:
     :func:`plan_row` does) and full-recompute fractions, as arrays."""
 
     model: models.Model
-    hardware: str
-    precision: str
+    gpu: hardware.GPU
+    precision: recipes.Recipe
     options: dict[str, Any]
     index: np.ndarray
     layouts: LayoutArray
@@ -199,7 +201,7 @@ class PlanGroup:
 
     def step_inputs(self):
         """``perf.prepare`` of the group (:func:`step_inputs`' conventions)."""
-        return perf.prepare(self.model, self.layouts, self.precision, self.hardware,
+        return perf.prepare(self.model, self.layouts, self.precision, self.gpu,
                             recompute_fraction=self.recompute_fraction, recompute_rest=self.rest,
                             ep_dispatch=self.ep_dispatch, schedule=self.schedule, stack=self.stack,
                             pp_split=self.pp_split, attn_kernel=self.attn_kernel,
@@ -265,8 +267,8 @@ class TablePlan:
         layout; elementwise the same as one call per group)."""
         batches: dict[tuple, list[PlanGroup]] = {}
         for g in self.groups:
-            gpu = hardware.get(g.hardware)  # the first unsupported precision in table order raises, as per group
-            gpu.peak_flops(g.precision), gpu.peak_flops(perf.compute_precision(gpu, g.precision))
+            # the first unsupported precision in table order raises, as per group
+            g.gpu.peak_flops(g.precision), g.gpu.peak_flops(perf.compute_precision(g.precision))
             batches.setdefault((id(g.model), g.precision, g.ep_dispatch, g.schedule, g.stack, g.pp_split,
                                   g.attn_kernel, g.tp_comm_overlap), []).append(g)
         parts, index = [], []
@@ -275,9 +277,9 @@ class TablePlan:
             if len(gs) == 1:
                 parts.append(gs[0].step_inputs())
                 continue
-            gpus: list[str] = []
+            gpus: list[hardware.GPU] = []
             for g in gs:
-                gpus += [g.hardware] * len(g.index)
+                gpus += [g.gpu] * len(g.index)
             g0 = gs[0]
             parts.append(perf.prepare(g0.model, LayoutArray.concat([g.layouts for g in gs]), g0.precision, gpus,
                                       recompute_fraction=np.concatenate([g.recompute_fraction for g in gs]),
@@ -372,8 +374,8 @@ def plan_rows(rows: Sequence[dict[str, Any]], row_numbers: Sequence[int] | None 
             moe.append(is_moe)
             if table is None:
                 tp, pp, cp, ep, etp, dp, vp, mbs, gbs, sp, zero, rc = layout_values(row)
-            gpu = str(row["hardware"]).strip()
-            prec = str(row["precision"]).strip().lower()
+            gpu, prec = _cached_cells(opt_cache, ("ids", row["hardware"], row["precision"]),
+                                      lambda: (row_gpu(row), row_recipe(row)))
             opts, opt_key = _cached_cells(opt_cache, ("opts", prec, *map(row.get, _OPTION_COLUMNS)), lambda: (
                 opts := {**memory_opts, **memory_options(row)}, tuple(sorted(opts.items()))))
             if table is None:
@@ -423,7 +425,7 @@ def plan_rows(rows: Sequence[dict[str, Any]], row_numbers: Sequence[int] | None 
         frac = np.where(code == 2, frac, 0.0)
         frac_all[idx] = frac
         la = LayoutArray(**{f: v[:, j] for j, f in enumerate(FIELDS)})
-        groups.append(PlanGroup(model=model, hardware=gpu, precision=prec, options=opts, index=idx, layouts=la,
+        groups.append(PlanGroup(model=model, gpu=gpu, precision=prec, options=opts, index=idx, layouts=la,
                                 recompute_fraction=frac, ep_dispatch=dispatch, schedule=schedule,
                                 recompute_rest=rest if np.any(blk) else None, stack=stack, pp_split=split,
                                 attn_kernel=kernel, tp_comm_overlap=tpov))
@@ -445,8 +447,7 @@ def step_inputs(plans: Sequence[RowPlan]):
     parts = []
     for su in plans:
         ep_dispatch = row_dispatch(su.row) if su.model.is_moe else "alltoall"
-        parts.append(perf.prepare(su.model, su.layout, str(su.row["precision"]).strip().lower(),
-                                  str(su.row["hardware"]).strip(), recompute_fraction=su.recompute_fraction,
+        parts.append(perf.prepare(su.model, su.layout, su.precision, su.gpu, recompute_fraction=su.recompute_fraction,
                                   recompute_rest=RECOMPUTE_CODE[su.recompute_rest],
                                   ep_dispatch=ep_dispatch, schedule=row_schedule(su.row), stack=row_stack(su.row),
                                   pp_split=row_pp_split(su.row), attn_kernel=row_attn_kernel(su.row),
@@ -466,13 +467,10 @@ def predict_memory(rows: Iterable[dict[str, Any]], **memory_options: Any) -> lis
     """
     plan = rows if isinstance(rows, TablePlan) else plan_rows(list(rows), **memory_options)
     g = {k: v.tolist() for k, v in plan.memory_gib().items()}  # Python floats once, not per element
-    caps: dict[str, float] = {}
+    caps = plan._scatter([g.gpu.hbm_gib for g in plan.groups]).tolist()
     out = []
     for i, row in enumerate(plan.rows):
-        hw = str(row["hardware"]).strip()
-        cap = caps.get(hw)
-        if cap is None:
-            cap = caps[hw] = float(hardware.get(hw).hbm_gib)
+        cap = caps[i]
         total = g["total"][i]
         new = dict(row)
         new.update({

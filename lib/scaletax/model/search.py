@@ -24,6 +24,9 @@ Public API
 - ``pareto_mask(throughput, headroom, gpus) -> bool array``.
 - ``benchmark(model, precision, gpu, gpus, tokens_per_step=...) -> dict``: layouts/s of both.
 
+``precision`` is a ``recipes.Recipe`` and ``gpu`` a ``hardware.GPU`` everywhere here (the ids are
+resolved where they come in); a result names them (``SearchResult.precision``, ``.gpu``).
+
 Candidate rules (both implementations): ``tp`` from ``space.tp`` dividing the GPU count and, with
 ``space.tp_aligned``, dividing the NVLink domain or a multiple of it (every TP group then sits in
 whole domains, where ``layout.members_per_domain`` is exact); ``pp`` the divisors of the
@@ -53,7 +56,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from scaletax import memo
-from scaletax.inputs import hardware, options
+from scaletax.inputs import hardware, options, recipes
 from scaletax.inputs.layout import RECOMPUTE_CODE, RECOMPUTE_NAME, Layout, LayoutArray, LayoutGrid, divisors, label
 from scaletax.inputs.models import Model
 from scaletax.model import comm, efficiency, memory, perf
@@ -265,7 +268,8 @@ class SearchResult:
     fits); metrics: its numbers (tokens/s per GPU with ``_low``/``_high``, MFU, step time and
     breakdown, memory GiB, headroom GiB); step: its ``perf.StepTime`` (one entry) and band
     (``perf.Prediction``); traffic: its per-group traffic (``comm.StepComm``, one entry);
-    pareto: rows of the Pareto set ("fastest" only); n_layouts: candidates evaluated; n_fit:
+    pareto: rows of the Pareto set ("fastest" only); model, precision, gpu: names (the recipe's and the
+    GPU's id); n_layouts: candidates evaluated; n_fit:
     those that fit; min_gpus: smallest GPU count that fits at all (only when nothing fits);
     message: one line for the book; seconds: wall time of the whole search (enumeration,
     memory, step time, ranking, Pareto set); domain: the NVLink domain searched; objective.
@@ -326,10 +330,6 @@ def _dispatch(model: Model) -> str:
     return "dedup" if model.is_moe else "alltoall"
 
 
-def _gpu(gpu) -> hardware.GPU:
-    return hardware.get(gpu) if isinstance(gpu, str) else gpu
-
-
 def _topology(g: hardware.GPU, space: SearchSpace, topo: Topology | None) -> tuple[Topology, int]:
     topo = Topology.from_gpu(g, domain=space.domain) if topo is None else topo
     return topo, int(np.max(topo.domain))
@@ -343,17 +343,17 @@ def _fail(model, precision, g, counts, space, n, seconds, sequences, domain, why
             else f"does not fit on any count up to {space.max_gpus:,}")
     counts_s = "/".join(f"{c:,}" for c in counts)
     if why == "memory":
-        msg = f"{model.name or model.id} does not fit on {counts_s} GPUs of type {g.label} in {precision}; {need}"
+        msg = f"{model.name or model.id} does not fit on {counts_s} GPUs of type {g.label} in {precision.name}; {need}"
     else:
         msg = (f"{model.name or model.id} on {counts_s} GPUs of type {g.label}: no valid layout for a global batch "
                f"of {sequences:,} sequences within the batch tolerance (memory alone {need})")
-    return SearchResult(model=model.id or model.name, precision=precision, gpu=g.id, gpus=tuple(counts), fits=False,
+    return SearchResult(model=model.id or model.name, precision=precision.name, gpu=g.id, gpus=tuple(counts), fits=False,
                         best=None, metrics={}, pareto=[], n_layouts=n, n_fit=0,
                         min_gpus=fit.gpus[0] if fit.fits else None, message=msg, seconds=seconds, sequences=sequences,
                         domain=domain, objective=space.objective)
 
 
-def search(model: Model, precision: str, gpu, gpus: int | Sequence[int], *, tokens_per_step: float | None = None,
+def search(model: Model, precision: recipes.Recipe, gpu, gpus: int | Sequence[int], *, tokens_per_step: float | None = None,
            gbs: int | None = None, space: SearchSpace | None = None, topo: Topology | None = None,
            band: efficiency.EfficiencyBand | None = None, pareto: bool = True, **memory_options: Any) -> SearchResult:
     """Vectorized layout search (module docstring). ``gpus``: one count or several (Pareto over them).
@@ -364,7 +364,7 @@ def search(model: Model, precision: str, gpu, gpus: int | Sequence[int], *, toke
     """
     space = SearchSpace() if space is None else space
     seqs = None if space.batch_tolerance is None else target_sequences(model, tokens_per_step, gbs)
-    return _search(model, precision, _gpu(gpu), [int(gpus)] if np.ndim(gpus) == 0 else [int(x) for x in gpus],
+    return _search(model, precision, hardware.check(gpu), [int(gpus)] if np.ndim(gpus) == 0 else [int(x) for x in gpus],
                    seqs, space, topo, band, pareto, memory_options)
 
 
@@ -377,7 +377,7 @@ _GRIDS_MAX = 32
 _GRIDS_LOCK = threading.Lock()  # searches of one chapter run in threads (scaletax.jobserver.map)
 
 
-def _grid_memory(model, count: int, space: SearchSpace, seqs, domain, precision: str, memory_options: dict,
+def _grid_memory(model, count: int, space: SearchSpace, seqs, domain, precision: recipes.Recipe, memory_options: dict,
                  keep: bool = True) -> tuple[LayoutGrid, np.ndarray]:
     """(:func:`candidate_grid`, the candidates' memory total in bytes, ``memory.breakdown``'s on
     ``grid.expand()``, computed on the grid by :func:`memory.grid_total` unless the reserve varies
@@ -465,7 +465,7 @@ def _search(model, precision, g, counts, seqs, space, topo, band, pareto, memory
     what = "best" if fastest else "least model-parallel"
     msg = (f"{what} of {n_total:,} layouts ({len(la):,} fit): {label(best, model)} at "
            f"{metrics['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU")
-    return SearchResult(model=model.id or model.name, precision=precision, gpu=g.id, gpus=tuple(counts), fits=True,
+    return SearchResult(model=model.id or model.name, precision=precision.name, gpu=g.id, gpus=tuple(counts), fits=True,
                         best=best, metrics=metrics, pareto=rows, n_layouts=n_total, n_fit=len(la), min_gpus=None,
                         message=msg, seconds=seconds, sequences=seqs, step=pb.value, band=pb, traffic=inp1.comm,
                         domain=domain, objective=space.objective)
@@ -477,7 +477,7 @@ def default_counts(max_gpus: int = MAX_GPUS) -> list[int]:
     return [n for n in (1, 2, 4) if n <= max_gpus] + list(range(8, max_gpus + 1, 8))
 
 
-def _state_bound(model: Model, precision: str, **memory_options: Any) -> float:
+def _state_bound(model: Model, precision: recipes.Recipe, **memory_options: Any) -> float:
     """Bytes of model state with everything sharded and no activations: a lower bound for a screen."""
     o = memory.resolve_options(precision, **{k: v for k, v in memory_options.items() if k != "reserve_gib"})
     per_param = o["param_bytes"] + o["grad_bytes"] + o["optimizer_bytes"]
@@ -486,7 +486,7 @@ def _state_bound(model: Model, precision: str, **memory_options: Any) -> float:
     return model.total_params * per_param
 
 
-def min_gpus(model: Model, precision: str, gpu, *, space: SearchSpace | None = None, sequences: int | None = None,
+def min_gpus(model: Model, precision: recipes.Recipe, gpu, *, space: SearchSpace | None = None, sequences: int | None = None,
              counts: Sequence[int] | None = None, band: efficiency.EfficiencyBand | None = None,
              **memory_options: Any) -> SearchResult:
     """The smallest GPU count where ``space`` has a layout that fits, searched there.
@@ -499,7 +499,7 @@ def min_gpus(model: Model, precision: str, gpu, *, space: SearchSpace | None = N
     :func:`search` result at that count (``fits`` False, ``message`` empty, when none fits).
     """
     space = SearchSpace() if space is None else space
-    g = _gpu(gpu)
+    g = hardware.check(gpu)
     counts = sorted(set(int(c) for c in counts)) if counts is not None else default_counts(space.max_gpus)
     reserve = float(memory_options.get("reserve_gib", options.RESERVE_GIB))
     usable = (memory.capacity_gib(g) - reserve) * memory.GIB
@@ -512,7 +512,7 @@ def min_gpus(model: Model, precision: str, gpu, *, space: SearchSpace | None = N
         if _search(model, precision, g, [n], sequences, screen, None, band, False, memory_options, fail=False) is None:
             continue
         return _search(model, precision, g, [n], sequences, space, None, band, False, memory_options)
-    return SearchResult(model=model.id or model.name, precision=precision, gpu=g.id, gpus=(), fits=False, best=None,
+    return SearchResult(model=model.id or model.name, precision=precision.name, gpu=g.id, gpus=(), fits=False, best=None,
                         metrics={}, pareto=[], n_layouts=0, n_fit=0, min_gpus=None, message="",
                         seconds=time.perf_counter() - t0, sequences=sequences, objective=space.objective)
 
@@ -558,7 +558,7 @@ def _scalar_candidate(model: Model, gpus: int, sequences: int | None, space: Sea
     return lay
 
 
-def search_loop(model: Model, precision: str, gpu, gpus: int, *, tokens_per_step: float | None = None,
+def search_loop(model: Model, precision: recipes.Recipe, gpu, gpus: int, *, tokens_per_step: float | None = None,
                 gbs: int | None = None, space: SearchSpace | None = None, topo: Topology | None = None,
                 eff: efficiency.Efficiency | None = None, limit: int | None = None,
                 **memory_options: Any) -> dict[str, Any]:
@@ -568,7 +568,7 @@ def search_loop(model: Model, precision: str, gpu, gpus: int, *, tokens_per_step
     "n_fit", "seconds"}``; ``limit`` stops after that many candidate layouts (benchmarks).
     """
     space = SearchSpace() if space is None else space
-    g = _gpu(gpu)
+    g = hardware.check(gpu)
     seqs = None if space.batch_tolerance is None else target_sequences(model, tokens_per_step, gbs)
     eff = efficiency.default_efficiency() if eff is None else eff
     topo, domain = _topology(g, space, topo)
@@ -599,7 +599,7 @@ def search_loop(model: Model, precision: str, gpu, gpus: int, *, tokens_per_step
             "n_layouts": n, "n_fit": n_fit, "seconds": time.perf_counter() - t0}
 
 
-def benchmark(model: Model, precision: str, gpu, gpus: int, *, tokens_per_step: float, repeats: int = 3,
+def benchmark(model: Model, precision: recipes.Recipe, gpu, gpus: int, *, tokens_per_step: float, repeats: int = 3,
               loop_layouts: int = 300, space: SearchSpace | None = None) -> dict[str, Any]:
     """Layouts per second of :func:`search` (median of ``repeats``) and of :func:`search_loop`
     (on its first ``loop_layouts`` candidates), and their ratio. Reports, asserts nothing."""
@@ -611,8 +611,8 @@ def benchmark(model: Model, precision: str, gpu, gpus: int, *, tokens_per_step: 
     loop = search_loop(model, precision, gpu, gpus, tokens_per_step=tokens_per_step, space=space, limit=loop_layouts)
     vec_rate = res.n_layouts / vec_s
     loop_rate = loop["n_layouts"] / loop["seconds"]
-    return {"model": model.id or model.name, "gpu": _gpu(gpu).id,
-            "gpus": gpus, "precision": precision, "n_layouts": res.n_layouts, "n_fit": res.n_fit,
+    return {"model": model.id or model.name, "gpu": hardware.check(gpu).id,
+            "gpus": gpus, "precision": precision.name, "n_layouts": res.n_layouts, "n_fit": res.n_fit,
             "vectorized_seconds": vec_s, "vectorized_layouts_per_s": vec_rate,
             "loop_layouts": loop["n_layouts"], "loop_seconds": loop["seconds"], "loop_layouts_per_s": loop_rate,
             "speedup": vec_rate / loop_rate, "best": label(res.best, model) if res.fits else res.message,
@@ -626,7 +626,7 @@ def benchmark(model: Model, precision: str, gpu, gpus: int, *, tokens_per_step: 
 SEARCH_DATA: tuple[str, ...] = ("efficiency.yaml", "collectives.csv", "systems.csv")
 
 
-def _search_by_value(model: Model, precision: str, gpu: hardware.GPU, counts: tuple[int, ...],
+def _search_by_value(model: Model, precision: recipes.Recipe, gpu: hardware.GPU, counts: tuple[int, ...],
                      sequences: int | None, space: SearchSpace, topo: Topology | None,
                      band: efficiency.EfficiencyBand | None, pareto: bool, memory_options: dict[str, Any]) -> SearchResult:
     """:func:`search` on arguments in one canonical form (see :func:`cached_search`)."""
@@ -636,7 +636,7 @@ def _search_by_value(model: Model, precision: str, gpu: hardware.GPU, counts: tu
 _cached_by_value = memo.cached(_search_by_value, data=SEARCH_DATA, name=f"{__name__}.search")
 
 
-def cached_search(model: Model, precision: str, gpu, gpus: int | Sequence[int], *,
+def cached_search(model: Model, precision: recipes.Recipe, gpu, gpus: int | Sequence[int], *,
                   tokens_per_step: float | None = None, gbs: int | None = None, space: SearchSpace | None = None,
                   topo: Topology | None = None, band: efficiency.EfficiencyBand | None = None, pareto: bool = True,
                   **memory_options: Any) -> SearchResult:
@@ -648,7 +648,7 @@ def cached_search(model: Model, precision: str, gpu, gpus: int | Sequence[int], 
     global batch in sequences it gives (none without a batch rule), and the space with its NVLink
     domain filled in (``domain=None`` is the GPU's own domain, :func:`_topology`)."""
     space = SearchSpace() if space is None else space
-    g = _gpu(gpu)
+    g = hardware.check(gpu)
     if space.domain is None and topo is None:
         space = space.with_(domain=int(g.nvlink_domain))
     seqs = None if space.batch_tolerance is None else target_sequences(model, tokens_per_step, gbs)

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from scaletax.inputs import hardware
 from scaletax.inputs.layout import members_per_domain
 
 # --- achieved-bandwidth efficiencies (fraction of the per-direction link rate) -------------
@@ -119,16 +120,13 @@ class Topology:
 
     @classmethod
     def from_gpu(cls, gpu, *, domain=None, nvls=None, ib_sharp=IB_SHARP_DEFAULT, **overrides) -> "Topology":
-        """Build from a :class:`scaletax.inputs.hardware.GPU` or its id.
+        """Build from a :class:`scaletax.inputs.hardware.GPU`.
 
         ``domain`` overrides the catalog NVLink domain (e.g. to sweep 8..144 at fixed GPU count);
         ``nvls`` defaults to whether the GPU family has NVLink SHARP (:data:`NVLS_FAMILIES`).
         Other keyword arguments override any field (efficiencies, latencies).
         """
-        if isinstance(gpu, str):
-            from scaletax.inputs import hardware
-
-            gpu = hardware.get(gpu)
+        hardware.check(gpu)
         return cls(
             domain=gpu.nvlink_domain if domain is None else domain,
             nvlink_bw=gpu.nvlink_bw,

@@ -61,10 +61,60 @@ GPU_COLORS = {
     "b300": "#882255",          # Tol wine
 }
 
+#: What-ifs (:mod:`scaletax.render.whatif`): under a chart with controls (parameters bound to
+#: inputs), a line that says whether the plotted values are the scenario's or the reader's, with the
+#: changed controls marked (class ``scaletax-yours``) and a button that resets them. Each drawn view
+#: is kept in ``window.__scaletaxViews`` under its figure label (the browser tests read it).
+WHATIF_JS = """
+const whatif = (host, spec, view) => {
+  const bound = (spec.params || []).filter((p) => p.bind);
+  if (!bound.length) return;
+  const start = {};
+  bound.forEach((p) => { start[p.name] = p.value; });
+  const bar = document.createElement("div");
+  bar.className = "scaletax-whatif";
+  const note = document.createElement("span");
+  note.className = "scaletax-whatif-note";
+  const reset = document.createElement("button");
+  reset.type = "button";
+  reset.className = "scaletax-whatif-reset";
+  reset.textContent = "Reset to the scenario's values";
+  const name = (p) => String(p.bind.name || p.name).trim();
+  const update = () => {
+    const yours = bound.filter((p) => view.signal(p.name) !== start[p.name]);
+    host.classList.toggle("scaletax-whatif-yours", yours.length > 0);
+    bound.forEach((p) => {
+      const input = host.querySelector('.vega-bindings [name="' + p.name + '"]');
+      const row = input && input.closest(".vega-bind");
+      if (row) row.classList.toggle("scaletax-yours", yours.includes(p));
+    });
+    note.textContent = yours.length
+      ? "Your values, not the scenario's: " + yours.map((p) => name(p) + " " + view.signal(p.name)).join("; ") + "."
+      : "The scenario's values: move a control to try your own.";
+    reset.hidden = !yours.length;
+  };
+  reset.addEventListener("click", () => {
+    bound.forEach((p) => view.signal(p.name, start[p.name]));
+    view.runAsync().then(update);
+  });
+  bound.forEach((p) => view.addSignalListener(p.name, update));
+  bar.append(note, reset);
+  host.appendChild(bar);
+  update();
+};
+"""
+
 _BUNDLE_SNIPPET = """
 window.vegaEmbed = vegaEmbed; window.vega = vega; window.vegaLite = vegaLite;
+window.__scaletaxViews = window.__scaletaxViews || {};
+""" + WHATIF_JS + """
 const queued = Array.isArray(window.__scaletaxCharts) ? window.__scaletaxCharts : [];
 const draw = (item) => vegaEmbed(item[0], item[1], {actions: false, renderer: "svg"})
+  .then((res) => {
+    const host = document.querySelector(item[0]);
+    window.__scaletaxViews[(host && host.dataset.label) || item[0]] = res.view;
+    if (host) whatif(host, item[1], res.view);
+  })
   .catch((err) => console.warn("chart " + item[0] + ": " + err));
 window.__scaletaxCharts = {push: draw};
 queued.forEach(draw);

@@ -72,8 +72,8 @@ class Part:
 _MODEL_DATA = ("hardware.csv", "systems.csv", "models.yaml", "efficiency.yaml")
 _PLAN = ("models", "gpus", "training.tokens", "training.global_batch_tokens", "training.precision",
          "training.precisions", "cluster.sizes", "cluster.gpus", "cluster.target_days", "cluster.goodput",
-         "economics.prices", "economics.energy", "economics.usd_per_mwh", "economics.price_includes_power",
-         "comparisons")
+         "cluster.reliability", "economics.prices", "economics.energy", "economics.usd_per_mwh",
+         "economics.price_includes_power", "comparisons")
 
 #: Executed chapters, in book order (the summary is the book's first page). ``cold_seconds``:
 #: each chapter's execution in the reference cold build (main at 977c27e, 2026-12-01, idle
@@ -82,7 +82,7 @@ _PLAN = ("models", "gpus", "training.tokens", "training.global_batch_tokens", "t
 #: waits for and reads (``scaletax.memo``'s per-key lock, its job slot lent meanwhile).
 CHAPTERS = (
     Chapter("summary", reads=("name", *_PLAN, "cluster.goodput_source"),
-            data=(*_MODEL_DATA, "references.yaml", "published_runs.csv"), cold_seconds=22),
+            data=(*_MODEL_DATA, "references.yaml", "published_runs.csv", "failures.csv"), cold_seconds=22),
     Chapter("hardware", reads=("gpus",), data=("hardware.csv",), cold_seconds=4),
     Chapter("memory", reads=("models", "gpus", "cluster.sizes", "cluster.gpus", "training.precision",
                              "training.precisions", "training.global_batch_tokens"),
@@ -99,8 +99,8 @@ CHAPTERS = (
                   "measured/gemm_h200.csv", "coverage_probes.csv", "production_moe_recipes.csv", "heldout_runs.csv"),
             cold_seconds=27),
     Chapter("decision", reads=("name", *_PLAN, "training.tokens_source", "economics.usd_per_mwh_source",
-                               "cluster.goodput_source"),
-            data=(*_MODEL_DATA, "references.yaml"), cold_seconds=22),
+                               "cluster.goodput_source", "economics.ownership", "cluster.power_mw", "fleets"),
+            data=(*_MODEL_DATA, "references.yaml", "failures.csv"), cold_seconds=22),
 )
 _BY_SLUG = {c.slug: c for c in CHAPTERS}
 

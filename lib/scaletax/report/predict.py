@@ -20,8 +20,9 @@ Columns added to every row (inputs are never modified):
 - time and cost (:data:`COST_COLUMNS`, only when the table has a ``tokens`` column), for rows
   with a token budget: ``predicted_days``, ``predicted_gpu_hours``, ``predicted_cost_usd``
   (``cost.run_costs`` at the predicted tokens/s per GPU, with the row's ``price_per_gpu_hour`` or
-  the default scenario's price of its GPU, and the scenario's energy factors, electricity price
-  and goodput: ``decision.Plan.economics``) and ``cost_basis`` (the price and where it comes from);
+  the default scenario's price of its GPU, the scenario's energy factors and electricity price,
+  the GPU's system power and the goodput of the row's model on its GPU count: ``decision.Plan``)
+  and ``cost_basis`` (the price, where it comes from, and the goodput);
 - regime (:data:`REGIME_COLUMNS`): the row's regime and the model's out-of-sample accuracy on it,
   the numbers the validation chapter's regime table shows.
 """
@@ -68,7 +69,7 @@ def _add_costs(out: list[dict[str, Any]], keep: list[int], tps: list[float]) -> 
     econ = plan.economics(None)
     for r in out:
         r.update({c: None for c in COST_COLUMNS})
-    todo, price, tdp = [], [], []
+    todo, price, watts, good = [], [], [], []
     for k, p in zip(keep, tps):
         r = out[k]
         if _blank(r.get("tokens")):
@@ -83,15 +84,16 @@ def _add_costs(out: list[dict[str, Any]], keep: list[int], tps: list[float]) -> 
             usd, src = None, ""
         todo.append((k, p))
         price.append(float("nan") if usd is None else usd)
-        tdp.append(float(hardware.get(hw).tdp_w))
+        watts.append(plan.system_w(hw))
+        good.append(float(plan.goodput_at(runs.row_model(r), int(r["gpu_count"]))))
         if usd is not None:
-            r["cost_basis"] = f"{usd:g} USD per GPU-hour from {src}; goodput {econ.goodput:g}"
+            r["cost_basis"] = f"{usd:g} USD per GPU-hour from {src}; goodput {good[-1]:.3g}"
     if not todo:
         return
     tokens = [float(out[k]["tokens"]) for k, _ in todo]
     gpus = [float(out[k]["gpu_count"]) for k, _ in todo]
-    c = cost.run_costs(np.array(tokens), np.array([p for _, p in todo]), np.array(gpus), np.array(tdp), econ,
-                       usd_per_gpu_hour=np.array(price))
+    c = cost.run_costs(np.array(tokens), np.array([p for _, p in todo]), np.array(gpus), np.array(watts), econ,
+                       usd_per_gpu_hour=np.array(price), goodput=np.array(good))
     for j, (k, _) in enumerate(todo):
         r = out[k]
         r["predicted_days"] = float(c["days"][j])
@@ -108,8 +110,7 @@ def _searched(row: dict[str, Any]) -> tuple[dict[str, Any], str, bool]:
     model = runs.row_model(row)
     gbs = None if _blank(row.get("gbs")) else int(row["gbs"])
     tokens = None if gbs is not None else DEFAULT_TOKENS_PER_STEP
-    res = search.search(model, str(row["precision"]).strip().lower(), str(row["hardware"]).strip(),
-                        int(row["gpu_count"]), tokens_per_step=tokens, gbs=gbs, pareto=False)
+    res = search.search(model, runs.row_recipe(row), runs.row_gpu(row), int(row["gpu_count"]), tokens_per_step=tokens, gbs=gbs, pareto=False)
     if not res.fits:
         return dict(row), res.message, False
     lay = res.best
@@ -155,7 +156,7 @@ def predict_rows(rows: list[dict[str, Any]], band: efficiency.EfficiencyBand | N
             inp = plan.step_inputs()
         except hardware.UnsupportedPrecision as exc:
             bad = next(k for k in keep
-                       if not hardware.get(str(filled[k]["hardware"]).strip()).supports(str(filled[k]["precision"]).strip().lower()))
+                       if not runs.row_gpu(filled[k]).supports(runs.row_recipe(filled[k])))
             raise runs.RunsTableError(f"row {bad + 2}, column 'precision': {exc}") from None
         pred = perf.evaluate_band(inp, band)
         v, lo, hi = pred.value, pred.low.tokens_per_s_per_gpu, pred.high.tokens_per_s_per_gpu

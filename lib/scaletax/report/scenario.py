@@ -92,19 +92,42 @@ class Training(_Strict):
     tokens_source: Text
 
 
-#: Default goodput and its source (a scenario without ``cluster.goodput`` gets these).
-GOODPUT = 0.9
-GOODPUT_SOURCE = ("Llama 3 405B on 16K H100: 466 job interruptions in a 54-day snapshot, higher than 90% "
-                  "effective training time (arXiv 2407.21783, Sec. 3.3.4)")
+class Reliability(_Strict):
+    """Inputs of the scale-dependent goodput model (:mod:`scaletax.model.goodput`): the published report
+    whose interruption rate is used (``data/failures.csv``) or the planner's own rate, the restart
+    time and the checkpoint storage bandwidth, each with its source."""
+
+    failure_report: Id = Field(description="row of data/failures.csv whose interruption rates per GPU-hour are used")
+    failures_per_gpu_hour: float | None = Field(default=None, gt=0, le=1e-2, allow_inf_nan=False,
+                                                description="your unexpected interruptions per GPU-hour (replaces the report's)")
+    failures_source: Text | None = None
+    restart_minutes: PosFloat = Field(le=1440, description="from a failure to training again")
+    restart_source: Text
+    storage_tb_s: PosFloat = Field(le=1000, description="sustained checkpoint write bandwidth, TB/s")
+    storage_source: Text
+
+    @field_validator("failure_report")
+    @classmethod
+    def _known_report(cls, v: str) -> str:
+        from scaletax.inputs import failures
+
+        try:
+            failures.get(v)
+        except KeyError as exc:
+            raise ValueError(str(exc).strip("'\"")) from None
+        return v
 
 
 class Cluster(_Strict):
     sizes: list[Annotated[int, Field(ge=8, le=1_000_000)]] = Field(min_length=1)
     gpus: int = Field(ge=8, le=1_000_000, description="cluster size for time to train")
     target_days: PosFloat = Field(le=3650)
-    goodput: Share = Field(default=GOODPUT, description="share of scheduled time that trains (failures, "
-                           "restarts and checkpoints take the rest)")
-    goodput_source: Text = GOODPUT_SOURCE
+    goodput: Share | None = Field(default=None, description="your share of scheduled time that trains; "
+                                  "absent: the scale model of cluster.reliability")
+    goodput_source: Text | None = None
+    reliability: Reliability
+    power_mw: PosFloat | None = Field(default=None, le=100_000, description="facility power budget, MW")
+    power_mw_source: Text | None = None
 
     @field_validator("sizes")
     @classmethod
@@ -116,10 +139,37 @@ class Cluster(_Strict):
 
 class Energy(_Strict):
     pue: float = Field(ge=1.0, le=3.0, allow_inf_nan=False)
-    system_overhead: float = Field(ge=1.0, le=4.0, allow_inf_nan=False,
-                                   description="all-in system power per GPU / GPU TDP")
+    system_overhead: float | None = Field(default=None, ge=1.0, le=4.0, allow_inf_nan=False,
+                                          description="your all-in system power per GPU / GPU TDP (replaces "
+                                          "data/systems.csv for every GPU)")
     utilization: Share
     source: Text
+
+
+class Capex(_Strict):
+    """Price of one system (node or rack) bought outright, with where it comes from."""
+
+    usd_per_system: PosFloat = Field(le=1e9)
+    source: Text
+    assumption: bool
+    your_input: bool = False
+
+
+class Ownership(_Strict):
+    """Owning instead of renting (:mod:`scaletax.model.ownership`): system prices per GPU type,
+    depreciation life, cost of capital, facility price per MW of IT power a year and the share of
+    hours the owned cluster does paid work, each with its source."""
+
+    capex: dict[str, Capex] = Field(default_factory=dict)
+    depreciation_years: PosFloat = Field(le=30)
+    depreciation_source: Text
+    cost_of_capital: float = Field(ge=0, le=1, allow_inf_nan=False, description="yearly rate, e.g. 0.1")
+    cost_of_capital_source: Text
+    facility_usd_per_mw_year: float = Field(ge=0, le=1e8, allow_inf_nan=False,
+                                            description="facility lease or cost per MW of IT power a year")
+    facility_source: Text
+    busy_share: Share = Field(description="share of the year the owned GPUs do paid work")
+    busy_source: Text
 
 
 class Economics(_Strict):
@@ -129,6 +179,21 @@ class Economics(_Strict):
                                description="electricity price; 0 when the GPU-hour price includes power")
     usd_per_mwh_source: Text
     price_includes_power: bool = Field(default=False, description="all-in rental prices: cost adds no energy")
+    ownership: Ownership | None = None
+
+
+class Fleet(_Strict):
+    """A fleet as the news reports it: a name, the GPU type its count is in, the count, and
+    whether the count is a claimed equivalence (``equivalent: true``: "~20,000 H-equivalents" is
+    ``gpu: h100_sxm, count: 20000, equivalent: true``, priced and timed as that many H100s) and
+    verified, with a source."""
+
+    name: Annotated[str, Field(min_length=1, max_length=120), AfterValidator(_plain_text)]
+    gpu: Id
+    count: int = Field(ge=1, le=10_000_000)
+    equivalent: bool = Field(default=False, description="the count is claimed as equal to that many GPUs of gpu")
+    verified: bool = False
+    source: Text
 
 
 class Comparisons(_Strict):
@@ -176,6 +241,7 @@ class Scenario(_Strict):
     economics: Economics
     comparisons: Comparisons
     precision: Precision
+    fleets: list[Fleet] = Field(default_factory=list, max_length=50)
 
     _user_gpus: dict = PrivateAttr(default_factory=dict)
     _user_models: dict = PrivateAttr(default_factory=dict)
@@ -217,6 +283,18 @@ class Scenario(_Strict):
         missing = [g for g in self.gpu_ids if g not in self.economics.prices]
         if missing:
             raise ValueError(f"economics.prices has no price for {', '.join(missing)}")
+        own = self.economics.ownership
+        for g in (own.capex if own is not None else {}):
+            if g not in known:
+                raise ValueError(f"economics.ownership.capex: {hardware._unknown(g, known)}; allowed: {', '.join(known)}")
+        for i, f in enumerate(self.fleets):
+            if f.gpu not in known:
+                raise ValueError(f"fleets.{i}.gpu: {hardware._unknown(f.gpu, known)}; allowed: {', '.join(known)}")
+        if self.economics.energy.system_overhead is None:
+            for gid, g in self._user_gpus.items():
+                if g.system_w is None:
+                    raise ValueError(f"gpus: {gid} has no system power: give non_gpu_w (W per GPU beyond its TDP), "
+                                     "derive it with base: <catalog id>, or set economics.energy.system_overhead")
         if self.training.precision not in self.training.precisions:
             raise ValueError("training.precision must be one of training.precisions")
         return self
@@ -252,10 +330,15 @@ class Scenario(_Strict):
         for g, p in self.economics.prices.items():
             if p.your_input:
                 out.append(f"price of {g}: ${p.usd_per_gpu_hour:g} per GPU-hour ({p.source})")
-        for key in ("training.tokens_source", "economics.usd_per_mwh_source", "economics.energy.source",
-                    "cluster.goodput_source"):
-            if str(self.get(key)).startswith(YOUR_INPUT):
-                out.append(f"{key.rsplit('.', 1)[0]}: {self.get(key)}")
+        own = self.economics.ownership
+        for g, c in (own.capex.items() if own is not None else ()):
+            if c.your_input:
+                out.append(f"system price of {g}: ${c.usd_per_system:,.0f} ({c.source})")
+        plain = self.to_plain()
+        for key in ("training.tokens_source", "economics.energy.source", *sorted(_SINGLE - {"training.tokens_source"})):
+            value = _at(plain, key)
+            if isinstance(value, str) and value.startswith(YOUR_INPUT):
+                out.append(f"{key.rsplit('.', 1)[0]}: {value}")
         return out
 
     def to_plain(self) -> dict[str, Any]:
@@ -335,8 +418,16 @@ def _fields_of(model: type[BaseModel] | None) -> list[str]:
 
 
 def _submodel(model: type[BaseModel], key: str) -> type[BaseModel] | None:
-    ann = model.model_fields[key].annotation
+    ann = _unwrap(model.model_fields[key].annotation)
     return ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
+
+
+def _unwrap(ann: Any) -> Any:
+    """``X`` for an optional ``X | None``; the annotation itself otherwise."""
+    args = [a for a in getattr(ann, "__args__", ()) if a is not type(None)]
+    if getattr(ann, "__origin__", None) is None and len(args) == 1 and type(None) in ann.__args__:
+        return args[0]
+    return ann
 
 
 def _check_keys(data: Any, schema: Any = None, prefix: str = "") -> None:
@@ -355,7 +446,10 @@ def _check_keys(data: Any, schema: Any = None, prefix: str = "") -> None:
             raise ScenarioError(f"unknown key '{prefix}{key}'{_nearest(str(key), allowed, prefix)} "
                                 f"(allowed here: {', '.join(allowed)})")
         sub = _child(schema, key)
-        if sub is not None:
+        if isinstance(sub, tuple) and sub[0] == "list":
+            for i, item in enumerate(value if isinstance(value, list) else []):
+                _check_keys(item, sub[1], f"{prefix}{key}.{i}.")
+        elif sub is not None:
             _check_keys(value, sub, f"{prefix}{key}.")
 
 
@@ -399,15 +493,20 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 
 def _child(schema: Any, part: str) -> Any:
-    """Schema one level down: a model class, ("map", value schema) for dict fields, or None."""
+    """Schema one level down: a model class, ("map", value schema) for dict fields, ("list",
+    entry model) for lists of sections, or None."""
     if isinstance(schema, tuple):  # inside a dict field: any key, the value schema below
         return schema[1]
-    ann = schema.model_fields[part].annotation
+    ann = _unwrap(schema.model_fields[part].annotation)
     if isinstance(ann, type) and issubclass(ann, BaseModel):
         return ann
     if getattr(ann, "__origin__", None) is dict:
         value = ann.__args__[1]
         return ("map", value if isinstance(value, type) and issubclass(value, BaseModel) else None)
+    if getattr(ann, "__origin__", None) is list:
+        entry = ann.__args__[0]
+        if isinstance(entry, type) and issubclass(entry, BaseModel):
+            return ("list", entry)
     return None
 
 
@@ -428,13 +527,16 @@ def apply_override(data: dict, key: str, value: Any, raw: str | None = None) -> 
             raise ScenarioError(f"unknown key '{prefix}{part}'{_nearest(part, allowed, prefix)} "
                                 f"(allowed here: {', '.join(allowed)})")
         if i == len(parts) - 1:
-            is_text = not isinstance(schema, tuple) and schema.model_fields[part].annotation is str
+            is_text = not isinstance(schema, tuple) and _unwrap(schema.model_fields[part].annotation) is str
             node[part] = raw if (is_text and raw is not None) else value
             return
+        child = _child(schema, part)
+        if isinstance(child, tuple) and child[0] == "list":
+            raise ScenarioError(f"{prefix}{part}: a list; set it whole ({prefix}{part}=[{{...}}, ...])")
         if not isinstance(node.get(part), dict):
             node[part] = {}
         node = node[part]
-        schema = _child(schema, part)
+        schema = child
 
 
 _INT = "tag:yaml.org,2002:int"
@@ -530,8 +632,10 @@ def _is_text_key(key: str) -> bool:
         if schema is None or (not isinstance(schema, tuple) and part not in schema.model_fields):
             return False
         if i == len(parts) - 1:
-            return not isinstance(schema, tuple) and schema.model_fields[part].annotation is str
+            return not isinstance(schema, tuple) and _unwrap(schema.model_fields[part].annotation) is str
         schema = _child(schema, part)
+        if isinstance(schema, tuple) and schema[0] == "list":
+            return False
     return False
 
 
@@ -559,11 +663,25 @@ SOURCED = {"training.tokens": "training.tokens_source",
            "economics.usd_per_mwh": "economics.usd_per_mwh_source",
            "economics.price_includes_power": "economics.usd_per_mwh_source",
            "cluster.goodput": "cluster.goodput_source",
+           "cluster.power_mw": "cluster.power_mw_source",
+           "cluster.reliability.failures_per_gpu_hour": "cluster.reliability.failures_source",
+           "cluster.reliability.restart_minutes": "cluster.reliability.restart_source",
+           "cluster.reliability.storage_tb_s": "cluster.reliability.storage_source",
            "economics.energy.pue": "economics.energy.source",
            "economics.energy.system_overhead": "economics.energy.source",
-           "economics.energy.utilization": "economics.energy.source"}
+           "economics.energy.utilization": "economics.energy.source",
+           "economics.ownership.depreciation_years": "economics.ownership.depreciation_source",
+           "economics.ownership.cost_of_capital": "economics.ownership.cost_of_capital_source",
+           "economics.ownership.facility_usd_per_mw_year": "economics.ownership.facility_source",
+           "economics.ownership.busy_share": "economics.ownership.busy_source"}
 #: Sources that cover one value only: a new value drops the old text (energy.source covers several).
-_SINGLE = {"training.tokens_source", "economics.usd_per_mwh_source", "cluster.goodput_source"}
+_SINGLE = {"training.tokens_source", "economics.usd_per_mwh_source", "cluster.goodput_source",
+           "cluster.power_mw_source", "cluster.reliability.failures_source", "cluster.reliability.restart_source",
+           "cluster.reliability.storage_source", "economics.ownership.depreciation_source",
+           "economics.ownership.cost_of_capital_source", "economics.ownership.facility_source",
+           "economics.ownership.busy_source"}
+#: Entries with a value, a source and ``assumption`` / ``your_input`` flags, per GPU: (section, value key).
+_PER_GPU = (("economics.prices", "usd_per_gpu_hour"), ("economics.ownership.capex", "usd_per_system"))
 _MISSING = object()
 
 
@@ -585,11 +703,16 @@ def _put(data: dict, dotted: str, value: Any) -> None:
 
 
 def _sourced_pairs(data: dict) -> list[tuple[str, str]]:
-    prices = _at(data, "economics.prices")
     pairs = list(SOURCED.items())
-    if isinstance(prices, dict):
-        pairs += [(f"economics.prices.{g}.usd_per_gpu_hour", f"economics.prices.{g}.source") for g in prices]
+    for section, key in _PER_GPU:
+        entries = _at(data, section)
+        if isinstance(entries, dict):
+            pairs += [(f"{section}.{g}.{key}", f"{section}.{g}.source") for g in entries]
     return pairs
+
+
+def _per_gpu_source(skey: str) -> bool:
+    return any(skey.startswith(section + ".") for section, _ in _PER_GPU)
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -637,19 +760,25 @@ def relabel_sources(data: dict, reference: dict, how: str) -> None:
     for skey, what in changed.items():
         label = f"{YOUR_INPUT} ({how} {', '.join(what)})"
         old = _at(data, skey)
-        if skey not in _SINGLE and not skey.startswith("economics.prices.") and isinstance(old, str):
+        if skey not in _SINGLE and not _per_gpu_source(skey) and isinstance(old, str):
             label += f"; other values: {old}"
         _put(data, skey, label)
-        if skey.startswith("economics.prices."):
+        if _per_gpu_source(skey):
             _put(data, skey.rsplit(".", 1)[0] + ".your_input", True)
             _put(data, skey.rsplit(".", 1)[0] + ".assumption", False)
+
+
+#: Sections added to the schema after scenario files were in use: a scenario file without one
+#: takes the default scenario's (with its sources), so an older file keeps working.
+ADDED_LATER = ("cluster.reliability", "cluster.power_mw", "cluster.power_mw_source", "economics.ownership", "fleets")
 
 
 def resolve(path: Path | str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Scenario:
     """Load, override and validate a scenario. Raises ScenarioError (one line).
 
     Values changed by ``--set`` (or, in a scenario file other than the default, changed from the
-    default) without a new source are labelled as the user's (:func:`relabel_sources`).
+    default) without a new source are labelled as the user's (:func:`relabel_sources`); the
+    sections of :data:`ADDED_LATER` a scenario file lacks are the default scenario's.
     """
     import copy
 
@@ -657,7 +786,12 @@ def resolve(path: Path | str | None = None, overrides: list[str] | tuple[str, ..
     data = load_yaml(path)
     _check_keys(data)
     if path.resolve() != DEFAULT_SCENARIO.resolve():
-        relabel_sources(data, load_yaml(DEFAULT_SCENARIO), f"in {path.name}:")
+        default = load_yaml(DEFAULT_SCENARIO)
+        for key in ADDED_LATER:  # a scenario written before these existed gets the default's, sources and all
+            parent = _at(data, key.rsplit(".", 1)[0]) if "." in key else data
+            if isinstance(parent, dict) and _at(data, key) is _MISSING and _at(default, key) is not _MISSING:
+                _put(data, key, copy.deepcopy(_at(default, key)))
+        relabel_sources(data, default, f"in {path.name}:")
     reference = copy.deepcopy(data)
     for text in overrides:
         if "=" in text and _is_text_key(text.split("=", 1)[0].strip()):
