@@ -264,6 +264,15 @@ def _data_catalog() -> dict[str, GPU]:
                                 f"({cat[gid].tdp_w:g} W)")
         cat[gid] = cat[gid].model_copy(update={"system": system, "system_gpus": n, "non_gpu_w": other,
                                                "power_source": power_source})
+    # a catalog variant without a system row of its own keeps its base part's system and non-GPU power
+    # per GPU (the rule a scenario GPU derived with base: follows)
+    for gid, g in list(cat.items()):
+        base = cat.get(g.variant_of) if g.variant_of else None
+        if base is not None and gid not in systems and base.non_gpu_w is not None:
+            cat[gid] = g.model_copy(update={
+                "system": base.system, "system_gpus": base.system_gpus, "non_gpu_w": base.non_gpu_w,
+                "power_source": f"ASSUMPTION: the non-GPU power per GPU of its base part's system ({base.id}: "
+                                f"{base.power_source})"})
     return cat
 
 
