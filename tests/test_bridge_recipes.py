@@ -12,7 +12,7 @@ from scaletax.inputs import recipes, runs
 from scaletax.model import memory, runplan
 from scaletax.chapters import validation as vs
 
-from objects import as_gpu, as_recipe
+from objects import as_recipe
 
 RECIPES_CSV = DATA_DIR / "bridge_recipes.csv"
 TAG = vs.RECIPE_NOTE

@@ -6,7 +6,7 @@ import pytest
 
 from scaletax.inputs import models
 from scaletax.inputs.layout import Layout, label
-from scaletax.model import comm, efficiency, memory, perf, search
+from scaletax.model import comm, efficiency, memory, perf, plan, search
 from scaletax.model.comm import GROUPS, Overlap
 from scaletax.model.topology import Topology
 from scaletax.chapters import communication as cs
@@ -221,11 +221,11 @@ def test_cells_searched_on_the_builds_free_slots_are_those_of_the_plain_loop(tax
     """In a build each sweep's cells are searched side by side on free job slots (jobserver.map)."""
     from scaletax import jobserver
 
-    cs._BEST.clear()
+    plan.clear_cache()
     assert cs.tax_rows(["megatron_1t", "kimi_k2"], ["h100_sxm", "gb200"], [1024, 16384, 100000],
                        batch_tokens=BATCH) == tax
-    cs._BEST.clear()
+    plan.clear_cache()
     threaded = cs.ep_rows(MOE, ["h100_sxm", "gb200"], 16384, eps=(8, 64), domains=(72,), batch_tokens=BATCH)
-    cs._BEST.clear()
+    plan.clear_cache()
     monkeypatch.delenv(jobserver.ENV)  # outside a build: the plain loop
     assert threaded == cs.ep_rows(MOE, ["h100_sxm", "gb200"], 16384, eps=(8, 64), domains=(72,), batch_tokens=BATCH)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from scaletax.inputs import hardware
+from scaletax.inputs import runs as runs_table
 from scaletax.inputs.runs import RUNS_CSV, read_runs
 from scaletax.model import efficiency, perf
 from scaletax.fit import calibrate, validate
@@ -294,8 +295,14 @@ def test_coverage_counts_the_categories_the_table_lacks():
     # issue 34: the validation table adds runs of every kind the calibration table lacked (issue 12)
     for k in ("fine_moe", "long_context", "small_dense_dp", "blackwell_ultra"):
         assert cov[k]["rows"] > 0 and cov[k]["sources"] != "–", k
-    calib = {c["category"]: c for c in vs.coverage_rows(read_runs(RUNS_CSV))}
+    calib_rows = read_runs(RUNS_CSV)
+    calib = {c["category"]: c for c in vs.coverage_rows(calib_rows)}
     assert all(calib[k]["rows"] == 0 for k in ("long_context", "small_dense_dp", "blackwell_ultra"))
+    # the calibration table's only fine-grained MoE rows (the regime's definition, issue 33) are the
+    # three DeepSeek-V3 ones; the category counts exactly the regime's rows
+    fine = [r for r in calib_rows if runs_table.row_regime(r) == "fine-grained MoE"]
+    assert calib["fine_moe"]["rows"] == len(fine) == 3 and all("DeepSeek" in r["model"] for r in fine)
+    assert cov["fine_moe"]["rows"] == sum(runs_table.row_regime(r) == "fine-grained MoE" for r in rows)
     assert cov["production"]["rows"] == sum(int(r["gpu_count"]) >= 2048 for r in rows) > 0
     # a row of each kind is counted: an 8B row stretched to 64k tokens, moved to GB300, spread over 512 GPUs
     l8 = next(r for r in rows if r["run_id"] == "mbridge25.11-Llama3-DGX-H100-8-FP8-CS")

@@ -11,7 +11,7 @@ from dataclasses import replace
 from scaletax.inputs import hardware
 from scaletax.model import cost
 
-from objects import as_gpu, as_recipe
+from objects import as_gpu
 
 ECON = cost.Economics(usd_per_gpu_hour=2.35, utilization=0.9, pue=1.2, usd_per_mwh=80.0)
 

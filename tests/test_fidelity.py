@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from scaletax.inputs import models, runs
-from scaletax.model import efficiency, perf
+from scaletax.model import efficiency, perf, plan
 from scaletax.fit import calibrate, validate
 from objects import as_gpu, as_recipe
 from scaletax.inputs.layout import Layout, LayoutArray
@@ -158,7 +158,7 @@ def test_a_ratio_of_two_predictions_carries_the_error_on_measured_pairs(everythi
     assert 0.05 < band.ratio_spread < 0.3
     w = band.ratio_spread
     # both corners set by one regime's half-width: their ratio is the value, the band is not
-    assert efficiency.ratio_range(2.0, 2.0, 2.0) == pytest.approx((2.0 / (1 + w), 2.0 * (1 + w)))
-    assert efficiency.ratio_range(2.0, 2.9, 1.2) == (1.2, 2.9)  # wider corners stay, in either order
+    assert plan.ratio_band(2.0, (2.0, 2.0)) == pytest.approx((2.0 / (1 + w), 2.0 * (1 + w)))
+    assert plan.ratio_band(2.0, (2.9, 1.2)) == (1.2, 2.9)  # wider corners stay, in either order
     with pytest.raises(ValueError, match="ratio_half_width: no measured pair"):
         calibrate.ratio_half_width([])

@@ -135,7 +135,9 @@ def test_memory_and_communication_chapters_search_through_the_cache(memo_dir, mo
     best1 = cc.best_search(model, "h100_sxm", 1024, batch_tokens=16 * 2**20)
     misses = {k: v["miss"] for k, v in memo.STATS.items()}
     assert misses["scaletax.model.search.search"] >= 3 and misses["scaletax.model.search.min_gpus"] == 1
-    monkeypatch.setattr(cc, "_BEST", {})
+    from scaletax.model import plan
+
+    plan.clear_cache()
     memo.STATS.clear()
     assert cm.fit(model, 1024, ["h100_sxm", "b200"], {"h100_sxm": fp8, "b200": fp8}, batch_seqs=4096) == fit1
     assert cm.min_gpus(model, "b200", "fp8", batch_tokens=16 * 2**20) == mg1

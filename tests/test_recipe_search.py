@@ -73,10 +73,10 @@ def test_search_beats_the_recipe_layout_it_enumerates(rows):
         assert r["search_tps"] >= r["recipe_search_tps"] * (1 - 1e-9), r["run_id"]
 
 
-def test_in_search_space_rejects_a_layout_outside_it():
+def test_in_space_rejects_a_layout_outside_it():
     p = next(r for r in runs.read_runs(vs.PRODUCTION_MOE_CSV) if r["hardware"] == "h100_sxm")
     lay = runplan.plan_row(p).layout
     model = runs.row_model(p)
-    assert vs.in_search_space(lay, model, search.SearchSpace(), 8)
-    assert not vs.in_search_space(lay, model, search.SearchSpace(vp=(1, 4)), 8)
-    assert not vs.in_search_space(lay, model, search.SearchSpace(recompute=("none", "full")), 8)
+    assert search.in_space(lay, model, search.SearchSpace(), 8)
+    assert not search.in_space(lay, model, search.SearchSpace(vp=(1, 4)), 8)
+    assert not search.in_space(lay, model, search.SearchSpace(recompute=("none", "full")), 8)

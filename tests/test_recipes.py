@@ -10,7 +10,7 @@ import pytest
 from scaletax import ROOT
 from scaletax.inputs import hardware, models, recipes
 from scaletax.inputs.layout import Layout
-from scaletax.model import comm, efficiency, memory, perf
+from scaletax.model import comm, memory, perf
 from scaletax.model.topology import Topology
 from scaletax.chapters import communication as cs
 from scaletax.chapters import decision as d

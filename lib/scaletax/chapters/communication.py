@@ -32,6 +32,7 @@ from scaletax.inputs import hardware, recipes
 from scaletax.inputs.layout import Layout, LayoutArray, group_strides, label
 from scaletax.inputs.models import Model
 from scaletax.model import comm, efficiency, perf, search
+from scaletax.model import plan as planning
 from scaletax.model.comm import GROUPS, Overlap, WireFormat
 from scaletax.model.topology import Topology, placement
 
@@ -60,27 +61,17 @@ def applied_overlap(overlap: Overlap | None = None) -> Overlap:
 # =========================================================================================
 # Best layout: one search per cell
 # =========================================================================================
-_BEST: dict[tuple, search.SearchResult] = {}
-
-
 def best_search(model: Model, gpu, gpus: int, *, batch_tokens: int, domain: int | None = None,
                 precision: str = "fp8", allowed: Sequence[str] = recipes.TRAINING, ep=None) -> search.SearchResult:
-    """:func:`scaletax.model.search.search` for one cell: the fastest layout that fits on ``gpus``
-    GPUs at the global batch of ``batch_tokens``, in the precision the GPU trains in
-    (:func:`scaletax.inputs.recipes.training_precision` of ``precision`` among ``allowed``). ``domain``
-    sets the NVLink domain (``SearchSpace.domain``), ``ep`` the expert-parallel sizes to try.
-    Memoized per process and on disk (``search.cached_search``)."""
+    """The fastest layout that fits on ``gpus`` GPUs at the global batch of ``batch_tokens``, in the
+    precision the GPU trains in (:func:`scaletax.inputs.recipes.training_precision` of ``precision``
+    among ``allowed``): :func:`scaletax.model.plan.fastest` with ``domain`` the NVLink domain
+    (``SearchSpace.domain``) and ``ep`` the expert-parallel sizes to try."""
     g = hardware.get(gpu) if isinstance(gpu, str) else hardware.check(gpu)
     dom = int(g.nvlink_domain if domain is None else domain)
     eps = None if ep is None else tuple(int(e) for e in np.atleast_1d(ep))
     prec = recipes.training_precision(g, precision, allowed)
-    key = (model, g.id, int(gpus), int(batch_tokens), dom, prec, eps)
-    res = _BEST.get(key)
-    if res is None:
-        space = search.SearchSpace(domain=dom, ep=eps)
-        res = search.cached_search(model, prec, g, int(gpus), tokens_per_step=batch_tokens, space=space, pareto=False)
-        _BEST[key] = res
-    return res
+    return planning.fastest(model, g, prec, int(gpus), int(batch_tokens), space=search.SearchSpace(domain=dom, ep=eps))
 
 
 def _row(model: Model, g, res: search.SearchResult, gpus: int, domain: int) -> dict:

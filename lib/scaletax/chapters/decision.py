@@ -41,13 +41,14 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
-import numpy as np
 
 from scaletax import jobserver
-from scaletax.inputs import failures, hardware, recipes, references
+from scaletax.inputs import hardware, recipes, references
 from scaletax.inputs import models as catalog
 from scaletax.inputs.layout import label
-from scaletax.model import cost, efficiency, goodput, ownership, power, search
+from scaletax.model import cost, efficiency, goodput, search
+from scaletax.model import plan as planning
+from scaletax.render import wording
 
 # =========================================================================================
 # Constants
@@ -65,164 +66,72 @@ FACTORS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("communication", "NVLink domain and links", ("nvlink_domain", "nvlink_gb_s_bidir", "nic_gbit_s")),
     ("compute", "compute and HBM bandwidth", ("tf32_tflops", "bf16_tflops", "fp8_tflops", "hbm_tb_s", "family")),
 )
-#: Resolution of a searched GPU count: multiples of 2^(floor(log2 n) - RESOLUTION_BITS), at
-#: least 8 (whole 8-GPU nodes), i.e. about 1/16 of the count.
-RESOLUTION_BITS = 4
-#: Largest GPU count a "GPUs needed" search tries.
-MAX_COUNT = 4_000_000
-#: Where a "GPUs needed" search starts (:func:`gpus_for_target`): a fixed count in the middle of
-#: the 1k-100k range the report covers, not the scenario's cluster size, so that the answer and
-#: the searches behind it do not depend on ``cluster.gpus`` (a cluster-size rebuild searches only
-#: the new size).
-TARGET_START_GPUS = 16_384
-_SEARCH_CACHE: dict[tuple, search.SearchResult] = {}
-
+#: Resolution of a searched GPU count (``plan.RESOLUTION_BITS``: about 1/16 of the count).
+RESOLUTION_BITS = planning.RESOLUTION_BITS
 
 # =========================================================================================
 # Scenario inputs
 # =========================================================================================
-@dataclass(frozen=True)
-class Plan:
-    """What the decision needs from the scenario (plain data, validated by the scenario).
-
-    prices: GPU id -> {"usd_per_gpu_hour", "assumption", "source", "your_input"}; energy: PUE,
-    utilization (average / peak power) and the planner's system overhead (all-in system power /
-    TDP, None: each GPU's system power, :func:`scaletax.model.power.system_w`); goodput: the planner's
-    share of scheduled time that trains (None: the scale model of :mod:`scaletax.model.goodput` with
-    ``reliability``, the scenario's ``cluster.reliability``); price_includes_power: all-in rental
-    prices; ownership: ``economics.ownership`` (None when the scenario has none); power_mw: the
-    facility power budget; fleets: the scenario's fleets.
-    """
+@dataclass(frozen=True, kw_only=True)
+class Plan(planning.Terms):
+    """What the decision needs from the scenario: the planning terms (:class:`scaletax.model.plan.Terms`:
+    token budget, batch, target days, precision policy, prices, energy, goodput or its scale model)
+    plus the models and GPUs to compare, the cluster sizes, the reference GPUs of the comparisons
+    (ids, as the scenario names them), power_mw (the facility power budget) and fleets (the
+    scenario's fleets)."""
 
     name: str
     models: tuple[str, ...]
     gpus: tuple[str, ...]
-    tokens: float
-    batch_tokens: int
-    precision: str
-    precisions: tuple[str, ...]
     cluster_gpus: int
     sizes: tuple[int, ...]
-    target_days: float
-    prices: Mapping[str, Mapping[str, Any]]
-    pue: float
-    utilization: float
-    usd_per_mwh: float
     baseline: str
     hopper_ref: str
     heq_hopper: tuple[str, ...]
     heq_blackwell: tuple[str, ...]
-    reliability: Mapping[str, Any]
-    goodput: float | None = None
-    price_includes_power: bool = False
-    system_overhead: float | None = None
-    ownership: Mapping[str, Any] | None = None
     power_mw: float | None = None
     fleets: tuple[Mapping[str, Any], ...] = ()
 
     @classmethod
-    def from_params(cls, *, name: str, models, gpus, training_tokens, training_global_batch_tokens,
-                    training_precision, training_precisions, cluster_sizes, cluster_gpus, cluster_target_days,
-                    economics_prices, economics_energy, economics_usd_per_mwh, comparisons,
-                    cluster_goodput: float | None, economics_price_includes_power: bool,
-                    cluster_reliability: Mapping[str, Any], economics_ownership: Mapping[str, Any] | None = None,
-                    cluster_power_mw: float | None = None, fleets=(), **_ignored: Any) -> "Plan":
+    def from_params(cls, *, name: str, models, gpus, cluster_sizes, cluster_gpus, comparisons,
+                    cluster_power_mw: float | None = None, fleets=(), **params: Any) -> "Plan":
         """Build from the notebook parameters (scenario keys with '_' for '.')."""
-        e = economics_energy
-        over = e.get("system_overhead")
-        return cls(name=str(name), models=tuple(models), gpus=tuple(gpus), tokens=float(training_tokens),
-                   batch_tokens=int(training_global_batch_tokens), precision=str(training_precision),
-                   precisions=tuple(training_precisions), cluster_gpus=int(cluster_gpus),
-                   sizes=tuple(int(n) for n in cluster_sizes), target_days=float(cluster_target_days),
-                   prices={k: dict(v) for k, v in (economics_prices or {}).items()},
-                   pue=float(e["pue"]), system_overhead=None if over is None else float(over),
-                   utilization=float(e["utilization"]), usd_per_mwh=float(economics_usd_per_mwh),
-                   baseline=str(comparisons["baseline"]), hopper_ref=str(comparisons["hopper_reference"]),
-                   heq_hopper=tuple(comparisons["heq_hopper"]), heq_blackwell=tuple(comparisons["heq_blackwell"]),
-                   reliability=dict(cluster_reliability),
-                   goodput=None if cluster_goodput is None else float(cluster_goodput),
-                   price_includes_power=bool(economics_price_includes_power),
-                   ownership=None if economics_ownership is None else dict(economics_ownership),
+        return cls(name=str(name), models=tuple(models), gpus=tuple(gpus), cluster_gpus=int(cluster_gpus),
+                   sizes=tuple(int(n) for n in cluster_sizes), baseline=str(comparisons["baseline"]),
+                   hopper_ref=str(comparisons["hopper_reference"]), heq_hopper=tuple(comparisons["heq_hopper"]),
+                   heq_blackwell=tuple(comparisons["heq_blackwell"]),
                    power_mw=None if cluster_power_mw is None else float(cluster_power_mw),
-                   fleets=tuple(dict(f) for f in (fleets or ())))
+                   fleets=tuple(dict(f) for f in (fleets or ())), **planning.Terms.params_of(**params))
 
     @property
     def top(self) -> int:
         """The largest cluster of the scenario (its sizes and its reference count)."""
         return max(set(self.sizes) | {self.cluster_gpus})
 
-    def price(self, gpu_id: str) -> float | None:
-        p = self.prices.get(gpu_id)
-        return None if p is None else float(p["usd_per_gpu_hour"])
-
-    def price_assumed(self, gpu_id: str) -> bool:
-        p = self.prices.get(gpu_id)
-        return True if p is None else bool(p.get("assumption", False))
-
-    def price_basis(self, gpu_id: str) -> str:
-        """Where the GPU's price comes from: "published", "assumed" or "your input"."""
-        p = self.prices.get(gpu_id)
-        if p is not None and p.get("your_input"):
-            return "your input"
-        return "assumed" if self.price_assumed(gpu_id) else "published"
-
-    def economics(self, gpu_id: str | None = None, model_id: str | None = None, gpus: int | None = None) -> cost.Economics:
-        """Scenario economics with this GPU's price (0 when the scenario has none or no GPU is
-        given) and the goodput of ``model_id`` on ``gpus`` GPUs (:meth:`goodput_at`; without them
-        the planner's goodput, else 1)."""
-        good = self.goodput_at(model_id, gpus) if model_id and gpus else (self.goodput or 1.0)
-        return cost.Economics(usd_per_gpu_hour=(self.price(gpu_id) if gpu_id else None) or 0.0,
-                              system_overhead=self.system_overhead, utilization=self.utilization, pue=self.pue,
-                              usd_per_mwh=self.usd_per_mwh, goodput=float(good),
-                              price_includes_power=self.price_includes_power)
+    def economics(self, gpu_id: str | None = None, model=None, gpus: int | None = None) -> cost.Economics:
+        """:meth:`scaletax.model.plan.Terms.economics` with the model as an id or a ``Model``."""
+        return super().economics(gpu_id, None if model is None else _model(model), gpus)
 
     def system_w(self, gpu) -> float:
-        """All-in system power per GPU, W (:func:`scaletax.model.power.system_w`; the energy of every
-        case and the megawatts of every cluster come from it)."""
-        return power.system_w(_gpu(gpu), self.system_overhead)
+        """All-in system power per GPU of ``gpu`` (an id or a ``GPU``), W (:meth:`Terms.system_w`)."""
+        return super().system_w(_gpu(gpu))
 
-    def failure_report(self) -> failures.Report:
-        """The published report whose interruption rates the goodput model uses."""
-        return failures.get(str(self.reliability["failure_report"]))
+    def goodput_at(self, model, gpus):
+        """:meth:`scaletax.model.plan.Terms.goodput_at` of ``model`` (an id or a ``Model``)."""
+        return super().goodput_at(_model(model), gpus)
 
-    def reliability_inputs(self) -> goodput.Reliability:
-        """The goodput model's inputs: the report's rates per GPU-hour (or the planner's own
-        unexpected rate), restart time, storage bandwidth, and the spread of the published
-        unexpected rates (with the planner's rate in it) for the band."""
-        rep, rel = self.failure_report(), self.reliability
-        rate = rel.get("failures_per_gpu_hour") or rep.unexpected_per_gpu_hour
-        lo, hi = failures.rate_range()
-        return goodput.Reliability(unexpected_per_gpu_hour=float(rate), planned_per_gpu_hour=rep.planned_per_gpu_hour,
-                                   restart_s=60.0 * float(rel["restart_minutes"]),
-                                   storage_bytes_per_s=1e12 * float(rel["storage_tb_s"]),
-                                   unexpected_low=min(lo, rate), unexpected_high=max(hi, rate))
-
-    def goodput_at(self, model_id, gpus) -> float | np.ndarray:
-        """Share of scheduled time that trains for ``model_id`` (an id or a ``Model``) on ``gpus``
-        GPUs (an int or an array): the planner's ``cluster.goodput`` when set, else the scale model
-        (:func:`scaletax.model.goodput.goodput`: interruptions grow with the GPU count, the checkpoint
-        with the model's parameters)."""
-        if self.goodput is not None:
-            return self.goodput if np.ndim(gpus) == 0 else np.full(np.shape(gpus), self.goodput)
-        return goodput.goodput(gpus, _state_bytes(model_id), self.reliability_inputs())
-
-    def goodput_band_at(self, model_id: str, gpus) -> tuple:
-        """(goodput, low, high) of :meth:`goodput_at`: the band spans the published interruption
-        rates (:func:`scaletax.model.goodput.goodput_band`); the planner's goodput has none."""
-        if self.goodput is not None:
-            g = self.goodput_at(model_id, gpus)
-            return g, g, g
-        return goodput.goodput_band(gpus, _state_bytes(model_id), self.reliability_inputs())
+    def goodput_band_at(self, model, gpus) -> tuple:
+        """:meth:`scaletax.model.plan.Terms.goodput_band_at` of ``model`` (an id or a ``Model``)."""
+        return super().goodput_band_at(_model(model), gpus)
 
     def run_precision(self, gpu) -> str:
-        """The name of the precision the GPU trains in (:func:`scaletax.inputs.recipes.training_precision`
-        of the scenario's precision and precisions)."""
-        return recipes.training_precision(_gpu(gpu), self.precision, self.precisions).name
+        """The name of the precision the GPU trains in (:meth:`scaletax.model.plan.Terms.recipe`)."""
+        return self.recipe(_gpu(gpu)).name
 
     def fastest_precision(self, gpu) -> str:
         """The name of the GPU's fastest native format among the scenario's precisions
-        (:func:`scaletax.inputs.recipes.fastest_precision`)."""
-        return recipes.fastest_precision(_gpu(gpu), self.precision, self.precisions).name
+        (:meth:`scaletax.model.plan.Terms.fastest_recipe`)."""
+        return self.fastest_recipe(_gpu(gpu)).name
 
 
 def _gpu(gpu) -> hardware.GPU:
@@ -230,28 +139,24 @@ def _gpu(gpu) -> hardware.GPU:
     return hardware.get(gpu) if isinstance(gpu, str) else hardware.check(gpu)
 
 
+def _model(model):
+    """A scenario's model id as the ``Model`` (where this chapter's ids become objects); a ``Model`` as is."""
+    return catalog.get(model) if isinstance(model, str) else model
+
+
 def _state_bytes(model) -> float:
     """Bytes a restart of ``model`` (an id or a ``Model``) loads (:func:`scaletax.model.goodput.checkpoint_bytes`)."""
-    m = catalog.get(model) if isinstance(model, str) else model
-    return goodput.checkpoint_bytes(m.total_params)
+    return goodput.checkpoint_bytes(_model(model).total_params)
 
 
 def model_name(mid: str) -> str:
-    """Short display name: the catalog name without its parenthesised note ("GPT 1T", "Kimi K2");
-    a model defined in the scenario keeps its "(yours)"."""
-    m = catalog.get(mid)
-    short = (m.name or m.id).split(" (")[0]
-    return f"{short} (yours)" if catalog.user_defined(m) else short
+    """Short display name (:func:`scaletax.render.wording.model_name` of the catalog model)."""
+    return wording.model_name(catalog.get(mid))
 
 
 def gpu_label(gpu) -> str:
-    """Table label; announced parts are marked as projections."""
-    g = _gpu(gpu)
-    return f"{g.label} (projection)" if g.announced else g.label
-
-
-
-
+    """Table label; announced parts are marked as projections (:func:`scaletax.render.wording.gpu_label`)."""
+    return wording.gpu_label(_gpu(gpu))
 
 
 # =========================================================================================
@@ -259,21 +164,12 @@ def gpu_label(gpu) -> str:
 # =========================================================================================
 def best(model_id: str, gpu, precision: str, gpus: int, batch_tokens: int) -> search.SearchResult:
     """The fastest layout of ``model_id`` on ``gpus`` GPUs of ``gpu`` (an id or a ``GPU``,
-    possibly a hypothetical one), memoized per process and on disk (``search.cached_search``:
-    keyed by the model's and GPU's fields, so a ``hardware.csv`` edit re-runs only the searches on
-    the edited GPU; shared by the decision chapter, the summary and later builds)."""
-    g = _gpu(gpu)
-    key = (model_id, g, precision, int(gpus), int(batch_tokens))
-    res = _SEARCH_CACHE.get(key)
-    if res is None:
-        res = search.cached_search(catalog.get(model_id), recipes.training(precision), g, int(gpus),
-                                   tokens_per_step=batch_tokens, pareto=False)
-        _SEARCH_CACHE[key] = res
-    return res
+    possibly a hypothetical one) in ``precision`` (a name): :func:`scaletax.model.plan.fastest`."""
+    return planning.fastest(catalog.get(model_id), _gpu(gpu), recipes.training(precision), int(gpus), int(batch_tokens))
 
 
 def clear_cache() -> None:
-    _SEARCH_CACHE.clear()
+    planning.clear_cache()
 
 
 def _tps(res: search.SearchResult) -> tuple[float, float, float] | None:
@@ -283,194 +179,46 @@ def _tps(res: search.SearchResult) -> tuple[float, float, float] | None:
     return m["tokens_per_s_per_gpu"], m["tokens_per_s_per_gpu_low"], m["tokens_per_s_per_gpu_high"]
 
 
-def round_count(n: float) -> int:
-    """``n`` rounded up to the resolution of a searched count (:data:`RESOLUTION_BITS`)."""
-    n = max(8.0, float(n))
-    step = max(8, 2 ** max(0, int(math.floor(math.log2(n))) - RESOLUTION_BITS))
-    return int(step * math.ceil(n / step - 1e-12))
-
-
-def _next_count(n: int) -> int:
-    """The next searched count above ``n``."""
-    return round_count(n + 1)
-
-
-def gpus_for_target(plan: Plan, model_id: str, gpu, precision: str | None = None, days: float | None = None,
-                    start: int | None = None, max_iter: int = 6) -> dict[str, Any]:
-    """Fewest GPUs (to the count resolution, :func:`round_count`) that train the token budget
-    in ``days`` (default: the scenario's target), searching the layout again at each count.
-
-    Throughput per GPU falls as the cluster grows at a fixed global batch, so the count is
-    first iterated as n -> GPUs needed at the throughput of the best layout on n GPUs (from
-    ``start``, default :data:`TARGET_START_GPUS`; a count where nothing fits moves up to the memory
-    minimum the search reports), then bisected between the largest count seen that misses the
-    target and the smallest that meets it. Band: GPUs needed at the band's throughputs on the
-    found count (held fixed). Returns gpus, low, high, days, the search result, searches and
-    ``memory_bound`` (the smallest count that fits already meets the target).
-    """
+def gpus_for_target(p: Plan, model_id: str, gpu, precision: str | None = None, days: float | None = None) -> dict[str, Any]:
+    """Fewest GPUs that train the token budget in ``days`` (default: the scenario's target):
+    :func:`scaletax.model.plan.gpus_for_deadline` (monotone in ``days``; the nearby global batch
+    where the scenario's costs GPUs)."""
     g = _gpu(gpu)
-    prec = precision or plan.run_precision(g)
-    days = plan.target_days if days is None else float(days)
-    seen: dict[int, search.SearchResult] = {}
-    memory_min: int | None = None
-
-    def run(n: int) -> search.SearchResult:
-        nonlocal memory_min
-        if n not in seen:
-            seen[n] = best(model_id, g, prec, n, plan.batch_tokens)
-            r = seen[n]
-            if not r.fits and r.min_gpus is not None and r.min_gpus > n:
-                memory_min = max(memory_min or 0, r.min_gpus)
-        return seen[n]
-
-    def ok(n: int) -> bool:
-        r = run(n)
-        return r.fits and cost.days_to_train(plan.tokens, r.metrics["tokens_per_s_per_gpu"], n,
-                                             plan.goodput_at(model_id, n)) <= days * (1 + 1e-9)
-
-    n = round_count(start or TARGET_START_GPUS)
-    for _ in range(max_iter):  # fixed-point iteration
-        r = run(n)
-        if r.fits:
-            nxt = round_count(cost.gpus_for_days(plan.tokens, r.metrics["tokens_per_s_per_gpu"], days,
-                                                 plan.goodput_at(model_id, n)))
-        elif r.min_gpus is None:
-            return _no_target(r)
-        else:
-            nxt = round_count(max(r.min_gpus, n + 1))
-        nxt = min(max(nxt, round_count(memory_min or 8)), MAX_COUNT + 1)
-        if nxt == n or nxt in seen:
-            n = nxt
-            break
-        n = nxt
-    good = sorted(k for k in seen if ok(k))
-    while not good:  # grow until a count meets the target
-        n = round_count(max(seen) * 1.5)
-        if n > MAX_COUNT:
-            return _no_target(run(max(seen)), too_many=True)
-        if ok(n):
-            good = [n]
-    hi = good[0]
-    bad = [k for k in seen if k < hi and not ok(k)]
-    lo = max(bad) if bad else None
-    if lo is None:  # walk down until a count misses the target (or nothing fits)
-        k = hi
-        while k > 8:
-            k = round_count(k * 0.75) if round_count(k * 0.75) < k else k - 8
-            if ok(k):
-                hi = k
-            else:
-                lo = k
-                break
-    while lo is not None and _next_count(lo) < hi:  # bisect on the count grid
-        mid = round_count((lo + hi) / 2)
-        mid = mid if lo < mid < hi else _next_count(lo)
-        if mid >= hi:
-            break
-        if ok(mid):
-            hi = mid
-        else:
-            lo = mid
-    misses, k = 0, hi  # feasibility is not monotone on the grid: look below until two misses in a row
-    while misses < 2 and k > 8:
-        k = k - max(8, 2 ** max(0, int(math.floor(math.log2(k - 1))) - RESOLUTION_BITS))
-        if k < 8:
-            break
-        if ok(k):
-            hi, misses = k, 0
-        else:
-            misses += 1
-    res = run(hi)
-    t, tlo, thi = _tps(res)
-    good = plan.goodput_at(model_id, hi)
-    low, high = (cost.gpus_for_days(plan.tokens, x, days, good) for x in (thi, tlo))
-    exact = [plan.tokens / (x * days * cost.SECONDS_PER_DAY * good) for x in (t, thi, tlo)]
-    return {"gpus": hi, "low": min(low, hi), "high": max(high, hi),
-            "days": cost.days_to_train(plan.tokens, t, hi, good), "goodput": good,
-            "exact": exact[0], "exact_low": exact[1], "exact_high": exact[2],
-            "result": res, "memory_bound": lo is not None and not run(lo).fits,
-            "tokens_per_s_per_gpu": t, "tps_low": tlo, "tps_high": thi, "searches": len(seen), "message": ""}
-
-
-def _no_target(res: search.SearchResult, too_many: bool = False) -> dict[str, Any]:
-    msg = (f"needs more than {MAX_COUNT:,} GPUs" if too_many else res.message)
-    return {"gpus": None, "low": None, "high": None, "days": None, "exact": None, "exact_low": None, "exact_high": None,
-            "result": res, "memory_bound": False, "tokens_per_s_per_gpu": None, "tps_low": None, "tps_high": None,
-            "searches": 0, "message": msg}
+    return planning.gpus_for_deadline(p, catalog.get(model_id), g, None if precision is None else recipes.training(precision),
+                                  days)
 
 
 # =========================================================================================
 # Rows with time, GPU-hours, energy and cost
 # =========================================================================================
-def outcome(plan: Plan, model_id: str, gpu, gpus: int | None = None, precision: str | None = None) -> dict[str, Any]:
-    """One case as a row (no economics yet: see :func:`economics`)."""
+def outcome(p: Plan, model_id: str, gpu, gpus: int | None = None, precision: str | None = None) -> dict[str, Any]:
+    """One case as a row (:func:`scaletax.model.plan.case`) with its labels and price; no
+    economics yet (see :func:`economics`)."""
     g = _gpu(gpu)
-    n = int(gpus or plan.cluster_gpus)
-    prec = precision or plan.run_precision(g)
-    res = best(model_id, g, prec, n, plan.batch_tokens)
-    row = {"model": model_id, "model_name": model_name(model_id), "gpu": g.id, "label": gpu_label(g),
-           "family": g.family, "announced": g.announced, "domain": g.nvlink_domain, "precision": prec, "gpus": n,
-           "fits": res.fits, "message": res.message, "min_gpus": res.min_gpus,
-           "price": plan.price(g.id), "price_assumed": plan.price_assumed(g.id),
-           "price_basis": plan.price_basis(g.id)}
-    if res.fits:
-        m = res.metrics
-        row.update(layout=label(res.best), tps=m["tokens_per_s_per_gpu"],
-                   tps_low=m["tokens_per_s_per_gpu_low"], tps_high=m["tokens_per_s_per_gpu_high"], mfu=m["mfu"],
-                   step_s=m["step_s"], comm_share=m["exposed_comm_s"] / m["step_s"],
-                   sequences_per_gpu=res.sequences / n)
-    else:
-        row.update(layout=_nofit_text(res), tps=None, tps_low=None, tps_high=None, mfu=None)
+    n = int(gpus or p.cluster_gpus)
+    row = planning.case(p, catalog.get(model_id), g, n, None if precision is None else recipes.training(precision))
+    row.update(model_name=model_name(model_id), label=gpu_label(g), family=g.family, announced=g.announced,
+               domain=g.nvlink_domain, price=p.price(g.id), price_assumed=p.price_assumed(g.id),
+               price_basis=p.price_basis(g.id))
+    row["layout"] = label(row["layout"]) if row["fits"] else _nofit_text(row)
     return row
 
 
-def _nofit_text(res: search.SearchResult) -> str:
-    return (f"does not fit; needs at least {res.min_gpus:,}" if res.min_gpus is not None
+def _nofit_text(row: dict[str, Any]) -> str:
+    return (f"does not fit; needs at least {row['min_gpus']:,}" if row["min_gpus"] is not None
             else "no layout fits")
 
 
-_ECON = ("days", "gpu_hours", "energy_mwh", "cost_usd", "usd_per_mtok", "tokens_per_day")
-
-
-def economics(rows: list[dict[str, Any]], plan: Plan) -> list[dict[str, Any]]:
+def economics(rows: list[dict[str, Any]], p: Plan) -> list[dict[str, Any]]:
     """Add days, GPU-hours, energy (MWh), cost (USD), USD per million tokens and tokens per day,
-    each with ``_low`` / ``_high``, and the goodput of the row's scale (``goodput``, with
-    ``goodput_low`` / ``goodput_high`` over the published interruption rates) to every row that
-    fits; one numpy pass over all rows.
-
-    Low throughput gives the high end of days, GPU-hours, energy and cost.
-    """
-    fit = [r for r in rows if r.get("tps")]
+    each with ``_low`` / ``_high``, to every row that fits (:func:`scaletax.model.plan.add_costs`,
+    goodput of each row's scale included; a row without the GPU's system power or the model's
+    restart bytes gets them from its ids here)."""
     for r in rows:
-        if not r.get("tps"):
-            r.update({k + s: None for k in (*_ECON, "goodput") for s in ("", "_low", "_high")})
-    if not fit:
-        return rows
-    n = np.array([r["gpus"] for r in fit], dtype=float)
-    watts = np.array([plan.system_w(r["gpu"]) for r in fit])
-    price = np.array([np.nan if r["price"] is None else r["price"] for r in fit])
-    good = np.empty(len(fit))
-    for mid in {r["model"] for r in fit}:
-        idx = [i for i, r in enumerate(fit) if r["model"] == mid]
-        g, lo, hi = (np.atleast_1d(x) for x in plan.goodput_band_at(mid, n[idx]))
-        good[idx] = g
-        for i, a, b, c in zip(idx, g, lo, hi):
-            fit[i].update(goodput=float(a), goodput_low=float(b), goodput_high=float(c))
-
-    def cols(tps):
-        c = cost.run_costs(plan.tokens, tps, n, watts, plan.economics(), usd_per_gpu_hour=np.nan_to_num(price),
-                           goodput=good)
-        for k in ("cost_usd", "usd_per_mtok"):
-            c[k] = np.where(np.isnan(price), np.nan, c[k])
-        return c
-
-    mid, slow, fast = (cols(np.array([r[k] for r in fit], dtype=float)) for k in ("tps", "tps_low", "tps_high"))
-    for k in _ECON:
-        a, b = np.atleast_1d(slow[k]), np.atleast_1d(fast[k])
-        for suffix, v in (("", np.atleast_1d(mid[k])), ("_low", np.minimum(a, b)), ("_high", np.maximum(a, b))):
-            for r, x in zip(fit, v):
-                r[k + suffix] = float(x) if np.isfinite(x) else None
-    return rows
+        if r.get("tps"):
+            r.setdefault("system_w", p.system_w(r["gpu"]))
+            r.setdefault("state_bytes", _state_bytes(r["model"]))
+    return planning.add_costs(rows, p)
 
 
 def decision_rows(plan: Plan, target: bool = True) -> list[dict[str, Any]]:
@@ -484,63 +232,33 @@ def decision_rows(plan: Plan, target: bool = True) -> list[dict[str, Any]]:
     needs = jobserver.map(lambda r: gpus_for_target(plan, r["model"], r["gpu"], r["precision"]), rows)
     for r, t in zip(rows, needs):
         r.update(need=t["gpus"], need_low=t["low"], need_high=t["high"], need_memory_bound=t["memory_bound"],
-                 need_layout=label(t["result"].best) if t["gpus"] else t["message"], **capacity(r["gpu"], t["gpus"]))
+                 need_layout=label(t["result"].best) if t["gpus"] else t["message"], need_linear=t["linear"],
+                 need_batch=t["batch"], need_nearby=t["nearby_gpus"], need_nearby_batch=t["nearby_batch"],
+                 **capacity(r["gpu"], t["gpus"]))
     return rows
 
 
 def capacity(gpu, gpus: int | None) -> dict[str, Any]:
-    """How ``gpus`` GPUs are bought: whole systems (8-GPU nodes, 72-GPU racks; ``data/systems.csv``).
-
-    need_systems: systems holding the count; need_bought: their GPUs (the layout runs on
-    ``gpus``; the rest are spares); system: the system's name.
-    """
-    g = _gpu(gpu)
-    if not gpus:
-        return {"need_systems": None, "need_bought": None, "system": g.system, "per_system": g.gpus_per_system}
-    n = cost.whole_systems(gpus, g.gpus_per_system)
-    return {"need_systems": n, "need_bought": n * g.gpus_per_system, "system": g.system or f"{g.gpus_per_system}-GPU system",
-            "per_system": g.gpus_per_system}
+    """How ``gpus`` GPUs are bought: whole systems (:func:`scaletax.model.plan.capacity`)."""
+    return planning.capacity(_gpu(gpu), gpus)
 
 
 # =========================================================================================
 # Power, goodput and owning
 # =========================================================================================
 def cluster_power(plan: Plan, gpu, gpus) -> dict[str, Any]:
-    """IT and facility megawatts of ``gpus`` GPUs of ``gpu`` in whole systems, at the scenario's
-    PUE (:func:`scaletax.model.power.cluster_power`, the system power every energy figure uses)."""
-    return power.cluster_power(_gpu(gpu), gpus, plan.pue, plan.system_overhead)
+    """IT and facility megawatts of ``gpus`` GPUs of ``gpu`` (:func:`scaletax.model.plan.cluster_power`)."""
+    return planning.cluster_power(plan, _gpu(gpu), gpus)
 
 
 def goodput_detail(plan: Plan, model_id, gpus) -> dict[str, Any]:
-    """The goodput of ``model_id`` on ``gpus`` GPUs with its band and what makes it (mean time
-    between unexpected interruptions in hours, checkpoint write and interval in s,
-    :func:`scaletax.model.goodput.breakdown`); ``yours``: the planner's ``cluster.goodput`` (no model)."""
-    g, lo, hi = plan.goodput_band_at(model_id, gpus)
-    out = {"goodput": g, "goodput_low": lo, "goodput_high": hi, "yours": plan.goodput is not None,
-           "mtbf_h": None, "checkpoint_s": None, "interval_s": None}
-    if plan.goodput is None:
-        b = goodput.breakdown(gpus, _state_bytes(model_id), plan.reliability_inputs())
-        out.update(mtbf_h=b["mtbf_h"], checkpoint_s=b["checkpoint_s"], interval_s=b["interval_s"])
-    return out
+    """The goodput of ``model_id`` on ``gpus`` GPUs and what makes it (:func:`scaletax.model.plan.goodput_detail`)."""
+    return planning.goodput_detail(plan, _model(model_id), gpus)
 
 
 def owned_price(plan: Plan, gpu_id: str) -> dict[str, Any] | None:
-    """USD per GPU-hour of paid work of an owned ``gpu_id`` (:func:`scaletax.model.ownership.owned_usd_per_gpu_hour`:
-    capital, facility, energy and total) beside the rental price with the same energy
-    (``rent_total``); None when the scenario has no ownership inputs or no system price for it."""
-    own = plan.ownership
-    cap = (own or {}).get("capex", {}).get(gpu_id)
-    if own is None or cap is None:
-        return None
-    g = _gpu(gpu_id)
-    energy = _energy_usd_per_gpu_hour(plan, gpu_id)
-    out = ownership.owned_usd_per_gpu_hour(float(cap["usd_per_system"]) / g.gpus_per_system, float(own["depreciation_years"]),
-                                           float(own["cost_of_capital"]), float(own["facility_usd_per_mw_year"]),
-                                           plan.system_w(g), float(own["busy_share"]), energy)
-    rent = plan.price(gpu_id)
-    basis = "your input" if cap.get("your_input") else "assumed" if cap.get("assumption") else "published"
-    return {**out, "capex_per_system": float(cap["usd_per_system"]), "capex_basis": basis,
-            "rent": rent, "rent_total": None if rent is None else rent + energy}
+    """USD per GPU-hour of an owned ``gpu_id`` beside the rental price (:func:`scaletax.model.plan.owned_price`)."""
+    return planning.owned_price(plan, _gpu(gpu_id))
 
 
 # =========================================================================================
@@ -648,11 +366,9 @@ def waterfall(plan: Plan, model_id: str, target: str, base: str | None = None, g
             if key == "base":
                 base_tps = tp
             if base_tps is not None:
-                row["cumulative"] = tp[0] / base_tps[0]
-                lo, hi = tp[1] / base_tps[1], tp[2] / base_tps[2]
-                # a ratio of two predictions carries the model's error on measured pairs (not the base: 1 exactly)
-                row["cumulative_low"], row["cumulative_high"] = (
-                    (min(lo, hi), max(lo, hi)) if key == "base" else efficiency.ratio_range(row["cumulative"], lo, hi))
+                q = planning.throughput_ratio(dict(zip(("tps", "tps_low", "tps_high"), tp)),
+                                              dict(zip(("tps", "tps_low", "tps_high"), base_tps)))
+                row["cumulative"], row["cumulative_low"], row["cumulative_high"] = q["ratio"], q["ratio_low"], q["ratio_high"]
             if prev is not None and prev["tps"]:
                 row["gain"] = tp[0] / prev["tps"]
         if alone and key in {f[0] for f in FACTORS} and base_tps is not None:
@@ -743,8 +459,7 @@ def hopper_reference(plan: Plan, rows: list[dict], model_id: str) -> tuple[str, 
 
 
 def _energy_usd_per_gpu_hour(plan: Plan, gpu_id: str) -> float:
-    return (cost.energy_mwh(1.0, plan.system_w(gpu_id), plan.utilization, plan.pue)
-            * plan.economics().energy_usd_per_mwh)
+    return plan.energy_usd_per_gpu_hour(_gpu(gpu_id))
 
 
 def breakeven_rows(plan: Plan, rows: list[dict]) -> list[dict[str, Any]]:
@@ -781,9 +496,7 @@ def breakeven_rows(plan: Plan, rows: list[dict]) -> list[dict[str, Any]]:
                    "ref_days": ref.get("days"), "days": r.get("days"),
                    "deadline_ref": (ref.get("days") is not None and ref["days"] <= plan.target_days)}
             if r.get("tps") and ref.get("tps"):
-                ratio = r["tps"] / ref["tps"]
-                lo, hi = efficiency.ratio_range(ratio, r["tps_low"] / ref["tps_low"], r["tps_high"] / ref["tps_high"])
-                row.update(ratio=ratio, ratio_low=lo, ratio_high=hi)
+                row.update(planning.throughput_ratio(r, ref))
                 if row["price"] is not None and row["ref_price"] is not None:
                     e_ref, e_gpu = _energy_usd_per_gpu_hour(plan, ref_id), _energy_usd_per_gpu_hour(plan, gid)
                     be = [(row["ref_price"] + e_ref) * x - e_gpu for x in (row["ratio"], row["ratio_low"], row["ratio_high"])]
@@ -842,8 +555,9 @@ def heq_rows(plan: Plan, hopper: Sequence[str] | None = None, blackwell: Sequenc
                     if tb is None or th is None:
                         row[h] = row[f"{h}_low"] = row[f"{h}_high"] = None
                         continue
-                    lo, hi = efficiency.ratio_range(tb[0] / th[0], tb[1] / th[1], tb[2] / th[2])
-                    row.update({h: tb[0] / th[0], f"{h}_low": lo, f"{h}_high": hi})
+                    q = planning.throughput_ratio(dict(zip(("tps", "tps_low", "tps_high"), tb)),
+                                                  dict(zip(("tps", "tps_low", "tps_high"), th)))
+                    row.update({h: q["ratio"], f"{h}_low": q["ratio_low"], f"{h}_high": q["ratio_high"]})
                 out.append(row)
     return out
 
@@ -861,10 +575,11 @@ def rubin_claim(plan: Plan, model_id: str | None = None, pair: tuple[str, str] |
                 days: float | None = None) -> dict[str, Any]:
     """GPUs to train ``model_id``'s token budget (default: the scenario's first MoE) in
     ``days`` (default the target) on the announced GPU against the Blackwell one, at each GPU's
-    run precision and at its fastest format (:func:`gpus_for_target`). ``ratio`` = new / old
-    GPUs needed at the throughput of each one's right-sized cluster, i.e. the old GPU's tokens/s
-    per GPU over the new one's there (the claim: :data:`CLAIM_KEY`, default ``pair``); band at the efficiency
-    band's corners (both GPUs at the same corner)."""
+    run precision and at its fastest format (:func:`gpus_for_target`). ``ratio``: GPUs the new one
+    needs over GPUs the old one needs (:func:`scaletax.model.plan.gpu_count_ratio`, the claim's
+    quantity: :data:`CLAIM_KEY`, default ``pair``); ``tps_ratio``: the new GPU's tokens/s per GPU
+    over the old one's on those clusters (:func:`scaletax.model.plan.throughput_ratio`), what the
+    GPU-count ratio would be on a continuous count; each with its band."""
     mid, in_scen = (model_id, model_id in plan.models) if model_id else first_moe(plan.models)
     days = plan.target_days if days is None else float(days)
     claim = references.claim(CLAIM_KEY)
@@ -881,19 +596,21 @@ def rubin_claim(plan: Plan, model_id: str | None = None, pair: tuple[str, str] |
                          "tps": t["tokens_per_s_per_gpu"], "days": t["days"], "memory_bound": t["memory_bound"],
                          "layout": label(t["result"].best) if t["gpus"] else t["message"]})
         a, b = cells[new], cells[old]
-        ratio = lo = hi = None
-        if a["gpus"] and b["gpus"]:
-            # GPU-count ratio at equal time, from the throughput of each right-sized cluster
-            # (free of the count grid): (tokens / t_new) / (tokens / t_old) = t_old / t_new
-            ratio = a["exact"] / b["exact"]
-            lo, hi = efficiency.ratio_range(ratio, a["exact_low"] / b["exact_low"], a["exact_high"] / b["exact_high"])
+        count = planning.gpu_count_ratio(a, b) or {"ratio": None, "ratio_low": None, "ratio_high": None}
+        tps = (planning.throughput_ratio({"tps": a["tokens_per_s_per_gpu"], "tps_low": a["tps_low"],
+                                          "tps_high": a["tps_high"]},
+                                         {"tps": b["tokens_per_s_per_gpu"], "tps_low": b["tps_low"],
+                                          "tps_high": b["tps_high"]})
+               or {"ratio": None, "ratio_low": None, "ratio_high": None})
         for r in rows[-2:]:
-            r.update(ratio=ratio, ratio_low=lo, ratio_high=hi)
+            r.update(**count, tps_ratio=tps["ratio"], tps_ratio_low=tps["ratio_low"], tps_ratio_high=tps["ratio_high"])
     sc = rows[0]
     return {"model": mid, "model_name": model_name(mid), "in_scenario": in_scen, "days": days,
             "new": new, "old": old, "new_label": hardware.get(new).label, "old_label": hardware.get(old).label,
             "new_in_scenario": new in plan.gpus, "old_in_scenario": old in plan.gpus,
-            "claim": float(claim["value"]), "claim_cite": claim["cite"], "ratio": sc["ratio"], "ratio_low": sc["ratio_low"], "ratio_high": sc["ratio_high"],
+            "claim": float(claim["value"]), "claim_cite": claim["cite"], "ratio": sc["ratio"], "ratio_low": sc["ratio_low"],
+            "ratio_high": sc["ratio_high"], "tps_ratio": sc["tps_ratio"], "tps_ratio_low": sc["tps_ratio_low"],
+            "tps_ratio_high": sc["tps_ratio_high"],
             "ratio_fastest": rows[2]["ratio"], "ratio_fastest_low": rows[2]["ratio_low"],
             "ratio_fastest_high": rows[2]["ratio_high"], "rows": rows}
 
@@ -987,7 +704,8 @@ def breakeven_chart_rows(rows: list[dict]) -> list[dict]:
 
 def cost_time_chart_rows(rows: list[dict], plan: Plan) -> list[dict]:
     """Points with bands for the cost-against-time figure (fitting cases with a price)."""
-    out = [{"model_name": r["model_name"], "gpu": r["gpu"], "label": r["label"],
+    out = [{"model_id": r["model"], "model_name": r["model_name"], "gpu": r["gpu"], "label": r["label"],
+            "gpus": r["gpus"], "precision": r["precision"],
             "status": "announced (projection)" if r["announced"] else "shipping",
             "days": r["days"], "days_low": r["days_low"], "days_high": r["days_high"],
             "cost_musd": r["cost_usd"] / 1e6, "cost_low": r["cost_usd_low"] / 1e6,
@@ -997,10 +715,10 @@ def cost_time_chart_rows(rows: list[dict], plan: Plan) -> list[dict]:
 
 
 __all__ = ["BLACKWELL_FAMILIES", "CLAIM_KEY", "FACTORS",
-           "MAX_COUNT", "Plan", "RESOLUTION_BITS", "best", "blackwell_factor", "blackwell_ids",
+            "Plan", "RESOLUTION_BITS", "best", "blackwell_factor", "blackwell_ids",
            "breakeven_chart_rows", "breakeven_rows", "capacity", "cheapest", "clear_cache", "cluster_power",
            "cost_time_chart_rows", "goodput_detail", "owned_price",
            "decision_rows", "economics", "fastest", "first_moe", "fitting", "gpu_label", "gpus_for_target",
            "heq_rows", "hopper_ids", "hopper_reference", "hybrid", "main_source", "model_name", "nvl72_ids",
-           "outcome", "price_candidates", "round_count", "rubin_claim", "top_input", "top_rows", "tornado_chart_rows", "tornado_notes",
+           "outcome", "price_candidates", "rubin_claim", "top_input", "top_rows", "tornado_chart_rows", "tornado_notes",
            "tornado_rows", "waterfall", "waterfall_chart_rows", "waterfall_check", "waterfall_targets"]

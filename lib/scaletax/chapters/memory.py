@@ -39,6 +39,7 @@ from scaletax.inputs import hardware, models, options, recipes, references, runs
 from scaletax.inputs.layout import RECOMPUTE_CODE, RECOMPUTE_NAME, Layout, LayoutArray, label
 from scaletax.inputs.models import Model
 from scaletax.model import memory, runplan, search
+from scaletax.model import plan as planning
 
 GIB = memory.GIB
 TERMS = memory.TERMS
@@ -242,41 +243,14 @@ def space(batch_seqs: int | None, max_gpus: int = MAX_GPUS) -> search.SearchSpac
     return out if max_gpus == out.max_gpus else out.with_(max_gpus=max_gpus)
 
 
-def _least_parallel(model: Model, gpus: int, gpu_id: str, precision: recipes.Recipe, batch_seqs: int | None,
-                    sp: search.SearchSpace) -> search.SearchResult:
-    # cached on disk (search.cached_search), keyed by the GPU's fields: a hardware.csv edit of
-    # another GPU reuses it
-    return search.cached_search(model, precision, hardware.get(gpu_id), gpus, gbs=batch_seqs, space=sp, pareto=False)
-
-
 def fit(model: Model, gpus: int, gpu_ids: Sequence[str], precisions: dict[str, recipes.Recipe],
         batch_seqs: int | None = None) -> dict[str, dict[str, Any]]:
-    """For each GPU of ``gpu_ids``: the least model-parallel layout on ``gpus`` GPUs that fits
-    (:func:`scaletax.model.search.search` on :data:`SPACE`; ``layout``, None where none does), its
-    ``gib``, and what sets its model-parallel size ``mp = tp*pp*cp`` (``bound``): "batch" where a
-    less model-parallel layout would fit in memory but not run the global batch, "memory" where
-    the less model-parallel layouts do not fit, "none" where it is the least parallel layout
-    there is. ``precisions``: GPU id -> the recipe it trains in.
-    """
-    out = {}
-    lowest = None
-    for g in gpu_ids:
-        res = _least_parallel(model, gpus, g, precisions[g], batch_seqs, space(batch_seqs))
-        if not res.fits:
-            out[g] = {"layout": None, "gib": None, "bound": None}
-            continue
-        lay = res.best
-        mp = lay.tp * lay.pp * lay.cp
-        free = res if batch_seqs is None else _least_parallel(model, gpus, g, precisions[g], None, space(None))
-        if free.fits and free.best.tp * free.best.pp * free.best.cp < mp:
-            bound = "batch"
-        else:
-            if lowest is None:  # the least model parallelism of any candidate, memory aside
-                la = search.candidates(model, gpus, space(None), None, domain=res.domain)
-                lowest = int((la.tp * la.pp * la.cp).min())
-            bound = "memory" if mp > lowest else "none"
-        out[g] = {"layout": lay, "gib": res.metrics["memory_gib"], "bound": bound}
-    return out
+    """For each GPU of ``gpu_ids``: the least model-parallel layout of :data:`SPACE` on ``gpus``
+    GPUs that fits, its GiB and what sets its model-parallel size
+    (:func:`scaletax.model.plan.least_parallel`: ``layout``, ``gib``, ``bound``). ``precisions``:
+    GPU id -> the recipe it trains in."""
+    return {g: planning.least_parallel(model, hardware.get(g), precisions[g], gpus, SPACE, batch_seqs)
+            for g in gpu_ids}
 
 
 def min_gpus(model: Model, gpu_id: str, precision: str, batch_tokens: int | None = None,
@@ -288,7 +262,7 @@ def min_gpus(model: Model, gpu_id: str, precision: str, batch_tokens: int | None
     cap = float(g.hbm_gib)
     prec = recipes.training_precision(g, precision, allowed)
     B = batch_sequences(model, batch_tokens)
-    res = search.cached_min_gpus(model, prec, g, space=space(B, max_gpus), sequences=B)
+    res = planning.fewest_gpus(model, g, prec, SPACE if max_gpus == SPACE.max_gpus else SPACE.with_(max_gpus=max_gpus), B)
     n, lay = (res.gpus[0], res.best) if res.fits else (None, None)
     return {"model": model.id, "model_name": model.name, "model_short": short_name(model), "gpu": gpu_id,
             "label": g.label, "status": g.status, "capacity_gib": cap,

@@ -51,6 +51,7 @@ from scaletax import DATA_DIR, jobserver, memo
 from scaletax.inputs import formats, hardware, recipes, references
 from scaletax.inputs import runs as runs_table
 from scaletax.model import lowp_training as L
+from scaletax.model import plan as planning
 from scaletax.model import precision as P
 
 VECTORS_JSON = DATA_DIR / "precision_vectors.json"
@@ -773,31 +774,25 @@ def read_runs(path: Path | str = RUNS_CSV) -> list[dict[str, Any]]:
     return runs_table.read_runs(path)
 
 
-def _achieved_tflops(r: dict) -> float | None:
-    if r.get("measured_model_tflops_per_gpu") is not None:
-        return float(r["measured_model_tflops_per_gpu"])
-    g = hardware.get(r["hardware"])
-    if r.get("measured_mfu") is not None and g.supports(r["precision"]):
-        return float(r["measured_mfu"]) * g.peak_flops(r["precision"]) / 1e12
-    return None
-
-
 def achieved_rows(runs: Sequence[dict], gpu_ids: Sequence[str] | None = None) -> list[dict]:
-    """One row per published run (on ``gpu_ids`` if given) with its model TFLOP/s and share of
-    the dense peak of its precision (the runs table's measured_mfu)."""
+    """One row per published run with a measurement (on ``gpu_ids`` if given): its MFU, the share of
+    the dense peak of its precision (``plan.mfu`` of the measured tokens/s per GPU,
+    ``runs.measured_tokens_per_s``: the one MFU every chapter states for a run, never a source's
+    own FLOP count), and the model TFLOP/s it implies."""
     out = []
     for r in runs:
         if gpu_ids is not None and r["hardware"] not in gpu_ids:
             continue
-        tf = _achieved_tflops(r)
-        if tf is None or r.get("measured_mfu") is None:
+        model = runs_table.row_model(r)
+        tps, _ = runs_table.measured_tokens_per_s(r, model)
+        if tps is None:
             continue
-        out.append({"run_id": r["run_id"], "gpu": r["hardware"],
-                    "label": hardware.get(r["hardware"]).label, "model": r["model"],
+        g, rec = runs_table.row_gpu(r), runs_table.row_recipe(r)
+        u = planning.mfu(tps, model, g, rec)
+        out.append({"run_id": r["run_id"], "gpu": r["hardware"], "label": g.label, "model": r["model"],
                     "gpu_count": r["gpu_count"], "precision": r["precision"],
                     "precision_label": recipes.label(r["precision"]),
-                    "tflops": tf, "mfu": float(r["measured_mfu"]),
-                    "tokens_per_s": r.get("measured_tokens_per_s_per_gpu")})
+                    "tflops": u * g.peak_flops(rec) / 1e12, "mfu": u, "tokens_per_s": tps})
     return out
 
 
@@ -874,7 +869,8 @@ def tax_rows(runs: Sequence[dict], gpu_ids: Sequence[str] | None = None) -> list
 
 
 def _mean_pct(rs: Sequence[dict]) -> float | None:
-    v = [r["measured_mfu"] for r in rs if r.get("measured_mfu") is not None]
+    """Mean MFU (``plan.mfu`` of the measured tokens/s) of runs ``rs``, in percent."""
+    v = [r["mfu"] for r in achieved_rows(rs)]
     return 100 * float(np.mean(v)) if v else None
 
 

@@ -20,8 +20,10 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
-from scaletax.inputs import failures, hardware, models, recipes, runs
+from scaletax.inputs import failures, hardware, models, recipes
 from scaletax.model import efficiency
+from scaletax.model import plan as planning
+from scaletax.render.wording import bought_text, price_basis, price_text, regime_accuracy_text
 from scaletax.fit import validate
 from scaletax.chapters.decision import (FACTORS, Plan, blackwell_ids, capacity, cheapest, decision_rows,
                                         fastest, fitting, gpu_label, gpus_for_target, hopper_ids, main_source,
@@ -58,24 +60,12 @@ def _m(v, scale=1e6):
     return None if v is None else v / scale
 
 
-def _basis(basis: str | bool) -> str:
-    """A price's basis: "published", "assumed" or "your input" (a bool means assumed or not)."""
-    return ("assumed" if basis else "published") if isinstance(basis, bool) else basis
-
-
-def price_text(price: float | None, basis: str | bool) -> str:
-    """"$2.50", "$4.00 (assumed)" or "$2.10 (your input)"."""
-    if price is None:
-        return "no price"
-    return f"${price:.2f}" + {"assumed": " (assumed)", "your input": " (your input)"}.get(_basis(basis), "")
-
-
 #: Marks on a cost resting on an assumed price or on the user's own price.
 PRICE_MARK = {"assumed": " *", "your input": " †"}
 
 
 def row_basis(r: dict) -> str:
-    return _basis(r.get("price_basis", r.get("price_assumed", True)))
+    return price_basis(r.get("price_basis", r.get("price_assumed", True)))
 
 
 # =========================================================================================
@@ -230,9 +220,10 @@ def claim_sentence(c: dict[str, Any]) -> str:
         return "no comparison: " + "; ".join(f"{r['label']}: {r['layout']}" for r in bad)
     sc, fa = c["rows"][0], c["rows"][2]
     text = (f"{c['new_label']} needs {sc['gpus']:,} GPUs and {c['old_label']} {c['rows'][1]['gpus']:,} at "
-            f"{sc['precision'].upper()}, a ratio of {c['ratio']:.2f} ({c['ratio_low']:.2f}–{c['ratio_high']:.2f})")
+            f"{sc['precision'].upper()}, a GPU-count ratio of {c['ratio']:.2f} ({c['ratio_low']:.2f}–{c['ratio_high']:.2f}; "
+            f"each {c['new_label']} GPU trains {c['tps_ratio']:.2f}x the tokens per second of a {c['old_label']} GPU)")
     if c["ratio_fastest"] is not None and fa["precision"] != sc["precision"]:
-        text += (f"; at {fa['precision'].upper()} {fa['gpus']:,} against {c['rows'][3]['gpus']:,}, a ratio of "
+        text += (f"; at {fa['precision'].upper()} {fa['gpus']:,} against {c['rows'][3]['gpus']:,}, a GPU-count ratio of "
                  f"{c['ratio_fastest']:.2f} ({c['ratio_fastest_low']:.2f}–{c['ratio_fastest_high']:.2f})")
     verdict = ("consistent with" if c["ratio_low"] <= c["claim"] <= c["ratio_high"] else
                "more favourable to Rubin than" if c["ratio_high"] < c["claim"] else "less favourable to Rubin than")
@@ -257,33 +248,69 @@ def tornado_sentence(rows: list[dict], plan: Plan) -> str:
 # =========================================================================================
 # Display rows for the tables (text cells; the notebooks only pick the columns)
 # =========================================================================================
+#: The ids a case row is about, written to a table's CSV (``tables.table(keys=...)``) so that
+#: the same quantity is found in every file that states it (``tests/test_one_value.py``).
+CASE_KEYS: tuple[str, ...] = ("model_id", "gpu_id", "gpus", "precision_id", "regime")
+
+
+def case_keys(r: dict) -> dict[str, Any]:
+    """:data:`CASE_KEYS` of a case row (model, GPU and precision ids, GPU count, and the model's
+    regime, ``validate.model_regime_record``)."""
+    return {"model_id": r["model"], "gpu_id": r["gpu"], "gpus": r["gpus"], "precision_id": r["precision"],
+            "regime": validate.model_regime_record(models.get(r["model"]))["regime"]}
+
+
 def time_table(rows: list[dict]) -> list[dict]:
-    """Model, GPU, precision, layout, tokens/s per GPU, days and GPUs for the target (bands)."""
+    """Model, GPU, precision, layout, tokens/s per GPU, MFU, step time, days and GPUs for the
+    target (bands; "memory": the fewest GPUs that hold the model already meet it; "batch": the
+    scenario's global batch costs GPUs, :func:`batch_sentence`)."""
     out = []
     for r in rows:
         need, bought = "–", "–"
         if r.get("need"):
-            need = band_text(r["need"], r["need_low"], r["need_high"]) + (" (memory)" if r.get("need_memory_bound") else "")
+            need = band_text(r["need"], r["need_low"], r["need_high"]) + (
+                " (memory)" if r.get("need_memory_bound") else " (batch)" if r.get("need_nearby") else "")
             bought = bought_text(r)
         elif "need" in r:
             need = r.get("need_layout") or "–"
-        out.append({"model": r["model_name"], "gpu": r["label"], "precision": r["precision"].upper(),
+        out.append({**case_keys(r), "model": r["model_name"], "gpu": r["label"], "precision": r["precision"].upper(),
                     "layout": r["layout"], "tps": band_text(r["tps"], r["tps_low"], r["tps_high"]),
+                    "mfu": "–" if r["mfu"] is None else pct_band(r["mfu"], r["mfu_low"], r["mfu_high"]),
+                    "step": "–" if r.get("step_s") is None else band_text(r["step_s"], None, None),
                     "days": band_text(r["days"], r["days_low"], r["days_high"]), "need": need, "bought": bought})
     return out
 
 
-def system_unit(r: dict, n: int) -> str:
-    """"rack"/"racks", "node"/"nodes": the last word of the system's name."""
-    word = (r.get("system") or "system").split()[-1]
-    return word if n == 1 else word + "s"
+def pct_range_text(lo: float, hi: float) -> str:
+    """A range of percentages in words, to whole percents: "3 to 5%", or "4%" when both ends round
+    to the same ("4 to 4%" says nothing)."""
+    a, b = round(lo), round(hi)
+    return f"{a:.0f}%" if a == b else f"{a:.0f} to {b:.0f}%"
 
 
-def bought_text(r: dict) -> str:
-    """"75 racks (5,400 GPUs)": the GPUs for the target in whole systems."""
-    if not r.get("need_systems"):
-        return "–"
-    return f"{r['need_systems']:,} {system_unit(r, r['need_systems'])} ({r['need_bought']:,} GPUs)"
+def pct_band(v: float, lo: float, hi: float):
+    """A share as ``v% (lo–hi)``, one decimal (MFU); the exported CSV keeps the fractions."""
+    from scaletax.render.tables import Band
+
+    return Band(f"{100 * v:.1f}% ({100 * lo:.1f}–{100 * hi:.1f})", v, lo, hi)
+
+
+def batch_sentence(rows: list[dict], plan: Plan) -> str:
+    """The cases whose GPUs for the target the scenario's global batch raises
+    (:func:`scaletax.model.plan.gpus_for_deadline`: ``need_nearby`` at ``need_nearby_batch``)."""
+    parts = []
+    for r in rows:
+        if not r.get("need_nearby"):
+            continue
+        parts.append(f"{r['model_name']} on {r['label']} needs {r['need']:,} GPUs at the scenario's global batch of "
+                     f"{r['need_batch']:,} sequences where linear scaling of its throughput gives {r['need_linear']:,}: "
+                     f"on the counts in between that batch does not split into micro-batches that fill the pipeline; "
+                     f"with a global batch of {r['need_nearby_batch']:,} sequences "
+                     f"({100 * (r['need_nearby_batch'] / r['need_batch'] - 1):+.0f}%) {r['need_nearby']:,} GPUs finish "
+                     f"in {plan.target_days:g} days")
+    return ("; ".join(parts) + ".") if parts else (
+        "On every case the scenario's global batch splits well on the count found: the GPUs for the target are "
+        "what linear scaling of its throughput gives, to the count resolution.")
 
 
 def goodput_phrase(plan: Plan, gpus: int | None = None) -> str:
@@ -343,7 +370,7 @@ def power_sentence(plan: Plan) -> str:
 def cost_table(rows: list[dict]) -> list[dict]:
     """Model, GPU, GPU-hours (millions), price, cost (USD millions), USD per million tokens,
     energy (MWh), each with its band."""
-    return [{"model": r["model_name"], "gpu": r["label"],
+    return [{**case_keys(r), "model": r["model_name"], "gpu": r["label"],
              "gpu_hours": band_text(_m(r["gpu_hours"]), _m(r["gpu_hours_low"]), _m(r["gpu_hours_high"])),
              "price": price_text(r["price"], row_basis(r)),
              "cost": band_text(_m(r["cost_usd"]), _m(r["cost_usd_low"]), _m(r["cost_usd_high"])),
@@ -376,8 +403,10 @@ def breakeven_table(rows: list[dict]) -> list[dict]:
 
 
 def top_table(rows: list[dict]) -> list[dict]:
-    return [{"model": r["model_name"], "gpu": r["label"], "layout": r["layout"],
+    return [{**case_keys(r), "model": r["model_name"], "gpu": r["label"], "layout": r["layout"],
              "tps": band_text(r["tps"], r["tps_low"], r["tps_high"]),
+             "mfu": "–" if r.get("mfu") is None else pct_band(r["mfu"], r["mfu_low"], r["mfu_high"]),
+             "step": "–" if r.get("step_s") is None else band_text(r["step_s"], None, None),
              "days": band_text(r["days"], r["days_low"], r["days_high"]),
              "per_day": band_text(_m(r["tokens_per_day"], 1e9), _m(r["tokens_per_day_low"], 1e9),
                                   _m(r["tokens_per_day_high"], 1e9)),
@@ -398,11 +427,11 @@ def heq_table(rows: list[dict], hopper: Sequence[str]) -> list[dict]:
 
 
 def claim_table(c: dict[str, Any]) -> list[dict]:
-    return [{"gpu": r["label"], "precision": r["precision"].upper(),
+    return [{**case_keys(r), "gpu": r["label"], "precision": r["precision"].upper(),
              "gpus": "–" if r["gpus"] is None else band_text(r["gpus"], r["gpus_low"], r["gpus_high"]),
-             "layout": r["layout"], "tps": "–" if r["tps"] is None else f"{r['tps']:,.0f}",
-             "days": "–" if r["days"] is None else f"{r['days']:.0f}",
-             "ratio": "–" if r["ratio"] is None else f"{r['ratio']:.2f} ({r['ratio_low']:.2f}–{r['ratio_high']:.2f})"}
+             "layout": r["layout"], "tps": band_text(r["tps"], None, None, 4),
+             "days": band_text(r["days"], None, None), "ratio": band_text(r["ratio"], r["ratio_low"], r["ratio_high"]),
+             "tps_ratio": band_text(r["tps_ratio"], r["tps_ratio_low"], r["tps_ratio_high"])}
             for r in c["rows"]]
 
 
@@ -426,9 +455,8 @@ def headline(plan: Plan, rows: list[dict] | None = None) -> dict[str, Any]:
                 "source": None, "speedup": None, "speedup_low": None, "speedup_high": None,
                 "precision_gain": None, "precision_from": None, "precision_to": None}
         if h and b:
-            speedup = b["tps"] / h["tps"]
-            lo, hi = efficiency.ratio_range(speedup, b["tps_low"] / h["tps_low"], b["tps_high"] / h["tps_high"])
-            item.update(speedup=speedup, speedup_low=lo, speedup_high=hi)
+            q = planning.throughput_ratio(b, h)
+            item.update(speedup=q["ratio"], speedup_low=q["ratio_low"], speedup_high=q["ratio_high"])
         target = _waterfall_target_for(plan, b["gpu"] if b else None)
         if target:
             wf = waterfall(plan, mid, target, alone=False)
@@ -572,7 +600,12 @@ def headline_table(h: dict[str, Any]) -> list[dict]:
     for it in h["models"]:
         hg, hd, hc = cells(it["hopper"])
         bg, bd, bc = cells(it["blackwell"])
-        out.append({"model": it["model_name"], "hopper": hg, "hopper_days": hd, "hopper_cost": hc, "blackwell": bg,
+        keys = {f"{kind}_{k}": (it[kind] or {}).get(src) for kind in ("hopper", "blackwell")
+                for k, src in (("id", "gpu"), ("gpus", "gpus"), ("precision", "precision"), ("tps", "tps"),
+                               ("mfu", "mfu"))}
+        keys["regime"] = validate.model_regime_record(models.get(it["model"]))["regime"]
+        out.append({"model_id": it["model"], **keys, "model": it["model_name"], "hopper": hg, "hopper_days": hd,
+                    "hopper_cost": hc, "blackwell": bg,
                     "blackwell_days": bd, "blackwell_cost": bc,
                     "speedup": band_text(it["speedup"], it["speedup_low"], it["speedup_high"])})
     return out
@@ -589,23 +622,19 @@ def deadline_rows(plan: Plan, h: dict[str, Any]) -> list[dict[str, Any]]:
                 continue
             t = gpus_for_target(plan, r["model"], r["gpu"], r["precision"])
             out.append({"model": r["model"], "model_name": r["model_name"], "gpu": r["gpu"], "label": r["label"],
-                        "need": t["gpus"], "need_low": t["low"], "need_high": t["high"], "days": t["days"],
-                        "message": t["message"], **capacity(r["gpu"], t["gpus"])})
+                        "precision": r["precision"], "need": t["gpus"], "need_low": t["low"], "need_high": t["high"], "days": t["days"],
+                        "need_linear": t["linear"], "need_batch": t["batch"], "need_nearby": t["nearby_gpus"],
+                        "need_nearby_batch": t["nearby_batch"], "message": t["message"], **capacity(r["gpu"], t["gpus"])})
     return out
 
 
 def deadline_table(rows: list[dict], plan: Plan) -> list[dict]:
     """Model, GPU, GPUs for the target (band) and the whole systems that holds them."""
-    return [{"model": r["model_name"], "gpu": r["label"],
-             "need": band_text(r["need"], r["need_low"], r["need_high"]) if r["need"] else r["message"],
+    return [{"model_id": r["model"], "gpu_id": r["gpu"], "precision_id": r["precision"], "model": r["model_name"],
+             "gpu": r["label"],
+             "need": (band_text(r["need"], r["need_low"], r["need_high"]) + (" (batch)" if r.get("need_nearby") else ""))
+             if r["need"] else r["message"],
              "bought": bought_text(r)} for r in rows]
-
-
-def model_regime_record(mid: str) -> dict[str, Any]:
-    """A model's regime trained on Megatron-Core with the distributed optimizer
-    (``runs.model_regime`` at its own sequence length) and that regime's out-of-sample accuracy
-    (``validate.regime_record``): what the limits box and ``scaletax plan`` state."""
-    return validate.regime_record(runs.model_regime(models.get(mid)))
 
 
 def model_regimes(plan: Plan) -> list[dict[str, Any]]:
@@ -617,20 +646,10 @@ def model_regimes(plan: Plan) -> list[dict[str, Any]]:
     worst = validate.worst_regime(validate.regime_accuracy())["regime"]
     out = []
     for mid in plan.models:
-        r = model_regime_record(mid)
+        r = validate.model_regime_record(models.get(mid))
         out.append({"model": mid, "name": model_name(mid), "regime": r["regime"], "oos_rows": r["oos_rows"],
                     "oos_median": r["oos_median"], "oos_within_25": r["oos_within_25"], "worst": r["regime"] == worst})
     return out
-
-
-def regime_accuracy_text(r: dict[str, Any]) -> str:
-    """A regime's out-of-sample accuracy (``oos_rows``, ``oos_median``, ``oos_within_25`` of
-    ``validate.regime_accuracy``) in words: "15.2% median error over 4 runs, 75% within 25%"."""
-    if r["oos_median"] is None:
-        return "no published run with a measurement: not validated"
-    share = "all" if r["oos_within_25"] == 1 else f"{100 * r['oos_within_25']:.0f}%"
-    n = r["oos_rows"]
-    return f"{100 * r['oos_median']:.1f}% median error over {n} run{'s' if n != 1 else ''}, {share} within 25%"
 
 
 def regime_sentence(regimes: Sequence[dict[str, Any]], band: float) -> str:
@@ -715,7 +734,7 @@ def nvl72_tax(plan: Plan) -> dict[str, Any]:
     scenario's first GPU with a domain larger than 8 (the communication chapter's sweep GPU), in
     the precision it trains in. Pairs: model, gpus, layouts, share (exposed communication / step
     time) and speedup (step time with 8 over step time with 72), for the models that fit both.
-    The searches go through the shared disk cache (``search.cached_search``)."""
+    The searches are :func:`scaletax.model.plan.fastest` (kept on disk)."""
     from scaletax.inputs import models as catalog
     from scaletax.inputs.layout import label
     from scaletax.model import search
@@ -727,8 +746,8 @@ def nvl72_tax(plan: Plan) -> dict[str, Any]:
     pairs = []
     for mid in plan.models:
         m = catalog.get(mid)
-        small, large = (search.cached_search(m, prec, g, plan.top, tokens_per_step=plan.batch_tokens, pareto=False,
-                                      space=search.SearchSpace(domain=dom)) for dom in (8, 72))
+        small, large = (planning.fastest(m, g, prec, plan.top, plan.batch_tokens, space=search.SearchSpace(domain=dom))
+                        for dom in (8, 72))
         if small.fits and large.fits:
             a, b = small.metrics, large.metrics
             pairs.append({"model": mid, "gpus": plan.top, "layout_small": label(small.best, m),
@@ -747,11 +766,11 @@ def nvl72_sentence(t: dict[str, Any]) -> str:
     return f"on {t['gpus']:,} {t['label']} GPUs{what}: " + "; ".join(parts)
 
 
-__all__ = ["NO_CASE", "PRICE_MARK", "assumed_prices_sentence", "bought_text", "deadline_rows", "deadline_table",
-           "goodput_phrase", "goodput_sentence", "limits", "system_power_sentence", "limits_sentences", "model_regime_record", "model_regimes", "regime_accuracy_text", "regime_sentence",
-           "power_sentence", "row_basis", "system_unit", "assumptions_sentence", "band_text", "breakeven_sentence",
+__all__ = ["NO_CASE", "PRICE_MARK", "assumed_prices_sentence", "batch_sentence", "deadline_rows", "deadline_table",
+           "goodput_phrase", "goodput_sentence", "limits", "system_power_sentence", "limits_sentences", "model_regimes",
+           "regime_sentence", "power_sentence", "row_basis", "assumptions_sentence", "band_text", "breakeven_sentence",
            "breakeven_summary", "breakeven_table", "claim_sentence", "claim_table", "cost_table",
            "deadline_sentence", "headline", "headline_table", "heq_sentence", "heq_summary", "heq_table",
-           "join_labels", "nofit_sentence", "nvl72_sentence", "nvl72_tax", "precision_sentence", "price_text",
+           "join_labels", "nofit_sentence", "nvl72_sentence", "nvl72_tax", "pct_band", "pct_range_text", "precision_sentence",
            "summary_model_sentence", "table_sentence", "target_sentence", "time_table", "top_sentence",
            "top_summary", "top_table", "tornado_sentence", "waterfall_sentence", "waterfall_table"]

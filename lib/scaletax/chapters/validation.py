@@ -30,7 +30,8 @@ Public API
   ``heldout_group(run_id)`` and ``heldout_summary(held, group)``.
 - The search against NVIDIA's layouts: ``recipe_search_rows(path)`` (Kimi K2 and DeepSeek-V3 benchmark
   recipes of ``data/production_moe_recipes.csv``: the recipe's layout predicted, the search's best for
-  the same model, GPUs, batch and precision, and their ratio), ``in_search_space(layout, ...)``.
+  the same model, GPUs, batch and precision, and their ratio; ``search.in_space`` says whether the
+  search enumerates the recipe's layout).
 - Display text: ``spct(x)`` (signed percent with a true minus), ``md_escape(text)``, ``source_md(url)``.
 """
 from __future__ import annotations
@@ -47,6 +48,7 @@ from scaletax import DATA_DIR
 from scaletax.inputs import hardware, models, recipes, runs
 from scaletax.inputs.layout import Layout, label
 from scaletax.model import comm, efficiency, memory, perf, runplan, search
+from scaletax.model import plan as planning
 from scaletax.fit import calibrate, validate
 
 #: Source of a run (``runs.row_source``: the leave-one-source-out folds) and how the chapter names it.
@@ -151,7 +153,8 @@ def run_rows(table: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]]) ->
             "basis": t["basis"], "source_md": source_md(r.get("source_url", "")),
             "run_id_md": md_escape(t["run_id"]), "caveats": caveats(r.get("notes", "")),
             "caveats_md": md_escape(caveats(r.get("notes", ""))),
-            "mfu_pred": t["mfu"], "step_s": t["step_s"], "model_flops_per_token": t["model_flops_per_token"],
+            "mfu_pred": t["mfu"], "mfu_measured": t["mfu_measured"], "step_s": t["step_s"],
+            "model_flops_per_token": t["model_flops_per_token"],
             **{f"{k}_share": t[f"{k}_share"] for k in COMPONENTS},
         })
     return out
@@ -432,9 +435,10 @@ def _row_gpu_family(row: dict[str, Any]) -> str:
 
 #: Category -> (label, criterion text, predicate on a runs-table row): the issue-12 categories of
 #: independent published runs on which the model was found off, in the order the chapter lists them.
+#: A fine-grained MoE is the regime's (``runs.row_regime``, ``runs.REGIME_CRITERIA``): one definition.
 COVERAGE: dict[str, tuple[str, str, Any]] = {
-    "fine_moe": ("Fine-grained MoE", "≥ 128 routed experts on a hidden size ≤ 4,096",
-                 lambda r: (r.get("moe_experts") or 0) >= 128 and int(r["hidden"]) <= 4096),
+    "fine_moe": ("Fine-grained MoE", runs.REGIME_CRITERIA["fine-grained MoE"],
+                 lambda r: runs.row_regime(r) == "fine-grained MoE"),
     "long_context": ("Long context", "sequence ≥ 32,768 tokens", lambda r: int(r["seq_len"]) >= 32768),
     "small_dense_dp": ("Small dense model at large data parallelism",
                        "dense, ≤ 15 B parameters, ≥ 256 data-parallel ranks",
@@ -597,28 +601,10 @@ def heldout_summary(held: Sequence[dict[str, Any]], group: str | None = None) ->
 PRODUCTION_MOE_CSV = DATA_DIR / "production_moe_recipes.csv"
 
 
-def _recipe_space(lay: Layout) -> search.SearchSpace:
-    """The search space holding only layout ``lay`` (its recompute as the search's, the NVLink domain the GPU's)."""
-    return search.SearchSpace(tp=(int(lay.tp),), pp=(int(lay.pp),), cp=(int(lay.cp),), ep=(int(lay.ep),),
-                              etp_tp=(int(lay.etp) == int(lay.tp),), vp=(int(lay.vp),), mbs=(int(lay.mbs),),
-                              zero_stage=(int(lay.zero_stage),), recompute=(str(lay.recompute),))
-
-
-def in_search_space(lay: Layout, model: models.Model, space: search.SearchSpace, domain: int) -> bool:
-    """Whether the default search (``space``, NVLink ``domain``) enumerates layout ``lay``'s values: each
-    of tp (domain-aligned), pp, cp, ep, etp, vp, mbs, ZeRO stage and recompute is one of its choices."""
-    ch = search._choices(model, int(lay.gpus), space, domain)
-    etp_tp = int(lay.etp) == int(lay.tp)  # at tp = 1 the search keeps etp = tp (= 1) only
-    return (int(lay.tp) in ch["tp"] and int(lay.pp) in ch["pp"] and int(lay.cp) in ch["cp"]
-            and int(lay.ep) in ch["ep"] and etp_tp in ch["etp_tp"]
-            and int(lay.vp) in ch["vp"] and int(lay.mbs) in ch["mbs"] and int(lay.zero_stage) in ch["zero"]
-            and search.RECOMPUTE_CODE[str(lay.recompute)] in ch["rc"])
-
-
 def recipe_search_rows(path: Path | str = PRODUCTION_MOE_CSV) -> list[dict[str, Any]]:
     """Per benchmark recipe of ``path``: (a) the prediction for the recipe's own layout with its stated
     recompute modules, dispatcher and schedule (:func:`probe_rows`, ``recipe_tps``); (a') the same
-    layout as the search models it (``search.cached_search`` on a space holding only that layout:
+    layout as the search models it (``plan.fastest`` on a space holding only that layout:
     the search's selective recompute, MoE dispatch and schedule; ``recipe_search_tps``, None if it
     does not fit there); (b) the search's fastest layout for the same model, GPU, GPU count, global
     batch and precision (``search_tps``, its label and MFU), and ``ratio`` = (b)/(a) and
@@ -630,15 +616,15 @@ def recipe_search_rows(path: Path | str = PRODUCTION_MOE_CSV) -> list[dict[str, 
         model = runs.row_model(r)
         lay = runplan.plan_row(r).layout
         prec, gpu, gpus, gbs = runs.row_recipe(r), runs.row_gpu(r), int(lay.gpus), int(lay.gbs)
-        best = search.cached_search(model, prec, gpu, gpus, gbs=gbs, pareto=False)
-        own = search.cached_search(model, prec, gpu, gpus, gbs=gbs, space=_recipe_space(lay), pareto=False)
+        best = planning.fastest(model, gpu, prec, gpus, gbs=gbs)
+        own = planning.fastest(model, gpu, prec, gpus, gbs=gbs, space=search.only(lay))
         b = float(best.metrics["tokens_per_s_per_gpu"]) if best.fits else None
         a_s = float(own.metrics["tokens_per_s_per_gpu"]) if own.fits else None
         a = p["tokens_per_s_per_gpu"]
         out.append({**{k: p[k] for k in ("run_id", "recipe", "model", "gpu_label", "gpus", "layout", "precision",
                                          "recompute", "fits", "mfu")},
                     "gbs": gbs, "recipe_tps": a, "recipe_search_tps": a_s,
-                    "in_space": in_search_space(lay, model, search.SearchSpace(), int(best.domain or own.domain)),
+                    "in_space": search.in_space(lay, model, search.SearchSpace(), int(best.domain or own.domain)),
                     "search_layout": label(best.best, model, recompute=False) if best.fits else "–",
                     "search_recompute": str(best.best.recompute) if best.fits else "–",
                     "search_tps": b, "search_mfu": float(best.metrics["mfu"]) if best.fits else None,
@@ -700,16 +686,15 @@ def breakdown_rows(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def mfu_rows(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Measured MFU per row (measured tokens/s x model FLOPs per token / dense peak of the row's
-    precision; ``validate.mfu_by_precision`` per row) and the model's."""
+    """Measured MFU per row (``plan.mfu`` of the measured tokens/s, as every chapter states a run's
+    MFU; :func:`mfu_by_precision` per row) and the model's."""
     out = []
     for r in runs:
         if r["measured"] is None:
             continue
-        peak = hardware.get(r["hardware"]).peak_flops(r["precision"].lower())
         out.append({"label": r["label"], "n": r["n"], "hardware": r["hardware"], "hw_label": r["hw_label"],
                     "family": r["family"], "precision": r["precision"], "arch": r["arch"],
-                    "mfu": r["measured"] * r["model_flops_per_token"] / peak, "mfu_pred": r["mfu_pred"]})
+                    "mfu": r["mfu_measured"], "mfu_pred": r["mfu_pred"]})
     return out
 
 
@@ -897,9 +882,7 @@ def mfu_by_precision(table: Sequence[dict[str, Any]] | None = None) -> list[dict
     for r in table:
         if r["measured"] is None:
             continue
-        gpu = hardware.get(r["hardware"])
-        mfu = r["measured"] * r["model_flops_per_token"] / gpu.peak_flops(r["precision"])
-        groups.setdefault((r["precision"], gpu.family), []).append((mfu, r["mfu"]))
+        groups.setdefault((r["precision"], hardware.get(r["hardware"]).family), []).append((r["mfu_measured"], r["mfu"]))
     return [{"precision": p, "family": f, "rows": len(v), "measured_mfu_median": float(np.median([a for a, _ in v])),
              "measured_mfu_max": float(max(a for a, _ in v)), "predicted_mfu_median": float(np.median([b for _, b in v]))}
             for (p, f), v in sorted(groups.items())]
@@ -912,6 +895,6 @@ __all__ = ["CAVEAT_WORDS", "COMPONENTS", "COMPONENT_COLORS", "GEMM_DTYPES", "SOU
            "model_short", "parameter_rows", "pinned_fit", "recompute_whatif", "representative", "run_rows",
            "source_kind", "source_md", "spct", "target_rows", "targets_met", "worst_rows",
            "COVERAGE", "HELDOUT_CSV", "PROBE_SOURCES", "RECIPE_NOTE", "coverage_rows", "heldout_group", "heldout_rows", "heldout_summary", "probe_fit_text", "probe_rows", "probe_sources",
-           "recipe_matched", "PROBE_LABELS", "PRODUCTION_MOE_CSV", "in_search_space", "recipe_search_rows",
+           "recipe_matched", "PROBE_LABELS", "PRODUCTION_MOE_CSV", "recipe_search_rows",
            "NO_REGIME_CALIBRATION", "NO_REGIME_RUN", "empty_regimes_text", "regime_goals_text", "regime_rows",
            "worst_regime_text", "moe_span"]

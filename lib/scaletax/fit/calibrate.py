@@ -793,7 +793,7 @@ def efficiency_yaml_text(ranges: dict[str, Any] | None = None, prepared=None) ->
         f"  ratio_method: \"a ratio of two predictions (one GPU over another): at least value / (1 + w) to value x "
         f"(1 + w), w the {BAND_QUANTILE:.0%} quantile of |log(predicted / measured ratio)| over the pairs of fitted runs "
         "of one model, precision, GPU count and source on two GPUs, each run predicted without its source "
-        "(calibrate.measured_pairs, ratio_half_width; efficiency.ratio_range)\"",
+        "(calibrate.measured_pairs, ratio_half_width; plan.ratio_band)\"",
     ]
     lines += [
         "regimes:",

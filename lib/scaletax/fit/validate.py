@@ -36,9 +36,9 @@ import yaml
 from scaletax.inputs import hardware, runs
 from scaletax.inputs.layout import label
 from scaletax.inputs.runs import (FAMILY_PATTERNS, HELDOUT_CSV, REGIME_CRITERIA, REGIMES, ROW_CONVENTIONS, RUNS_CSV,
-                                  VALIDATION_CSV, measured_tokens_per_s, row_family, row_generation, row_regime,
-                                  row_source)
-from scaletax.model import efficiency, perf, runplan
+                                  VALIDATION_CSV, measured_tokens_per_s, model_regime, row_family, row_generation,
+                                  row_regime, row_source)
+from scaletax.model import efficiency, perf, plan, runplan
 from scaletax.fit import calibrate as cal
 from scaletax.fit.calibrate import load_rows, prepare_rows
 
@@ -72,7 +72,8 @@ def validation_table(rows: Sequence[dict[str, Any]] | None = None, band: efficie
                      prepared: tuple[perf.StepInputs, list[RowSetup]] | None = None) -> list[dict[str, Any]]:
     """One dict per row: measured and predicted tokens/s per GPU (with band), error, breakdown.
 
-    ``error`` = predicted / measured - 1 (None when the row has no measurement).
+    ``error`` = predicted / measured - 1 (None when the row has no measurement); ``mfu`` the
+    prediction's MFU and ``mfu_measured`` the measurement's (``plan.mfu``: the one definition).
     """
     rows = load_rows() if rows is None and prepared is None else rows
     inp, setups = prepared if prepared is not None else prepare_rows(rows)
@@ -93,7 +94,8 @@ def validation_table(rows: Sequence[dict[str, Any]] | None = None, band: efficie
             "predicted": p, "predicted_low": lo, "predicted_high": hi,
             "error": (p / su.measured - 1.0) if su.measured else None,
             "in_band": (lo <= su.measured <= hi) if su.measured else None,
-            "mfu": float(v.mfu[i]), "step_s": step, "model_flops_per_token": float(inp.model_flops_per_token[i]),
+            "mfu": float(v.mfu[i]), "mfu_measured": plan.mfu(su.measured, su.model, su.gpu, su.precision) if su.measured
+            else None, "step_s": step, "model_flops_per_token": float(inp.model_flops_per_token[i]),
             **{f"{k}_share": float(getattr(v, k)[i]) / step for k in ("compute_s", "exposed_comm_s", "bubble_s", "other_s")},
         })
     return out
@@ -300,6 +302,13 @@ def regime_accuracy() -> list[dict[str, Any]]:
     return [dict(r) for r in _regime_accuracy()]
 
 
+def model_regime_record(model) -> dict[str, Any]:
+    """A model's (``models.Model``) regime trained on Megatron-Core with the distributed optimizer
+    (``runs.model_regime`` at its own sequence length) and that regime's out-of-sample accuracy
+    (:func:`regime_record`): what the executive summary's limits box and ``scaletax plan`` state."""
+    return regime_record(model_regime(model))
+
+
 def regime_record(regime: str) -> dict[str, Any]:
     """The :func:`regime_accuracy` entry of ``regime`` (one of :data:`runs.REGIMES`)."""
     for r in _regime_accuracy():
@@ -424,6 +433,6 @@ __all__ = ["RUN_TABLES", "RunAccuracy", "measured_pairs", "VALIDATION_CSV", "pub
            "ROW_CONVENTIONS", "RUNS_CSV", "RowSetup", "SCHEMES", "TARGETS", "band_coverage",
            "cross_validation", "error_summary", "goals_met", "heldout_errors", "heldout_predictions",
            "holdout", "holdout_summary", "load_rows", "measured_tokens_per_s", "prepare_rows",
-           "prepare_setups", "regime_accuracy", "regime_record", "regime_summary", "row_family",
+           "prepare_setups", "model_regime_record", "regime_accuracy", "regime_record", "regime_summary", "row_family",
            "row_generation", "row_group", "row_regime", "row_setup", "row_source", "validation_table",
            "worst_regime"]

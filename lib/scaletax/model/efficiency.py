@@ -7,9 +7,10 @@ written by ``scaletax.fit.calibrate``).
   the out-of-sample spread, pooled and per regime: ``spreads(regime_idx)``),
   ``load_efficiency(path=EFFICIENCY_YAML)``, ``default_band()``,
   ``default_efficiency()``.
-- ``power_per_flop(family)``: the rated power per peak FLOP behind Blackwell Ultra's family factor;
-  ``ratio_range(ratio, low, high)``: the band of a ratio of two predictions (the model's error on
-  measured pairs of runs). (The ceiling a recipe's GEMMs run at is its ``Recipe.format_class``.)
+- ``power_per_flop(family)``: the rated power per peak FLOP behind Blackwell Ultra's family factor.
+  ``EfficiencyBand.ratio_spread`` is the half-width of a ratio of two predictions (the model's error
+  on measured pairs of runs), which ``scaletax.model.plan.ratio_band`` applies. (The ceiling a
+  recipe's GEMMs run at is its ``Recipe.format_class``.)
 """
 from __future__ import annotations
 
@@ -154,7 +155,8 @@ class EfficiencyBand:
     #: leave-one-source-out half-width; a regime not in it takes ``spread``
     regime_spread: Mapping[str, float] = field(default_factory=dict)
     #: relative half-width of a ratio of two predictions (``data/efficiency.yaml`` ``band.ratio_half_width``:
-    #: the model's error on measured pairs of runs, one model on two GPUs); :func:`ratio_range`
+    #: the model's error on measured pairs of runs, one model on two GPUs; the pooled ``spread`` where
+    #: the file has none); ``scaletax.model.plan.ratio_band`` applies it
     ratio_spread: float = 0.0
 
     def __post_init__(self) -> None:
@@ -212,7 +214,7 @@ def load_efficiency(path: Path | str = EFFICIENCY_YAML) -> EfficiencyBand:
     sec = raw.get("band") or {}
     try:
         spread = float(sec.get("relative_half_width", 0.0)) if isinstance(sec, dict) else 0.0
-        ratio = float(sec.get("ratio_half_width", 0.0)) if isinstance(sec, dict) else 0.0
+        ratio = float(sec.get("ratio_half_width", spread)) if isinstance(sec, dict) else spread
     except (TypeError, ValueError):
         raise ValueError(f"{path.name}: band.relative_half_width and band.ratio_half_width must be numbers") from None
     regimes = raw.get("regimes") or {}
@@ -236,17 +238,6 @@ def default_efficiency() -> Efficiency:
     return default_band().value
 
 
-def ratio_range(ratio: float, low: float, high: float, band: EfficiencyBand | None = None) -> tuple[float, float]:
-    """The band of a ratio of two predictions (tokens/s of one GPU over another's, GPUs for a deadline,
-    H-equivalents): the ratio of their corners (``low``, ``high``, in either order), widened to at least
-    ``ratio / (1 + w)`` and ``ratio x (1 + w)``, w the model's error on measured pairs of runs
-    (``band.ratio_spread``, default the calibrated band's). Never zero width: two predictions' errors
-    need not cancel, and where both corners are set by the same regime half-width their ratio would."""
-    w = (default_band() if band is None else band).ratio_spread
-    lo, hi = min(low, high), max(low, high)
-    return min(lo, ratio / (1.0 + w)), max(hi, ratio * (1.0 + w))
-
-
 def power_per_flop(family: str) -> float:
     """Rated board power per dense 16-bit TFLOP/s of a GPU family, W / (TFLOP/s): the mean of
     ``tdp_w / bf16 peak`` over the family's GPUs in ``data/hardware.csv``.
@@ -267,4 +258,4 @@ def power_per_flop(family: str) -> float:
 
 __all__ = ["EFFICIENCY_YAML", "FAMILIES", "FAMILY_CLASSES", "FORMAT_CLASSES", "FP4_CLASS", "PARAM_SIGN", "SAFE_LOADER",
            "Efficiency", "EfficiencyBand", "default_band", "default_efficiency", "load_efficiency",
-           "power_per_flop", "ratio_range"]
+           "power_per_flop"]

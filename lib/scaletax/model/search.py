@@ -129,6 +129,24 @@ def _choices(model: Model, gpus: int, space: SearchSpace, domain: int | None = N
             "rc": [RECOMPUTE_CODE[r] for r in space.recompute]}
 
 
+def only(lay: Layout) -> SearchSpace:
+    """The space holding only layout ``lay`` (its recompute as the search's, the NVLink domain the GPU's)."""
+    return SearchSpace(tp=(int(lay.tp),), pp=(int(lay.pp),), cp=(int(lay.cp),), ep=(int(lay.ep),),
+                       etp_tp=(int(lay.etp) == int(lay.tp),), vp=(int(lay.vp),), mbs=(int(lay.mbs),),
+                       zero_stage=(int(lay.zero_stage),), recompute=(str(lay.recompute),))
+
+
+def in_space(lay: Layout, model: Model, space: SearchSpace, domain: int) -> bool:
+    """Whether ``space`` (NVLink ``domain``) enumerates layout ``lay``'s values: each of tp
+    (domain-aligned), pp, cp, ep, etp, vp, mbs, ZeRO stage and recompute is one of its choices."""
+    ch = _choices(model, int(lay.gpus), space, domain)
+    etp_tp = int(lay.etp) == int(lay.tp)  # at tp = 1 the search keeps etp = tp (= 1) only
+    return (int(lay.tp) in ch["tp"] and int(lay.pp) in ch["pp"] and int(lay.cp) in ch["cp"]
+            and int(lay.ep) in ch["ep"] and etp_tp in ch["etp_tp"]
+            and int(lay.vp) in ch["vp"] and int(lay.mbs) in ch["mbs"] and int(lay.zero_stage) in ch["zero"]
+            and RECOMPUTE_CODE[str(lay.recompute)] in ch["rc"])
+
+
 def target_sequences(model: Model, tokens_per_step: float | None = None, gbs: int | None = None) -> int:
     """Sequences per step: ``gbs``, or the token budget per step in whole sequences."""
     if gbs is not None:
@@ -661,5 +679,5 @@ cached_min_gpus = memo.cached(min_gpus, data=SEARCH_DATA)
 
 
 __all__ = ["MAX_GPUS", "OBJECTIVES", "SEARCH_DATA", "SearchResult", "SearchSpace", "TP_CHOICES", "benchmark",
-           "cached_min_gpus", "cached_search", "candidate_grid", "candidates", "default_counts", "layout_row", "min_gpus",
+           "cached_min_gpus", "cached_search", "candidate_grid", "candidates", "default_counts", "in_space", "layout_row", "min_gpus", "only",
            "pareto_mask", "rank_key", "search", "search_loop", "target_sequences"]

@@ -133,17 +133,22 @@ class Table:
 
 def table(rows: Sequence[dict], columns: dict[str, str], *, label: str, caption: str,
           formats: dict[str, Callable[[Any], str]] | None = None,
-          widths: Sequence[int] | None = None, long: bool = False, empty: str | None = None) -> Table:
+          widths: Sequence[int] | None = None, long: bool = False, empty: str | None = None,
+          keys: Sequence[str] = ()) -> Table:
     """Build a numbered table and save its rows to ``<label>.csv``; display the result.
 
-    With no rows, ``empty`` (the reason, e.g. "no model fits") fills the first column of a
-    single row, so the numbered table stays in place; without ``empty`` that is an error.
+    ``keys``: columns of the rows written to the CSV before the displayed ones but not shown
+    (the ids a row is about: model, GPU, GPU count, precision), so that the same quantity can be
+    found in every file that states it. With no rows, ``empty`` (the reason, e.g. "no model
+    fits") fills the first column of a single row, so the numbered table stays in place; without
+    ``empty`` that is an error.
     """
     if not rows:
         if empty is None:
             raise ValueError(f"table {label}: no rows")
         first = next(iter(columns))
         rows = [{k: (empty if k == first else None) for k in columns}]
-    write_csv(_figures_dir() / f"{label}.csv", csv_rows([{k: r.get(k) for k in columns} for r in rows]))
+    cols = [*[k for k in keys if k not in columns], *columns]
+    write_csv(_figures_dir() / f"{label}.csv", csv_rows([{k: r.get(k) for k in cols} for r in rows]))
     return Table(markdown(rows, columns, label=label, caption=caption, formats=formats, widths=widths,
                           long=long))

@@ -39,7 +39,8 @@ import numpy as np
 from scaletax import files
 from scaletax.inputs import hardware, runs
 from scaletax.inputs.layout import label
-from scaletax.model import efficiency, perf, runplan, search
+from scaletax.model import efficiency, perf, runplan
+from scaletax.model import plan as planning
 from scaletax.fit import validate
 
 #: Tokens per step for a row with neither a layout nor a global batch: 16M, the Llama 3.1
@@ -62,10 +63,10 @@ COST_COLUMNS: tuple[str, ...] = ("predicted_days", "predicted_gpu_hours", "predi
 def _add_costs(out: list[dict[str, Any]], keep: list[int], tps: list[float]) -> None:
     """:data:`COST_COLUMNS` into ``out`` (in place): rows ``keep`` have throughput ``tps``."""
     from scaletax.model import cost
-    from scaletax.chapters.decision import Plan
+    from scaletax.model.plan import Terms
     from scaletax.report.chapters import default_parameters
 
-    plan = Plan.from_params(**default_parameters("decision"))
+    plan = Terms.from_params(**default_parameters("decision"))
     econ = plan.economics(None)
     for r in out:
         r.update({c: None for c in COST_COLUMNS})
@@ -84,7 +85,7 @@ def _add_costs(out: list[dict[str, Any]], keep: list[int], tps: list[float]) -> 
             usd, src = None, ""
         todo.append((k, p))
         price.append(float("nan") if usd is None else usd)
-        watts.append(plan.system_w(hw))
+        watts.append(plan.system_w(runs.row_gpu(r)))
         good.append(float(plan.goodput_at(runs.row_model(r), int(r["gpu_count"]))))
         if usd is not None:
             r["cost_basis"] = f"{usd:g} USD per GPU-hour from {src}; goodput {good[-1]:.3g}"
@@ -110,7 +111,7 @@ def _searched(row: dict[str, Any]) -> tuple[dict[str, Any], str, bool]:
     model = runs.row_model(row)
     gbs = None if _blank(row.get("gbs")) else int(row["gbs"])
     tokens = None if gbs is not None else DEFAULT_TOKENS_PER_STEP
-    res = search.search(model, runs.row_recipe(row), runs.row_gpu(row), int(row["gpu_count"]), tokens_per_step=tokens, gbs=gbs, pareto=False)
+    res = planning.fastest(model, runs.row_gpu(row), runs.row_recipe(row), int(row["gpu_count"]), tokens, gbs=gbs)
     if not res.fits:
         return dict(row), res.message, False
     lay = res.best

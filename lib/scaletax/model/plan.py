@@ -1,0 +1,567 @@
+"""Planning: the questions a planner asks of the model, each answered in one place.
+
+- ``Terms``: the scenario's planning terms (token budget, global batch, target days, the
+  precision policy, prices, energy factors, goodput or the reliability inputs of its scale model),
+  plain data built from the scenario's values (``Terms.from_params``); ``goodput_at(model, gpus)``
+  the share of scheduled time that trains at a scale (:mod:`scaletax.model.goodput`),
+  ``system_w(gpu)`` the all-in system power per GPU (:mod:`scaletax.model.power`),
+  ``economics(gpu_id, model, gpus)`` the :class:`cost.Economics` of one case.
+- ``fastest(model, gpu, recipe, gpus, batch_tokens, space=None)``: the fastest layout that fits
+  (:func:`search.cached_search`, kept per process too), a ``search.SearchResult``.
+- ``case(terms, model, gpu, gpus, recipe=None) -> dict``: one model on ``gpus`` GPUs as a row:
+  layout, tokens/s per GPU, MFU and step time with their bands; ``add_costs(rows, terms)`` adds
+  days, scheduled GPU-hours, energy and cost with their bands and the goodput of each row's scale
+  (:func:`cost.run_costs`, one numpy pass).
+- ``gpus_for_deadline(terms, model, gpu, recipe, days=None) -> dict``: the fewest GPUs (on the
+  count grid, :func:`round_count`) that train the budget in ``days``, monotone in ``days`` (a
+  longer deadline never needs more GPUs), with the nearby global batch when the scenario's batch
+  is what costs GPUs (:data:`NEARBY_BATCH_TOLERANCE`).
+- ``mfu(tokens_per_s_per_gpu, model, gpu, recipe)``: model FLOPs utilization, the one definition
+  (PaLM, Chowdhery et al. 2022, arXiv 2204.02311, App. B: causal attention, unpadded vocabulary,
+  no recompute, over the dense peak of the recipe), for predicted and measured throughput alike.
+- Ratios, each with its own band (:func:`ratio_band`, the one place a ratio's band comes from):
+  ``throughput_ratio(a, b)`` (tokens/s per GPU of ``a`` over ``b``) and ``gpu_count_ratio(a, b)``
+  (GPUs ``a`` needs over GPUs ``b`` needs).
+- ``capacity(gpu, gpus)``: the whole systems (nodes, racks) that hold ``gpus`` GPUs.
+- ``least_parallel(model, gpu, recipe, gpus, space, batch_seqs)`` and
+  ``fewest_gpus(model, gpu, recipe, space, batch_seqs)``: the least model-parallel layout that
+  fits a count, and the smallest count that holds the model (the memory chapter's questions).
+
+Every layout is enumerated and ranked by :mod:`scaletax.model.search`; nothing outside the model
+layer searches layouts or solves for GPU counts.
+"""
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from scaletax.inputs import failures, hardware, recipes
+from scaletax.inputs.models import Model
+from scaletax.model import cost, efficiency, goodput, ownership, power, search
+
+#: Resolution of a searched GPU count: multiples of 2^(floor(log2 n) - RESOLUTION_BITS), at
+#: least 8 (whole 8-GPU nodes), i.e. about 1/16 of the count.
+RESOLUTION_BITS = 4
+#: Largest GPU count a deadline search tries.
+MAX_COUNT = 4_000_000
+#: Counts whose throughput bounds a deadline search from below (:func:`gpus_for_deadline`), besides
+#: the smallest count that holds the model and twice and four times it; fixed, so that neither the
+#: answer nor the searches behind it depend on the deadline or the scenario's cluster size (a
+#: cluster-size rebuild searches only the new size).
+PROBE_COUNTS: tuple[int, ...] = (4_096, 16_384)
+#: ASSUMPTION: no count trains faster per GPU than this times the fastest probe: the deadline
+#: search scans every count from the one that would meet the deadline at that throughput up.
+#: Tokens/s per GPU falls with the count at a fixed global batch (more data-parallel ranks, fewer
+#: micro-batches each) once the model fits comfortably; the probes near the smallest count that
+#: holds it find the fastest per GPU (Kimi K2 on GB200 NVL72: 6,014 tokens/s per GPU on 128 GPUs,
+#: 6,124 on 256, 5,666 on 1,024, 4,666 on 4,096).
+PROBE_MARGIN = 1.25
+#: How far (relative) a deadline search may move the global batch to show what the scenario's
+#: batch costs: on counts where it does not divide into whole micro-batches per data-parallel rank
+#: that are a multiple of the pipeline depth, the interleaved schedule (Narayanan et al. 2021,
+#: arXiv 2104.04473, §2.2) is not available and the pipeline bubble grows.
+NEARBY_BATCH_TOLERANCE = 0.10
+
+
+# =========================================================================================
+# The scenario's terms
+# =========================================================================================
+@dataclass(frozen=True, kw_only=True)
+class Terms:
+    """What planning needs from a scenario (plain data, validated by the scenario).
+
+    tokens: the token budget; batch_tokens: the global batch (tokens per step); target_days;
+    precision / precisions: the precision wanted and those allowed (:func:`recipes.training_precision`);
+    prices: GPU id -> {"usd_per_gpu_hour", "assumption", "source", "your_input"}; pue and
+    utilization (average / peak power): energy factors; system_overhead: the planner's all-in
+    system power / TDP (None: each GPU's system power, :func:`scaletax.model.power.system_w`);
+    usd_per_mwh: electricity price; goodput: the planner's share of scheduled time that trains
+    (None: the scale model of :mod:`scaletax.model.goodput` with ``reliability``, the scenario's
+    ``cluster.reliability``); price_includes_power: all-in rental prices; ownership: the
+    scenario's ``economics.ownership`` (None when it has none).
+    """
+
+    tokens: float
+    batch_tokens: int
+    target_days: float
+    precision: str
+    precisions: tuple[str, ...]
+    prices: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    pue: float
+    utilization: float
+    usd_per_mwh: float
+    reliability: Mapping[str, Any] = field(default_factory=dict)
+    goodput: float | None = None
+    price_includes_power: bool = False
+    system_overhead: float | None = None
+    ownership: Mapping[str, Any] | None = None
+
+    @staticmethod
+    def params_of(*, training_tokens, training_global_batch_tokens, training_precision, training_precisions,
+                  cluster_target_days, economics_prices, economics_energy, economics_usd_per_mwh,
+                  cluster_goodput: float | None, economics_price_includes_power: bool,
+                  cluster_reliability: Mapping[str, Any], economics_ownership: Mapping[str, Any] | None = None,
+                  **_ignored: Any) -> dict[str, Any]:
+        """The fields of :class:`Terms` from a chapter's notebook parameters (scenario keys with '_'
+        for '.'), which ``report.chapters`` gives every chapter that reads them."""
+        e = economics_energy
+        over = e.get("system_overhead")
+        return dict(tokens=float(training_tokens), batch_tokens=int(training_global_batch_tokens),
+                    target_days=float(cluster_target_days), precision=str(training_precision),
+                    precisions=tuple(training_precisions),
+                    prices={k: dict(v) for k, v in (economics_prices or {}).items()},
+                    pue=float(e["pue"]), system_overhead=None if over is None else float(over),
+                    utilization=float(e["utilization"]), usd_per_mwh=float(economics_usd_per_mwh),
+                    reliability=dict(cluster_reliability),
+                    goodput=None if cluster_goodput is None else float(cluster_goodput),
+                    price_includes_power=bool(economics_price_includes_power),
+                    ownership=None if economics_ownership is None else dict(economics_ownership))
+
+    @classmethod
+    def from_params(cls, **params: Any) -> "Terms":
+        """:class:`Terms` from the notebook parameters (:meth:`params_of`)."""
+        return cls(**cls.params_of(**params))
+
+    def price(self, gpu_id: str) -> float | None:
+        p = self.prices.get(gpu_id)
+        return None if p is None else float(p["usd_per_gpu_hour"])
+
+    def price_assumed(self, gpu_id: str) -> bool:
+        p = self.prices.get(gpu_id)
+        return True if p is None else bool(p.get("assumption", False))
+
+    def price_basis(self, gpu_id: str) -> str:
+        """Where the GPU's price comes from: "published", "assumed" or "your input"."""
+        p = self.prices.get(gpu_id)
+        if p is not None and p.get("your_input"):
+            return "your input"
+        return "assumed" if self.price_assumed(gpu_id) else "published"
+
+    def economics(self, gpu_id: str | None = None, model: Model | None = None, gpus: int | None = None) -> cost.Economics:
+        """The scenario's economics with this GPU's price (0 when it has none or no GPU is given)
+        and the goodput of ``model`` on ``gpus`` GPUs (:meth:`goodput_at`; without them the
+        planner's goodput, else 1)."""
+        good = self.goodput_at(model, gpus) if model is not None and gpus else (self.goodput or 1.0)
+        return cost.Economics(usd_per_gpu_hour=(self.price(gpu_id) if gpu_id else None) or 0.0,
+                              system_overhead=self.system_overhead, utilization=self.utilization, pue=self.pue,
+                              usd_per_mwh=self.usd_per_mwh, goodput=float(good),
+                              price_includes_power=self.price_includes_power)
+
+    def system_w(self, gpu: hardware.GPU) -> float:
+        """All-in system power per GPU, W (:func:`scaletax.model.power.system_w`; the energy of every
+        case and the megawatts of every cluster come from it)."""
+        return power.system_w(gpu, self.system_overhead)
+
+    def energy_usd_per_gpu_hour(self, gpu: hardware.GPU) -> float:
+        """What the electricity of one GPU-hour adds to the cost (0 with all-in prices)."""
+        return (cost.energy_mwh(1.0, self.system_w(gpu), self.utilization, self.pue)
+                * self.economics().energy_usd_per_mwh)
+
+    def failure_report(self) -> failures.Report:
+        """The published report whose interruption rates the goodput model uses."""
+        return failures.get(str(self.reliability["failure_report"]))
+
+    def reliability_inputs(self) -> goodput.Reliability:
+        """The goodput model's inputs: the report's rates per GPU-hour (or the planner's own
+        unexpected rate), restart time, storage bandwidth, and the spread of the published
+        unexpected rates (with the planner's rate in it) for the band."""
+        rep, rel = self.failure_report(), self.reliability
+        rate = rel.get("failures_per_gpu_hour") or rep.unexpected_per_gpu_hour
+        lo, hi = failures.rate_range()
+        return goodput.Reliability(unexpected_per_gpu_hour=float(rate), planned_per_gpu_hour=rep.planned_per_gpu_hour,
+                                   restart_s=60.0 * float(rel["restart_minutes"]),
+                                   storage_bytes_per_s=1e12 * float(rel["storage_tb_s"]),
+                                   unexpected_low=min(lo, rate), unexpected_high=max(hi, rate))
+
+    def goodput_at(self, model: Model, gpus) -> float | np.ndarray:
+        """Share of scheduled time that trains for ``model`` on ``gpus`` GPUs (an int or an array):
+        the planner's ``cluster.goodput`` when set, else the scale model
+        (:func:`scaletax.model.goodput.goodput`: interruptions grow with the GPU count, the
+        checkpoint with the model's parameters)."""
+        return self._goodput_band(goodput.checkpoint_bytes(model.total_params), gpus)[0]
+
+    def goodput_band_at(self, model: Model, gpus) -> tuple:
+        """(goodput, low, high) of :meth:`goodput_at`: the band spans the published interruption
+        rates (:func:`scaletax.model.goodput.goodput_band`); the planner's goodput has none."""
+        return self._goodput_band(goodput.checkpoint_bytes(model.total_params), gpus)
+
+    def _goodput_band(self, state_bytes: float, gpus) -> tuple:
+        if self.goodput is not None:
+            g = self.goodput if np.ndim(gpus) == 0 else np.full(np.shape(gpus), self.goodput)
+            return g, g, g
+        return goodput.goodput_band(gpus, state_bytes, self.reliability_inputs())
+
+    def recipe(self, gpu: hardware.GPU) -> recipes.Recipe:
+        """The recipe ``gpu`` trains in (:func:`recipes.training_precision` of the terms' policy)."""
+        return recipes.training_precision(gpu, self.precision, self.precisions)
+
+    def fastest_recipe(self, gpu: hardware.GPU) -> recipes.Recipe:
+        """The GPU's fastest native recipe among the allowed ones (:func:`recipes.fastest_precision`)."""
+        return recipes.fastest_precision(gpu, self.precision, self.precisions)
+
+
+# =========================================================================================
+# The fastest layout
+# =========================================================================================
+_FASTEST: dict[tuple, search.SearchResult] = {}
+_FASTEST_LOCK = threading.Lock()
+
+
+def fastest(model: Model, gpu: hardware.GPU, recipe: recipes.Recipe, gpus: int, batch_tokens: int | None = None,
+            *, gbs: int | None = None, space: search.SearchSpace | None = None) -> search.SearchResult:
+    """The fastest layout of ``model`` on ``gpus`` GPUs of ``gpu`` in ``recipe`` at a global batch
+    of ``batch_tokens`` tokens (or ``gbs`` sequences), in ``space`` (default: the search's):
+    ``search.cached_search`` (on disk, keyed by the model's, GPU's and recipe's fields) and kept
+    per process."""
+    key = (model, hardware.check(gpu), recipes.check(recipe), int(gpus), batch_tokens, gbs, space)
+    res = _FASTEST.get(key)
+    if res is None:
+        res = search.cached_search(model, recipe, gpu, int(gpus), tokens_per_step=batch_tokens, gbs=gbs,
+                                   space=space, pareto=False)
+        with _FASTEST_LOCK:
+            _FASTEST[key] = res
+    return res
+
+
+def clear_cache() -> None:
+    """Forget this process's searches (the disk cache stays)."""
+    _FASTEST.clear()
+
+
+def mfu(tokens_per_s_per_gpu, model: Model, gpu: hardware.GPU, recipe: recipes.Recipe):
+    """Model FLOPs utilization: tokens/s per GPU x model FLOPs per token (causal, unpadded, no
+    recompute: ``Model.model_flops_per_token``) / the dense peak of ``recipe`` on ``gpu``. The
+    step-time model's ``StepTime.mfu`` is this (a test holds them equal); a measured run's MFU is
+    this of its measured tokens/s (never a source's own count)."""
+    return tokens_per_s_per_gpu * model.model_flops_per_token(causal=True) / gpu.peak_flops(recipe)
+
+
+def case(terms: Terms, model: Model, gpu: hardware.GPU, gpus: int, recipe: recipes.Recipe | None = None,
+         res: search.SearchResult | None = None) -> dict[str, Any]:
+    """One model on ``gpus`` GPUs of ``gpu`` (in ``recipe``, default the one it trains in) as a row:
+    model, gpu and precision (ids), gpus, fits, message, min_gpus, layout (a ``Layout`` or None),
+    tps / tps_low / tps_high (tokens/s per GPU), mfu / mfu_low / mfu_high (the band of the
+    throughput: the FLOPs and the peak are fixed), step_s, comm_share (exposed communication /
+    step), sequences_per_gpu, system_w (all-in system power per GPU, W) and state_bytes (what a
+    restart loads, :func:`scaletax.model.goodput.checkpoint_bytes`). No economics yet
+    (:func:`add_costs`)."""
+    rec = terms.recipe(gpu) if recipe is None else recipe
+    n = int(gpus)
+    res = fastest(model, gpu, rec, n, terms.batch_tokens) if res is None else res
+    row = {"model": model.id, "gpu": gpu.id, "precision": rec.name, "gpus": n, "fits": res.fits,
+           "message": res.message, "min_gpus": res.min_gpus, "system_w": terms.system_w(gpu),
+           "state_bytes": goodput.checkpoint_bytes(model.total_params), "layout": res.best,
+           "tps": None, "tps_low": None, "tps_high": None, "mfu": None, "mfu_low": None, "mfu_high": None,
+           "step_s": None, "comm_share": None}
+    if res.fits:
+        m = res.metrics
+        t, lo, hi = m["tokens_per_s_per_gpu"], m["tokens_per_s_per_gpu_low"], m["tokens_per_s_per_gpu_high"]
+        u = mfu(t, model, gpu, rec)
+        row.update(tps=t, tps_low=lo, tps_high=hi, mfu=u, mfu_low=u * lo / t, mfu_high=u * hi / t, step_s=m["step_s"],
+                   comm_share=m["exposed_comm_s"] / m["step_s"], sequences_per_gpu=res.sequences / n)
+    return row
+
+
+#: The quantities :func:`add_costs` adds, each with ``_low`` and ``_high``.
+COSTS: tuple[str, ...] = ("days", "gpu_hours", "energy_mwh", "cost_usd", "usd_per_mtok", "tokens_per_day")
+
+
+def add_costs(rows: list[dict[str, Any]], terms: Terms) -> list[dict[str, Any]]:
+    """Add days, scheduled GPU-hours, energy (MWh), cost (USD), USD per million tokens and tokens
+    per day, each with ``_low`` / ``_high``, and the goodput of the row's scale (``goodput``, with
+    ``goodput_low`` / ``goodput_high`` over the published interruption rates), to every row with a
+    throughput (``tps``, ``gpus``, ``system_w``, ``state_bytes`` and ``price``, None without one);
+    one pass of :func:`cost.run_costs` over all rows (days and GPU-hours are scheduled ones). Low
+    throughput gives the high end of days, GPU-hours, energy and cost."""
+    fit = [r for r in rows if r.get("tps")]
+    for r in rows:
+        if not r.get("tps"):
+            r.update({k + s: None for k in (*COSTS, "goodput") for s in ("", "_low", "_high")})
+    if not fit:
+        return rows
+    n = np.array([r["gpus"] for r in fit], dtype=float)
+    watts = np.array([r["system_w"] for r in fit], dtype=float)
+    price = np.array([np.nan if r.get("price") is None else r["price"] for r in fit])
+    good = np.empty(len(fit))
+    for sb in {r["state_bytes"] for r in fit}:
+        idx = [i for i, r in enumerate(fit) if r["state_bytes"] == sb]
+        g, lo, hi = (np.atleast_1d(x) for x in terms._goodput_band(sb, n[idx]))
+        good[idx] = g
+        for i, a, b, c in zip(idx, g, lo, hi):
+            fit[i].update(goodput=float(a), goodput_low=float(b), goodput_high=float(c))
+
+    def cols(tps):
+        c = cost.run_costs(terms.tokens, tps, n, watts, terms.economics(), usd_per_gpu_hour=np.nan_to_num(price),
+                           goodput=good)
+        for k in ("cost_usd", "usd_per_mtok"):
+            c[k] = np.where(np.isnan(price), np.nan, c[k])
+        return c
+
+    mid, slow, fast = (cols(np.array([r[k] for r in fit], dtype=float)) for k in ("tps", "tps_low", "tps_high"))
+    for k in COSTS:
+        a, b = np.atleast_1d(slow[k]), np.atleast_1d(fast[k])
+        for suffix, v in (("", np.atleast_1d(mid[k])), ("_low", np.minimum(a, b)), ("_high", np.maximum(a, b))):
+            for r, x in zip(fit, v):
+                r[k + suffix] = float(x) if np.isfinite(x) else None
+    return rows
+
+
+# =========================================================================================
+# GPUs for a deadline
+# =========================================================================================
+def round_count(n: float) -> int:
+    """``n`` rounded up to the count grid (:data:`RESOLUTION_BITS`: about 1/16 of the count, at
+    least whole 8-GPU nodes)."""
+    n = max(8.0, float(n))
+    step = max(8, 2 ** max(0, int(math.floor(math.log2(n))) - RESOLUTION_BITS))
+    return int(step * math.ceil(n / step - 1e-12))
+
+
+def next_count(n: int) -> int:
+    """The next count of the grid above ``n``."""
+    return round_count(n + 1)
+
+
+def _days(terms: Terms, model: Model, res: search.SearchResult, n: int) -> float:
+    return cost.days_to_train(terms.tokens, res.metrics["tokens_per_s_per_gpu"], n, terms.goodput_at(model, n)) \
+        if res.fits else math.inf
+
+
+def _scan(terms: Terms, model: Model, gpu: hardware.GPU, recipe: recipes.Recipe, days: float,
+          space: search.SearchSpace | None) -> tuple[int | None, int | None, dict[int, search.SearchResult], str]:
+    """(the fewest GPUs of the grid from the probe bound up that train the budget in ``days``, the
+    count scanned just before it (None: it was the first; 0: the first, and the smallest count that
+    holds the model), the searches by count, a message when there is none)."""
+    seen: dict[int, search.SearchResult] = {}
+
+    def run(k: int) -> search.SearchResult:
+        if k not in seen:
+            seen[k] = fastest(model, gpu, recipe, k, terms.batch_tokens, space=space)
+        return seen[k]
+
+    smallest = search.cached_min_gpus(model, recipe, gpu, space=space or search.SearchSpace(),
+                                      sequences=search.target_sequences(model, terms.batch_tokens))
+    if not smallest.fits:
+        return None, None, seen, f"{model.name or model.id} does not fit on any count up to {search.MAX_GPUS:,} GPUs"
+    memory_min = smallest.gpus[0]
+    probes = [run(k) for k in sorted({memory_min, 2 * memory_min, 4 * memory_min, *PROBE_COUNTS}) if k >= memory_min]
+    tps = [r.metrics["tokens_per_s_per_gpu"] for r in probes if r.fits]
+    # the goodput at the smallest count is the highest (interruptions grow with the count)
+    best_good = float(terms.goodput_at(model, memory_min))
+    bound = cost.gpus_for_days(terms.tokens, PROBE_MARGIN * max(tps), days, best_good) if tps else 8
+    n = round_count(max(bound, memory_min))  # no count below holds the model or could meet the deadline
+    prev = None if n > round_count(memory_min) else 0  # 0: the first count is the smallest that holds it
+    while n <= MAX_COUNT:
+        if _days(terms, model, run(n), n) <= days * (1 + 1e-9):
+            return n, prev, seen, ""
+        r = seen[n]
+        prev = n
+        # skip counts where nothing fits: the memory minimum the search reports
+        n = round_count(r.min_gpus) if (not r.fits and r.min_gpus is not None and r.min_gpus > n) else next_count(n)
+    return None, prev, seen, f"needs more than {MAX_COUNT:,} GPUs"
+
+
+def gpus_for_deadline(terms: Terms, model: Model, gpu: hardware.GPU, recipe: recipes.Recipe | None = None,
+                      days: float | None = None) -> dict[str, Any]:
+    """The fewest GPUs (on the count grid, :func:`round_count`) that train ``terms.tokens`` in
+    ``days`` (default the target), the layout searched again at each count.
+
+    Every count of the grid is tried from the one that would meet the deadline at
+    :data:`PROBE_MARGIN` times the fastest per-GPU throughput of :data:`PROBE_COUNTS` up to the
+    first that meets it: a longer deadline starts lower and accepts every count a shorter one
+    accepts, so it never needs more GPUs (monotone; tokens/s per GPU is not monotone in the count,
+    since the global batch divides better on some counts than on others). Band: GPUs needed at
+    the band's throughputs on the found count (held fixed), never narrower than the count grid.
+
+    ``linear``: the count that linear scaling of the found count's throughput gives. Where the
+    answer is above it, the counts in between fit but miss the deadline at the scenario's global
+    batch (``batch`` sequences); on each of them, from the smallest, the nearest batch that splits
+    into whole micro-batches per rank in multiples of the best layout's pipeline depth (within
+    :data:`NEARBY_BATCH_TOLERANCE`) is searched, and the first count that meets the deadline
+    with it is ``nearby_gpus`` at ``nearby_batch`` sequences (None when no count does).
+    """
+    rec = terms.recipe(gpu) if recipe is None else recipe
+    days = terms.target_days if days is None else float(days)
+    n, prev, seen, msg = _scan(terms, model, gpu, rec, days, None)
+    base = {"gpus": None, "low": None, "high": None, "days": None, "exact": None, "exact_low": None,
+            "exact_high": None, "result": None, "memory_bound": False, "tokens_per_s_per_gpu": None, "tps_low": None,
+            "tps_high": None, "searches": len(seen), "message": msg, "target_days": days, "precision": rec.name,
+            "linear": None, "nearby_gpus": None, "nearby_batch": None, "batch": None}
+    if n is None:
+        base["result"] = seen[max(seen)] if seen else None
+        return base
+    res = seen[n]
+    m = res.metrics
+    t, tlo, thi = m["tokens_per_s_per_gpu"], m["tokens_per_s_per_gpu_low"], m["tokens_per_s_per_gpu_high"]
+    good = float(terms.goodput_at(model, n))
+    exact = [terms.tokens / (x * days * cost.SECONDS_PER_DAY * good) for x in (t, thi, tlo)]
+    low, high = (round_count(x) for x in exact[1:])
+    linear = round_count(exact[0])
+    out = {**base, "gpus": n, "low": min(low, n), "high": max(high, n),
+           "days": _days(terms, model, res, n), "goodput": good, "exact": exact[0], "exact_low": exact[1], "exact_high": exact[2],
+           "result": res, "memory_bound": prev == 0 or (prev is not None and not seen[prev].fits),
+           "tokens_per_s_per_gpu": t, "tps_low": tlo, "tps_high": thi, "linear": linear,
+           "batch": res.sequences}
+    if linear < n and not out["memory_bound"]:  # the counts in between fit but miss at the scenario's batch
+        near = _nearby_batch(terms, model, gpu, rec, days, [k for k in sorted(seen) if linear <= k < n], seen)
+        out["searches"] += near[2]
+        if near[0] is not None:
+            out.update(nearby_gpus=near[0], nearby_batch=near[1])
+    return out
+
+
+def _nearby_batch(terms: Terms, model: Model, gpu: hardware.GPU, recipe: recipes.Recipe, days: float,
+                  counts: Sequence[int], seen: Mapping[int, search.SearchResult]) -> tuple[int | None, int | None, int]:
+    """(the first of ``counts`` that meets ``days`` at the nearest global batch whose micro-batches
+    per rank are a multiple of its best layout's pipeline depth, that batch in sequences, searches)."""
+    searches = 0
+    for k in counts:
+        res = seen[k]
+        if not res.fits:
+            continue
+        lay, s = res.best, res.sequences
+        unit = int(lay.mbs) * int(lay.dp) * int(lay.pp)
+        gbs = max(1, int(round(s / unit))) * unit
+        if gbs == lay.gbs or abs(gbs / s - 1) > NEARBY_BATCH_TOLERANCE:
+            continue
+        searches += 1
+        alt = fastest(model, gpu, recipe, k, gbs=gbs)
+        if _days(terms, model, alt, k) <= days * (1 + 1e-9):
+            return k, gbs, searches
+    return None, None, searches
+
+
+# =========================================================================================
+# Ratios
+# =========================================================================================
+def ratio_band(value: float, corners: Iterable[float], spread: float | None = None) -> tuple[float, float]:
+    """The band of a ratio of two predictions: the range of ``corners`` (the ratio at each end of
+    the inputs' bands) and ``value``, widened to at least ``value`` / (1 + w) .. ``value`` x (1 + w),
+    w = ``spread`` (default the model's error on measured pairs of runs, ``EfficiencyBand.ratio_spread``:
+    ``data/efficiency.yaml`` ``band.ratio_half_width``, the 80% quantile of the leave-one-source-out
+    error of the ratio of the same model's throughput on two GPUs, ``calibrate.ratio_half_width``).
+    Two predictions sharing the calibrated parameters leave the ratio's corners nearly equal, which
+    is no evidence that the ratio is known that well. The one place a ratio's band comes from."""
+    w = efficiency.default_band().ratio_spread if spread is None else float(spread)
+    vals = [float(value), *(float(c) for c in corners)]
+    lo, hi = min(vals), max(vals)
+    return min(lo, value / (1.0 + w)), max(hi, value * (1.0 + w))
+
+
+def throughput_ratio(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, float] | None:
+    """Tokens/s per GPU of row ``a`` over row ``b`` (rows of :func:`case`), with its band
+    (:func:`ratio_band` of the same-corner ratios); None when either has no throughput."""
+    if not (a.get("tps") and b.get("tps")):
+        return None
+    r = a["tps"] / b["tps"]
+    lo, hi = ratio_band(r, (a["tps_low"] / b["tps_low"], a["tps_high"] / b["tps_high"]))
+    return {"ratio": r, "ratio_low": lo, "ratio_high": hi}
+
+
+def gpu_count_ratio(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, float] | None:
+    """GPUs ``a`` needs over GPUs ``b`` needs (results of :func:`gpus_for_deadline`, counts on the
+    grid), with its band (:func:`ratio_band` of the ratios at the band's ends of both); None when
+    either has no count."""
+    if not (a.get("gpus") and b.get("gpus")):
+        return None
+    r = a["gpus"] / b["gpus"]
+    lo, hi = ratio_band(r, (a["low"] / b["low"], a["high"] / b["high"]))
+    return {"ratio": r, "ratio_low": lo, "ratio_high": hi}
+
+
+# =========================================================================================
+# Whole systems; the memory chapter's searches
+# =========================================================================================
+def capacity(gpu: hardware.GPU, gpus: int | None) -> dict[str, Any]:
+    """How ``gpus`` GPUs are bought: whole systems (8-GPU nodes, 72-GPU racks; ``data/systems.csv``).
+
+    need_systems: systems holding the count; need_bought: their GPUs (the layout runs on
+    ``gpus``; the rest are spares); system: the system's name; per_system.
+    """
+    if not gpus:
+        return {"need_systems": None, "need_bought": None, "system": gpu.system, "per_system": gpu.gpus_per_system}
+    n = cost.whole_systems(gpus, gpu.gpus_per_system)
+    return {"need_systems": n, "need_bought": n * gpu.gpus_per_system,
+            "system": gpu.system or f"{gpu.gpus_per_system}-GPU system", "per_system": gpu.gpus_per_system}
+
+
+def cluster_power(terms: Terms, gpu: hardware.GPU, gpus) -> dict[str, Any]:
+    """IT and facility megawatts of ``gpus`` GPUs of ``gpu`` in whole systems, at the scenario's
+    PUE (:func:`scaletax.model.power.cluster_power`, the system power every energy figure uses)."""
+    return power.cluster_power(gpu, gpus, terms.pue, terms.system_overhead)
+
+
+def goodput_detail(terms: Terms, model: Model, gpus) -> dict[str, Any]:
+    """The goodput of ``model`` on ``gpus`` GPUs with its band and what makes it (mean time
+    between unexpected interruptions in hours, checkpoint write and interval in s,
+    :func:`scaletax.model.goodput.breakdown`); ``yours``: the planner's ``cluster.goodput`` (no model)."""
+    g, lo, hi = terms.goodput_band_at(model, gpus)
+    out = {"goodput": g, "goodput_low": lo, "goodput_high": hi, "yours": terms.goodput is not None,
+           "mtbf_h": None, "checkpoint_s": None, "interval_s": None}
+    if terms.goodput is None:
+        b = goodput.breakdown(gpus, goodput.checkpoint_bytes(model.total_params), terms.reliability_inputs())
+        out.update(mtbf_h=b["mtbf_h"], checkpoint_s=b["checkpoint_s"], interval_s=b["interval_s"])
+    return out
+
+
+def owned_price(terms: Terms, gpu: hardware.GPU) -> dict[str, Any] | None:
+    """USD per GPU-hour of paid work of an owned ``gpu`` (:func:`scaletax.model.ownership.owned_usd_per_gpu_hour`:
+    capital, facility, energy and total) beside the rental price with the same energy
+    (``rent_total``); None when the scenario has no ownership inputs or no system price for it."""
+    own = terms.ownership
+    cap = (own or {}).get("capex", {}).get(gpu.id)
+    if own is None or cap is None:
+        return None
+    energy = terms.energy_usd_per_gpu_hour(gpu)
+    out = ownership.owned_usd_per_gpu_hour(float(cap["usd_per_system"]) / gpu.gpus_per_system,
+                                           float(own["depreciation_years"]), float(own["cost_of_capital"]),
+                                           float(own["facility_usd_per_mw_year"]), terms.system_w(gpu),
+                                           float(own["busy_share"]), energy)
+    rent = terms.price(gpu.id)
+    basis = "your input" if cap.get("your_input") else "assumed" if cap.get("assumption") else "published"
+    return {**out, "capex_per_system": float(cap["usd_per_system"]), "capex_basis": basis,
+            "rent": rent, "rent_total": None if rent is None else rent + energy}
+
+
+def least_parallel(model: Model, gpu: hardware.GPU, recipe: recipes.Recipe, gpus: int, space: search.SearchSpace,
+                   batch_seqs: int | None = None) -> dict[str, Any]:
+    """The least model-parallel layout of ``space`` that fits ``gpus`` GPUs of ``gpu`` (``layout``,
+    None where none does), its ``gib``, and what sets its model-parallel size mp = tp x pp x cp
+    (``bound``): "batch" where a less model-parallel layout would fit in memory but not run the
+    global batch of ``batch_seqs`` sequences, "memory" where the less model-parallel layouts do
+    not fit, "none" where it is the least parallel layout there is. ``space`` has objective
+    "least_parallel"; without ``batch_seqs`` there is no batch rule."""
+    def run(seqs):
+        sp = space if seqs is not None else space.with_(batch_tolerance=None)
+        return search.cached_search(model, recipe, gpu, int(gpus), gbs=seqs, space=sp, pareto=False)
+
+    res = run(batch_seqs)
+    if not res.fits:
+        return {"layout": None, "gib": None, "bound": None}
+    lay = res.best
+    mp = lay.tp * lay.pp * lay.cp
+    free = res if batch_seqs is None else run(None)
+    if free.fits and free.best.tp * free.best.pp * free.best.cp < mp:
+        bound = "batch"
+    else:  # the least model parallelism of any candidate, memory aside
+        la = search.candidates(model, int(gpus), space.with_(batch_tolerance=None), None, domain=res.domain)
+        bound = "memory" if mp > int((la.tp * la.pp * la.cp).min()) else "none"
+    return {"layout": lay, "gib": res.metrics["memory_gib"], "bound": bound}
+
+
+def fewest_gpus(model: Model, gpu: hardware.GPU, recipe: recipes.Recipe, space: search.SearchSpace,
+                batch_seqs: int | None = None) -> search.SearchResult:
+    """The smallest count (1, 2, 4, then whole 8-GPU nodes up to ``space.max_gpus``) where
+    ``space`` has a layout of ``model`` that fits ``gpu`` (``search.cached_min_gpus``)."""
+    sp = space if batch_seqs is not None else space.with_(batch_tolerance=None)
+    return search.cached_min_gpus(model, recipe, gpu, space=sp, sequences=batch_seqs)
+
+
+__all__ = ["COSTS", "MAX_COUNT", "NEARBY_BATCH_TOLERANCE", "PROBE_COUNTS", "PROBE_MARGIN", "RESOLUTION_BITS",
+           "Terms", "add_costs", "capacity", "cluster_power", "goodput_detail", "owned_price", "case", "clear_cache", "fastest", "fewest_gpus",
+           "gpu_count_ratio", "gpus_for_deadline", "least_parallel", "mfu", "next_count", "ratio_band",
+           "round_count", "throughput_ratio"]
