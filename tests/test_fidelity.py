@@ -162,3 +162,16 @@ def test_a_ratio_of_two_predictions_carries_the_error_on_measured_pairs(everythi
     assert plan.ratio_band(2.0, (2.9, 1.2)) == (1.2, 2.9)  # wider corners stay, in either order
     with pytest.raises(ValueError, match="ratio_half_width: no measured pair"):
         calibrate.ratio_half_width([])
+
+
+def test_the_ep_link_rate_is_the_measured_hybridep_curve():
+    """comm.ep_link_curve: HybridEP on GB200 NVL72, kernel only at 32 SMs (data/kernel_benchmarks.csv,
+    DeepEP hybrid-ep README at 94a9f8f), FP8 dispatch and BF16 combine averaged, over GB200's 900 GB/s
+    per direction: 8 ranks (713.98 + 737.13) / 2, 36 ranks (489.27 + 596.99) / 2; held flat outside."""
+    from scaletax.model import comm
+    ranks, eff = comm.ep_link_curve()
+    assert list(ranks) == [8, 16, 24, 32, 36]
+    assert eff[0] == pytest.approx((713.98 + 737.13) / 2 / 900, rel=1e-9)
+    assert eff[-1] == pytest.approx((489.27 + 596.99) / 2 / 900, rel=1e-9)
+    np.testing.assert_allclose(comm.ep_link_eff([2, 8, 36, 72]), [eff[0], eff[0], eff[-1], eff[-1]], rtol=1e-12)
+    assert eff[2] < comm.ep_link_eff(20) < eff[1]

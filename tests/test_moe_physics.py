@@ -47,9 +47,14 @@ def test_rank_imbalance_slows_expert_gemms_and_dispatch():
     assert 1.0 < imb < 1.02
     # dispatch elements per GPU per layer scale by the same factor (48 layers x 8 micro-batches,
     # fwd dispatch + combine + 2 bwd, 7/8 of the buffer leaves the GPU over NVLink)
-    ep = inp.comm.groups["ep"]
     buf = 4096 * 8 * 2048 * imb * 2.0  # bf16 elements
-    assert float(ep.nvlink_bytes[0]) == pytest.approx(48 * 8 * 4 * buf * 7 / 8, rel=1e-9)
+    a2a = perf.prepare(QWEN30, lay, as_recipe("bf16"), as_gpu("h100_sxm"), ep_dispatch="alltoall").comm.groups["ep"]
+    assert float(a2a.nvlink_bytes[0]) == pytest.approx(48 * 8 * 4 * buf * 7 / 8, rel=1e-9)
+    # DeepEP-class dispatch (the default): a token crosses NVLink once per distinct destination rank
+    # (r of them for its k experts), not once per expert
+    r = float(perf.distinct_groups(128, 8, 8))
+    ep = inp.comm.groups["ep"]
+    assert float(ep.nvlink_bytes[0]) == pytest.approx(48 * 8 * 4 * buf * r / 8 * 7 / 8, rel=1e-9)
 
 
 def test_permute_bytes_alltoall_by_hand():

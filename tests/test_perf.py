@@ -192,15 +192,22 @@ def test_ep_dedup_factor():
 
 
 def test_dedup_reproduces_comm_without_dedup():
-    """The EP re-timing in perf equals comm's own all-to-all time when nothing is deduplicated."""
+    """With top-1 routing nothing is deduplicated: the EP re-timing keeps comm's NIC bytes, and inside
+    one NVLink domain comm's NVLink bytes, timed at the HybridEP kernels' measured share of the link
+    (comm.ep_link_eff) instead of NCCL's; across domains the RDMA phase binds, as in comm."""
     from scaletax.model import comm
 
     lay = LayoutArray.from_layouts([Layout(tp=1, pp=4, dp=256, ep=e, etp=1, mbs=1, gbs=1024) for e in (8, 64, 128)])
     topo = Topology.from_gpu(as_gpu("h100_sxm"))
     step = comm.step_traffic(KIMI, lay, topo, comm.WireFormat.for_recipe(as_recipe("fp8")))
     one = KIMI.model_copy(update={"moe_top_k": 1, "moe_experts": 384})
-    redo = perf._dedup_ep(step, one, topo, "dedup")  # factor 1 for top-1 routing
-    np.testing.assert_allclose(redo.groups["ep"].seconds, step.groups["ep"].seconds, rtol=1e-9)
+    g, redo = step.groups["ep"], perf._dedup_ep(step, one, topo, "dedup").groups["ep"]  # factor 1 for top-1
+    np.testing.assert_allclose(redo.nic_bytes, g.nic_bytes, rtol=1e-12)
+    assert float(redo.nvlink_bytes[0]) == pytest.approx(float(g.nvlink_bytes[0]), rel=1e-12)
+    cnt = float(g.count[0])
+    want = cnt * (topo.alpha_launch + topo.alpha_nvlink) + float(g.nvlink_bytes[0]) / (topo.nvlink_bw * comm.ep_link_eff(8))
+    assert float(redo.seconds[0]) == pytest.approx(want, rel=1e-9)
+    np.testing.assert_allclose(redo.seconds[1:], g.seconds[1:], rtol=1e-9)
 
 
 def test_unsupported_precision_raises():

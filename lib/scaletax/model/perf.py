@@ -701,10 +701,20 @@ def ep_dedup_factor(model: Model, ep, n_in, ep_dispatch: str = "dedup"):
 
 
 def _dedup_ep(step: comm.StepComm, model: Model, topo: Topology, ep_dispatch: str) -> comm.StepComm:
-    """``step`` with the EP group's scale-out bytes and time scaled by :func:`ep_dedup_factor`.
+    """``step`` with the EP group re-timed for DeepEP-class dispatch (``ep_dispatch="dedup"``).
 
-    Time as in ``comm``: per all-to-all, launch + max(NVLink phase, NIC phase); the step's
-    all-to-alls share one placement, so the phases are summed over them before the max.
+    A DeepEP / HybridEP kernel sends a token once per destination rank, not once per expert
+    (deepseek-ai/DeepEP README: the dispatch's "NVLink bottleneck bandwidth" counts the bytes a
+    rank receives), and across NVLink domains once per destination domain over RDMA, to the rank
+    of the same local index, which forwards it over NVLink to the token's other ranks there
+    (DeepSeek-V3, arXiv 2412.19437, §3.2.2). Per token of the group's all-to-all send buffer m
+    (k copies): NIC bytes (n - n_in)/n m x :func:`ep_dedup_factor` (distinct remote domains),
+    NVLink bytes m r / k x (n_in - 1) / n_in (r = :func:`distinct_groups` over the n ranks: every
+    distinct destination rank but the one a copy lands on first), at the rate the dispatch and
+    combine kernels achieve among n_in ranks of one NVLink domain (``comm.ep_link_eff``: HybridEP
+    on GB200 NVL72, 0.81 of the link at 8 ranks to 0.60 at 36), not NCCL's. Time as in ``comm``:
+    per all-to-all, launch + max(NVLink phase, NIC phase); the step's all-to-alls share one
+    placement, so the phases are summed over them before the max.
     """
     if not model.is_moe or ep_dispatch == "alltoall":
         return step
@@ -713,11 +723,17 @@ def _dedup_ep(step: comm.StepComm, model: Model, topo: Topology, ep_dispatch: st
     n_in = np.asarray(g.per_domain, dtype=np.float64)
     f = ep_dedup_factor(model, n, n_in, ep_dispatch)
     cnt = np.asarray(g.count, dtype=np.float64)
-    t_in = np.where(n_in > 1, cnt * topo.alpha_nvlink + g.nvlink_bytes / np.asarray(topo.nvlink_eff_bw), 0.0)
+    # the k-copy send buffer per step behind comm's all-to-all bytes, (n - 1)/n of it on the wire
+    m = (np.asarray(g.nvlink_bytes, dtype=np.float64) + np.asarray(g.nic_bytes, dtype=np.float64)) \
+        * n / np.maximum(n - 1.0, 1.0)
+    per_rank = distinct_groups(model.moe_experts, model.moe_top_k, n) / model.moe_top_k
+    nv = np.where(n_in > 1, m * per_rank * (n_in - 1.0) / np.maximum(n_in, 1.0), 0.0)
+    bw_in = np.asarray(topo.nvlink_bw, dtype=np.float64) * comm.ep_link_eff(n_in)
+    t_in = np.where(n_in > 1, cnt * topo.alpha_nvlink + nv / bw_in, 0.0)
     nic = g.nic_bytes * f
     t_out = np.where(n > n_in, cnt * topo.alpha_nic + nic / np.asarray(topo.nic_eff_bw), 0.0)
     secs = np.where(cnt > 0, cnt * topo.alpha_launch + np.maximum(t_in, t_out), 0.0)
-    return replace(step, groups={**step.groups, "ep": replace(g, nic_bytes=nic, seconds=secs)})
+    return replace(step, groups={**step.groups, "ep": replace(g, nvlink_bytes=nv, nic_bytes=nic, seconds=secs)})
 
 
 def _mix_steps(a: comm.StepComm, b: comm.StepComm, x) -> comm.StepComm:
