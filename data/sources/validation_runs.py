@@ -36,8 +36,8 @@ _BRIDGE_062 = "megatron-bridge 0.6.2 recipe {} (data/bridge_recipes.csv), layout
 _TT_H100 = ("hardware h100_sxm_96gb_500w: the notes' Grand Teton H100 SXM with 96 GB HBM2e (2.4 TB/s) "
             "at a 500 W power limit (data/hardware.csv)")
 _FSDP_TT = "stack fsdp: TorchTitan FSDP2 (notes)"
-_FLEX = (" (moe_dispatcher: the recipe's flex dispatcher with the HybridEP backend, written deepep, the DeepEP-class "
-         "value the schema takes today; schedule ep_overlap: overlap_moe_expert_parallel_comm true)")
+_FLEX = (" (moe_dispatcher: the recipe's flex dispatcher with the HybridEP backend; schedule ep_overlap: "
+         "overlap_moe_expert_parallel_comm true)")
 _DSV3 = ("etp 1: no expert tensor parallelism in any DeepSeek-V3 recipe (data/bridge_recipes.csv); "
          "pp_split balanced: the DeepSeek-V3 recipes' custom pipeline_model_parallel_layout "
          "(set_deepseek_v3_pipeline_model_parallel_layout)")
@@ -72,15 +72,18 @@ _add("mbridge26.04.01-Llama3-DGX-GB200-64-NVFP4",
      *_recipe("llama3_70b_pretrain_64gpu_gb200_nvfp4_config", {"recompute": "none", "fp8_param_gather": "false",
                                                                "tp_comm_overlap": "false"}))
 _add("mbridge26.04.01-Llama3-DGX-GB300-64-FP8",
-     *_recipe("llama3_70b_pretrain_64gpu_gb300_fp8cs_config", {"recompute": "none", "fp8_param_gather": "true"}))
+     *_recipe("llama3_70b_pretrain_64gpu_gb300_fp8cs_config", {"fp8_param_gather": "true"},
+              "; recompute left unknown: the recipe recomputes nothing but offloads 20 layers' activations to the "
+              "CPU (cpu_offloading, cpu_offloading_num_layers 20), which the runs schema does not state: the "
+              "planner takes the least recompute that fits"))
 _add("mbridge26.04.01-Llama3-DGX-GB300-64-NVFP4",
      *_recipe("llama3_70b_pretrain_64gpu_gb300_nvfp4_config", {"recompute": "none", "fp8_param_gather": "false"}))
 _add("mbridge26.06-KimiK2-DGX-GB300-256-MXFP8",
      *_recipe("kimi_k2_pretrain_256gpu_gb300_fp8mx_config",
-              {"recompute_modules": "mla_up_proj", "moe_dispatcher": "deepep", "schedule": "1f1b", "etp": "1",
+              {"recompute_modules": "mla_up_proj", "moe_dispatcher": "flex", "schedule": "1f1b", "etp": "1",
                "fp8_param_gather": "false", "pp_split": "balanced"},
-              " (moe_dispatcher: the recipe's flex dispatcher with the HybridEP backend, written deepep, the "
-              "DeepEP-class value the schema takes today; schedule 1f1b: overlap_moe_expert_parallel_comm false; "
+              " (moe_dispatcher: the recipe's flex dispatcher with the HybridEP backend; schedule 1f1b: "
+              "overlap_moe_expert_parallel_comm false; "
               "pp_split balanced: the recipe's custom pipeline layout, _get_kimi_k2_pipeline_layout)"))
 _add("mbridge26.04.01-Qwen3235B-A22B-DGX-H100-256-FP8",
      *_recipe("qwen3_235b_a22b_pretrain_256gpu_h100_fp8cs_config",
@@ -88,12 +91,12 @@ _add("mbridge26.04.01-Qwen3235B-A22B-DGX-H100-256-FP8",
                "fp8_param_gather": "true"}))
 _add("mbridge26.04.01-Qwen3235B-A22B-DGX-B200-256-MXFP8",
      *_recipe("qwen3_235b_a22b_pretrain_256gpu_b200_fp8mx_config",
-              {"vp": "3", "recompute": "none", "moe_dispatcher": "deepep", "schedule": "ep_overlap", "etp": "1",
+              {"vp": "3", "recompute": "none", "moe_dispatcher": "flex", "schedule": "ep_overlap", "etp": "1",
                "fp8_param_gather": "true"}, _FLEX))
 for _gpu, _vp in (("GB200", "3"), ("GB300", "12")):
     _add(f"mbridge26.04.01-Qwen3235B-A22B-DGX-{_gpu}-256-MXFP8",
          *_recipe(f"qwen3_235b_a22b_pretrain_256gpu_{_gpu.lower()}_fp8mx_config",
-                  {"recompute": "none", "moe_dispatcher": "deepep", "schedule": "ep_overlap", "etp": "1",
+                  {"recompute": "none", "moe_dispatcher": "flex", "schedule": "ep_overlap", "etp": "1",
                    "fp8_param_gather": "true"}, _FLEX))
 _add("mbridge26.04.01-GPT-OSS120B-DGX-H100-64-BF16",
      *_recipe("gpt_oss_120b_pretrain_64gpu_h100_bf16_config",
@@ -111,7 +114,7 @@ _add("mbridge26.04.01-GPT-OSS120B-DGX-GB300-64-BF16",
 for _gpu in ("gb200", "gb300"):
     _add(f"bridge2606_qwen3_30b_a3b_{_gpu}x8_ep8_mxfp8",
          *_recipe(f"qwen3_30b_a3b_pretrain_8gpu_{_gpu}_fp8mx_config",
-                  {"moe_dispatcher": "deepep", "schedule": "ep_overlap", "etp": "1", "fp8_param_gather": "true"},
+                  {"moe_dispatcher": "flex", "schedule": "ep_overlap", "etp": "1", "fp8_param_gather": "true"},
                   _FLEX))
 
 # DeepSeek-V3 rows without an identical recipe: what the notes state, and what every recipe states

@@ -427,19 +427,30 @@ def source_predictions(prepared=None, fits: dict | None = None) -> np.ndarray:
     return fold_predictions(inp, plans, runs.row_source, fits)[0]
 
 
+def conformal_quantile(a, level: float = BAND_QUANTILE) -> float:
+    """The split-conformal quantile of the scores ``a``: the ceil((n + 1) level)-th smallest of n (the
+    largest where that exceeds n). A new run exchangeable with the n falls at or below it with
+    probability >= ``level`` (Lei et al. 2018, JASA 113:1094, Thm 2.2; Angelopoulos & Bates,
+    arXiv 2107.07511, §1), where the plain empirical quantile covers less at small n."""
+    x = np.sort(np.asarray(a, dtype=np.float64).ravel())
+    if not x.size:
+        raise ValueError("conformal_quantile: no score")
+    return float(x[min(x.size, math.ceil((x.size + 1) * level - 1e-9)) - 1])
+
+
 def band_widths(log_err: np.ndarray, regimes: Sequence[str]) -> tuple[float, dict[str, float]]:
     """(pooled, {regime: half-width w}) from |log(predicted / measured)| of out-of-sample runs:
-    w = expm1 of the :data:`BAND_QUANTILE` quantile, per regime where it has :data:`BAND_MIN_RUNS`
-    runs or more, else the pooled w widened to the regime's largest error (a regime of few runs
-    cannot show its quantile; it is not narrowed below what it shows)."""
+    w = expm1 of the :data:`BAND_QUANTILE` :func:`conformal_quantile`, per regime where it has
+    :data:`BAND_MIN_RUNS` runs or more, else the pooled w widened to the regime's largest error (a
+    regime of few runs cannot show its quantile; it is not narrowed below what it shows)."""
     a = np.abs(np.asarray(log_err, dtype=np.float64))
     regs = np.asarray(list(regimes))
-    pooled = float(np.expm1(np.quantile(a, BAND_QUANTILE))) if a.size else 0.0
+    pooled = float(np.expm1(conformal_quantile(a))) if a.size else 0.0
     out = {}
     for reg in runs.REGIMES:
         x = a[regs == reg]
         if x.size >= BAND_MIN_RUNS:
-            out[reg] = float(np.expm1(np.quantile(x, BAND_QUANTILE)))
+            out[reg] = float(np.expm1(conformal_quantile(x)))
         else:
             out[reg] = max(pooled, float(np.expm1(x.max()))) if x.size else pooled
     return pooled, out
@@ -497,12 +508,12 @@ def measured_pairs(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def ratio_half_width(pairs: Sequence[dict[str, Any]]) -> float:
     """Relative half-width of the band of a ratio of two predictions: the :data:`BAND_QUANTILE`
-    quantile of |log(predicted / measured ratio)| over :func:`measured_pairs`, leave one source out
+    :func:`conformal_quantile` of |log(predicted / measured ratio)| over :func:`measured_pairs`, leave one source out
     (never zero: the two predictions' errors do not cancel)."""
     if not pairs:
         raise ValueError("ratio_half_width: no measured pair")
     a = np.abs(np.log1p([p["oos_ratio_error"] for p in pairs]))
-    return float(np.expm1(np.quantile(a, BAND_QUANTILE)))
+    return float(np.expm1(conformal_quantile(a)))
 
 
 def pair_records(plans: Sequence[RowPlan], pred: np.ndarray, oos: np.ndarray) -> list[dict[str, Any]]:
@@ -783,7 +794,8 @@ def efficiency_yaml_text(ranges: dict[str, Any] | None = None, prepared=None) ->
         f"  relative_half_width: {spread['relative_half_width']:.4f}",
         f"  coverage: {spread['coverage']:.4f}",
         f"  rows: {spread['rows']}",
-        f"  method: \"{BAND_QUANTILE:.0%} quantile of |log(predicted / measured)| over the fitted runs each predicted "
+        f"  method: \"{BAND_QUANTILE:.0%} split-conformal quantile (the ceil((n + 1) 0.8)-th smallest of n; calibrate."
+        "conformal_quantile) of |log(predicted / measured)| over the fitted runs each predicted "
         "by a calibration without its source (runs.row_source; calibrate.out_of_sample_spread), per regime (regimes."
         f"band_half_width; a regime of fewer than {BAND_MIN_RUNS} runs: this pooled value widened to its largest error); "
         "every prediction's low / high is at least value / (1 + w) and value x (1 + w); coverage: the share of the "
@@ -791,7 +803,7 @@ def efficiency_yaml_text(ranges: dict[str, Any] | None = None, prepared=None) ->
         f"  ratio_half_width: {ratio_half_width(pairs):.4f}",
         f"  ratio_pairs: {len(pairs)}",
         f"  ratio_method: \"a ratio of two predictions (one GPU over another): at least value / (1 + w) to value x "
-        f"(1 + w), w the {BAND_QUANTILE:.0%} quantile of |log(predicted / measured ratio)| over the pairs of fitted runs "
+        f"(1 + w), w the {BAND_QUANTILE:.0%} split-conformal quantile of |log(predicted / measured ratio)| over the pairs of fitted runs "
         "of one model, precision, GPU count and source on two GPUs, each run predicted without its source "
         "(calibrate.measured_pairs, ratio_half_width; plan.ratio_band)\"",
     ]
@@ -831,7 +843,7 @@ __all__ = ["COLLECTIVE_PARAMS", "Calibration", "DERIVED_FAMILIES", "FIT_BOUNDS",
            "fit_bounds", "fp8_over_bf16_max",
            "IDENTIFIED_BY", "PRIORS", "RANGE_CHI2", "TIED_FAMILIES", "band_from_ranges", "calibrate", "calibrate_fold",
            "efficiency_ranges", "efficiency_yaml_text", "fit_gemm_measurements", "fold_predictions", "load_rows",
-           "measured_base", "out_of_sample_spread", "BAND_QUANTILE", "BAND_MIN_RUNS", "band_widths",
+           "measured_base", "out_of_sample_spread", "conformal_quantile", "BAND_QUANTILE", "BAND_MIN_RUNS", "band_widths",
            "source_predictions", "FIT_TABLES", "abs_error_stats", "heldout_errors", "heldout_predictions",
            "regime_spread",
            "power_ratio", "prepare_rows", "tie_ratios", "write_efficiency_yaml"]
