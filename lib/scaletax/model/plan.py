@@ -442,7 +442,7 @@ def ratio_band(value: float, corners: Iterable[float], spread: float | None = No
     """The band of a ratio of two predictions: the range of ``corners`` (the ratio at each end of
     the inputs' bands) and ``value``, widened to at least ``value`` / (1 + w) .. ``value`` x (1 + w),
     w = ``spread`` (default the model's error on measured pairs of runs, ``EfficiencyBand.ratio_spread``:
-    ``data/efficiency.yaml`` ``band.ratio_half_width``, the 80% quantile of the leave-one-source-out
+    ``data/efficiency.yaml`` ``band.ratio_half_width``, the split-conformal 80% quantile of the leave-one-source-out
     error of the ratio of the same model's throughput on two GPUs, ``calibrate.ratio_half_width``).
     Two predictions sharing the calibrated parameters leave the ratio's corners nearly equal, which
     is no evidence that the ratio is known that well. The one place a ratio's band comes from."""
