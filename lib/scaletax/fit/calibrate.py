@@ -469,14 +469,24 @@ def out_of_sample_spread(prepared=None, pred: np.ndarray | None = None) -> dict[
     regs = [runs.row_regime(p.row) for p, k in zip(plans, ok) if k]
     srcs = np.array([runs.row_source(p.row) for p, k in zip(plans, ok) if k])
     pooled, per = band_widths(err, regs)
+    inside = nested_inside(err, regs, srcs)
+    return {"relative_half_width": pooled, "regimes": per, "coverage": float(np.mean(inside)),
+            "rows": int(ok.sum())}
+
+
+def nested_inside(log_err, regimes: Sequence[str], sources: Sequence[str]) -> np.ndarray:
+    """Per run, whether its out-of-sample error ``log_err`` (log(predicted / measured)) falls inside
+    its regime's band made by :func:`band_widths` from the other sources' runs only: the band's
+    coverage out of sample, overall or per regime (the mean over a regime's runs)."""
+    err = np.asarray(log_err, dtype=np.float64)
+    regs, srcs = list(regimes), np.asarray(list(sources))
     inside = np.zeros(err.size, dtype=bool)
-    for src in dict.fromkeys(srcs):
+    for src in dict.fromkeys(srcs.tolist()):
         rest = srcs != src
         _, w = band_widths(err[rest], [r for r, k in zip(regs, rest) if k])
         for i in np.flatnonzero(~rest):
             inside[i] = abs(err[i]) <= math.log1p(w[regs[i]]) + 1e-12
-    return {"relative_half_width": pooled, "regimes": per, "coverage": float(np.mean(inside)),
-            "rows": int(ok.sum())}
+    return inside
 
 
 def measured_pairs(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -843,7 +853,7 @@ __all__ = ["COLLECTIVE_PARAMS", "Calibration", "DERIVED_FAMILIES", "FIT_BOUNDS",
            "fit_bounds", "fp8_over_bf16_max",
            "IDENTIFIED_BY", "PRIORS", "RANGE_CHI2", "TIED_FAMILIES", "band_from_ranges", "calibrate", "calibrate_fold",
            "efficiency_ranges", "efficiency_yaml_text", "fit_gemm_measurements", "fold_predictions", "load_rows",
-           "measured_base", "out_of_sample_spread", "conformal_quantile", "BAND_QUANTILE", "BAND_MIN_RUNS", "band_widths",
+           "measured_base", "out_of_sample_spread", "conformal_quantile", "nested_inside", "BAND_QUANTILE", "BAND_MIN_RUNS", "band_widths",
            "source_predictions", "FIT_TABLES", "abs_error_stats", "heldout_errors", "heldout_predictions",
            "regime_spread",
            "power_ratio", "prepare_rows", "tie_ratios", "write_efficiency_yaml"]

@@ -369,8 +369,22 @@ class RunAccuracy:
                 "oos_signed_median": float(np.median(oos)) if oos else None}
 
     def by_regime(self, table: str | None = None) -> list[dict[str, Any]]:
-        """:meth:`summary` per regime of :data:`runs.REGIMES` (every regime, in order), with its name."""
-        return [{"regime": reg, **self.summary(table, reg)} for reg in REGIMES]
+        """:meth:`summary` per regime of :data:`runs.REGIMES` (every regime, in order), with its name, and
+        ``oos_in_band``: the share of the regime's fitted runs (:meth:`fitted`) inside a band made without
+        their source (``calibrate.nested_inside``; None without a fitted run)."""
+        fit = self.fitted()
+        inside = cal.nested_inside([math.log1p(r["oos_error"]) for r in fit], [r["regime"] for r in fit],
+                                   [r["source"] for r in fit]) if fit else np.zeros(0, dtype=bool)
+        out = []
+        for reg in REGIMES:
+            m = [i for i, r in enumerate(fit) if r["regime"] == reg]
+            out.append({"regime": reg, **self.summary(table, reg),
+                        "oos_in_band": float(np.mean(inside[m])) if m else None})
+        return out
+
+    def fitted(self) -> list[dict[str, Any]]:
+        """The runs a calibration fits (of :attr:`train_tables`, each once; never a held-out run again)."""
+        return [r for r in self.rows if r["table"] in self.train_tables and not r["duplicate"]]
 
 
 def run_accuracy(prepared: tuple[perf.StepInputs, list[RowSetup]] | None = None, tables: Sequence[str] | None = None,

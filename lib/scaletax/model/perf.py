@@ -189,8 +189,12 @@ def power_scale(gpu: hardware.GPU) -> float:
     Under heavy GEMM load a Hopper or Blackwell GPU runs at its power limit, and at the voltage floor
     dynamic power is linear in clock (P = C V^2 f): the sustained clock scales with the power limit
     (the rule ``efficiency.power_per_flop`` applies between Blackwell and Blackwell Ultra). Meta's 500 W
-    H100 SXM (``h100_sxm_96gb_500w``) sustains 500 / 700 of the stock part's clock. ASSUMPTION: linear
-    DVFS (an upper bound on the loss where the voltage can still fall with the clock)."""
+    H100 SXM (``h100_sxm_96gb_500w``) sustains 500 / 700 of the stock part's clock. ASSUMPTION, a model:
+    linear DVFS (an upper bound on the loss where the voltage can still fall with the clock). The other
+    bound, the voltage falling with the clock (P ~ f^3, clock (500/700)^(1/3) = 0.89), was tried and
+    rejected on the measurements: refitted, the 500 W TorchTitan rows come out +22% to +71% fast out
+    of sample (leave one source out; linear: -7% to +40%) and the validation table's median error
+    rises from 7.5% to 8.8%."""
     g = hardware.check(gpu)
     if not g.variant_of:
         return 1.0
