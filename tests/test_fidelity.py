@@ -182,6 +182,8 @@ def test_the_ep_link_rate_is_the_measured_hybridep_curve():
     DeepEP hybrid-ep README at 94a9f8f), FP8 dispatch and BF16 combine averaged, over GB200's 900 GB/s
     per direction: 8 ranks (713.98 + 737.13) / 2, 36 ranks (489.27 + 596.99) / 2; held flat outside."""
     from scaletax.model import comm
+    from scaletax.inputs import hardware
+    assert comm.EP_BENCH_LINK_BW == hardware.get("gb200").nvlink_bw
     ranks, eff = comm.ep_link_curve()
     assert list(ranks) == [8, 16, 24, 32, 36]
     assert eff[0] == pytest.approx((713.98 + 737.13) / 2 / 900, rel=1e-9)

@@ -713,7 +713,11 @@ _SOURCES = {
                          "{at_bound}.",
     "moe_overhead": "CALIBRATED on the MoE rows only (fine- and coarse-grained): time of the MoE routing kernels "
                     "(router logits and top-k, token permutations around the all-to-all; perf.memory_bound_bytes) "
-                    "over their ideal HBM time. A fold without an MoE row takes memory_overhead (calibrate.PRIORS).",
+                    "over their ideal HBM time. A fold without an MoE row takes memory_overhead (calibrate.PRIORS). "
+                    "A REGIME PARAMETER: only the MoE runs constrain it and no kernel measurement grounds it (the "
+                    "expert GEMMs are checked against DeepGEMM's grouped GEMMs and the dispatch runs at HybridEP's "
+                    "measured rate, data/kernel_benchmarks.csv); it stands for what the fine-grained MoE runs "
+                    "still lack, and their band says how well it does (the validation chapter).",
 }
 
 

@@ -320,6 +320,10 @@ KERNEL_BENCHMARKS_CSV = DATA_DIR / "kernel_benchmarks.csv"
 #: kernel-only "algorithm bandwidth" at the 32 SMs the Megatron-Bridge benchmark recipes give it
 #: (``moe_hybridep_num_sms = 32``): FP8 dispatch and BF16 combine (NVIDIA's README_Hybrid-EP.md on
 #: DeepEP branch hybrid-ep at 94a9f8f; bytes received per rank over its NVLink, per-rank deduplicated).
+#: The per-direction NVLink rate of the GPU those rows ran on, B/s: GB200's NVLink 5, 1.8 TB/s per GPU
+#: both directions (data/hardware.csv gb200 nvlink; a constant, not a catalog read, so that a cached
+#: search's key covers it: tests/test_fidelity.py holds it to the catalog).
+EP_BENCH_LINK_BW = 900e9
 EP_BENCH_ROWS: tuple[tuple[str, str, str], ...] = (
     ("gb200", "HybridEP dispatch (kernel only, 32 SMs)", "fp8"),
     ("gb200", "HybridEP combine (kernel only, 32 SMs)", "bf16"))
@@ -329,7 +333,7 @@ EP_BENCH_ROWS: tuple[tuple[str, str, str], ...] = (
 def ep_link_curve(path: Path | str = KERNEL_BENCHMARKS_CSV) -> tuple[np.ndarray, np.ndarray]:
     """(ranks, achieved fraction of the per-direction NVLink rate) of the MoE dispatch and combine
     kernels inside one NVLink domain: the mean of :data:`EP_BENCH_ROWS` at each rank count, over
-    GB200's 900 GB/s per direction (``data/hardware.csv``). Falls from 0.81 at 8 ranks to 0.60 at
+    GB200's 900 GB/s per direction (:data:`EP_BENCH_LINK_BW`). Falls from 0.81 at 8 ranks to 0.60 at
     36 (the NVSwitch fabric serves more peers per GPU; DeepEP on 8 H800s: 153-158 of ~200 GB/s,
     0.77-0.79, the same as at 8 ranks here)."""
     by: dict[int, list[float]] = {}
@@ -341,7 +345,7 @@ def ep_link_curve(path: Path | str = KERNEL_BENCHMARKS_CSV) -> tuple[np.ndarray,
                 by.setdefault(int(r["ranks"]), []).append(float(r["value"]))
     if not by:
         raise ValueError(f"{path}: no HybridEP GB200 row ({EP_BENCH_ROWS})")
-    per_dir = hardware.get("gb200").nvlink_bw  # B/s per direction
+    per_dir = EP_BENCH_LINK_BW
     ranks = np.array(sorted(by), dtype=np.float64)
     eff = np.array([np.mean(by[int(k)]) * 1e9 / per_dir for k in ranks])
     ranks.flags.writeable = eff.flags.writeable = False
