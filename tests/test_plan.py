@@ -102,3 +102,12 @@ def test_capacity_rounds_to_whole_systems():
     assert d.capacity("gb200", 5376) == {"need_systems": 75, "need_bought": 5400, "system": "GB200 NVL72 rack",
                                          "per_system": 72}
     assert d.capacity("h100_sxm", 16385)["need_bought"] == 16392 == 8 * cost.whole_systems(16385, 8)
+
+
+def test_a_model_name_with_rich_markup_is_printed_as_typed():
+    """The table prints names as text: ``[/bold]`` in a model name raised MarkupError (exit 1)."""
+    name = "[red]M[/red] [/bold] :warning:"
+    res = _plan("--model", "pm", "--gpu", "h100_sxm", "--gpus", "8",
+                "--set", f'models=[kimi_k2, {{id: pm, base: megatron_1t, name: "{name}"}}]')
+    assert res.exit_code == 0, res.output
+    assert f"{name} (yours) on 8 x H100 SXM" in " ".join(res.output.split())
