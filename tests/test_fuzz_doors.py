@@ -351,7 +351,11 @@ def _matches(pattern: str, field: str) -> bool:
 
 
 def _is_inline_text(field) -> bool:
-    """A text field of an inline definition's schema: ``str`` or ``str | None`` (not a ``Literal``)."""
+    """A text field of an inline definition's schema: ``str`` or ``str | None`` (not a ``Literal``),
+    and not an id the schema holds to a pattern (``hardware.GPU.variant_of``: a catalog id, refused
+    unless it matches, as ``id`` is)."""
+    if any(getattr(m, "pattern", None) for m in field.metadata):
+        return False
     return field.annotation is str or (get_origin(field.annotation) in (Union, UnionType)
                                        and set(get_args(field.annotation)) == {str, type(None)})
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scaletax.inputs import hardware, models
+from scaletax.inputs import hardware, models, runs
 from scaletax.inputs.layout import Layout, LayoutArray
 from scaletax.model import comm, efficiency, memory, perf, search
 from scaletax.model.topology import Topology
@@ -135,7 +135,9 @@ def test_bubble_is_narayanan_fraction_of_busy_time():
         lay = Layout(tp=8, pp=pp, dp=2, vp=vp, mbs=1, gbs=2 * n_micro, recompute="full")
         inp = perf.prepare(m, lay, as_recipe("fp8"), as_gpu("h100_sxm"))
         st = perf.evaluate(inp, eff)
-        micro = eff.memory_overhead * inp.bytes_micro[0] / inp.hbm_bw[0]
+        micro = (eff.memory_overhead * inp.bytes_micro[0] / inp.hbm_bw[0]
+                 + eff.layer_overhead_us * 1e-6 * inp.layer_passes[0])  # the fixed time per layer pass too
+        assert inp.layer_passes[0] == np.ceil(m.layers / pp) * n_micro
         assert st.bubble_s[0] == pytest.approx((pp - 1) / (vp * n_micro) * (st.compute_s[0] + micro), rel=1e-12)
 
 
@@ -190,15 +192,22 @@ def test_ep_dedup_factor():
 
 
 def test_dedup_reproduces_comm_without_dedup():
-    """The EP re-timing in perf equals comm's own all-to-all time when nothing is deduplicated."""
+    """With top-1 routing nothing is deduplicated: the EP re-timing keeps comm's NIC bytes, and inside
+    one NVLink domain comm's NVLink bytes, timed at the HybridEP kernels' measured share of the link
+    (comm.ep_link_eff) instead of NCCL's; across domains the RDMA phase binds, as in comm."""
     from scaletax.model import comm
 
     lay = LayoutArray.from_layouts([Layout(tp=1, pp=4, dp=256, ep=e, etp=1, mbs=1, gbs=1024) for e in (8, 64, 128)])
     topo = Topology.from_gpu(as_gpu("h100_sxm"))
     step = comm.step_traffic(KIMI, lay, topo, comm.WireFormat.for_recipe(as_recipe("fp8")))
     one = KIMI.model_copy(update={"moe_top_k": 1, "moe_experts": 384})
-    redo = perf._dedup_ep(step, one, topo, "dedup")  # factor 1 for top-1 routing
-    np.testing.assert_allclose(redo.groups["ep"].seconds, step.groups["ep"].seconds, rtol=1e-9)
+    g, redo = step.groups["ep"], perf._dedup_ep(step, one, topo, "dedup").groups["ep"]  # factor 1 for top-1
+    np.testing.assert_allclose(redo.nic_bytes, g.nic_bytes, rtol=1e-12)
+    assert float(redo.nvlink_bytes[0]) == pytest.approx(float(g.nvlink_bytes[0]), rel=1e-12)
+    cnt = float(g.count[0])
+    want = cnt * (topo.alpha_launch + topo.alpha_nvlink) + float(g.nvlink_bytes[0]) / (topo.nvlink_bw * comm.ep_link_eff(8))
+    assert float(redo.seconds[0]) == pytest.approx(want, rel=1e-9)
+    np.testing.assert_allclose(redo.seconds[1:], g.seconds[1:], rtol=1e-9)
 
 
 def test_unsupported_precision_raises():
@@ -318,18 +327,27 @@ def test_blackwell_ultra_factor_from_rated_power():
     assert eff.family_factor["blackwell_ultra"] == pytest.approx(eff.family_factor["blackwell"] * r, rel=2e-3)
 
 
-def test_band_is_at_least_the_out_of_sample_spread():
+def test_band_is_at_least_the_out_of_sample_spread_of_the_regime():
+    """The band of a prediction is at least its regime's leave-one-source-out half-width (Llama 3 70B
+    with ZeRO-1 is large dense, with ZeRO-3 the FSDP-stack regime), widened where the parameter
+    corners are wider."""
     band = efficiency.default_band()
-    assert band.spread > 0
-    inp = perf.prepare(LLAMA70, Layout(tp=8, pp=4, dp=8, mbs=1, gbs=256, recompute="selective"), as_recipe("fp8"), as_gpu("h100_sxm"))
-    pred = perf.evaluate_band(inp, band)
-    v, lo, hi = (p.tokens_per_s_per_gpu[0] for p in (pred.value, pred.low, pred.high))
-    assert lo <= v / (1 + band.spread) * (1 + 1e-12) and hi >= v * (1 + band.spread) * (1 - 1e-12)
-    for p in (pred.low, pred.high):  # the widened corners stay consistent step times
-        parts = p.compute_s + p.other_s + p.bubble_s + p.exposed_comm_s
-        assert parts[0] == pytest.approx(p.step_s[0], rel=1e-12)
-    narrow = perf.evaluate_band(inp, replace(band, spread=0.0))
-    assert narrow.low.tokens_per_s_per_gpu[0] >= lo and narrow.high.tokens_per_s_per_gpu[0] <= hi
+    assert band.spread > 0 and set(band.regime_spread) == set(runs.REGIMES)
+    for zero, reg in ((1, "large dense"), (3, "FSDP stack")):
+        inp = perf.prepare(LLAMA70, Layout(tp=8, pp=4, dp=8, mbs=1, gbs=256, recompute="selective", zero_stage=zero),
+                           as_recipe("fp8"), as_gpu("h100_sxm"))
+        assert runs.REGIMES[int(inp.regime_idx[0])] == reg
+        w = band.regime_spread[reg]
+        pred = perf.evaluate_band(inp, band)
+        v, lo, hi = (p.tokens_per_s_per_gpu[0] for p in (pred.value, pred.low, pred.high))
+        assert lo <= v / (1 + w) * (1 + 1e-12) and hi >= v * (1 + w) * (1 - 1e-12)
+        for p in (pred.low, pred.high):  # the widened corners stay consistent step times
+            parts = p.compute_s + p.other_s + p.bubble_s + p.exposed_comm_s
+            assert parts[0] == pytest.approx(p.step_s[0], rel=1e-12)
+        narrow = perf.evaluate_band(inp, replace(band, spread=0.0, regime_spread={}))
+        assert narrow.low.tokens_per_s_per_gpu[0] >= lo * (1 - 1e-12) and narrow.high.tokens_per_s_per_gpu[0] <= hi * (1 + 1e-12)
+    with pytest.raises(ValueError, match=r"EfficiencyBand.spread\['large dense'\] must be in \[0, 10\) \(got -0.1\)"):
+        replace(band, regime_spread={"large dense": -0.1})
 
 
 def test_context_parallel_merges_are_memory_bound_bytes_by_hand():

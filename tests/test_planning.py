@@ -106,7 +106,7 @@ def test_costs_count_goodput():
 
 
 def test_ratio_bands_are_never_zero_width():
-    w = efficiency.default_band().spread
+    w = efficiency.default_band().ratio_spread  # the model's error on measured pairs (data/efficiency.yaml)
     assert w > 0
     lo, hi = plan.ratio_band(2.0, (2.0, 2.0))
     assert lo == pytest.approx(2.0 / (1 + w)) and hi == pytest.approx(2.0 * (1 + w))

@@ -64,7 +64,12 @@ def test_energy_and_megawatts_use_one_system_power():
 
 def test_every_system_row_has_a_power_source():
     rows = list(csv.DictReader((DATA_DIR / "systems.csv").open(encoding="utf-8")))
-    assert {r["gpu"] for r in rows} == set(hardware.catalog())
+    cat = hardware.catalog()
+    assert {r["gpu"] for r in rows} == {g for g in cat if not cat[g].variant_of}
+    for g in (g for g in cat.values() if g.variant_of):  # a variant keeps its base part's non-GPU power
+        base = cat[g.variant_of]
+        assert (g.non_gpu_w, g.system, g.system_gpus) == (base.non_gpu_w, base.system, base.system_gpus), g.id
+        assert g.system_w == g.tdp_w + base.non_gpu_w and g.power_source.startswith("ASSUMPTION"), g.id
     for r in rows:
         assert float(r["system_kw"]) * 1e3 >= int(r["gpus_per_system"]) * hardware.get(r["gpu"]).tdp_w, r["gpu"]
         assert r["power_source"].startswith("ASSUMPTION") or any(t in r["power_source"] for t in (".", "arXiv")), r["gpu"]

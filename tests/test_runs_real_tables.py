@@ -84,9 +84,10 @@ def test_prediction_unchanged_where_the_string_is_what_auto_chose(monkeypatch):
             assert t_str == t_auto, row["run_id"]
         m_str, m_auto = runplan.plan_row(row).memory_gib, runplan.plan_row(auto).memory_gib
         assert m_str <= m_auto + 1e-9, row["run_id"]  # ceil(L / pp) is the upper bound
-    # every DeepSeek-V3 row and the Kimi K2 rows but one: the H100 recipe's last rank holds two
-    # layers and the loss (Et|(tt|)*30L), which auto modelled as one
-    assert same == len(rows) - 1 == 9
+    # every row: the Kimi K2 H100 recipe's last rank holds two layers and the loss (Et|(tt|)*30L),
+    # which auto modelled as one while the slowest stage was decided by FLOPs; by time (the expert
+    # GEMMs' shape penalty at EP64: perf.prepare's head_layers) auto's balanced split gives it two too
+    assert same == len(rows) == 10
 
 
 def test_first_and_last_stage_memory_hold_the_layouts_layers():

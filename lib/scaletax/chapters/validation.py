@@ -51,11 +51,15 @@ from scaletax.model import comm, efficiency, memory, perf, runplan, search
 from scaletax.model import plan as planning
 from scaletax.fit import calibrate, validate
 
-#: Source kind of a run (by its id prefix) and how the chapter names it.
-SOURCE_KINDS: dict[str, str] = {"mlperf": "MLPerf Training (closed division)",
-                                "mbridge": "Megatron-Bridge performance table",
-                                "paper": "Megatron paper (A100)"}
-SOURCE_SHORT: dict[str, str] = {"mlperf": "MLPerf Training", "mbridge": "Megatron-Bridge", "paper": "Megatron papers"}
+#: Source of a run (``runs.row_source``: the leave-one-source-out folds) and how the chapter names it.
+SOURCE_KINDS: dict[str, str] = {"MLPerf": "MLPerf Training (closed division)",
+                                "Megatron-Bridge": "Megatron-Bridge performance tables",
+                                "papers": "Megatron papers (A100)", "TorchTitan": "TorchTitan benchmark pages",
+                                "llm-foundry": "llm-foundry benchmark tables", "NeMo": "NeMo 24.07 performance summary",
+                                "FlagPerf": "FlagPerf", "NeMo AutoModel": "NeMo AutoModel performance summary",
+                                "Megatron MoE model zoo": "Megatron MoE model zoo",
+                                "Llama 3 paper": "Llama 3 paper", "DeepSeek-V3 report": "DeepSeek-V3 report"}
+SOURCE_SHORT: dict[str, str] = {k: ("Megatron papers" if k == "papers" else k) for k in SOURCE_KINDS}
 #: Step-time components of ``perf.StepTime`` in display order, with their labels.
 COMPONENTS: dict[str, str] = {"compute_s": "compute (tensor cores)", "exposed_comm_s": "exposed communication",
                               "bubble_s": "pipeline bubble", "other_s": "other (memory-bound, optimizer)"}
@@ -69,13 +73,9 @@ GEMM_DTYPES: dict[str, tuple[str, str]] = {"bf16": ("bf16", "BF16"), "fp8_e4m3":
                                            "fp8_e4m3_fastaccum": ("fp8", "FP8 E4M3, fast accumulation")}
 
 
-def source_kind(run_id: str) -> str:
-    rid = str(run_id)
-    if rid.startswith("mlperf"):
-        return "mlperf"
-    if rid.startswith("mbridge"):
-        return "mbridge"
-    return "paper"
+def source_kind(row: dict[str, Any]) -> str:
+    """The source of a runs-table row (``runs.row_source``), a key of :data:`SOURCE_KINDS`."""
+    return runs.row_source(row)
 
 
 def model_short(model: str) -> str:
@@ -91,12 +91,17 @@ def source_md(url: str):
     m = re.search(r"arxiv\.org/abs/([\d.]+)", url)
     if m:
         return escape.myst_link(f"arXiv:{m.group(1)}", url)
-    m = re.search(r"training_results_v([\d.]+)/tree/main/NVIDIA/results/([^/]+)", url)
+    link = url.split(" ")[0]
+    m = re.search(r"training_results_v([\d.]+)/tree/[^/]+/([^/]+)/results", url)
     if m:
-        return escape.myst_link(f"MLPerf Training v{m.group(1)} results", url)
-    if "Megatron-Bridge" in url:
-        return escape.myst_link("Megatron-Bridge performance summary", url)
-    return escape.myst_link(url, url)
+        return escape.myst_link(f"MLPerf Training v{m.group(1)} results, {m.group(2)}", link)
+    for pat, name in (("Megatron-Bridge", "Megatron-Bridge performance summary"), ("torchtitan", "TorchTitan benchmarks"),
+                      ("llm-foundry", "llm-foundry benchmarks"), ("NVIDIA/NeMo/", "NeMo performance summary"),
+                      ("FlagPerf", "FlagPerf"), ("Automodel", "NeMo AutoModel performance summary"),
+                      ("Megatron-MoE-ModelZoo", "Megatron MoE model zoo")):
+        if pat in url:
+            return escape.myst_link(name, link)
+    return escape.myst_link(link, link)
 
 
 def spct(x: float | None) -> str:
@@ -125,7 +130,7 @@ def run_rows(table: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]]) ->
         lay = t["layout"]
         rec = t["recompute"].replace("full on ", "full ").replace(" of layers, selective on the rest", ", sel. rest")
         short = model_short(t["model"])
-        kind = source_kind(t["run_id"])
+        kind = source_kind(r)
         meas, pred = t["measured"], t["predicted"]
         out.append({
             "n": i, "run_id": t["run_id"], "run": f"#{i} {short}, {str(t['run_id']).split('-')[0]}",
@@ -193,14 +198,14 @@ def target_rows(summary: dict[str, Any], targets: dict[str, float] | None = None
     """Each accuracy target (``validate.TARGETS``), what the table achieves, and whether it is met."""
     t = validate.TARGETS if targets is None else targets
     worst_hw = max(summary["per_hardware"].items(), key=lambda kv: kv[1]["median_abs_error"])
-    worst_row = summary["worst"][0]
     rows = [
         {"target": "median absolute error, all rows", "limit": t["median_abs_error"],
          "achieved": summary["median_abs_error"], "where": f"{summary['rows']} rows"},
         {"target": "median absolute error, every hardware type", "limit": t["per_hardware_median_abs_error"],
          "achieved": worst_hw[1]["median_abs_error"], "where": f"worst: {hardware.get(worst_hw[0]).label}"},
-        {"target": "absolute error, every row", "limit": t["max_abs_error"],
-         "achieved": summary["max_abs_error"], "where": f"worst: {worst_row['run_id']}"},
+        {"target": "absolute error, every large dense run", "limit": t["large_dense_max_abs_error"],
+         "achieved": summary["per_regime"]["large dense"]["max_abs_error"],
+         "where": f"worst: {summary['per_regime']['large dense']['worst']}"},
     ]
     for r in rows:
         r["met"] = bool(r["achieved"] <= r["limit"])
@@ -324,12 +329,12 @@ def _count(n: int, one: str, many: str | None = None) -> str:
 
 def worst_regime_text(worst: dict[str, Any]) -> str:
     """What the worst regime's out-of-sample error is taken over (a row of :func:`regime_rows` /
-    ``validate.worst_regime``): its calibration rows each predicted by a calibration without the
-    whole regime, and its held-out runs, as it has them."""
+    ``validate.worst_regime``): its fitted runs each predicted by a calibration without their source,
+    and its held-out runs, as it has them."""
     parts = []
     if worst["rows"]:
-        parts.append(f"its {_count(worst['rows'], 'calibration row')} predicted by a calibration without any "
-                     f"{worst['regime']} row")
+        parts.append(f"its {_count(worst['rows'], 'fitted run')} each predicted by a calibration without their "
+                     "source")
     if worst["heldout_rows"]:
         parts.append(f"{'its ' if not parts else ''}{_count(worst['heldout_rows'], 'held-out run')}")
     return " and ".join(parts)
@@ -372,9 +377,11 @@ def empty_regimes_text(regimes: Sequence[dict[str, Any]]) -> str:
 
 
 def stack_label(row: dict[str, Any]) -> str:
-    """Training stack of a runs-table row: Megatron-FSDP (ZeRO-3) where ``zero_stage`` is 3, else
-    Megatron-Core with the distributed optimizer (the MLPerf NeMo and Megatron-Bridge recipes and the
-    Megatron papers all run Megatron-Core / Megatron-LM with Transformer Engine)."""
+    """Training stack of a runs-table row: PyTorch FSDP2 where its ``stack`` is fsdp (TorchTitan,
+    llm-foundry, NeMo AutoModel), Megatron-FSDP (ZeRO-3) where ``zero_stage`` is 3, else Megatron-Core
+    with the distributed optimizer (MLPerf NeMo submissions, Megatron-Bridge, the Megatron papers)."""
+    if runs.row_stack(row) == "fsdp":
+        return "PyTorch FSDP2 (TorchTitan, llm-foundry, NeMo AutoModel)"
     return "Megatron-FSDP (ZeRO-3)" if row.get("zero_stage") == 3 else "Megatron-Core, distributed optimizer"
 
 
@@ -459,7 +466,7 @@ def coverage_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for key, (name, criterion, pred) in COVERAGE.items():
         hit = [r for r in rows if pred(r)]
-        kinds = sorted({SOURCE_SHORT[source_kind(str(r.get("run_id", "")))] for r in hit})
+        kinds = sorted({SOURCE_SHORT[source_kind(r)] for r in hit})
         out.append({"category": key, "label": name, "criterion": criterion, "rows": len(hit),
                     "sources": ", ".join(kinds) if kinds else "–"})
     return out
@@ -630,6 +637,23 @@ def recipe_search_rows(path: Path | str = PRODUCTION_MOE_CSV) -> list[dict[str, 
     return out
 
 
+def moe_span(acc: validate.RunAccuracy) -> dict[str, float]:
+    """What the measured MoE runs (every published run with a measurement, ``acc``) span: tokens per
+    local expert per micro-batch (``tpe_min``, ``tpe_max``) and transformer layers per pipeline
+    stage (``lps_min``, ``lps_max``, layers / (pp vp))."""
+    rows, _ = validate.published_runs()
+    ids = {r["run_id"] for r in acc.select()}
+    tpe, lps = [], []
+    for r in rows:
+        if r["run_id"] not in ids or not r.get("moe_experts"):
+            continue
+        p = runplan.plan_row(r)
+        m, lay = p.model, p.layout
+        tpe.append(lay.mbs * m.seq_len / lay.cp * m.moe_top_k * lay.ep * lay.etp / (lay.tp * m.moe_experts))
+        lps.append(m.layers / (lay.pp * lay.vp))
+    return {"tpe_min": min(tpe), "tpe_max": max(tpe), "lps_min": min(lps), "lps_max": max(lps)}
+
+
 # =========================================================================================
 # Parameters, breakdown, MFU
 # =========================================================================================
@@ -777,9 +801,13 @@ def claim_rows(b200: dict[str, Any], gb300: dict[str, Any]) -> list[dict[str, An
          "predicted": b200.get("predicted_ratio"), "peak": b200.get("peak_ratio"),
          "rows": f"{len(b200.get('b200_rows', []))} B200 row vs median of {len(b200.get('h100_rows', []))} H100 rows (≤ 512 GPUs)"
          if b200.get("available") else b200.get("reason", "")},
-        {"claim": "GB300 / GB200 per GPU, Llama 3.1 405B, NVFP4 (projection)",
+        {"claim": "GB300 / GB200 per GPU, same model, precision and GPU count (median of the pairs)",
+         "measured": gb300.get("measured_ratio"), "predicted": gb300.get("predicted_ratio"),
+         "peak": None,
+         "rows": f"{gb300['pairs']} pairs of fitted runs" if gb300["available"] else "no pair of GB300 and GB200 runs"},
+        {"claim": "GB300 / GB200 per GPU, Llama 3.1 405B, NVFP4, one layout (projection)",
          "measured": None, "predicted": gb300["predicted_ratio_nvfp4_llama405b"], "peak": gb300["peak_ratio_fp4"],
-         "rows": (", ".join(gb300["measured_rows"]) if gb300["available"] else "no GB300 row: model only")},
+         "rows": "model only"},
     ]
 
 
@@ -827,20 +855,24 @@ def b200_vs_h100(table: Sequence[dict[str, Any]] | None = None) -> dict[str, Any
 
 
 def gb300_vs_gb200(table: Sequence[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """GB300 vs GB200 per GPU: measured only if the table has GB300 rows; always the model's ratio.
-
-    The model's ratio is for Llama 3.1 405B in the GB200 NVFP4 row's layout on both (same model,
-    precision and layout), with the Blackwell Ultra factor derived from Blackwell's (no GB300 row).
-    """
+    """GB300 vs GB200 per GPU: measured on the fitted runs of the same model, precision and GPU count
+    on both (median of the pairs' ratios, with the model's beside it), and the model's ratio for
+    Llama 3.1 405B NVFP4 in one layout on both."""
     table = validate.validation_table() if table is None else table
-    has = [r for r in table if r["hardware"] == "gb300"]
+    by: dict[tuple, dict[str, dict[str, Any]]] = {}
+    for r in table:
+        if r["hardware"] in ("gb200", "gb300") and r["measured"]:
+            by.setdefault((r["model"], str(r["precision"]).lower(), r["gpus"]), {})[r["hardware"]] = r
+    pairs = [v for v in by.values() if len(v) == 2]
     lay = Layout(tp=4, pp=16, dp=4, vp=8, mbs=1, gbs=1536, recompute="none")
     m = models.get("llama31_405b")
-    res = {}
-    for gpu in ("gb200", "gb300"):
-        res[gpu] = float(perf.step_time(m, lay, recipes.training("nvfp4"), hardware.get(gpu)).tokens_per_s_per_gpu[0])
-    return {"available": bool(has), "measured_rows": [r["run_id"] for r in has],
-            "reason": "" if has else "no GB300 row in data/published_runs.csv: the ratio is the model's only",
+    nvfp4 = recipes.training("nvfp4")
+    res = {gpu: float(perf.step_time(m, lay, nvfp4, hardware.get(gpu)).tokens_per_s_per_gpu[0]) for gpu in ("gb200", "gb300")}
+    meas = [p["gb300"]["measured"] / p["gb200"]["measured"] for p in pairs]
+    pred = [p["gb300"]["predicted"] / p["gb200"]["predicted"] for p in pairs]
+    return {"available": bool(pairs), "measured_rows": [p[g]["run_id"] for p in pairs for g in ("gb300", "gb200")],
+            "pairs": len(pairs), "measured_ratio": float(np.median(meas)) if meas else None,
+            "predicted_ratio": float(np.median(pred)) if pred else None,
             "predicted_ratio_nvfp4_llama405b": res["gb300"] / res["gb200"],
             "peak_ratio_fp4": hardware.get("gb300").peak_flops("nvfp4") / hardware.get("gb200").peak_flops("nvfp4")}
 
@@ -868,4 +900,4 @@ __all__ = ["CAVEAT_WORDS", "COMPONENTS", "COMPONENT_COLORS", "GEMM_DTYPES", "SOU
            "COVERAGE", "HELDOUT_CSV", "PROBE_SOURCES", "RECIPE_NOTE", "coverage_rows", "heldout_group", "heldout_rows", "heldout_summary", "measured_gpus_max", "probe_fit_text", "probe_rows", "probe_sources",
            "recipe_matched", "PROBE_LABELS", "PRODUCTION_MOE_CSV", "recipe_search_rows",
            "NO_REGIME_CALIBRATION", "NO_REGIME_RUN", "empty_regimes_text", "regime_goals_text", "regime_rows",
-           "worst_regime_text"]
+           "worst_regime_text", "moe_span"]

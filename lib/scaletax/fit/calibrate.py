@@ -24,7 +24,7 @@ from __future__ import annotations
 import csv
 import io
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -40,9 +40,17 @@ from scaletax.model.runplan import RowPlan
 GEMM_CSV = DATA_DIR / "measured" / "gemm_h200.csv"
 
 
-def load_rows(path: Path | str = runs.RUNS_CSV) -> list[dict[str, Any]]:
-    """The calibration table (``data/published_runs.csv``), validated by ``runs.read_runs``."""
-    return runs.read_runs(path)
+#: The tables calibrate fits on: the calibration table and the validation table (72 runs of other
+#: sources, stacks and regimes). The held-out production runs (``runs.HELDOUT_CSV``) are never fitted,
+#: nor a validation row that measures one of them again (its ``same_run_as``).
+FIT_TABLES: tuple[Path, ...] = (runs.RUNS_CSV, runs.VALIDATION_CSV)
+
+
+def load_rows(path: Path | str | Sequence[Path | str] = FIT_TABLES) -> list[dict[str, Any]]:
+    """The rows calibrate fits (default :data:`FIT_TABLES`, in order), each validated by
+    ``runs.read_runs``; rows naming a ``same_run_as`` (a held-out run measured again) are left out."""
+    paths = [path] if isinstance(path, (str, Path)) else list(path)
+    return [r for p in paths for r in runs.read_runs(p) if not str(r.get("same_run_as") or "").strip()]
 
 
 def prepare_rows(rows: Iterable[dict[str, Any]]) -> tuple[perf.StepInputs, list[RowPlan]]:
@@ -113,15 +121,17 @@ def _fit_gemm(text: str, path: str, min_m: int, g: hardware.GPU) -> dict[str, fl
 # Calibration on the runs table
 # =========================================================================================
 #: Parameters fitted to the runs table (the others come from the GEMM measurements or are stated).
-FIT_PARAMS: tuple[str, ...] = ("gemm_ceiling_8bit", "family_factor_ampere",
-                               "family_factor_blackwell", "memory_overhead", "overlap_scale")
+FIT_PARAMS: tuple[str, ...] = ("gemm_ceiling_8bit", "gemm_ceiling_4bit", "family_factor_ampere",
+                               "family_factor_blackwell", "memory_overhead", "overlap_scale", "moe_overhead",
+                               "layer_overhead_us")
 #: Search bounds of the fit (physical limits, not ranges of the result).
 FIT_BOUNDS: dict[str, tuple[float, float]] = {
     "gemm_ceiling_16bit": (0.3, 1.0), "gemm_ceiling_8bit": (0.3, 1.0), "gemm_ceiling_4bit": (0.15, 1.0),
     "family_factor_ampere": (0.5, 1.3), "family_factor_blackwell": (0.5, 1.3),
     "family_factor_blackwell_ultra": (0.5, 1.3), "family_factor_rubin": (0.5, 1.3),
     "family_factor_hopper": (1.0, 1.0), "gemm_roofline": (0.0, 3.0), "memory_overhead": (0.5, 8.0),
-    "overlap_scale": (0.0, 2.0),
+    "moe_overhead": (0.5, 30.0),
+    "overlap_scale": (0.0, 2.0), "layer_overhead_us": (0.0, 1000.0),
 }
 
 
@@ -156,10 +166,13 @@ def fit_bounds() -> dict[str, tuple[float, float]]:
     measured 16-bit ceiling times :func:`fp8_over_bf16_max` (on the Hopper basis the 8-bit
     ceiling is a fraction of the FP8 peak, which no measured FP8 GEMM holds above the BF16 one).
     Without it a fold that keeps few 8-bit rows trades the 8-bit ceiling against the
-    memory-bound overhead up to a ceiling of 1 (leaving the large dense runs out did)."""
+    memory-bound overhead up to a ceiling of 1 (leaving the large dense runs out did). The fixed
+    time per layer pass stays below :data:`LAYER_GEMM_CALLS` idle GEMM calls (:func:`gemm_call_floor_us`)."""
     b = dict(FIT_BOUNDS)
     top = fit_gemm_measurements()["ceiling_bf16"] * fp8_over_bf16_max()
     b["gemm_ceiling_8bit"] = (b["gemm_ceiling_8bit"][0], min(b["gemm_ceiling_8bit"][1], top))
+    # a layer pass costs less than its GEMM calls on an idle GPU (gemm_call_floor_us)
+    b["layer_overhead_us"] = (b["layer_overhead_us"][0], LAYER_GEMM_CALLS * gemm_call_floor_us())
     return b
 
 
@@ -173,14 +186,17 @@ DERIVED_FAMILIES: dict[str, str] = {"blackwell_ultra": "blackwell"}
 #: new generation sustains the Hopper fraction of its datasheet peak); the 8-bit ceiling: the FP8
 #: GEMM ceiling measured on the H200 (data/measured/gemm_h200.csv); the 4-bit ceiling: the fold's
 #: 8-bit ceiling times the Blackwell factor (the same fraction as the previous format).
-#: The 4-bit ceiling is that in every fit (:func:`_tie`): not a parameter of its own.
 PRIORS: dict[str, Any] = {
+    "moe_overhead": lambda p: p["memory_overhead"],
+    "gemm_ceiling_4bit": lambda p: min(1.0, p["gemm_ceiling_8bit"] * p["family_factor_blackwell"]),
     "family_factor_ampere": lambda p: 1.0,
     "family_factor_blackwell": lambda p: 1.0,
     "gemm_ceiling_8bit": lambda p: fit_gemm_measurements()["ceiling_fp8"],
 }
 #: Which rows identify a parameter (a cross-validation fold without such a row uses the prior).
 IDENTIFIED_BY: dict[str, Any] = {
+    "moe_overhead": lambda su: su.model.is_moe,
+    "gemm_ceiling_4bit": lambda su: su.precision.format_class == "4bit",
     "family_factor_ampere": lambda su: su.gpu.family == "ampere",
     "family_factor_blackwell": lambda su: su.gpu.family == "blackwell",
     # Hopper is the basis (factor 1): only Hopper 8-bit rows separate the 8-bit ceiling from a factor
@@ -195,16 +211,35 @@ def measured_base() -> dict[str, float]:
     base = {f"gemm_ceiling_{k}": v for k, v in (("16bit", m["ceiling_bf16"]), ("8bit", m["ceiling_fp8"]),
                                                  ("4bit", 0.6))}
     base.update({f"family_factor_{f}": 1.0 for f in efficiency.FAMILIES})
-    base.update(gemm_roofline=m["gemm_roofline"], memory_overhead=2.0, overlap_scale=1.0)
+    base.update(gemm_roofline=m["gemm_roofline"], memory_overhead=2.0, overlap_scale=1.0, moe_overhead=2.0,
+                layer_overhead_us=gemm_call_floor_us())
     return base
 
 
+#: GEMM calls of a dense transformer layer's forward and backward: QKV, projection, FC1 and FC2
+#: forward, each with its data-gradient and weight-gradient GEMM backward.
+LAYER_GEMM_CALLS = 12
+
+
+@lru_cache(maxsize=4)
+def gemm_call_floor_us(path: Path | str = GEMM_CSV) -> float:
+    """The shortest GEMM call measured on an idle H200 (``data/measured/gemm_h200.csv``, the
+    ``seconds`` of every GEMM row), microseconds: however small the GEMM, host dispatch and launch
+    take about this long on an idle GPU (the 512^3 and 1024^3 GEMMs both ~22 us). The start of the
+    fitted ``layer_overhead_us``, and ``LAYER_GEMM_CALLS`` of it bound that fit from above (a step
+    queues its kernels ahead of the GPU, so a layer pass pays less than its calls idle)."""
+    with open(path, newline="", encoding="utf-8") as f:
+        secs = [float(r["seconds"]) for r in csv.DictReader(f) if r["dtype"] in _GEMM_DTYPE]
+    if not secs:
+        raise ValueError(f"{path}: no GEMM rows")
+    return min(secs) * 1e6
+
+
+
 def _tie(p: dict[str, float], ratios: dict[str, float] | None = None) -> dict[str, float]:
-    """Tied and derived family factors from Blackwell's (:data:`TIED_FAMILIES`) and the 4-bit
-    ceiling, the 8-bit ceiling times the Blackwell factor (FP4 tensor cores start with Blackwell:
-    the same fraction of the dense peak as the 8-bit format there; one NVFP4 row cannot both fit a
-    parameter of its own and test it); ``ratios``: :func:`tie_ratios`, computed once per fit (it
-    reads the catalog) and passed in."""
+    """Tied and derived family factors from Blackwell's (:data:`TIED_FAMILIES`), every ceiling x
+    factor kept at or below 1; ``ratios``: :func:`tie_ratios`, computed once per fit (it reads the
+    catalog) and passed in."""
     ratios = tie_ratios() if ratios is None else ratios
     q = dict(p)
     cap = (1.0 - 1e-9) / max(q["gemm_ceiling_16bit"], q["gemm_ceiling_8bit"])  # no ceiling x factor above 1
@@ -212,7 +247,6 @@ def _tie(p: dict[str, float], ratios: dict[str, float] | None = None) -> dict[st
         q[f"family_factor_{f}"] = min(q[f"family_factor_{f}"], cap)
     for f in TIED_FAMILIES:
         q[f"family_factor_{f}"] = min(q["family_factor_blackwell"] * ratios[f], cap)
-    q["gemm_ceiling_4bit"] = min(1.0, q["gemm_ceiling_8bit"] * q["family_factor_blackwell"])
     return q
 
 
@@ -345,28 +379,33 @@ def calibrate_fold(inp: perf.StepInputs, plans: Sequence[RowPlan], train: Sequen
 
 
 def fold_predictions(inp: perf.StepInputs, plans: Sequence[RowPlan], key_of=None,
-                     fits: dict[tuple[int, ...], FoldFit] | None = None) -> tuple[np.ndarray, list[str]]:
+                     fits: dict[tuple[int, ...], FoldFit] | None = None,
+                     train: Sequence[int] | None = None) -> tuple[np.ndarray, list[str]]:
     """Out-of-fold tokens/s per GPU of every row: each fold (rows with one value of
     ``key_of(row)``; ``None``: each row alone) predicted by :func:`calibrate_fold` on the rest.
     Returns (predictions, per row the comma-joined parameters that took their prior); rows
     without a measurement get NaN.
 
+    ``train``: the rows a calibration may use (default all with a measurement): a fold is fitted on
+    those of them outside it, and every row with a measurement, in ``train`` or not, is predicted by
+    the fit without its fold (rows of a held-out table are then predicted without their whole source).
     ``fits``: fold fits by training rows, shared between calls on the same ``inp`` and ``plans``
     (two schemes often hold out the same rows: a family with one run is also a leave-one-row-out
     fold); a training set already in it is not fitted again."""
     fits = {} if fits is None else fits
     keys = [i if key_of is None else key_of(p.row) for i, p in enumerate(plans)]
     ok = [p.measured is not None for p in plans]
+    pool = set(range(len(plans))) if train is None else set(int(i) for i in train)
     pred = np.full(len(plans), np.nan)
     prior = [""] * len(plans)
     for key in dict.fromkeys(keys):
         test = [i for i, k in enumerate(keys) if k == key and ok[i]]
         if not test:
             continue
-        train = tuple(i for i, k in enumerate(keys) if k != key and ok[i])
-        if train not in fits:
-            fits[train] = calibrate_fold(inp, plans, list(train))
-        fit = fits[train]
+        fold_train = tuple(i for i, k in enumerate(keys) if k != key and ok[i] and i in pool)
+        if fold_train not in fits:
+            fits[fold_train] = calibrate_fold(inp, plans, list(fold_train))
+        fit = fits[fold_train]
         st = perf.evaluate(inp, fit.efficiency)
         for i in test:
             pred[i] = float(st.tokens_per_s_per_gpu[i])
@@ -374,21 +413,126 @@ def fold_predictions(inp: perf.StepInputs, plans: Sequence[RowPlan], key_of=None
     return pred, prior
 
 
-#: The planning band: this quantile of |log(predicted / measured)| over the rows predicted
-#: without their model family (a model not in the table is the common planning case).
+#: The planning band: this quantile of |log(predicted / measured)| over the runs predicted without
+#: their source (leave one source out: a planner's run comes from a stack and cluster no fit has seen).
 BAND_QUANTILE = 0.8
+#: A regime with fewer fitted runs than this takes the pooled half-width, widened to its largest error.
+BAND_MIN_RUNS = 8
 
 
-def out_of_sample_spread(prepared=None) -> dict[str, float]:
-    """Relative half-width w of the out-of-sample band (``BAND_QUANTILE`` of the leave-one-model-
-    family-out log errors, as ``expm1``) and the share of those rows inside value x [1/(1+w), 1+w]."""
+def source_predictions(prepared=None, fits: dict | None = None) -> np.ndarray:
+    """Tokens/s per GPU of every fitted run predicted by a calibration without its source
+    (``runs.row_source``; :func:`fold_predictions`): the residuals the bands are made of."""
     inp, plans = prepare_rows(load_rows()) if prepared is None else prepared
-    pred, _ = fold_predictions(inp, plans, runs.row_family)
+    return fold_predictions(inp, plans, runs.row_source, fits)[0]
+
+
+def conformal_quantile(a, level: float = BAND_QUANTILE) -> float:
+    """The split-conformal quantile of the scores ``a``: the ceil((n + 1) level)-th smallest of n (the
+    largest where that exceeds n). A new run exchangeable with the n falls at or below it with
+    probability >= ``level`` (Lei et al. 2018, JASA 113:1094, Thm 2.2; Angelopoulos & Bates,
+    arXiv 2107.07511, §1), where the plain empirical quantile covers less at small n."""
+    x = np.sort(np.asarray(a, dtype=np.float64).ravel())
+    if not x.size:
+        raise ValueError("conformal_quantile: no score")
+    return float(x[min(x.size, math.ceil((x.size + 1) * level - 1e-9)) - 1])
+
+
+def band_widths(log_err: np.ndarray, regimes: Sequence[str]) -> tuple[float, dict[str, float]]:
+    """(pooled, {regime: half-width w}) from |log(predicted / measured)| of out-of-sample runs:
+    w = expm1 of the :data:`BAND_QUANTILE` :func:`conformal_quantile`, per regime where it has
+    :data:`BAND_MIN_RUNS` runs or more, else the pooled w widened to the regime's largest error (a
+    regime of few runs cannot show its quantile; it is not narrowed below what it shows)."""
+    a = np.abs(np.asarray(log_err, dtype=np.float64))
+    regs = np.asarray(list(regimes))
+    pooled = float(np.expm1(conformal_quantile(a))) if a.size else 0.0
+    out = {}
+    for reg in runs.REGIMES:
+        x = a[regs == reg]
+        if x.size >= BAND_MIN_RUNS:
+            out[reg] = float(np.expm1(conformal_quantile(x)))
+        else:
+            out[reg] = max(pooled, float(np.expm1(x.max()))) if x.size else pooled
+    return pooled, out
+
+
+def out_of_sample_spread(prepared=None, pred: np.ndarray | None = None) -> dict[str, Any]:
+    """The bands: :func:`band_widths` of the leave-one-source-out errors of the fitted runs
+    (``relative_half_width`` pooled, ``regimes`` per regime), ``rows``, and ``coverage``: the share of
+    those runs inside a band derived without their source (nested: each source's runs against the
+    half-widths of the other sources' residuals), so the coverage is out of sample too."""
+    inp, plans = prepare_rows(load_rows()) if prepared is None else prepared
+    pred = source_predictions((inp, plans)) if pred is None else pred
     meas = np.array([p.measured if p.measured else np.nan for p in plans])
     ok = np.isfinite(pred) & np.isfinite(meas)
-    err = np.abs(np.log(pred[ok] / meas[ok]))
-    w = float(np.expm1(np.quantile(err, BAND_QUANTILE)))
-    return {"relative_half_width": w, "coverage": float(np.mean(err <= math.log1p(w) + 1e-12)), "rows": int(ok.sum())}
+    err = np.log(pred[ok] / meas[ok])
+    regs = [runs.row_regime(p.row) for p, k in zip(plans, ok) if k]
+    srcs = np.array([runs.row_source(p.row) for p, k in zip(plans, ok) if k])
+    pooled, per = band_widths(err, regs)
+    inside = nested_inside(err, regs, srcs)
+    return {"relative_half_width": pooled, "regimes": per, "coverage": float(np.mean(inside)),
+            "rows": int(ok.sum())}
+
+
+def nested_inside(log_err, regimes: Sequence[str], sources: Sequence[str]) -> np.ndarray:
+    """Per run, whether its out-of-sample error ``log_err`` (log(predicted / measured)) falls inside
+    its regime's band made by :func:`band_widths` from the other sources' runs only: the band's
+    coverage out of sample, overall or per regime (the mean over a regime's runs)."""
+    err = np.asarray(log_err, dtype=np.float64)
+    regs, srcs = list(regimes), np.asarray(list(sources))
+    inside = np.zeros(err.size, dtype=bool)
+    for src in dict.fromkeys(srcs.tolist()):
+        rest = srcs != src
+        _, w = band_widths(err[rest], [r for r, k in zip(regs, rest) if k])
+        for i in np.flatnonzero(~rest):
+            inside[i] = abs(err[i]) <= math.log1p(w[regs[i]]) + 1e-12
+    return inside
+
+
+def measured_pairs(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every pair of runs of the same model (``model`` column), precision, GPU count and source on two
+    different GPUs (each run once; ``records``: dicts with run_id, model, precision, gpus, source,
+    hardware, measured, predicted, oos_predicted): the measured per-GPU throughput ratio (first /
+    second, GPUs in ``hardware.csv`` order reversed: the newer first) and the model's, in sample and
+    leave one source out (``ratio_error``, ``oos_ratio_error``: predicted / measured ratio - 1). What
+    a ratio the book quotes (GB200 over H100, H-equivalents) can be held to."""
+    order = {g: i for i, g in enumerate(hardware.ids())}
+    keyed: dict[tuple, list[dict[str, Any]]] = {}
+    for r in records:
+        keyed.setdefault((r["model"], r["precision"], r["gpus"], r["source"]), []).append(r)
+    out = []
+    for rs in keyed.values():
+        rs = sorted(rs, key=lambda r: -order.get(r["hardware"], 0))
+        for i, a in enumerate(rs):
+            for b in rs[i + 1:]:
+                if a["hardware"] == b["hardware"]:
+                    continue
+                m = a["measured"] / b["measured"]
+                p, q = a["predicted"] / b["predicted"], a["oos_predicted"] / b["oos_predicted"]
+                out.append({"first": a["run_id"], "second": b["run_id"], "model": a["model"],
+                            "gpus_first": a["hardware"], "gpus_second": b["hardware"], "measured_ratio": m,
+                            "predicted_ratio": p, "oos_ratio": q, "ratio_error": p / m - 1.0,
+                            "oos_ratio_error": q / m - 1.0})
+    return out
+
+
+def ratio_half_width(pairs: Sequence[dict[str, Any]]) -> float:
+    """Relative half-width of the band of a ratio of two predictions: the :data:`BAND_QUANTILE`
+    :func:`conformal_quantile` of |log(predicted / measured ratio)| over :func:`measured_pairs`, leave one source out
+    (never zero: the two predictions' errors do not cancel)."""
+    if not pairs:
+        raise ValueError("ratio_half_width: no measured pair")
+    a = np.abs(np.log1p([p["oos_ratio_error"] for p in pairs]))
+    return float(np.expm1(conformal_quantile(a)))
+
+
+def pair_records(plans: Sequence[RowPlan], pred: np.ndarray, oos: np.ndarray) -> list[dict[str, Any]]:
+    """:func:`measured_pairs`' records of the fitted runs with a measurement: in-sample ``pred`` and
+    leave-one-source-out ``oos`` tokens/s per GPU."""
+    return [{"run_id": p.row["run_id"], "model": str(p.row.get("model") or ""), "precision": str(p.row["precision"]).lower(),
+             "gpus": int(p.layout.gpus), "source": runs.row_source(p.row), "hardware": str(p.row["hardware"]).strip(),
+             "measured": float(p.measured), "predicted": float(a), "oos_predicted": float(b)}
+            for p, a, b in zip(plans, pred, oos) if p.measured and np.isfinite(b)]
 
 
 def abs_error_stats(errors: Sequence[float]) -> tuple[float | None, float | None, float | None]:
@@ -421,24 +565,28 @@ def heldout_errors(path: Path | str = runs.HELDOUT_CSV, band: efficiency.Efficie
 
 
 def regime_spread(prepared=None, band: efficiency.EfficiencyBand | None = None,
-                  heldout: Path | str = runs.HELDOUT_CSV) -> dict[str, dict[str, Any]]:
+                  heldout: Path | str = runs.HELDOUT_CSV, pred: np.ndarray | None = None,
+                  fits: dict | None = None) -> dict[str, dict[str, Any]]:
     """Out-of-sample accuracy per regime of ``runs.REGIMES`` (``runs.row_regime``), in order:
-    ``rows`` (calibration rows with a measurement, each predicted by a calibration without its
-    whole regime: :func:`fold_predictions`), ``heldout_rows`` (rows of ``heldout``, predicted with
-    ``band``'s central value), and over both ``oos_rows``, ``oos_median`` (median |error|) and
-    ``oos_within_25`` (None without a row). What ``data/efficiency.yaml`` states per regime and
+    ``rows`` (fitted runs, each predicted by a calibration without its source: :func:`source_predictions`,
+    ``pred`` when given), ``heldout_rows`` (rows of ``heldout``, never fitted, predicted with ``band``'s
+    central value), and over both ``oos_rows``, ``oos_median`` (median |error|) and ``oos_within_25``;
+    ``lro_median``: the fitted runs predicted by a calibration without their whole regime (leave one
+    regime out); None without a row. What ``data/efficiency.yaml`` states per regime and
     ``validate.regime_summary`` recomputes for the validation chapter."""
     inp, plans = prepare_rows(load_rows()) if prepared is None else prepared
-    pred, _ = fold_predictions(inp, plans, runs.row_regime)
+    pred = source_predictions((inp, plans), fits) if pred is None else pred
+    lro, _ = fold_predictions(inp, plans, runs.row_regime, fits)
     held = heldout_errors(heldout, band)
     out = {}
     for reg in runs.REGIMES:
-        cal = [float(pred[i]) / p.measured - 1.0 for i, p in enumerate(plans)
-               if p.measured is not None and runs.row_regime(p.row) == reg]
+        mine = [i for i, p in enumerate(plans) if p.measured is not None and runs.row_regime(p.row) == reg]
+        cal = [float(pred[i]) / plans[i].measured - 1.0 for i in mine]
         ho = [h["error"] for h in held if h["regime"] == reg]
         med, within, _ = abs_error_stats(cal + ho)
+        lmed, _, _ = abs_error_stats([float(lro[i]) / plans[i].measured - 1.0 for i in mine])
         out[reg] = {"rows": len(cal), "heldout_rows": len(ho), "oos_rows": len(cal) + len(ho),
-                    "oos_median": med, "oos_within_25": within}
+                    "oos_median": med, "oos_within_25": within, "lro_median": lmed}
     return out
 
 
@@ -502,9 +650,6 @@ def efficiency_ranges(prepared=None) -> dict[str, Any]:
                                                  math.floor(1e4 / math.ceil(1e4 * max(out["gemm_ceiling_8bit"]["high"],
                                                                                       out["gemm_ceiling_16bit"]["high"])) * 1e4) / 1e4),
                                      "kind": "derived" if f in DERIVED_FAMILIES else "tied"}
-    c8, fb = out["gemm_ceiling_8bit"], out["family_factor_blackwell"]
-    out["gemm_ceiling_4bit"] = {"value": full.params["gemm_ceiling_4bit"], "low": c8["low"] * fb["low"],
-                                "high": min(1.0, c8["high"] * fb["high"]), "kind": "tied"}
     out["_gemm_measurement"] = gm[1024]
     out["_full"] = full
     out["_sigma"] = math.sqrt(s2)
@@ -534,10 +679,10 @@ _SOURCES = {
                          "need more: an open question discussed in the validation chapter. Fitted below {fp8_top:.3f}, "
                          "the measured 16-bit ceiling x {fp8_ratio:.3f}, the largest FP8 / BF16 ratio of "
                          "fractions of peak over the measured shapes (calibrate.fit_bounds).",
-    "gemm_ceiling_4bit": "TIED: the 8-bit ceiling x the Blackwell family factor, the same fraction of the dense "
-                         "peak as the 8-bit format on Blackwell (absolute: FP4 tensor cores start with Blackwell; "
-                         "range: both at their low / high ends). Not fitted: the one NVFP4 row "
-                         "(mbridge26.04.01-Llama3.1-DGX-GB200-256-NVFP4) tests it instead.",
+    "gemm_ceiling_4bit": "CALIBRATED on the NVFP4 rows (Llama 3 and 3.1 on GB200, GB300 and B200; only dense runs "
+                         "constrain it): fraction of the dense FP4 peak (absolute: FP4 tensor cores start with "
+                         "Blackwell, so no Hopper basis). A fold without an NVFP4 row takes the 8-bit ceiling x the "
+                         "Blackwell factor (calibrate.PRIORS).",
     "family_factor_ampere": "CALIBRATED on the two A100 rows (Narayanan 2021, Korthikanti 2022; both Megatron-LM "
                             "before FlashAttention, runs column attn_kernel unfused): A100 16-bit GEMMs relative to "
                             "the H200-measured Hopper ceiling.",
@@ -555,7 +700,24 @@ _SOURCES = {
     "memory_overhead": "CALIBRATED on all rows: time of the memory-bound kernels over their ideal HBM time for the "
                        "bytes perf.memory_bound_bytes counts (absorbs unfused and uncounted elementwise work, launch "
                        "gaps; the H200 device copy measured at ~0.86 of peak HBM bandwidth alone gives ~1.16).",
-    "overlap_scale": "CALIBRATED on all rows: multiplier on comm.Overlap's assumed overlap fractions (clipped to 1).",
+    "overlap_scale": "CALIBRATED on all rows: multiplier on comm.Overlap's assumed overlap fractions of the TP, CP, PP "
+                     "and DP collectives (clipped to 1); the MoE all-to-all of a paired schedule is not scaled "
+                     "(perf.ep_hidden_share).",
+    "layer_overhead_us": "CALIBRATED on all rows: a fixed time per transformer layer per micro-batch (its forward and "
+                         "backward, on the slowest pipeline stage), microseconds, whatever the layer's work: the gaps "
+                         "between its few dozen kernels and each kernel's last-wave tail, which the FLOP and byte terms "
+                         "do not see and which dominate where a GPU gets few tokens per step (small models at large "
+                         "data parallelism, about 2 layers per pipeline stage). Bounded above by the {calls} GEMM calls "
+                         "of a dense layer's forward and backward at the shortest call an idle H200 takes "
+                         "({call_us:.1f} us, data/measured/gemm_h200.csv): {bound:.0f} us (calibrate.gemm_call_floor_us)"
+                         "{at_bound}.",
+    "moe_overhead": "CALIBRATED on the MoE rows only (fine- and coarse-grained): time of the MoE routing kernels "
+                    "(router logits and top-k, token permutations around the all-to-all; perf.memory_bound_bytes) "
+                    "over their ideal HBM time. A fold without an MoE row takes memory_overhead (calibrate.PRIORS). "
+                    "A REGIME PARAMETER: only the MoE runs constrain it and no kernel measurement grounds it (the "
+                    "expert GEMMs are checked against DeepGEMM's grouped GEMMs and the dispatch runs at HybridEP's "
+                    "measured rate, data/kernel_benchmarks.csv); it stands for what the fine-grained MoE runs "
+                    "still lack, and their band says how well it does (the validation chapter).",
 }
 
 
@@ -576,8 +738,11 @@ def efficiency_yaml_text(ranges: dict[str, Any] | None = None, prepared=None) ->
     prepared = prepare_rows(load_rows()) if prepared is None else prepared
     ranges = efficiency_ranges(prepared) if ranges is None else ranges
     gm = ranges["_gemm_measurement"]
-    band = band_from_ranges(ranges)
     inp, plans = prepared
+    fits: dict = {}  # the source and regime folds share fits
+    oos = source_predictions(prepared, fits)
+    spread = out_of_sample_spread(prepared, oos)
+    band = replace(band_from_ranges(ranges), spread=spread["relative_half_width"], regime_spread=spread["regimes"])
     meas = np.array([p.measured if p.measured else np.nan for p in plans])
     ok = np.isfinite(meas)
     pred = perf.evaluate_band(inp, band)
@@ -585,26 +750,34 @@ def efficiency_yaml_text(ranges: dict[str, Any] | None = None, prepared=None) ->
     in_band = (pred.low.tokens_per_s_per_gpu[ok] <= meas[ok]) & (meas[ok] <= pred.high.tokens_per_s_per_gpu[ok])
     summ = {"median_abs_error": float(np.median(err)), "max_abs_error": float(err.max()),
             "band_coverage": float(np.mean(in_band))}
+    pairs = measured_pairs(pair_records(plans, pred.value.tokens_per_s_per_gpu, oos))
     coll = comm.fit_calibration()
-    spread = out_of_sample_spread(prepared)
-    regimes = regime_spread(prepared, band_from_ranges(ranges, digits=4))  # held out: the file's parameters
+    file_band = replace(band_from_ranges(ranges, digits=4), spread=round(spread["relative_half_width"], 4),
+                        regime_spread={k: round(v, 4) for k, v in spread["regimes"].items()})
+    regimes = regime_spread(prepared, file_band, pred=oos, fits=fits)  # held out: the file's parameters
     lines = [
         "# Efficiency parameters of the step-time model (scaletax.model.efficiency, used by scaletax.model.perf), with ranges.",
-        "# GENERATED by scaletax.fit.calibrate (every fitted parameter of the model) from data/published_runs.csv,",
-        "# data/measured/gemm_h200.csv and data/collectives.csv, with its accuracy out of sample (band, regimes;",
-        "# data/heldout_runs.csv too); do not edit by hand (a test checks this file against a refit).",
+        "# GENERATED by scaletax.fit.calibrate (every fitted parameter of the model) from data/published_runs.csv and",
+        "# data/published_runs_validation.csv (calibrate.FIT_TABLES), data/measured/gemm_h200.csv and",
+        "# data/collectives.csv, with its accuracy out of sample (band, regimes; data/heldout_runs.csv too);",
+        "# do not edit by hand (a test checks this file against a refit).",
         "# Regenerate: .venv/bin/python -m scaletax.fit.calibrate",
         "# Predictions use `value`; the band uses every parameter at the end of its range that lowers",
-        "# (low) or raises (high) throughput.",
+        "# (low) or raises (high) throughput, widened to at least its regime's out-of-sample half-width.",
         "parameters:",
     ]
     order = ["gemm_ceiling_16bit", "gemm_ceiling_8bit", "gemm_ceiling_4bit", "family_factor_ampere",
              "family_factor_hopper", "family_factor_blackwell", "family_factor_blackwell_ultra", "family_factor_rubin",
-             "gemm_roofline", "memory_overhead", "overlap_scale"]
+             "gemm_roofline", "memory_overhead", "overlap_scale", "moe_overhead", "layer_overhead_us"]
     for n in order:
         r = ranges[n]
         src = _SOURCES[n].format(fp8_meas=gm["ceiling_fp8"], ultra_ratio=power_ratio("blackwell_ultra"),
-                                 fp8_top=fit_bounds()["gemm_ceiling_8bit"][1], fp8_ratio=fp8_over_bf16_max())
+                                 fp8_top=fit_bounds()["gemm_ceiling_8bit"][1], fp8_ratio=fp8_over_bf16_max(),
+                                 calls=LAYER_GEMM_CALLS, call_us=gemm_call_floor_us(),
+                                 bound=LAYER_GEMM_CALLS * gemm_call_floor_us(),
+                                 at_bound=(": the fit sits at this bound (unbounded it takes more, and predicts runs of "
+                                           "sources it did not see worse)" if r["value"] >= fit_bounds()[n][1] * (1 - 1e-6)
+                                           else "") if n == "layer_overhead_us" else "")
         lines.append(f"  {n}:")
         lines.append(f"    value: {r['value']:.4f}")
         lines.append(f"    low: {r['low']:.4f}")
@@ -635,22 +808,34 @@ def efficiency_yaml_text(ranges: dict[str, Any] | None = None, prepared=None) ->
         f"  relative_half_width: {spread['relative_half_width']:.4f}",
         f"  coverage: {spread['coverage']:.4f}",
         f"  rows: {spread['rows']}",
-        f"  method: \"{BAND_QUANTILE:.0%} quantile of |log(predicted / measured)| over the rows of "
-        "data/published_runs.csv each predicted by a calibration without its model family (calibrate.fold_predictions); "
-        "every prediction's low / high is at least value / (1 + w) and value x (1 + w)\"",
+        f"  method: \"{BAND_QUANTILE:.0%} split-conformal quantile (the ceil((n + 1) 0.8)-th smallest of n; calibrate."
+        "conformal_quantile) of |log(predicted / measured)| over the fitted runs each predicted "
+        "by a calibration without its source (runs.row_source; calibrate.out_of_sample_spread), per regime (regimes."
+        f"band_half_width; a regime of fewer than {BAND_MIN_RUNS} runs: this pooled value widened to its largest error); "
+        "every prediction's low / high is at least value / (1 + w) and value x (1 + w); coverage: the share of the "
+        "fitted runs inside a band derived without their source\"",
+        f"  ratio_half_width: {ratio_half_width(pairs):.4f}",
+        f"  ratio_pairs: {len(pairs)}",
+        f"  ratio_method: \"a ratio of two predictions (one GPU over another): at least value / (1 + w) to value x "
+        f"(1 + w), w the {BAND_QUANTILE:.0%} split-conformal quantile of |log(predicted / measured ratio)| over the pairs of fitted runs "
+        "of one model, precision, GPU count and source on two GPUs, each run predicted without its source "
+        "(calibrate.measured_pairs, ratio_half_width; plan.ratio_band)\"",
     ]
     lines += [
         "regimes:",
-        "  method: \"per regime (scaletax.inputs.runs.row_regime): its rows of data/published_runs.csv each predicted by a "
-        "calibration without the whole regime (calibrate.fold_predictions), and its rows of data/heldout_runs.csv "
-        "predicted with these parameters; median |predicted / measured - 1| and the share within 25% over both "
-        "(calibrate.regime_spread)\"",
+        "  method: \"per regime (scaletax.inputs.runs.row_regime): its fitted runs each predicted by a calibration "
+        "without their source (calibrate.fold_predictions), and its runs of data/heldout_runs.csv (never fitted) predicted "
+        "with these parameters; median |predicted / measured - 1| and the share within 25% over both; lro_median: its "
+        "fitted runs predicted by a calibration without the whole regime; band_half_width: the regime's band "
+        "(calibrate.regime_spread, calibrate.out_of_sample_spread)\"",
     ]
     for reg, r in regimes.items():
         num = ("null" if r["oos_median"] is None else f"{r['oos_median']:.4f}",
                "null" if r["oos_within_25"] is None else f"{r['oos_within_25']:.4f}")
+        lmed = "null" if r["lro_median"] is None else f"{r['lro_median']:.4f}"
         lines.append(f"  \"{reg}\": {{rows: {r['rows']}, heldout_rows: {r['heldout_rows']}, oos_rows: {r['oos_rows']}, "
-                     f"oos_median: {num[0]}, oos_within_25: {num[1]}}}")
+                     f"oos_median: {num[0]}, oos_within_25: {num[1]}, lro_median: {lmed}, "
+                     f"band_half_width: {spread['regimes'][reg]:.4f}}}")
     lines.append("collectives:")
     for n in COLLECTIVE_PARAMS:
         lines.append(f"  {n}:")
@@ -672,7 +857,8 @@ __all__ = ["COLLECTIVE_PARAMS", "Calibration", "DERIVED_FAMILIES", "FIT_BOUNDS",
            "fit_bounds", "fp8_over_bf16_max",
            "IDENTIFIED_BY", "PRIORS", "RANGE_CHI2", "TIED_FAMILIES", "band_from_ranges", "calibrate", "calibrate_fold",
            "efficiency_ranges", "efficiency_yaml_text", "fit_gemm_measurements", "fold_predictions", "load_rows",
-           "measured_base", "out_of_sample_spread", "BAND_QUANTILE", "abs_error_stats", "heldout_errors", "heldout_predictions",
+           "measured_base", "out_of_sample_spread", "conformal_quantile", "nested_inside", "BAND_QUANTILE", "BAND_MIN_RUNS", "band_widths",
+           "source_predictions", "FIT_TABLES", "abs_error_stats", "heldout_errors", "heldout_predictions",
            "regime_spread",
            "power_ratio", "prepare_rows", "tie_ratios", "write_efficiency_yaml"]
 

@@ -101,6 +101,10 @@ class GPU(BaseModel):
     power_source: str = ""
     #: Fields a scenario set (empty for a catalog row): what the book marks as the user's.
     user_fields: tuple[str, ...] = ()
+    #: A catalog GPU this row is a variant of: the same silicon and datasheet peaks, with its own
+    #: memory, links and power limit (``tdp_w``); "" for a part of its own. ``perf.power_scale``
+    #: turns a lower power limit into a lower sustained clock.
+    variant_of: str = Field(default="", pattern=r"^[a-z0-9_]*$")
 
     @field_validator("sources")
     @classmethod
@@ -202,6 +206,7 @@ def load_catalog(path: Path | str = HARDWARE_CSV) -> dict[str, GPU]:
     if missing:
         raise HardwareError(f"{path}: missing column(s) {', '.join(sorted(missing))}")
     catalog: dict[str, GPU] = {}
+    rows_of: dict[str, int] = {}
     for rownum, row in enumerate(reader, start=2):  # row 1 is the header
         fields = {k: _parse_cell(v or "") for k, v in row.items() if k is not None}
         fields = {k: v for k, v in fields.items() if v is not None}
@@ -217,8 +222,14 @@ def load_catalog(path: Path | str = HARDWARE_CSV) -> dict[str, GPU]:
         if gpu.id in catalog:
             raise HardwareError(f"{path.name}: row {rownum}, column 'id': duplicate id {gpu.id!r}")
         catalog[gpu.id] = gpu
+        rows_of[gpu.id] = rownum
     if not catalog:
         raise HardwareError(f"{path}: no rows")
+    for gpu in catalog.values():
+        base = catalog.get(gpu.variant_of) if gpu.variant_of else None
+        if gpu.variant_of and (base is None or base.variant_of or base.family != gpu.family):
+            raise HardwareError(f"{path.name}: row {rows_of[gpu.id]}, column 'variant_of': {gpu.variant_of!r} must be "
+                                f"a catalog GPU of family {gpu.family!r} that is not itself a variant")
     return catalog
 
 
@@ -257,6 +268,15 @@ def _data_catalog() -> dict[str, GPU]:
                                 f"({cat[gid].tdp_w:g} W)")
         cat[gid] = cat[gid].model_copy(update={"system": system, "system_gpus": n, "non_gpu_w": other,
                                                "power_source": power_source})
+    # a catalog variant without a system row of its own keeps its base part's system and non-GPU power
+    # per GPU (the rule a scenario GPU derived with base: follows)
+    for gid, g in list(cat.items()):
+        base = cat.get(g.variant_of) if g.variant_of else None
+        if base is not None and gid not in systems and base.non_gpu_w is not None:
+            cat[gid] = g.model_copy(update={
+                "system": base.system, "system_gpus": base.system_gpus, "non_gpu_w": base.non_gpu_w,
+                "power_source": f"ASSUMPTION: the non-GPU power per GPU of its base part's system ({base.id}: "
+                                f"{base.power_source})"})
     return cat
 
 

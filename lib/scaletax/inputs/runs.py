@@ -122,7 +122,10 @@ COLUMN_DEFAULTS: dict[str, str] = {
                 "besides (megatron-core 0.19.2 transformer_config.py:130-134); account: "
                 "account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split, the embedding and "
                 "the loss each take a layer's slot; balanced: a custom pipeline_model_parallel_layout that spreads the "
-                "output layer's work over the stages (perf.PP_SPLITS); the slowest stage sets the pace",
+                "output layer's work over the stages (options.PP_SPLITS); the slowest stage sets the pace",
+    "tp_comm_overlap": "the stack's (megatron: Transformer Engine's tp_comm_overlap, half of the TP collectives "
+                       "hidden before the fitted overlap scale; fsdp: none hidden); true / false: the run states its TP "
+                       "collectives overlapped (Megatron-Core tp_comm_overlap, TorchTitan async TP) or not",
     "attn_kernel": "flash (fused attention, scores on chip: every stack since FlashAttention, 2022); unfused: "
                    "Megatron-LM before it (batched QK^T / PV GEMMs over the full score matrix, softmax and "
                    "dropout as memory-bound kernels; perf.ATTN_KERNELS), which also stores the scores for the "
@@ -176,6 +179,9 @@ RUNS_CSV = DATA_DIR / "published_runs.csv"
 #: Published training runs outside the calibration table (runs-table schema, with their
 #: measurement), never calibrated on: predicted out of sample by ``validate.heldout_predictions``.
 HELDOUT_CSV = DATA_DIR / "heldout_runs.csv"
+#: 72 more published runs (runs-table schema; ``data/sources/validation_runs.py`` builds it from the
+#: source table and says where every filled column comes from): the validation table.
+VALIDATION_CSV = DATA_DIR / "published_runs_validation.csv"
 #: How a runs-table row becomes a step-time input (stated once, applied to every row; the column
 #: defaults of :data:`COLUMN_DEFAULTS` plus the MoE modelling choices):
 ROW_CONVENTIONS: dict[str, str] = {
@@ -695,6 +701,14 @@ def row_attn_kernel(row: dict[str, Any]) -> str:
     return v
 
 
+def row_tp_overlap(row: dict[str, Any]) -> bool | None:
+    """Whether a row states its tensor-parallel collectives overlapped with the GEMMs
+    (``tp_comm_overlap`` column, :data:`COLUMN_DEFAULTS`: Megatron-Core's ``tp_comm_overlap``,
+    TorchTitan's async TP); None when blank (the stack's default, ``comm.STACK_TP_OVERLAP``)."""
+    v = row.get("tp_comm_overlap")
+    return None if is_blank(v) else _parse_bool("tp_comm_overlap", v)
+
+
 #: ``moe_dispatcher`` column values and the ``perf.prepare`` ``ep_dispatch`` each runs: Megatron-Core's
 #: flex dispatcher (DeepEP or HybridEP backend) deduplicates per NVLink domain as DeepEP does
 #: (:data:`COLUMN_DEFAULTS` "moe_dispatcher"; its permutations are ``perf.moe_permute_bytes``' "dedup").
@@ -751,13 +765,25 @@ def row_generation(row: dict[str, Any]) -> str:
     return row_gpu(row).family
 
 
+#: Where a row's measurement was published (:func:`row_source`): (text in its ``source_url`` or
+#: ``run_id``, source), the first match wins. The leave-one-source-out folds hold each out whole.
+SOURCE_PATTERNS: tuple[tuple[str, str], ...] = (
+    ("mlcommons", "MLPerf"), ("mlperf", "MLPerf"), ("Megatron-MoE-ModelZoo", "Megatron MoE model zoo"),
+    ("Megatron-Bridge", "Megatron-Bridge"), ("mbridge", "Megatron-Bridge"), ("Automodel", "NeMo AutoModel"),
+    ("NVIDIA/NeMo/", "NeMo"), ("torchtitan", "TorchTitan"), ("llm-foundry", "llm-foundry"), ("FlagPerf", "FlagPerf"),
+    ("2407.21783", "Llama 3 paper"), ("2412.19437", "DeepSeek-V3 report"),
+)
+
+
 def row_source(row: dict[str, Any]) -> str:
-    """Kind of source of a row: MLPerf Training, Megatron-Bridge tables, or papers."""
-    rid, url = str(row.get("run_id", "")), str(row.get("source_url", ""))
-    if rid.startswith("mlperf") or "mlcommons" in url:
-        return "MLPerf"
-    if rid.startswith("mbridge") or "Megatron-Bridge" in url:
-        return "Megatron-Bridge"
+    """Where a row's measurement was published (:data:`SOURCE_PATTERNS` on ``source_url``, then on
+    ``run_id``): MLPerf Training, the Megatron-Bridge tables, TorchTitan, ...; the Megatron papers
+    (Narayanan 2021, Korthikanti 2022) and any other row: "papers"."""
+    url, rid = str(row.get("source_url", "")), str(row.get("run_id", ""))
+    for text in (url, rid):
+        for pat, src in SOURCE_PATTERNS:
+            if pat in text:
+                return src
     return "papers"
 
 
@@ -838,6 +864,7 @@ def _validate_row(row: dict[str, Any], cache: dict | None = None) -> None:
     row_stack(row)
     memory_options(row)  # the memory columns: stack, attn_kernel, dropout, grad_reduce_in_fp32, include_embeddings,
     # pp_split's grammar, fp8_param_gather, reserve_gib
+    row_tp_overlap(row)
     row_dispatch(row)
     mods = _modules(row)
     if mods is not None:

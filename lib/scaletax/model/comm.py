@@ -39,6 +39,7 @@ Public API
 Collectives: ``collective_time``, ``collective_phases``, ``predicted_busbw``, ``busbw``,
 ``algbw``, ``bus_factor``, ``wire_bytes``, ``link_bytes``, ``latency_bandwidth``,
 ``saturating_bw``, ``moe_dispatch_bytes``, ``moe_alltoall_time``, ``moe_rank_imbalance``,
+``ep_link_eff`` / ``ep_link_curve`` (DeepEP-class kernels' achieved NVLink rate, measured),
 ``expected_max_normal``; calibration:
 ``calibration_points``, ``fit_calibration``, ``predict_point``, ``calibration_table``.
 Per step: ``WireFormat``, ``step_traffic`` -> ``StepComm`` of ``GroupTraffic`` (both with
@@ -310,6 +311,55 @@ def moe_alltoall_time(tokens, top_k, hidden, bytes_per_elem, ep, topo: Topology,
     """One MoE dispatch (or combine) all-to-all over ``ep`` ranks, seconds."""
     return collective_time("all_to_all", moe_dispatch_bytes(tokens, top_k, hidden, bytes_per_elem),
                            ep, topo, stride)
+
+
+#: Published MoE dispatch / combine kernel benchmarks (verbatim copy of the shared reference table;
+#: data/sources/README.md): DeepEP, HybridEP, DeepGEMM, attention and NCCL rows with their sources.
+KERNEL_BENCHMARKS_CSV = DATA_DIR / "kernel_benchmarks.csv"
+#: The rows :func:`ep_link_eff` reads: HybridEP on GB200 NVL72 (multi-node NVLink, 8 to 36 ranks),
+#: kernel-only "algorithm bandwidth" at the 32 SMs the Megatron-Bridge benchmark recipes give it
+#: (``moe_hybridep_num_sms = 32``): FP8 dispatch and BF16 combine (NVIDIA's README_Hybrid-EP.md on
+#: DeepEP branch hybrid-ep at 94a9f8f; bytes received per rank over its NVLink, per-rank deduplicated).
+#: The per-direction NVLink rate of the GPU those rows ran on, B/s: GB200's NVLink 5, 1.8 TB/s per GPU
+#: both directions (data/hardware.csv gb200 nvlink; a constant, not a catalog read, so that a cached
+#: search's key covers it: tests/test_fidelity.py holds it to the catalog).
+EP_BENCH_LINK_BW = 900e9
+EP_BENCH_ROWS: tuple[tuple[str, str, str], ...] = (
+    ("gb200", "HybridEP dispatch (kernel only, 32 SMs)", "fp8"),
+    ("gb200", "HybridEP combine (kernel only, 32 SMs)", "bf16"))
+
+
+@functools.lru_cache(maxsize=2)
+def ep_link_curve(path: Path | str = KERNEL_BENCHMARKS_CSV) -> tuple[np.ndarray, np.ndarray]:
+    """(ranks, achieved fraction of the per-direction NVLink rate) of the MoE dispatch and combine
+    kernels inside one NVLink domain: the mean of :data:`EP_BENCH_ROWS` at each rank count, over
+    GB200's 900 GB/s per direction (:data:`EP_BENCH_LINK_BW`). Falls from 0.81 at 8 ranks to 0.60 at
+    36 (the NVSwitch fabric serves more peers per GPU; DeepEP on 8 H800s: 153-158 of ~200 GB/s,
+    0.77-0.79, the same as at 8 ranks here)."""
+    by: dict[int, list[float]] = {}
+    with open(path, newline="", encoding="utf-8") as fh:
+        for r in csv.DictReader(fh):
+            if any(r["gpu"] == g and r["op"] == op and r["dtype"].startswith(dt) for g, op, dt in EP_BENCH_ROWS):
+                if r["unit"] != "GB/s" or not r["ranks"]:
+                    raise ValueError(f"{path}: HybridEP row without ranks or in {r['unit']!r}")
+                by.setdefault(int(r["ranks"]), []).append(float(r["value"]))
+    if not by:
+        raise ValueError(f"{path}: no HybridEP GB200 row ({EP_BENCH_ROWS})")
+    per_dir = EP_BENCH_LINK_BW
+    ranks = np.array(sorted(by), dtype=np.float64)
+    eff = np.array([np.mean(by[int(k)]) * 1e9 / per_dir for k in ranks])
+    ranks.flags.writeable = eff.flags.writeable = False
+    return ranks, eff
+
+
+def ep_link_eff(ranks) -> np.ndarray:
+    """Achieved fraction of the NVLink rate of DeepEP-class dispatch and combine kernels among
+    ``ranks`` GPUs of one NVLink domain (:func:`ep_link_curve`, interpolated in log2 of the ranks;
+    below 8 ranks the 8-rank value, above 36 the 36-rank value: ASSUMPTION, no measurement beyond
+    36 ranks, so the fall with more peers is not extrapolated), vectorized."""
+    k, e = ep_link_curve()
+    x = np.log2(np.maximum(np.asarray(ranks, dtype=np.float64), 1.0))
+    return np.interp(x, np.log2(k), e)
 
 
 @functools.lru_cache(maxsize=1)

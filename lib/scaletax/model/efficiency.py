@@ -1,12 +1,16 @@
 """The calibrated parameters of the step-time model (``scaletax.model.perf``): GEMM ceilings per
-format class and GPU family, the GEMM roofline weight, the memory-bound overhead and the overlap
-scale, each with its range (``data/efficiency.yaml``, written by ``scaletax.fit.calibrate``).
+format class and GPU family, the GEMM roofline weight, the memory-bound and MoE routing overheads,
+the overlap scale and the fixed time per layer pass, each with its range (``data/efficiency.yaml``,
+written by ``scaletax.fit.calibrate``).
 
 - ``Efficiency`` (one point of the parameters), ``EfficiencyBand`` (value / low / high corners and
-  the out-of-sample spread), ``load_efficiency(path=EFFICIENCY_YAML)``, ``default_band()``,
+  the out-of-sample spread, pooled and per regime: ``spreads(regime_idx)``),
+  ``load_efficiency(path=EFFICIENCY_YAML)``, ``default_band()``,
   ``default_efficiency()``.
 - ``power_per_flop(family)``: the rated power per peak FLOP behind Blackwell Ultra's family factor.
-  (The ceiling a recipe's GEMMs run at is its ``Recipe.format_class``.)
+  ``EfficiencyBand.ratio_spread`` is the half-width of a ratio of two predictions (the model's error
+  on measured pairs of runs), which ``scaletax.model.plan.ratio_band`` applies. (The ceiling a
+  recipe's GEMMs run at is its ``Recipe.format_class``.)
 """
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ import yaml
 
 from scaletax import DATA_DIR
 from scaletax.inputs import hardware, recipes
+from scaletax.inputs.runs import REGIMES
 from scaletax.model.comm import Overlap
 
 EFFICIENCY_YAML = DATA_DIR / "efficiency.yaml"
@@ -47,6 +52,8 @@ class Efficiency:
     gemm_roofline  k in (1 + k n_ref / n): how much operand traffic adds to a GEMM of size n
     memory_overhead  time / ideal HBM time of the memory-bound kernels
     overlap_scale  multiplier on the default overlap fractions of :class:`comm.Overlap` (clipped to 1)
+    moe_overhead   time / ideal HBM time of the MoE routing kernels (router, token permutations)
+    layer_overhead_us  fixed time per transformer layer per micro-batch (forward and backward), microseconds
     """
 
     gemm_ceiling: Mapping[str, float]
@@ -54,6 +61,8 @@ class Efficiency:
     gemm_roofline: float
     memory_overhead: float
     overlap_scale: float
+    moe_overhead: float = 1.0
+    layer_overhead_us: float = 0.0
 
     def __post_init__(self) -> None:
         missing = set(FORMAT_CLASSES) - set(self.gemm_ceiling)
@@ -73,6 +82,10 @@ class Efficiency:
             raise ValueError(f"memory_overhead must be > 0 (got {self.memory_overhead})")
         if self.overlap_scale < 0:
             raise ValueError(f"overlap_scale must be >= 0 (got {self.overlap_scale})")
+        if self.moe_overhead <= 0:
+            raise ValueError(f"moe_overhead must be > 0 (got {self.moe_overhead})")
+        if self.layer_overhead_us < 0:
+            raise ValueError(f"layer_overhead_us must be >= 0 (got {self.layer_overhead_us})")
 
     def ceiling(self, precision: recipes.Recipe, family: str) -> float:
         """Fraction of the dense peak of ``precision`` (a recipe) a large GEMM sustains on ``family``:
@@ -94,7 +107,8 @@ class Efficiency:
         out = {f"gemm_ceiling_{k}": float(v) for k, v in self.gemm_ceiling.items()}
         out.update({f"family_factor_{k}": float(v) for k, v in self.family_factor.items()})
         out.update(gemm_roofline=float(self.gemm_roofline), memory_overhead=float(self.memory_overhead),
-                   overlap_scale=float(self.overlap_scale))
+                   overlap_scale=float(self.overlap_scale), moe_overhead=float(self.moe_overhead),
+                   layer_overhead_us=float(self.layer_overhead_us))
         return out
 
     @classmethod
@@ -104,7 +118,8 @@ class Efficiency:
             return cls(gemm_ceiling={k: float(p[f"gemm_ceiling_{k}"]) for k in FORMAT_CLASSES},
                        family_factor={k: float(p[f"family_factor_{k}"]) for k in FAMILIES},
                        gemm_roofline=float(p["gemm_roofline"]), memory_overhead=float(p["memory_overhead"]),
-                       overlap_scale=float(p["overlap_scale"]))
+                       overlap_scale=float(p["overlap_scale"]), moe_overhead=float(p["moe_overhead"]),
+                       layer_overhead_us=float(p["layer_overhead_us"]))
         except KeyError as exc:
             raise ValueError(f"efficiency parameter {exc.args[0]!r} missing") from None
 
@@ -120,7 +135,8 @@ class Efficiency:
 #: Direction in which each parameter raises throughput (+1: larger is faster, -1: slower).
 PARAM_SIGN: dict[str, int] = {**{f"gemm_ceiling_{k}": 1 for k in FORMAT_CLASSES},
                               **{f"family_factor_{k}": 1 for k in FAMILIES},
-                              "gemm_roofline": -1, "memory_overhead": -1, "overlap_scale": 1}
+                              "gemm_roofline": -1, "memory_overhead": -1, "overlap_scale": 1, "moe_overhead": -1,
+                              "layer_overhead_us": -1}
 
 
 @dataclass(frozen=True)
@@ -135,10 +151,24 @@ class EfficiencyBand:
     #: relative half-width w of the out-of-sample band (``data/efficiency.yaml`` ``band``): every
     #: prediction's low / high is at most value / (1 + w) and at least value x (1 + w) in throughput
     spread: float = 0.0
+    #: the same per regime (``data/efficiency.yaml`` ``regimes``, ``runs.REGIMES``): the regime's
+    #: leave-one-source-out half-width; a regime not in it takes ``spread``
+    regime_spread: Mapping[str, float] = field(default_factory=dict)
+    #: relative half-width of a ratio of two predictions (``data/efficiency.yaml`` ``band.ratio_half_width``:
+    #: the model's error on measured pairs of runs, one model on two GPUs; the pooled ``spread`` where
+    #: the file has none); ``scaletax.model.plan.ratio_band`` applies it
+    ratio_spread: float = 0.0
 
     def __post_init__(self) -> None:
-        if not (0.0 <= self.spread < 10.0):
-            raise ValueError(f"EfficiencyBand.spread must be in [0, 10) (got {self.spread})")
+        for name, w in {"": self.spread, "ratio": self.ratio_spread, **dict(self.regime_spread)}.items():
+            if not (0.0 <= w < 10.0):
+                raise ValueError(f"EfficiencyBand.spread{'[' + repr(name) + ']' if name else ''} must be in [0, 10) "
+                                 f"(got {w})")
+
+    def spreads(self, regime_idx) -> np.ndarray:
+        """Half-width per entry of ``regime_idx`` (indices into ``runs.REGIMES``)."""
+        table = np.array([float(self.regime_spread.get(r, self.spread)) for r in REGIMES])
+        return table[np.asarray(regime_idx, dtype=np.int64)]
 
     @classmethod
     def from_ranges(cls, value: Mapping[str, float], lo: Mapping[str, float], hi: Mapping[str, float],
@@ -184,9 +214,18 @@ def load_efficiency(path: Path | str = EFFICIENCY_YAML) -> EfficiencyBand:
     sec = raw.get("band") or {}
     try:
         spread = float(sec.get("relative_half_width", 0.0)) if isinstance(sec, dict) else 0.0
+        ratio = float(sec.get("ratio_half_width", spread)) if isinstance(sec, dict) else spread
     except (TypeError, ValueError):
-        raise ValueError(f"{path.name}: band.relative_half_width must be a number") from None
-    return replace(band, spread=spread)
+        raise ValueError(f"{path.name}: band.relative_half_width and band.ratio_half_width must be numbers") from None
+    regimes = raw.get("regimes") or {}
+    per: dict[str, float] = {}
+    for name, rec in (regimes.items() if isinstance(regimes, dict) else ()):
+        if isinstance(rec, dict) and rec.get("band_half_width") is not None:
+            try:
+                per[str(name)] = float(rec["band_half_width"])
+            except (TypeError, ValueError):
+                raise ValueError(f"{path.name}: regimes.{name}.band_half_width must be a number") from None
+    return replace(band, spread=spread, regime_spread=per, ratio_spread=ratio)
 
 
 @lru_cache(maxsize=1)
@@ -211,7 +250,7 @@ def power_per_flop(family: str) -> float:
     FLOP (ASSUMPTION: linear DVFS regime; the ratio is only applied within one silicon generation).
     """
     bf16 = recipes.training("bf16")
-    gpus = [g for g in hardware.catalog().values() if g.family == family and g.peak_flops(bf16)]
+    gpus = [g for g in hardware.catalog().values() if g.family == family and not g.variant_of and g.peak_flops(bf16)]
     if not gpus:
         raise ValueError(f"power_per_flop: no GPU of family {family!r} in the catalog")
     return float(np.mean([g.tdp_w / (g.peak_flops(bf16) / 1e12) for g in gpus]))

@@ -26,6 +26,7 @@ Model (per GPU of the heaviest pipeline stage, per step; seconds, FLOP, bytes)
     step_s    = compute_s + other_s + bubble_s + exposed_comm_s
     compute_s = sum_k FLOP_k / (peak_k x ceiling_k) x (1 + gemm_roofline x n_ref_k x S_k)
     other_s   = memory_overhead x (bytes of all micro-batches + bytes once per step) / HBM B/s
+                + moe_overhead x MoE routing bytes / HBM B/s + layer_overhead_us x layers of the stage x m
     bubble_s  = (pp - 1) / (vp m) x (compute_s + micro-batch part of other_s)
     exposed_comm_s = comm.exposed_comm(step traffic, t_compute = compute_s + micro-batch other_s,
                                        comm.Overlap() fractions x overlap_scale)
@@ -52,8 +53,8 @@ Model (per GPU of the heaviest pipeline stage, per step; seconds, FLOP, bytes)
   (:data:`FP4_BF16_LAYERS`) run at the 16-bit peak (ASSUMPTION: Transformer Engine defaults, FP8
   dot-product attention off, output layer outside the low-precision region).
 - Ceilings: ``gemm_ceiling[format class] x family_factor[family]`` (Hopper = 1; the 4-bit
-  ceiling is absolute: FP4 tensor cores start with Blackwell; ``calibrate`` ties it to the 8-bit
-  ceiling x the Blackwell factor).
+  ceiling is absolute: FP4 tensor cores start with Blackwell; a fold of ``calibrate`` without a
+  4-bit run takes the 8-bit ceiling x the Blackwell factor).
 - GEMM shape (additive roofline, Williams et al. 2009): a GEMM M x K x N per GPU (after TP/ETP,
   CP and the MoE token split) with n = 3 / (1/M + 1/K + 1/N) takes FLOPs / (peak x ceiling) x
   (1 + k n_ref / n), n_ref = 1.5 x bytes per element x ridge point (:func:`gemm_reference_size`);
@@ -63,7 +64,10 @@ Model (per GPU of the heaviest pipeline stage, per step; seconds, FLOP, bytes)
   activation functions, low-precision casts, MoE routing and permutation, cross-entropy, the
   context-parallel merges of partial attention results; per step the Adam update,
   gradient-buffer reset and weight casts. A lower bound on bytes moved;
-  ``memory_overhead`` turns it into time.
+  ``memory_overhead`` turns it into time (``moe_overhead`` the MoE routing bytes').
+- A fixed time per layer pass (``layer_overhead_us``, each layer's forward and backward per
+  micro-batch on the slowest stage, ``StepInputs.layer_passes``): kernel gaps and tails, whatever
+  the work; fitted below 12 idle GEMM calls (``calibrate.gemm_call_floor_us``).
 - Communication: :mod:`scaletax.model.comm` per group, evaluated once per distinct pattern; the MoE
   all-to-all re-timed for per-domain deduplication (:func:`ep_dedup_factor`, DeepEP-class); the
   context-parallel ring hides only under the attention time (Ring Attention, arXiv 2310.01889).
@@ -83,7 +87,7 @@ from typing import Any
 
 import numpy as np
 
-from scaletax.inputs import hardware, pipeline_layout, recipes
+from scaletax.inputs import hardware, pipeline_layout, recipes, runs
 from scaletax.inputs.layout import Layout, LayoutArray, LayoutGrid
 from scaletax.inputs.models import Model
 from scaletax.inputs.options import ATTN_KERNELS, PP_SPLITS
@@ -178,6 +182,25 @@ def gemm_reference_size(gpu: hardware.GPU, precision: recipes.Recipe) -> float:
     return 1.5 * precision.operand_bytes * gpu.peak_flops(precision) / gpu.hbm_bw
 
 
+def power_scale(gpu: hardware.GPU) -> float:
+    """Sustained tensor-core clock of a power-limited variant (``hardware.GPU.variant_of``) relative to
+    its base part: min(1, rated power / the base part's rated power); 1 for a part of its own.
+
+    Under heavy GEMM load a Hopper or Blackwell GPU runs at its power limit, and at the voltage floor
+    dynamic power is linear in clock (P = C V^2 f): the sustained clock scales with the power limit
+    (the rule ``efficiency.power_per_flop`` applies between Blackwell and Blackwell Ultra). Meta's 500 W
+    H100 SXM (``h100_sxm_96gb_500w``) sustains 500 / 700 of the stock part's clock. ASSUMPTION, a model:
+    linear DVFS (an upper bound on the loss where the voltage can still fall with the clock). The other
+    bound, the voltage falling with the clock (P ~ f^3, clock (500/700)^(1/3) = 0.89), was tried and
+    rejected on the measurements: refitted, the 500 W TorchTitan rows come out +22% to +71% fast out
+    of sample (leave one source out; linear: -7% to +40%) and the validation table's median error
+    rises from 7.5% to 8.8%."""
+    g = hardware.check(gpu)
+    if not g.variant_of:
+        return 1.0
+    return min(1.0, g.tdp_w / hardware.get(g.variant_of).tdp_w)
+
+
 @lru_cache(maxsize=256)
 def _topology(gpu: hardware.GPU) -> Topology:
     """``Topology.from_gpu(gpu)``, built once per GPU (a frozen, hashable record)."""
@@ -199,6 +222,7 @@ class _GPUTerms:
     n_ref_fmt: Any
     n_ref_16: Any
     hbm_bw: Any
+    clock: Any = 1.0
 
     @classmethod
     def one(cls, gpu: hardware.GPU, precision: recipes.Recipe) -> "_GPUTerms":
@@ -206,7 +230,8 @@ class _GPUTerms:
         half = compute_precision(precision)
         return cls(peak_fmt=g.peak_flops(precision), peak_16=g.peak_flops(half), topo=_topology(g),
                    sfu_ratio=SFU_RATIO[g.family], fam_idx=FAMILIES.index(g.family),
-                   n_ref_fmt=gemm_reference_size(g, precision), n_ref_16=gemm_reference_size(g, half), hbm_bw=g.hbm_bw)
+                   n_ref_fmt=gemm_reference_size(g, precision), n_ref_16=gemm_reference_size(g, half), hbm_bw=g.hbm_bw,
+                   clock=power_scale(g))
 
 
 #: Topology fields :func:`_gpu_terms` gathers per layout.
@@ -268,16 +293,20 @@ class StepInputs:
     n_ref_16: the GEMM size at which operand traffic takes as long as the math at the peak,
     1.5 x bytes per element x ridge point (:func:`gemm_reference_size`); lowp_share: share of the
     linear and expert FLOPs run in the recipe format (the rest at the 16-bit peak);
-    bytes_micro / bytes_step: memory-bound bytes of all micro-batches / once per step;
+    bytes_micro / bytes_step: memory-bound bytes of all micro-batches (MoE routing apart) / once per
+    step; bytes_route: the MoE routing bytes of all micro-batches (router, token permutations);
     bubble: (pp - 1) / (vp m); tokens_per_step: gbs x seq_len; model_flops_per_token (MFU
     numerator); hw_flops_per_gpu (executed per step by the mean stage: HFU, whatever stage is slowest); peak_fmt / peak_16: dense FLOP/s of the
     recipe format and of 16 bits; hbm_bw: B/s; fmt_idx / fam_idx: index into ``FORMAT_CLASSES``
-    / ``FAMILIES``; ep_overlap: base share of the MoE all-to-all the schedule can hide
+    / ``FAMILIES``; clock_scale: the GPU's sustained clock relative to its family's (:func:`power_scale`); regime_idx:
+    the run's regime, an index into ``runs.REGIMES`` (``runs.regime_of``: the band's half-width); ep_overlap: base share of the MoE all-to-all the schedule can hide
     (``comm.SCHEDULE_EP_OVERLAP``); tp_overlap: base share of the TP collectives the software
     stack can hide (``comm.STACK_TP_OVERLAP``); attn_unfused: 1 where the attention is unfused
     (:data:`ATTN_KERNELS`: its batched GEMMs at the 16-bit rate, the score traffic in bytes_scores, no
     exp), 0 for flash attention (scores on chip, the softmax exp on the SFUs); bytes_scores: HBM bytes of the unfused attention's
-    score kernels per step (:data:`UNFUSED_ATTN_BYTES`), at :data:`HBM_STREAM_EFF`; comm: :class:`comm.StepComm` (with its ``layouts``).
+    score kernels per step (:data:`UNFUSED_ATTN_BYTES`), at :data:`HBM_STREAM_EFF`; layer_passes: transformer layers
+    of the slowest stage x micro-batches per step (each a forward and a backward: the fitted ``layer_overhead_us``
+    is charged per pass); comm: :class:`comm.StepComm` (with its ``layouts``).
     """
 
     flops_lin: np.ndarray
@@ -296,6 +325,7 @@ class StepInputs:
     n_ref_16: np.ndarray
     lowp_share: np.ndarray
     bytes_micro: np.ndarray
+    bytes_route: np.ndarray
     bytes_step: np.ndarray
     bubble: np.ndarray
     tokens_per_step: np.ndarray
@@ -307,10 +337,13 @@ class StepInputs:
     hbm_bw: np.ndarray
     fmt_idx: np.ndarray
     fam_idx: np.ndarray
+    clock_scale: np.ndarray
+    regime_idx: np.ndarray
     ep_overlap: np.ndarray
     tp_overlap: np.ndarray
     attn_unfused: np.ndarray
     bytes_scores: np.ndarray
+    layer_passes: np.ndarray
     comm: comm.StepComm
 
     def __len__(self) -> int:
@@ -572,7 +605,7 @@ def distinct_groups(experts: int, top_k: int, groups):
 
 def memory_bound_bytes(model: Model, la: LayoutArray, precision: recipes.Recipe,
                        recompute_fraction=None, ep_dispatch: str = "dedup",
-                       recompute_rest=None, stage=None) -> tuple[np.ndarray, np.ndarray]:
+                       recompute_rest=None, stage=None, routing: bool = False):
     """(bytes of all micro-batches of a step, bytes once per step) of memory-bound kernels, per GPU.
 
     Per token of a micro-batch on this CP rank, per layer (16-bit elements; "rep" items are
@@ -623,12 +656,13 @@ def memory_bound_bytes(model: Model, la: LayoutArray, precision: recipes.Recipe,
     if model.is_moe:
         k, E, fe = float(model.moe_top_k), float(model.moe_experts), float(model.moe_ffn_hidden)
         fs = fe * model.moe_shared_experts
-        moe_rep = 24.0 * E + moe_permute_bytes(model, ep, etp, ep_dispatch) + (cb * 2 * h if fs else 0.0)
+        route_tok = 24.0 * E + moe_permute_bytes(model, ep, etp, ep_dispatch)
+        moe_rep = route_tok + (cb * 2 * h if fs else 0.0)
         moe_split = act_fn * fs + cb * (fs + mult * fs) + act_fn * k * fe + cb * k * (fe + mult * fe)
         routed_etp = cb * k * 2 * h  # expert fc1 input and fc2 output grad, gathered over etp
         per_tok_moe = (attn_rep + moe_rep) / rep + (attn_split + moe_split) / tp + routed_etp * etp / tp
     else:
-        per_tok_moe = 0.0
+        per_tok_moe = route_tok = 0.0
     n_stage, head_share = (None, 1.0 / pp) if stage is None else stage
     _, dense_stage, moe_stage = _stage_layers(model, pp, n_stage)
     xf = _full_fraction(la, recompute_fraction)
@@ -652,6 +686,8 @@ def memory_bound_bytes(model: Model, la: LayoutArray, precision: recipes.Recipe,
     adam = ADAM_BYTES * (local_d / np.where(zero >= 1, dp * cp, 1.0) + local_e / np.where(zero >= 1, edp, 1.0))
     zero_buf = GRAD_ZERO_BYTES * (local_d / np.where(zero >= 2, dp * cp, 1.0) + local_e / np.where(zero >= 2, edp, 1.0))
     casts = cb * lin_params * np.where(zero == 3, n_micro, 1.0)
+    if routing:
+        return per_micro, adam + zero_buf + casts, tokens_mb * n_micro * moe_stage * route_tok / rep * (1.0 + redo)
     return per_micro, adam + zero_buf + casts
 
 
@@ -676,10 +712,20 @@ def ep_dedup_factor(model: Model, ep, n_in, ep_dispatch: str = "dedup"):
 
 
 def _dedup_ep(step: comm.StepComm, model: Model, topo: Topology, ep_dispatch: str) -> comm.StepComm:
-    """``step`` with the EP group's scale-out bytes and time scaled by :func:`ep_dedup_factor`.
+    """``step`` with the EP group re-timed for DeepEP-class dispatch (``ep_dispatch="dedup"``).
 
-    Time as in ``comm``: per all-to-all, launch + max(NVLink phase, NIC phase); the step's
-    all-to-alls share one placement, so the phases are summed over them before the max.
+    A DeepEP / HybridEP kernel sends a token once per destination rank, not once per expert
+    (deepseek-ai/DeepEP README: the dispatch's "NVLink bottleneck bandwidth" counts the bytes a
+    rank receives), and across NVLink domains once per destination domain over RDMA, to the rank
+    of the same local index, which forwards it over NVLink to the token's other ranks there
+    (DeepSeek-V3, arXiv 2412.19437, §3.2.2). Per token of the group's all-to-all send buffer m
+    (k copies): NIC bytes (n - n_in)/n m x :func:`ep_dedup_factor` (distinct remote domains),
+    NVLink bytes m r / k x (n_in - 1) / n_in (r = :func:`distinct_groups` over the n ranks: every
+    distinct destination rank but the one a copy lands on first), at the rate the dispatch and
+    combine kernels achieve among n_in ranks of one NVLink domain (``comm.ep_link_eff``: HybridEP
+    on GB200 NVL72, 0.81 of the link at 8 ranks to 0.60 at 36), not NCCL's. Time as in ``comm``:
+    per all-to-all, launch + max(NVLink phase, NIC phase); the step's all-to-alls share one
+    placement, so the phases are summed over them before the max.
     """
     if not model.is_moe or ep_dispatch == "alltoall":
         return step
@@ -688,11 +734,17 @@ def _dedup_ep(step: comm.StepComm, model: Model, topo: Topology, ep_dispatch: st
     n_in = np.asarray(g.per_domain, dtype=np.float64)
     f = ep_dedup_factor(model, n, n_in, ep_dispatch)
     cnt = np.asarray(g.count, dtype=np.float64)
-    t_in = np.where(n_in > 1, cnt * topo.alpha_nvlink + g.nvlink_bytes / np.asarray(topo.nvlink_eff_bw), 0.0)
+    # the k-copy send buffer per step behind comm's all-to-all bytes, (n - 1)/n of it on the wire
+    m = (np.asarray(g.nvlink_bytes, dtype=np.float64) + np.asarray(g.nic_bytes, dtype=np.float64)) \
+        * n / np.maximum(n - 1.0, 1.0)
+    per_rank = distinct_groups(model.moe_experts, model.moe_top_k, n) / model.moe_top_k
+    nv = np.where(n_in > 1, m * per_rank * (n_in - 1.0) / np.maximum(n_in, 1.0), 0.0)
+    bw_in = np.asarray(topo.nvlink_bw, dtype=np.float64) * comm.ep_link_eff(n_in)
+    t_in = np.where(n_in > 1, cnt * topo.alpha_nvlink + nv / bw_in, 0.0)
     nic = g.nic_bytes * f
     t_out = np.where(n > n_in, cnt * topo.alpha_nic + nic / np.asarray(topo.nic_eff_bw), 0.0)
     secs = np.where(cnt > 0, cnt * topo.alpha_launch + np.maximum(t_in, t_out), 0.0)
-    return replace(step, groups={**step.groups, "ep": replace(g, nic_bytes=nic, seconds=secs)})
+    return replace(step, groups={**step.groups, "ep": replace(g, nvlink_bytes=nv, nic_bytes=nic, seconds=secs)})
 
 
 def _mix_steps(a: comm.StepComm, b: comm.StepComm, x) -> comm.StepComm:
@@ -794,7 +846,7 @@ def prepare(model: Model, layouts, precision: recipes.Recipe, gpu, topo: Topolog
             ep_dispatch: str = "dedup", fp4_bf16_layers: int = FP4_BF16_LAYERS,
             schedule: str = "unknown", grid: tuple[LayoutGrid, np.ndarray] | None = None,
             stack: str = "megatron", pp_split: str = "auto", attn_kernel: str = "flash",
-            grad_bytes: float | None = None) -> StepInputs:
+            tp_comm_overlap: bool | None = None, grad_bytes: float | None = None) -> StepInputs:
     """Efficiency-independent step inputs for every layout (see the module docstring).
 
     ``precision``: a ``recipes.Recipe``; ``gpu``: a ``hardware.GPU``, or a list of them with one per layout (the
@@ -816,7 +868,9 @@ def prepare(model: Model, layouts, precision: recipes.Recipe, gpu, topo: Topolog
     the model (:data:`PP_SPLITS` or a Megatron-Core ``pipeline_model_parallel_layout`` string, runs
     column ``pp_split``; default "auto", the layout search's too):
     the compute and memory-bound work are those of the slowest stage (:func:`pipeline_split`; the
-    step's traffic keeps ceil(L / pp) layers). ``attn_kernel``: :data:`ATTN_KERNELS` (runs column
+    step's traffic keeps ceil(L / pp) layers). ``tp_comm_overlap``: the run's own TP overlap (runs column
+    ``tp_comm_overlap``: True hides ``comm.Overlap.tp``, False none; None: the stack's).
+    ``attn_kernel``: :data:`ATTN_KERNELS` (runs column
     ``attn_kernel``; "unfused": the full score matrix through tensor-core GEMMs at the 16-bit rate and
     :data:`UNFUSED_ATTN_BYTES` of HBM traffic per score element at :data:`HBM_STREAM_EFF`, no exp).
     ``grad_bytes``: bytes of a main-gradient element on the wire when ``wire`` is not given (the
@@ -836,6 +890,8 @@ def prepare(model: Model, layouts, precision: recipes.Recipe, gpu, topo: Topolog
         wire = comm.stack_wire(WireFormat.for_recipe(precision), stack)
         wire = wire if grad_bytes is None else replace(wire, grad=float(grad_bytes))
     tp_overlap = comm.stack_tp_overlap(stack)
+    if tp_comm_overlap is not None:  # the run states it: TE userbuffers / async TP, or collectives in line
+        tp_overlap = comm.Overlap.tp if tp_comm_overlap else 0.0
     on_grid = (grid is not None and recompute_fraction is None and recompute_rest is None
                and all(np.ndim(getattr(topo, f)) == 0 for f in _TOPO_FIELDS) and np.ndim(peak_fmt) == 0)
     if on_grid:  # every term on the grid (once per value it depends on), then taken at the rows
@@ -867,11 +923,31 @@ def prepare(model: Model, layouts, precision: recipes.Recipe, gpu, topo: Topolog
     attn_fwd_fpe = 2.0 * (dqk_a + dv_a)
     attn_bwd_fpe = 4.0 * (dqk_a + dv_a) if unfused else 6.0 * dqk_a + 4.0 * dv_a
     attn_layer = elems_layer * (n_fwd * attn_fwd_fpe + attn_bwd_fpe)  # FLOPs per token and layer
-    # the slowest pipeline stage: the output layer's work in layers' worth decides (16-bit GEMM
-    # against a mean layer's linear FLOPs at the recipe's peak and its attention core at 16 bits)
-    n_mlp = model.n_dense_layers * lf["dense_mlp"] + model.n_moe_layers * (lf["moe_shared"] + lf["moe_routed"])
-    layer_lin = 3.0 * (lf["attn"] + n_mlp / model.layers)
-    head_layers = 6.0 * model.hidden * vpad / (layer_lin * (peak_16 / peak_fmt) + attn_layer)
+    # --- GEMM shapes: FLOP-weighted mean of 1/n ------------------------------------------------
+    g_attn, g_dense, g_shared, g_routed = _gemms(model, M, tp, ep, etp)
+    (wa, na), (wd, nd), (ws, ns), (wr, nr) = (_wsum(x) for x in (g_attn, g_dense, g_shared, g_routed))
+    # grouped expert GEMMs run on whole row tiles: tokens per local expert m padded by half a tile;
+    # the EP rank with the most routed copies sets the layer's time (comm.moe_rank_imbalance)
+    exp_scale = 1.0
+    if model.is_moe:
+        m_exp = M * model.moe_top_k * ep * etp / (tp * model.moe_experts)
+        imb = comm.moe_rank_imbalance(model.moe_experts, model.moe_top_k, ep, ep * etp * M / tp)
+        exp_scale = (1.0 + 0.5 * GROUPED_TILE_M / np.maximum(m_exp, 1.0)) * imb
+    # the slowest pipeline stage: the output layer's time in layers' worth decides. A mean layer's and the
+    # output layer's GEMMs at their peaks with the measured shape penalty (1 + k n_ref / n, the
+    # ``gemm_roofline`` k of data/measured/gemm_h200.csv) and the grouped-GEMM padding and imbalance,
+    # the attention core at 16 bits: tiny per-expert GEMMs make a layer cost more than its FLOPs say
+    # (a FLOP count alone put 2 Kimi K2 layers under the 163k-vocabulary head and the head-only last
+    # stage as the slowest, so the search costed PP 32 by the head alone)
+    k_roof = default_efficiency().gemm_roofline
+    frac_d, frac_m = model.n_dense_layers / model.layers, model.n_moe_layers / model.layers
+    w_layer = wa + frac_d * wd + frac_m * ws
+    s_layer = na + frac_d * nd + frac_m * ns
+    t_layer = 3.0 * ((w_layer + k_roof * g.n_ref_fmt * s_layer)
+                     + frac_m * (wr + k_roof * g.n_ref_fmt * nr) * exp_scale) / peak_fmt + attn_layer / peak_16
+    w_head = 2.0 * model.hidden * vpad
+    t_head = 3.0 * w_head * (1.0 + k_roof * g.n_ref_16 / _hm(M, model.hidden, vpad / tp)) / peak_16
+    head_layers = t_head / t_layer
     n_split, head_share = pipeline_split(model, pp, pp_split, head_layers, vp)
     layers_stage, dense_stage, moe_stage = _stage_layers(model, pp, n_split)
     # --- FLOPs per token of the stage (forward x 3, plus the recomputed forward) -------------
@@ -889,17 +965,15 @@ def prepare(model: Model, layouts, precision: recipes.Recipe, gpu, topo: Topolog
     # executed FLOPs per token of the mean stage (1/pp of every layer and of the head): HFU's numerator
     lin_m, exp_m = lin_exp(model.layers / pp, model.n_dense_layers / pp, model.n_moe_layers / pp)
     mean_tok = lin_m + exp_m + model.layers / pp * attn_layer + head_full / pp
-    # --- GEMM shapes: FLOP-weighted mean of 1/n ------------------------------------------------
-    g_attn, g_dense, g_shared, g_routed = _gemms(model, M, tp, ep, etp)
-    (wa, na), (wd, nd), (ws, ns), (wr, nr) = (_wsum(x) for x in (g_attn, g_dense, g_shared, g_routed))
     w_lin = layers_stage * wa + dense_stage * wd + moe_stage * ws
     s_lin = (layers_stage * na + dense_stage * nd + moe_stage * ns) / np.maximum(w_lin, 1.0)
     s_exp = np.broadcast_to(take(nr / wr if wr else 0.0), (n,)).astype(f64)
     s_head = 1.0 / _hm(M, model.hidden, vpad / tp)
     lowp = 1.0 - min(1.0, fp4_bf16_layers / model.layers) if fmt == "4bit" else 1.0
     # --- memory-bound bytes, bubble (Narayanan 2021 §2.2), communication ---------------------
-    b_micro, b_step = memory_bound_bytes(model, src, precision, recompute_fraction=xf, ep_dispatch=ep_dispatch,
-                                         recompute_rest=recompute_rest, stage=(n_split, head_share))
+    b_micro, b_step, b_route = memory_bound_bytes(model, src, precision, recompute_fraction=xf,
+                                                  ep_dispatch=ep_dispatch, recompute_rest=recompute_rest,
+                                                  stage=(n_split, head_share), routing=True)
     # unfused attention: the materialized scores stream through HBM, a s elements per token and layer
     b_scores = (tok_gpu * elems_tok / tp * (UNFUSED_ATTN_BYTES[0] * n_fwd + UNFUSED_ATTN_BYTES[1])) if unfused else 0.0
     bubble = (pp - 1.0) / (vp * n_micro)
@@ -912,12 +986,7 @@ def prepare(model: Model, layouts, precision: recipes.Recipe, gpu, topo: Topolog
             step = _mix_steps(_step_traffic(model, la.replace(recompute=np.where(partial, 1, rc)), topo, wire),
                               step, np.where(partial, xf, 1.0))
     step = _dedup_ep(step, model, topo, ep_dispatch)
-    # grouped expert GEMMs run on whole row tiles: tokens per local expert m padded by half a tile;
-    # the EP rank with the most routed copies sets the layer's time (comm.moe_rank_imbalance)
-    if model.is_moe:
-        m_exp = M * model.moe_top_k * ep * etp / (tp * model.moe_experts)
-        imb = comm.moe_rank_imbalance(model.moe_experts, model.moe_top_k, ep, ep * etp * M / tp)
-        exp_tok = exp_tok * (1.0 + 0.5 * GROUPED_TILE_M / np.maximum(m_exp, 1.0)) * imb
+    exp_tok = exp_tok * exp_scale
     flops = {k: tok_gpu * v for k, v in (("lin", lin_tok), ("exp", exp_tok), ("attn", attn_tok), ("head", head_tok))}
     full = np.ones(n)
     return StepInputs(flops_lin=take(flops["lin"]), flops_exp=take(flops["exp"]) * full, flops_attn=take(flops["attn"]),
@@ -926,14 +995,27 @@ def prepare(model: Model, layouts, precision: recipes.Recipe, gpu, topo: Topolog
                       sfu_ratio=g.sfu_ratio * full,
                       flops_head=take(flops["head"]), s_lin=take(s_lin) * full, s_exp=s_exp, s_head=take(s_head) * full,
                       n_ref_fmt=g.n_ref_fmt * full, n_ref_16=g.n_ref_16 * full,
-                      lowp_share=lowp * full, bytes_micro=take(b_micro), bytes_step=take(b_step) * full,
+                      lowp_share=lowp * full, bytes_micro=take(b_micro - b_route), bytes_route=take(b_route) * full,
+                      bytes_step=take(b_step) * full,
                       bubble=take(bubble), tokens_per_step=take(tokens_step), gpus=la.gpus.astype(f64),
                       model_flops_per_token=float(model.model_flops_per_token(causal=True)) * full,
                       hw_flops_per_gpu=take(tok_gpu * mean_tok) * full, peak_fmt=peak_fmt * full,
                       peak_16=peak_16 * full, hbm_bw=g.hbm_bw * full,
                       fmt_idx=np.full(n, FORMAT_CLASSES.index(fmt)), fam_idx=g.fam_idx + np.zeros(n, np.int64),
+                      clock_scale=g.clock * full, regime_idx=_regime_idx(model, la.zero_stage, stack),
                       ep_overlap=comm.schedule_ep_overlap(schedule) * full, tp_overlap=tp_overlap * full,
-                      attn_unfused=float(unfused) * full, bytes_scores=take(b_scores) * full, comm=step)
+                      attn_unfused=float(unfused) * full, bytes_scores=take(b_scores) * full,
+                      layer_passes=take(layers_stage * n_micro) * full, comm=step)
+
+
+def _regime_idx(model: Model, zero_stage, stack: str) -> np.ndarray:
+    """Index into ``runs.REGIMES`` of training ``model`` with each ZeRO stage and ``stack``
+    (``runs.regime_of``: ZeRO-3 or FSDP2 makes a dense run of ordinary length the FSDP-stack regime)."""
+    z = np.asarray(zero_stage)
+    large = model.total_params / 1e9 > runs.SMALL_DENSE_PARAMS_B
+    experts = model.moe_experts if model.is_moe else 0
+    idx = [runs.REGIMES.index(runs.regime_of(experts, model.seq_len, fsdp, large)) for fsdp in (False, True)]
+    return np.where((z == 3) | (stack == "fsdp"), idx[1], idx[0]).astype(np.int64)
 
 
 def _same(a):
@@ -949,7 +1031,7 @@ class StepTime:
     """Step time per layout and its breakdown by cause, seconds (float64 arrays).
 
     step_s = compute_s + other_s + bubble_s + exposed_comm_s. compute_s: tensor-core work;
-    other_s: memory-bound kernels and the optimizer step; bubble_s: pipeline fill and drain;
+    other_s: memory-bound kernels, the fixed time per layer pass and the optimizer step; bubble_s: pipeline fill and drain;
     exposed_comm_s: communication not hidden by compute (per group in ``comm_groups``;
     ``comm_s`` is all communication, hidden or not). Rates per GPU: tokens_per_s_per_gpu,
     model_tflops_per_gpu (TFLOP/s, no recompute), mfu (model FLOPs / dense peak of the
@@ -999,9 +1081,9 @@ def evaluate(inp: StepInputs, eff: Efficiency | None = None, overlap: Overlap | 
     """
     eff = default_efficiency() if eff is None else eff
     ceil = np.array([eff.gemm_ceiling[k] for k in FORMAT_CLASSES])
-    fam = np.array([eff.family_factor[k] for k in FAMILIES])[inp.fam_idx]
+    fam = np.array([eff.family_factor[k] for k in FAMILIES])[inp.fam_idx] * inp.clock_scale
     # the 4-bit ceiling is absolute (no Hopper basis: FP4 tensor cores start with Blackwell)
-    r_fmt = inp.peak_fmt * ceil[inp.fmt_idx] * np.where(inp.fmt_idx == FP4_CLASS, 1.0, fam)
+    r_fmt = inp.peak_fmt * ceil[inp.fmt_idx] * np.where(inp.fmt_idx == FP4_CLASS, inp.clock_scale, fam)
     r_16 = inp.peak_16 * ceil[0] * fam
     inv_lin = inp.lowp_share / r_fmt + (1.0 - inp.lowp_share) / r_16  # seconds per FLOP
     k_f, k_16 = eff.gemm_roofline * inp.n_ref_fmt, eff.gemm_roofline * inp.n_ref_16
@@ -1010,16 +1092,22 @@ def evaluate(inp: StepInputs, eff: Efficiency | None = None, overlap: Overlap | 
                + inp.flops_exp * inv_lin * (1.0 + k_f * inp.s_exp)
                + attn
                + inp.flops_head / r_16 * (1.0 + k_16 * inp.s_head))
-    mem_micro = eff.memory_overhead * inp.bytes_micro / inp.hbm_bw + inp.bytes_scores / (inp.hbm_bw * HBM_STREAM_EFF)
+    mem_micro = ((eff.memory_overhead * inp.bytes_micro + eff.moe_overhead * inp.bytes_route) / inp.hbm_bw
+                 + inp.bytes_scores / (inp.hbm_bw * HBM_STREAM_EFF))
     mem_step = eff.memory_overhead * inp.bytes_step / inp.hbm_bw
+    # a fixed time per layer per micro-batch, whatever its work: what a layer's forward and backward
+    # cost beyond their FLOPs and bytes (the gaps between its few dozen kernels, each last wave's tail)
+    mem_micro = mem_micro + eff.layer_overhead_us * 1e-6 * inp.layer_passes
     busy = compute + mem_micro
     bubble = inp.bubble * busy
     # the context-parallel ring hides its K/V hops under the attention of the chunk at hand only
     # the MoE all-to-all hides as far as the layout's schedule allows, unless overlap is given
-    ep_frac = None if overlap is not None else {"ep": np.minimum(1.0, inp.ep_overlap * eff.overlap_scale),
+    ep_frac = None if overlap is not None else {"ep": ep_hidden_share(inp, eff.overlap_scale),
                                                 "tp": np.minimum(1.0, inp.tp_overlap * eff.overlap_scale)}
     exp = comm.exposed_comm(inp.comm, busy, eff.overlap(overlap), windows={"cp": attn}, fractions=ep_frac)
-    exposed = np.broadcast_to(np.asarray(exp.seconds, dtype=np.float64), busy.shape)
+    # the all-to-all kernels that run under the other micro-batch's compute take their SMs from it
+    groups = {**exp.groups, "ep": exp.groups["ep"] + EP_COMM_SM_SHARE * exp.hidden["ep"]}
+    exposed = np.broadcast_to(np.asarray(sum(groups.values()), dtype=np.float64), busy.shape)
     other = mem_micro + mem_step
     step = compute + other + bubble + exposed
     tps = inp.tokens_per_step / (step * inp.gpus)
@@ -1027,10 +1115,34 @@ def evaluate(inp: StepInputs, eff: Efficiency | None = None, overlap: Overlap | 
     return StepTime(step_s=step, compute_s=compute, other_s=other, bubble_s=bubble, exposed_comm_s=exposed,
                     comm_s=np.broadcast_to(np.asarray(inp.comm.seconds, dtype=np.float64), step.shape),
                     comm_groups={k: np.broadcast_to(np.asarray(v, dtype=np.float64), step.shape)
-                                 for k, v in exp.groups.items()},
+                                 for k, v in groups.items()},
                     tokens_per_step=inp.tokens_per_step, tokens_per_s_per_gpu=tps,
                     model_tflops_per_gpu=mflops / 1e12, mfu=mflops / inp.peak_fmt,
                     hfu=inp.hw_flops_per_gpu / step / inp.peak_fmt)
+
+
+#: Share of the SMs the MoE dispatch and combine kernels occupy while they run under another
+#: micro-batch's compute (Megatron-Core ``overlap_moe_expert_parallel_comm``, DualPipe): that compute
+#: runs on the rest. DeepEP's normal kernels default to 20 of an H800's 132 SMs (0.15,
+#: deepseek-ai/DeepEP README, ``Buffer.num_sms``); the Megatron-Bridge benchmark recipes give HybridEP
+#: 32 of a B200/GB200's 148 (0.22, perf_recipes/_common.py ``moe_hybridep_num_sms = 32``): 0.2.
+EP_COMM_SM_SHARE = 0.2
+
+
+def ep_hidden_share(inp: StepInputs, overlap_scale: float):
+    """Share of the MoE all-to-all time that can run under compute, per entry. A paired schedule
+    (``ep_overlap``: Megatron-Core's ``overlap_moe_expert_parallel_comm``, which merges one
+    micro-batch's forward with another's backward layer by layer; ``dualpipe``) hides every
+    all-to-all that has a partner: all but those of the pipeline warm-up (forwards) and cool-down
+    (backwards), pp of the n_micro micro-batches each way, 1 - pp / n_micro (1 - 1/n_micro without
+    a pipeline); the hidden part costs :data:`EP_COMM_SM_SHARE` of its time in slower compute
+    (:func:`evaluate`). Physics, not the fitted ``overlap_scale``. "1f1b" hides none; "unknown" the
+    assumed half (``comm.SCHEDULE_EP_OVERLAP``) times ``overlap_scale``."""
+    lay = inp.comm.layouts
+    m = np.maximum(np.asarray(lay.n_micro, dtype=np.float64), 1.0)
+    paired = np.clip(1.0 - np.asarray(lay.pp, dtype=np.float64) / m, 0.0, 1.0)
+    base = np.asarray(inp.ep_overlap, dtype=np.float64)
+    return np.where(base >= 1.0, paired, np.minimum(1.0, base * overlap_scale))
 
 
 def attention_seconds(inp: StepInputs, r_16, fam):
@@ -1056,7 +1168,7 @@ def attention_efficiency(gpu: hardware.GPU, d_qk: float, d_v: float | None = Non
     g = hardware.check(gpu)
     eff = default_efficiency() if eff is None else eff
     d_v = d_qk if d_v is None else d_v
-    fam = eff.family_factor[g.family]
+    fam = eff.family_factor[g.family] * power_scale(g)
     r = eff.gemm_ceiling["16bit"] * fam  # fraction of peak of the tensor-core part
     x = fam / SFU_RATIO[g.family]        # exp per peak FLOP
     f_fwd, f_bwd = 2.0 * (d_qk + d_v), 6.0 * d_qk + 4.0 * d_v
@@ -1105,12 +1217,13 @@ def _slower(st: StepTime, f) -> StepTime:
 
 def evaluate_band(inp: StepInputs, band: EfficiencyBand | None = None, overlap: Overlap | None = None) -> Prediction:
     """:func:`evaluate` at the central value and both corners of ``band`` (default: the data file),
-    each corner widened to at least the out-of-sample band ``band.spread`` (value x (1 + w)^-+1 in
-    step time): whichever is wider per entry."""
+    each corner widened to at least the out-of-sample band of the entry's regime
+    (``band.regime_spread``, else ``band.spread``: value x (1 + w)^-+1 in step time): whichever is
+    wider per entry."""
     band = default_band() if band is None else band
     val, lo, hi = (evaluate(inp, e, overlap) for e in (band.value, band.low, band.high))
-    w = float(band.spread)
-    if w > 0:
+    w = band.spreads(inp.regime_idx)
+    if np.any(w > 0):
         f_lo = np.maximum(lo.step_s / val.step_s, 1.0 + w)     # at least (1 + w) x slower
         f_hi = np.minimum(hi.step_s / val.step_s, 1.0 / (1.0 + w))
         lo, hi = _slower(val, f_lo), _slower(val, f_hi)

@@ -444,10 +444,12 @@ def _nearby_batch(terms: Terms, model: Model, gpu: hardware.GPU, recipe: recipes
 def ratio_band(value: float, corners: Iterable[float], spread: float | None = None) -> tuple[float, float]:
     """The band of a ratio of two predictions: the range of ``corners`` (the ratio at each end of
     the inputs' bands) and ``value``, widened to at least ``value`` / (1 + w) .. ``value`` x (1 + w),
-    w = ``spread`` (default the step-time model's out-of-sample half-width, ``EfficiencyBand.spread``:
-    two predictions sharing the calibrated parameters leave the ratio's corners nearly equal, which
-    is no evidence that the ratio is known that well). The one place a ratio's band comes from."""
-    w = efficiency.default_band().spread if spread is None else float(spread)
+    w = ``spread`` (default the model's error on measured pairs of runs, ``EfficiencyBand.ratio_spread``:
+    ``data/efficiency.yaml`` ``band.ratio_half_width``, the split-conformal 80% quantile of the leave-one-source-out
+    error of the ratio of the same model's throughput on two GPUs, ``calibrate.ratio_half_width``).
+    Two predictions sharing the calibrated parameters leave the ratio's corners nearly equal, which
+    is no evidence that the ratio is known that well. The one place a ratio's band comes from."""
+    w = efficiency.default_band().ratio_spread if spread is None else float(spread)
     vals = [float(value), *(float(c) for c in corners)]
     lo, hi = min(vals), max(vals)
     return min(lo, value / (1.0 + w)), max(hi, value * (1.0 + w))

@@ -650,8 +650,9 @@ def benchmark(model: Model, precision: recipes.Recipe, gpu, gpus: int, *, tokens
             "mfu": res.metrics.get("mfu")}
 
 
-#: Data files the search reads beyond its arguments (calibration, link efficiencies, systems).
-SEARCH_DATA: tuple[str, ...] = ("efficiency.yaml", "collectives.csv", "systems.csv")
+#: Data files the search reads beyond its arguments (calibration, link efficiencies, systems, the MoE
+#: dispatch kernels' measured NVLink rate: comm.ep_link_curve).
+SEARCH_DATA: tuple[str, ...] = ("efficiency.yaml", "collectives.csv", "systems.csv", "kernel_benchmarks.csv")
 
 
 def _search_by_value(model: Model, precision: recipes.Recipe, gpu: hardware.GPU, counts: tuple[int, ...],
