@@ -99,7 +99,8 @@ CHAPTERS = (
                   "measured/gemm_h200.csv", "coverage_probes.csv", "production_moe_recipes.csv", "heldout_runs.csv"),
             cold_seconds=27),
     Chapter("decision", reads=("name", *_PLAN, "training.tokens_source", "economics.usd_per_mwh_source",
-                               "cluster.goodput_source", "economics.ownership", "cluster.power_mw", "fleets"),
+                               "cluster.goodput_source", "economics.ownership", "cluster.power_mw",
+                               "cluster.power_mw_source", "fleets"),
             data=(*_MODEL_DATA, "references.yaml", "failures.csv"), cold_seconds=22),
 )
 _BY_SLUG = {c.slug: c for c in CHAPTERS}
