@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 from scaletax import DATA_DIR, ROOT
-from scaletax.inputs import recipes, runs
+from scaletax.inputs import models, pipeline_layout, recipes, runs
 from scaletax.model import memory, runplan
 from scaletax.chapters import validation as vs
 
@@ -96,6 +96,86 @@ def test_extractor_follows_base_recipes_helpers_and_branches(tmp_path):
     assert (b["gbs"], b["recompute_modules"], b["megatron_bridge_version"]) == ("64", "[]", "9.9.9")
 
 
+def test_extractor_writes_list_layouts_in_megatrons_string_form(tmp_path):
+    """A layout table keyed by (pp, vp), as Megatron-Bridge's set_deepseek_v3_pipeline_model_parallel_layout
+    builds it (recipes/deepseek/h100/deepseek_v3.py:50-88), and an explicit string, kept as written."""
+    pkg = "megatron/bridge"
+    (tmp_path / "megatron_bridge-9.9.9.dist-info").mkdir()
+    _write(tmp_path, f"{pkg}/recipes/fam/base.py", '''
+        def set_layout(model_cfg, layout=None):
+            if layout is not None:
+                model_cfg.pipeline_model_parallel_layout = layout
+                return
+            mtp_layers = getattr(model_cfg, "mtp_num_layers", 1) or 0
+            last_layer = ["mtp"] * mtp_layers + ["loss"]
+            pp_size = model_cfg.pipeline_model_parallel_size or 1
+            vp_size = model_cfg.virtual_pipeline_model_parallel_size or 1
+            layout_map = {
+                (1, 1): None,
+                (4, 1): [["embedding"] + ["decoder"] * 4, ["decoder"] * 4, ["decoder"] * 4, ["decoder"] * 1 + last_layer],
+            }
+            if (pp_size, vp_size) in layout_map:
+                model_cfg.pipeline_model_parallel_layout = layout_map[(pp_size, vp_size)]
+        def fam_pretrain_config():
+            cfg = ConfigContainer(model=None, train=TrainingConfig(micro_batch_size=1, global_batch_size=8))
+            cfg.model = AutoBridge.from_hf_pretrained("org/fam").to_megatron_provider(load_weights=False)
+            return cfg
+    ''')
+    _write(tmp_path, f"{pkg}/perf_recipes/fam/h100/fam.py", '''
+        from megatron.bridge.recipes.fam.base import fam_pretrain_config, set_layout
+        def fam_pretrain_32gpu_h100_bf16_config():
+            cfg = fam_pretrain_config()
+            cfg.model.pipeline_model_parallel_size = 4
+            cfg.model.virtual_pipeline_model_parallel_size = None
+            set_layout(cfg.model)
+            return cfg
+        def fam_pretrain_64gpu_h100_bf16_config():
+            cfg = fam_pretrain_32gpu_h100_bf16_config()
+            set_layout(cfg.model, "Et|(tt|)*6mL")
+            return cfg
+        def fam_pretrain_8gpu_h100_bf16_config():
+            cfg = fam_pretrain_config()
+            set_layout(cfg.model)
+            return cfg
+    ''')
+    rows = {r["recipe"]: r for r in _load_script().extract(tmp_path)}
+    assert rows["fam_pretrain_32gpu_h100_bf16_config"]["pipeline_model_parallel_layout"] == "Et*4|(t*4|)*2tmL"
+    assert rows["fam_pretrain_32gpu_h100_bf16_config"]["unresolved"] == ""
+    assert rows["fam_pretrain_64gpu_h100_bf16_config"]["pipeline_model_parallel_layout"] == "Et|(tt|)*6mL"
+    assert rows["fam_pretrain_8gpu_h100_bf16_config"]["pipeline_model_parallel_layout"] == ""  # (1, 1): None
+    # the string form reads back to the same stages
+    assert pipeline_layout.expand("Et*4|(t*4|)*2tmL") == ["Etttt", "tttt", "tttt", "tmL"]
+
+
+def test_every_recipe_layout_is_one_megatron_core_accepts(recipe_rows):
+    """Every layout string of the CSV parses with the recipe's pp and vp, and places the model's
+    layers (DeepSeek-V3 and Kimi K2: 61, data/models.yaml)."""
+    layers = {"deepseek_v3": models.get("deepseek_v3").layers, "kimi_k2": models.get("kimi_k2").layers}
+    seen, refused = set(), {}
+    for r in recipe_rows.values():
+        text = r["pipeline_model_parallel_layout"]
+        if text in ("", "?"):
+            continue
+        try:
+            lay = pipeline_layout.parse(text, int(r["pp"]), layers=layers.get(r["model"]),
+                                        vp=int(r["vp"]) if r["vp"] else None)
+        except pipeline_layout.LayoutError as exc:
+            refused[r["recipe"]] = str(exc)
+            continue
+        seen.add(r["model"])
+        assert lay.rank_layers("L")[-1] == 1 and lay.rank_layers("E")[0] == 1, r["recipe"]
+    assert {"deepseek_v3", "kimi_k2"} <= seen
+    # two development recipes state vp 2 beside a 16-stage layout on PP4, which Megatron-Core's
+    # TransformerConfig refuses (megatron-core 0.19.2 transformer_config.py:1974, "conflicts with")
+    assert refused == {f"deepseek_v3_pretrain_256gpu_{g}_fp8mx_partial_cg_dev_config":
+                       "16 stages on pp=4 make vp=4, but the row's vp is 2 (leave vp blank to take the layout's)"
+                       for g in ("gb200", "gb300")}
+    assert recipe_rows["deepseek_v3_pretrain_256gpu_b200_bf16_config"]["pipeline_model_parallel_layout"] == \
+        "Et*8|(t*8|)*6t*5mL"
+    assert recipe_rows["deepseek_v3_pretrain_1024gpu_h100_bf16_config"]["pipeline_model_parallel_layout"] == \
+        "Et|(tt|)*30mL"
+
+
 def test_csv_holds_the_recipes_as_published(recipe_rows):
     """Spot values read from the 0.6.2 recipe files (perf_recipes/<family>/<gpu>/*.py)."""
     assert {r["megatron_bridge_version"] for r in recipe_rows.values()} == {"0.6.2"}
@@ -144,7 +224,7 @@ def test_recipe_probes_are_the_recipes_exact_configurations(recipe_rows):
         assert (p["fp8_param_gather"] == "true") == (rec["fp8_param_gather"] == "true"), p["run_id"]
         if p["moe_experts"]:
             assert p["ep"] == rec["ep"] and p["etp"] == (rec["etp"] or "1")
-            assert p["moe_dispatcher"] == ("deepep" if rec["moe_token_dispatcher_type"] == "flex" else "alltoall")
+            assert p["moe_dispatcher"] == ("flex" if rec["moe_token_dispatcher_type"] == "flex" else "alltoall")
             assert p["schedule"] == ("ep_overlap" if rec["overlap_moe_expert_parallel_comm"] == "true" else "1f1b")
     # every probe is accepted as a runs table and predicted (scaletax predict plans it the same way)
     plan = runplan.plan_rows(runs.read_runs(DATA_DIR / "coverage_probes.csv"))
@@ -181,7 +261,7 @@ def test_calibration_rows_that_took_a_recipes_settings(recipe_rows):
             assert rec["recompute_granularity"] == ""
         assert (r.get("fp8_param_gather") == "true") == (rec["fp8_param_gather"] == "true"), r["run_id"]
         if r.get("moe_experts"):
-            assert r["moe_dispatcher"] == ("deepep" if rec["moe_token_dispatcher_type"] == "flex" else "alltoall")
+            assert r["moe_dispatcher"] == ("flex" if rec["moe_token_dispatcher_type"] == "flex" else "alltoall")
             assert r["schedule"] == ("ep_overlap" if rec["overlap_moe_expert_parallel_comm"] == "true" else "1f1b")
     # the 8-GPU H100 Llama 3 8B row lists FSDP, the 0.6.2 recipe does not: its recompute is not taken
     h100 = next(r for r in rows if r["run_id"] == "mbridge25.11-Llama3-DGX-H100-8-FP8-CS")

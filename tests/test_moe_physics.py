@@ -157,5 +157,5 @@ def test_moe_dispatcher_column_selects_the_dispatch(tmp_path):
     dd, _ = perf.memory_bound_bytes(plan.model, la, as_recipe("bf16"), ep_dispatch="dedup")
     np.testing.assert_allclose(inp.bytes_micro, [dd[0], a2a[0], dd[0]], rtol=1e-12)
     p.write_text(head + body.format("nccl"), encoding="utf-8")
-    with pytest.raises(runs.RunsTableError, match="column 'moe_dispatcher': must be one of deepep, alltoall"):
+    with pytest.raises(runs.RunsTableError, match="column 'moe_dispatcher': must be one of deepep, flex, alltoall"):
         runs.read_runs(p)

@@ -41,8 +41,15 @@ def test_pipeline_split_of_the_sourced_layouts():
     for split in options.PP_SPLITS:
         n, share = perf.pipeline_split(oss, np.array([1.0]), split, head_layers=np.array([4.6]))
         assert (float(n[0]), float(np.broadcast_to(share, (1,))[0])) == (36.0, 1.0)
-    with pytest.raises(ValueError, match=r"^pp_split: must be one of auto, even, account, balanced \(got 'x'\)$"):
+    with pytest.raises(ValueError, match=r"^pp_split: must be one of auto, even, account, balanced or a "
+                                         r"pipeline_model_parallel_layout \(got 'x'\)$"):
         perf.pipeline_split(oss, np.array([4.0]), "x")
+    # Megatron-Core's own layout string: the rank with the most layers plus the head where it has the loss;
+    # the DeepSeek-V3 B200 recipe's [E + 8] [8] x 6 [5 + MTP + L] is the balanced split's 8 on a middle stage
+    n, share = perf.pipeline_split(ds, np.array([8.0]), "Et*8|(t*8|)*6t*5mL", head_layers=np.array([1.5]))
+    assert (n[0], share[0]) == (8.0, 0.0)
+    n, share = perf.pipeline_split(ds, np.array([8.0]), "Et*8|(t*8|)*6t*5mL", head_layers=np.array([3.5]))
+    assert (n[0], share[0]) == (5.0, 1.0)
 
 
 def _probe(run_id):
@@ -74,7 +81,7 @@ def test_the_last_stage_runs_the_output_layer(tmp_path):
     with pytest.raises(runs.RunsTableError) as exc:
         runs.read_runs(_write(tmp_path, [row, {**row, "pp_split": "zigzag"}]))
     assert str(exc.value) == ("runs.csv: 1 bad row(s): row 3, column 'pp_split': must be one of auto, even, account, "
-                              "balanced or empty (got 'zigzag')")
+                              "balanced, a pipeline_model_parallel_layout (Et*4|(t*4|)*14tmL) or empty (got 'zigzag')")
 
 
 def test_unfused_attention_streams_the_score_matrix(tmp_path):

@@ -16,17 +16,57 @@ from scaletax.model.comm import WireFormat
 from objects import as_gpu, as_recipe
 
 TABLES = ("published_runs.csv", "heldout_runs.csv", "coverage_probes.csv", "production_moe_recipes.csv")
+#: Issue 34's validation table, in data/ once copied there (helper F), until then the shared copy
+#: (``shared/data/`` beside the checkout).
+VALIDATION = DATA_DIR / "published_runs_validation.csv"
+SHARED_VALIDATION = next((p / "shared" / "data" / VALIDATION.name for p in DATA_DIR.parents
+                          if (p / "shared" / "data" / VALIDATION.name).is_file()), None)
+#: Cells of validation rows that their notes and source state and the shared copy has no column for:
+#: FP8_PARAMS=True (config_common.sh of both submissions) is NeMo's fp8_params, which
+#: get_strategy passes to DistributedDataParallelConfig(fp8_param_gather=...) (mlcommons
+#: training_results_v5.1 Cisco/benchmarks/llama31_8b/implementations/nemo/pretrain.py and
+#: conf/custom.yaml optim.fp8_params): the linear weights are held only as their FP8 copy.
+STATED = {"mlperf51_llama31_8b_cisco_h100x64": {"fp8_param_gather": "true"},
+          "mlperf41_gpt3_oracle_h100x1536": {"fp8_param_gather": "true"}}
 
 
-@pytest.mark.parametrize("name", TABLES)
+def _table(name):
+    if name != VALIDATION.name or VALIDATION.exists():
+        return runs.read_runs(DATA_DIR / name)
+    if SHARED_VALIDATION is None:
+        pytest.skip(f"{VALIDATION.name} is neither in data/ nor in shared/data/")
+    rows = runs.read_runs(SHARED_VALIDATION)
+    return [{**r, **{k: v for k, v in STATED.get(r["run_id"], {}).items() if runs.is_blank(r.get(k))}} for r in rows]
+
+
+@pytest.mark.parametrize("name", TABLES + (VALIDATION.name,))
 def test_every_published_run_fits(name):
-    """Each row, planned as calibration, validation and ``scaletax predict`` plan it, fits its GPU."""
+    """Each row, planned as calibration, validation and ``scaletax predict`` plan it, fits its GPU
+    (issue 34: 72 of 72 on the validation table; Cisco's Llama 3.1 8B on 64 H100 fits with the FP8
+    parameter gather its configuration states, 67.9 of 79.6 GiB, not 80.9 with 16-bit weights beside the copy)."""
     over = []
-    for row in runs.read_runs(DATA_DIR / name):
+    rows = _table(name)
+    for row in rows:
         gib, cap = runplan.plan_row(row).memory_gib, memory.capacity_gib(as_gpu(row["hardware"]))
         if not gib <= cap:
             over.append(f"{row['run_id']}: {gib:.1f} GiB > {cap:.1f} GiB")
     assert not over, f"{name}: predicted not to fit: " + "; ".join(over)
+    if name == VALIDATION.name:
+        assert len(rows) == 72
+
+
+def test_validation_rows_state_what_their_source_does():
+    """The cells :data:`STATED` are in the validation table once it is in data/; the Cisco row's
+    misfit was the missing FP8 parameter gather, not a fudge: without it the row does not fit."""
+    rows = {r["run_id"]: r for r in _table(VALIDATION.name)}
+    for run_id, cells in STATED.items():
+        for col, value in cells.items():
+            assert str(rows[run_id].get(col)).lower() == value, (run_id, col)
+    cisco = rows["mlperf51_llama31_8b_cisco_h100x64"]
+    assert "FP8_PARAMS" in cisco["notes"] and cisco["precision"] == "fp8"
+    stated, bf16_weights = (runplan.plan_row(dict(cisco, fp8_param_gather=v)).memory_gib for v in ("true", "false"))
+    cap = memory.capacity_gib(as_gpu("h100_sxm"))
+    assert stated <= cap < bf16_weights
 
 
 def _mixtral(**cells):

@@ -41,7 +41,8 @@ def test_recipe_rows_equal_their_bridge_recipes():
             assert p[col] == rec[col], (p["run_id"], col)
         assert p["vp"] == (rec["vp"] or "1") and p["etp"] == (rec["etp"] or "1"), p["run_id"]
         assert (p["recompute"], p["recompute_modules"], p["recompute_num_layers"]) == _recompute_of(rec)
-        assert p["moe_dispatcher"] == ("deepep" if rec["moe_token_dispatcher_type"] == "flex" else "alltoall")
+        assert p["moe_dispatcher"] == ("flex" if rec["moe_token_dispatcher_type"] == "flex" else "alltoall")
+        assert p["pp_split"] == (rec["pipeline_model_parallel_layout"] or "even")  # the recipe's own layout
         assert p["schedule"] == ("ep_overlap" if rec["overlap_moe_expert_parallel_comm"] == "true" else "1f1b")
         # the architecture is the catalog's model
         m, cat = runs.row_model(p), models.get(rec["model"])

@@ -245,3 +245,27 @@ def test_provenance_helpers(tmp_path):
     assert name_conflict(book, "data/scenarios/default.yaml", []) is None  # the same scenario, rebuilt
     msg = name_conflict(book, "data/scenarios/default.yaml", ["cluster.gpus=8192"])
     assert msg.startswith("--name default:") and "--force" in msg
+
+
+@pytest.mark.parametrize("mid", list(models._data_catalog()))
+def test_a_model_copied_whole_from_the_catalog_is_accepted(mid):
+    """Issue 34: every field of a data/models.yaml entry, ``verified`` included, is accepted inline
+    with the catalog's types; the copy has the catalog's architecture and stays the user's."""
+    import yaml
+
+    entry = yaml.safe_load(models.MODELS_YAML.read_text(encoding="utf-8"))["models"][mid]
+    spec = {"id": f"copy_{mid}", **entry}
+    s = resolve(overrides=[f"models=[{json.dumps(spec)}]"])
+    m, cat = models.Model(**s.definitions()["models"][f"copy_{mid}"]), models.get(mid)
+    assert m.total_params == cat.total_params and m.active_params == cat.active_params
+    assert m.model_dump(exclude={"id", "name", "source", "notes", "verified"}) == cat.model_dump(
+        exclude={"id", "name", "source", "notes", "verified"})
+    assert not m.verified and m.source.startswith("your input: ")
+    assert ("marked verified in your definition" in m.source) == entry["verified"]
+
+
+@pytest.mark.parametrize("value", ["yes", 1, "true"])
+def test_verified_must_be_true_or_false(value):
+    with pytest.raises(ScenarioError) as exc:
+        resolve(overrides=[f"models=[{json.dumps({'id': 'm1', 'base': 'kimi_k2', 'layers': 60, 'verified': value})}]"])
+    assert f"model 'm1': field 'verified': expected true or false (got {value!r})" in str(exc.value)

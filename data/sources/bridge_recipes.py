@@ -7,7 +7,8 @@ recipe (``megatron/bridge/recipes/``) and the helpers of ``perf_recipes/_common.
 reads them WITHOUT importing Megatron: it parses every file with ``ast`` and interprets each
 pre-training recipe function symbolically (attribute assignments, calls into other recipe
 functions and helpers, keyword constructors such as ``CommOverlapConfig(...)``, simple ``if``
-tests), then writes one CSV row per recipe: layout, batch, sequence, recompute, MoE dispatcher,
+tests), then writes one CSV row per recipe: layout (an explicit pipeline layout in Megatron-Core's string
+form), batch, sequence, recompute, MoE dispatcher,
 overlap, CUDA graphs, forced load balancing, FSDP, the recipe's function and file, and the
 version. A value a recipe chain never sets is left blank (the Megatron-Core / model-bridge default
 applies); a value the interpreter could not evaluate (an ``if`` on an unknown, a computed value)
@@ -172,8 +173,27 @@ class Interpreter:
             return node.value
         if isinstance(node, (ast.List, ast.Tuple)):
             return [self.eval(e, env, modname) for e in node.elts]
-        if isinstance(node, ast.Dict):
-            return Unknown("dict")
+        if isinstance(node, ast.Dict):  # a literal table (the layout maps keyed by (pp, vp))
+            if any(k is None for k in node.keys):
+                return Unknown("dict")
+            keys = [_key(self.eval(k, env, modname)) for k in node.keys]
+            if any(isinstance(k, Unknown) for k in keys):
+                return Unknown("dict")
+            return dict(zip(keys, (self.eval(v, env, modname) for v in node.values)))
+        if isinstance(node, ast.Subscript):
+            base, key = self.eval(node.value, env, modname), _key(self.eval(node.slice, env, modname))
+            try:
+                return base[key] if isinstance(base, (dict, list)) and not isinstance(key, Unknown) else \
+                    Unknown("subscript")
+            except (KeyError, IndexError, TypeError):
+                return Unknown("subscript")
+        if isinstance(node, ast.ListComp) and len(node.generators) == 1 and not node.generators[0].ifs \
+                and isinstance(node.generators[0].target, ast.Name) and isinstance(node.generators[0].iter, ast.Name):
+            gen = node.generators[0]
+            items = self.eval(gen.iter, env, modname)
+            if not isinstance(items, list):
+                return Unknown("comprehension")
+            return [self.eval(node.elt, {**env, gen.target.id: x}, modname) for x in items]
         if isinstance(node, ast.Name):
             if node.id in env:
                 return env[node.id]
@@ -207,9 +227,9 @@ class Interpreter:
                 if isinstance(op, ast.IsNot):
                     return a is not b
                 if isinstance(op, ast.In):
-                    return a in b
+                    return _key(a) in b
                 if isinstance(op, ast.NotIn):
-                    return a not in b
+                    return _key(a) not in b
             except TypeError:
                 return Unknown("comparison")
             return Unknown("comparison")
@@ -242,6 +262,11 @@ class Interpreter:
                 f = ops.get(type(node.op))
                 if f:
                     return f()
+            if isinstance(a, list) and isinstance(node.op, (ast.Add, ast.Mult)):  # list arithmetic of the layouts
+                if isinstance(node.op, ast.Add) and isinstance(b, list):
+                    return a + b
+                if isinstance(node.op, ast.Mult) and isinstance(b, int) and not isinstance(b, bool):
+                    return a * b
             return Unknown("arithmetic")
         return Unknown(type(node).__name__)
 
@@ -284,6 +309,11 @@ class Interpreter:
                 return base.copy()
             return Unknown(f"method {f.attr}")
         return Unknown("call")
+
+
+def _key(v):
+    """A value as a dict key: lists (the interpreter's tuples) become tuples."""
+    return tuple(_key(x) for x in v) if isinstance(v, list) else v
 
 
 def _touches(stmt) -> list[str]:
@@ -344,9 +374,41 @@ def _cell(v) -> str:
     return str(v)
 
 
+#: Megatron-Core's layer names of a list-form layout and their characters in the string form
+#: (megatron-core 0.19.2 pipeline_parallel_layer_layout.py:303-308).
+LAYER_CHARS = {"embedding": "E", "decoder": "t", "mtp": "m", "loss": "L"}
+
+
 def _layout_cell(v) -> str:
-    """An explicit (uneven) pipeline layout is reported as "custom" ("?" if not evaluated), else blank."""
-    return "" if v is None else ("?" if isinstance(v, Unknown) else "custom")
+    """An explicit pipeline layout in Megatron-Core's string form (a list-of-lists layout written as
+    one: "Et*8|(t*8|)*6t*5mL"); "?" if not evaluated, blank if none."""
+    if v is None:
+        return ""
+    if isinstance(v, str):
+        return v
+    if not (isinstance(v, list) and v and all(isinstance(st, list) and all(x in LAYER_CHARS for x in st) for st in v)):
+        return "?"  # not evaluated (or built by a loop the interpreter does not run)
+    return layout_text(["".join(LAYER_CHARS[x] for x in st) for st in v])
+
+
+def layout_text(stages: list[str]) -> str:
+    """Stages (strings of layer characters) in Megatron-Core's string form, compressed as its grammar
+    allows: a run of one character as ``c*n``, a run of equal stages as ``(stage|)*n``."""
+    def run(st: str) -> str:
+        return re.sub(r"(.)\1+", lambda m: f"{m.group(1)}*{len(m.group(0))}", st)
+
+    out, i = [], 0
+    while i < len(stages):
+        j = i
+        while j + 1 < len(stages) and stages[j + 1] == stages[i]:
+            j += 1
+        last = j == len(stages) - 1
+        if j > i and not last:
+            out.append(f"({run(stages[i])}|)*{j - i + 1}")
+        else:
+            out += [run(stages[i]) + "|"] * (j - i + 1)
+        i = j + 1
+    return "".join(out)[:-1]
 
 
 def _precision(cfg: Obj, name_prec: str) -> str:

@@ -5,7 +5,9 @@ values, so that the notebook only draws, tabulates and glues. Public API:
 
 - ``assumptions(precision) -> dict``: the named assumptions of ``memory`` as numbers.
 - ``REFERENCES``, ``reference_rows() -> list[dict]``: published memory figures (ZeRO Fig. 1,
-  Korthikanti et al. 2022) next to what ``memory.breakdown`` computes for the same setup.
+  Korthikanti et al. 2022) next to what the model computes for the same setup: the Korthikanti
+  settings are rows of ``data/reference_runs.csv`` predicted by ``runplan.predict_memory``, the
+  function ``scaletax predict`` calls (``reference_runs``); ``reference_agreement_text``.
 - ``state_rows(model_ids, precision)``: model state per parameter and in total.
 - ``SPACE``, ``space(batch_seqs)``: the chapter's question to :func:`scaletax.model.search.search`.
 - ``fit(model, gpus, gpu_ids, precisions, batch_sequences)``: for one GPU count, the least
@@ -34,7 +36,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from scaletax import jobserver
+from scaletax import DATA_DIR, jobserver
 from scaletax.inputs import hardware, models, options, recipes, references, runs
 from scaletax.inputs.layout import RECOMPUTE_CODE, RECOMPUTE_NAME, Layout, LayoutArray, label
 from scaletax.inputs.models import Model
@@ -76,7 +78,9 @@ def short_name(model: Model) -> str:
 
 @dataclass(frozen=True)
 class Reference:
-    """A published memory figure: ``value`` in ``unit`` (``GB`` = 1e9 bytes, ``GiB`` = 2**30)."""
+    """A published memory figure: ``value`` in ``unit`` (``GB`` = 1e9 bytes, ``GiB`` = 2**30) of
+    ``term`` (model_state or activations); ``run``: the row of :data:`REFERENCE_RUNS_CSV` stating its
+    setting ("" for ZeRO Fig. 1, which states a parameter count, not an architecture)."""
 
     key: str
     what: str
@@ -84,63 +88,94 @@ class Reference:
     unit: str
     cite: str
     where: str
+    term: str = "model_state"
+    run: str = ""
 
 
 #: Published values the chapter reproduces (``data/references.yaml``, section ``memory``, with
 #: the setups and sources).
 REFERENCES: tuple[Reference, ...] = tuple(Reference(**r) for r in references.section("memory"))
+#: The papers' settings as runs-table rows (``scaletax predict --runs`` reads the same file).
+REFERENCE_RUNS_CSV = DATA_DIR / "reference_runs.csv"
+#: ``runs.predict_memory`` columns (GiB) that make up each reference term.
+TERM_COLUMNS: dict[str, tuple[str, ...]] = {
+    "model_state": ("memory_weights_gib", "memory_gradients_gib", "memory_optimizer_gib"),
+    "activations": ("memory_activations_gib",),
+}
 
-#: ZeRO Fig. 1's model: a GPT block stack of ~7.5B parameters (37 layers of 12 h^2 + 13 h, h = 4096).
-ZERO_FIG1_MODEL = Model(id="zero_fig1", name="ZeRO Fig. 1 7.5B", layers=37, hidden=4096, heads=32,
+#: ZeRO Fig. 1's parameter count: the figure states Psi = 7.5B parameters, not an architecture.
+ZERO_FIG1_PARAMS = 7.5e9
+#: A GPT block stack on which the model state per parameter is computed (37 layers of
+#: 12 h^2 + 13 h, h = 4096: ~7.45B parameters); every term is per parameter, times Psi.
+ZERO_FIG1_MODEL = Model(id="zero_fig1", name="ZeRO Fig. 1 block stack", layers=37, hidden=4096, heads=32,
                         ffn_hidden=16384, vocab=50257, seq_len=1024, gated=False, bias=True,
                         norm="layernorm", tied_embeddings=True, position_embedding="learned")
 #: ZeRO counts fp16 params + fp16 grads + K = 12 and only the transformer blocks.
 ZERO_OPTIONS = dict(grad_bytes=2, optimizer_bytes=12, include_embeddings=False, fsdp_prefetch_layers=0)
-#: The recipes of the published setups: ZeRO's mixed precision (BF16 here, the same 2 + 2 + 12 bytes)
-#: and Korthikanti et al.'s FP16.
-BF16, FP16 = recipes.training("bf16"), recipes.training("fp16")
-#: Korthikanti's accounting: stored attention scores and dropout masks, transformer layers only.
-KORTHIKANTI_OPTIONS = dict(attention="paper", include_embeddings=False, grad_bytes=4, optimizer_bytes=12,
-                           stage="first")
-
-
-#: Korthikanti et al. 2022's 1T layout (Table 3): TP 8, PP 64, one micro-batch of one sequence.
-KORTHIKANTI_LAYOUT = Layout(tp=8, pp=64, dp=1, zero_stage=0)
+#: The recipe of ZeRO's published setup: its mixed precision (BF16 here, the same 2 + 2 + 12 bytes).
+BF16 = recipes.training("bf16")
 #: ZeRO Fig. 1's data-parallel size.
 ZERO_FIG1_DP = 64
 
 
+def reference_runs() -> list[dict[str, Any]]:
+    """The rows of :data:`REFERENCE_RUNS_CSV` with their predicted memory (``runplan.predict_memory``,
+    what ``scaletax predict`` writes for them)."""
+    return runplan.predict_memory(runs.read_runs(REFERENCE_RUNS_CSV))
+
+
 def reference_setup() -> dict[str, Any]:
-    """The setups of ``REFERENCES`` as numbers, for the prose."""
-    one_t = models.get(models.DENSE_1T)
-    return {"zero_params_b": ZERO_FIG1_MODEL.layers * ZERO_FIG1_MODEL.dense_layer_params / 1e9,
-            "zero_dp": ZERO_FIG1_DP, "k_tp": KORTHIKANTI_LAYOUT.tp, "k_pp": KORTHIKANTI_LAYOUT.pp,
-            "k_seq": one_t.seq_len, "k_params_b": one_t.total_params / 1e9}
+    """The setups of ``REFERENCES`` as numbers, for the prose (the 1T setting from its runs row)."""
+    k = next(r for r in runs.read_runs(REFERENCE_RUNS_CSV) if r["run_id"] == _ref("k_act_tp").run)
+    return {"zero_params_b": ZERO_FIG1_PARAMS / 1e9, "zero_dp": ZERO_FIG1_DP, "k_tp": k["tp"], "k_pp": k["pp"],
+            "k_seq": k["seq_len"], "k_params_b": runs.row_model(k).total_params / 1e9}
+
+
+def _ref(key: str) -> Reference:
+    return next(r for r in REFERENCES if r.key == key)
+
+
+def _zero_state_bytes(stage: int) -> float:
+    """Model state per GPU (bytes) of ZeRO ``stage`` for Fig. 1's Psi: ``memory.breakdown``'s bytes
+    per parameter of the block stack on :data:`ZERO_FIG1_DP` GPUs, times :data:`ZERO_FIG1_PARAMS`."""
+    mem = memory.breakdown(ZERO_FIG1_MODEL, Layout(dp=ZERO_FIG1_DP, zero_stage=stage), BF16, **ZERO_OPTIONS)
+    return float(mem.model_state()[0]) / (ZERO_FIG1_MODEL.layers * ZERO_FIG1_MODEL.dense_layer_params) * ZERO_FIG1_PARAMS
 
 
 def reference_rows() -> list[dict[str, Any]]:
-    """Each published value with the value ``memory.breakdown`` computes for the same setup."""
+    """Each published value with the value the model computes for the same setup: the runs rows
+    through ``runplan.predict_memory`` (the function ``scaletax predict`` calls), ZeRO Fig. 1 through
+    ``memory.breakdown`` per parameter."""
     unit = {"GB": 1e9, "GiB": GIB}
-    one_t = models.get(models.DENSE_1T)
-    k_lay = KORTHIKANTI_LAYOUT
-    computed = {}
-    for z in range(4):
-        mem = memory.breakdown(ZERO_FIG1_MODEL, Layout(dp=ZERO_FIG1_DP, zero_stage=z), BF16, **ZERO_OPTIONS)
-        computed[f"zero{z}"] = float(mem.model_state()[0])
-    mem = memory.breakdown(one_t, k_lay, FP16, **KORTHIKANTI_OPTIONS)
-    computed["k_state"] = float(mem.model_state()[0])
-    mem = memory.breakdown(one_t, k_lay.replace(sequence_parallel=False), FP16, **KORTHIKANTI_OPTIONS)
-    computed["k_act_tp"] = float(mem.activations[0])
-    mem = memory.breakdown(one_t, k_lay.replace(recompute="selective"), FP16, **KORTHIKANTI_OPTIONS)
-    computed["k_act_sel"] = float(mem.activations[0])
+    predicted = {r["run_id"]: r for r in reference_runs()}
     rows = []
     for ref in REFERENCES:
-        calc = computed[ref.key] / unit[ref.unit]
+        if ref.run:
+            calc = sum(predicted[ref.run][c] for c in TERM_COLUMNS[ref.term]) * GIB / unit[ref.unit]
+        else:
+            calc = _zero_state_bytes(int(ref.key.removeprefix("zero"))) / unit[ref.unit]
         rows.append({"key": ref.key, "what": ref.what, "source": f"{ref.cite}, {ref.where}", "cite": ref.cite,
                      "source_md": f"{{cite}}`{ref.cite}`, {ref.where}",
                      "unit": ref.unit, "published": ref.value, "computed": calc,
                      "error_pct": 100.0 * (calc - ref.value) / ref.value})
     return rows
+
+
+def half_printed_unit(value: float) -> float:
+    """Half a unit in the last decimal a paper prints ``value`` with (131.25 -> 0.005, 1.9 -> 0.05,
+    120.0 -> 0.05): a computed value within it rounds to the printed one."""
+    decimals = len(repr(float(value)).split(".")[1])
+    return 0.5 * 10.0 ** -decimals
+
+
+def reference_agreement_text(rows: Sequence[dict[str, Any]]) -> str:
+    """How the computed reference values agree with the printed ones (rows of :func:`reference_rows`)."""
+    ok = [abs(r["computed"] - r["published"]) <= half_printed_unit(r["published"]) for r in rows]
+    worst = max(rows, key=lambda r: abs(r["error_pct"]))
+    lead = ("Every computed value rounds to the published one" if all(ok) else
+            f"{sum(ok)} of {len(rows)} computed values round to the published ones")
+    return (f"{lead}; the largest relative difference, {abs(worst['error_pct']):.1f}%, is {worst['what']}: "
+            f"{worst['computed']:g} {worst['unit']} against the {worst['published']:g} printed.")
 
 
 # --- assumptions and precision ---------------------------------------------------------------
@@ -582,7 +617,6 @@ def seq_text(n: int | None) -> str:
 
 def run_rows(path: str | Path | None = None) -> list[dict[str, Any]]:
     """The published runs with predicted GiB by term, whether they fit, and display fields."""
-    from scaletax import DATA_DIR
     rows = runplan.predict_memory(runs.read_runs(path or DATA_DIR / "published_runs.csv"))
     out = []
     for i, r in enumerate(rows, start=1):

@@ -448,9 +448,14 @@ def get(model_id: str) -> Model:
 
 def check_declared(m: Model) -> None:
     """Raise ValueError when a declared (published) parameter count differs from the
-    architecture's count by more than :data:`PARAM_TOLERANCE`; the message shows both."""
+    architecture's count by more than :data:`PARAM_TOLERANCE`; the message shows both.
+
+    A dense model's published active count is its size (publishers quote one number: the catalog's
+    Llama 3.1 8B declares 8 and 8), so it is compared with ``total_params``; ``active_params``,
+    which leaves out the input-embedding gather for the FLOPs convention, is compared only for an MoE."""
+    active = m.active_params if m.is_moe else m.total_params
     for kind, declared, computed in (("total", m.published_total_params_b, m.total_params),
-                                     ("active", m.published_active_params_b, m.active_params)):
+                                     ("active", m.published_active_params_b, active)):
         if declared is None:
             continue
         gap = computed / (declared * 1e9) - 1.0
@@ -462,7 +467,9 @@ def check_declared(m: Model) -> None:
 
 def define(spec: dict) -> Model:
     """A model from a scenario entry: ``id`` plus :class:`Model` fields (the schema of
-    ``data/models.yaml``), or ``base: <catalog id>`` plus the fields that differ.
+    ``data/models.yaml``: an entry copied whole from it is accepted, ``verified`` included, whose
+    true is kept as text in the source: a scenario's model is never marked verified), or
+    ``base: <catalog id>`` plus the fields that differ.
 
     ``published_total_params_b`` / ``published_active_params_b`` (billions), when given, must
     match the architecture within 2%. The name ends with "(yours)" and the source starts with
@@ -475,13 +482,20 @@ def define(spec: dict) -> Model:
     if not isinstance(mid, str) or not mid:
         raise ValueError("a model definition needs an 'id'")
     base_id = spec.pop("base", None)
-    allowed = [f for f in Model.model_fields if f not in ("id", "verified")]
+    allowed = [f for f in Model.model_fields if f != "id"]
     for key in spec:
         if key not in allowed:
             near = difflib.get_close_matches(str(key), allowed, n=1)
             hint = f"; did you mean {near[0]!r}?" if near else ""
             raise ValueError(f"model {mid!r}: unknown field {key!r}{hint}")
+    # the catalog's own mark (an entry copied whole from data/models.yaml carries it): kept in the
+    # source text; a scenario's model is the user's input, never checked here (verified false)
+    stated = spec.pop("verified", None)
+    if stated is not None and not isinstance(stated, bool):
+        raise ValueError(f"model {mid!r}: field 'verified': expected true or false (got {stated!r})")
     note = spec.pop("source", "")
+    if stated:
+        note = f"{note + '; ' if note else ''}marked verified in your definition"
     fields: dict[str, Any] = {}
     if base_id is not None:
         cat = _data_catalog()

@@ -47,7 +47,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from scaletax import DATA_DIR
-from scaletax.inputs import hardware, models, recipes
+from scaletax.inputs import hardware, models, pipeline_layout, recipes
 from scaletax.inputs.layout import RECOMPUTE_CODE, Layout
 from scaletax.inputs.options import ATTN_KERNELS, PP_SPLITS, RECOMPUTE_MODULES, RESERVE_GIB, SCHEDULES, STACKS
 from scaletax.files import InputFileError, read_bounded
@@ -95,8 +95,13 @@ COLUMN_DEFAULTS: dict[str, str] = {
                         "(memory.breakdown lowp_params)",
     "reserve_gib": f"{RESERVE_GIB:g} GiB per GPU kept free (CUDA context, NCCL buffers, allocator)",
     "moe_dispatcher": "deepep (DeepEP-class dispatch: one copy per destination GPU, once per node over the NIC, "
-                      "as the Megatron-Bridge DeepSeek-V3 recipes run it); alltoall: Megatron-Core's alltoall "
-                      "token dispatcher (k copies per token, chunk sorts around the experts)",
+                      "as the Megatron-Bridge DeepSeek-V3 recipes run it); flex: Megatron-Core "
+                      "moe_token_dispatcher_type=flex (MoEFlexTokenDispatcher, megatron-core 0.19.2 "
+                      "token_dispatcher.py:1743-1800) with its DeepEP or HybridEP backend, the same traffic as deepep: "
+                      "each token once per destination NVLink domain over RDMA, then to its GPUs over NVLink, the "
+                      "combine reduced per domain before it returns (deepseek-ai/DeepEP "
+                      "docs/Hybrid-EP_Implementation.md §8, \"Similar to DeepEP\"); alltoall: Megatron-Core's alltoall token dispatcher (k copies per "
+                      "token, chunk sorts around the experts)",
     "schedule": "unknown (1f1b: Megatron-Core default, MoE all-to-all in line, not hidden; ep_overlap: "
                 "Megatron-Core overlap_moe_expert_parallel_comm; dualpipe: DeepSeek-V3 DualPipe; both hide the "
                 "all-to-all under the other micro-batch's compute; unknown: half of it, comm.SCHEDULE_EP_OVERLAP)",
@@ -106,16 +111,37 @@ COLUMN_DEFAULTS: dict[str, str] = {
              "the master weights (16 bytes per parameter with Adam m, v), parameters gathered in "
              "bf16 (TorchTitan training.dtype / mixed_precision_reduce / mixed_precision_param), TP collectives not overlapped "
              "(no async TP by default); structural only, nothing calibrated (comm.STACK_TP_OVERLAP)",
-    "pp_split": "auto: the split Megatron-Core accepts for the layout: even where pp*vp divides the layers, else "
+    "pp_split": "a Megatron-Core pipeline_model_parallel_layout string (Et*3|(tt|)*29m|L: E embedding, t transformer "
+                "layer, m MTP layer, L loss, | between virtual stages, *N repeats, (...)*N repeats a group; megatron-core "
+                "0.19.2 pipeline_parallel_layer_layout.py:283-321, stage i = a*pp + b is virtual stage a of rank b; "
+                "checked as Megatron-Core checks it: pp*vp stages, the model's layers, E first and L last once each), "
+                "which sets each rank's layers for the slowest stage and the first and last stage's memory (a blank vp "
+                "takes the layout's; MTP layers are placed, not modelled: the catalog models exclude them); or a split "
+                "name. auto: the split Megatron-Core accepts for the layout: even where pp*vp divides the layers, else "
                 "account where it divides layers + 2, else balanced (perf.pipeline_split). even: Megatron-Core's "
                 "default, L / pp transformer layers per stage, the output layer and the loss on the last stage "
                 "besides (megatron-core 0.19.2 transformer_config.py:130-134); account: "
                 "account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split, the embedding and "
                 "the loss each take a layer's slot; balanced: a custom pipeline_model_parallel_layout that spreads the "
-                "output layer's work over the stages (options.PP_SPLITS); the slowest stage sets the pace",
+                "output layer's work over the stages (perf.PP_SPLITS); the slowest stage sets the pace",
     "attn_kernel": "flash (fused attention, scores on chip: every stack since FlashAttention, 2022); unfused: "
                    "Megatron-LM before it (batched QK^T / PV GEMMs over the full score matrix, softmax and "
-                   "dropout as memory-bound kernels; options.ATTN_KERNELS)",
+                   "dropout as memory-bound kernels; perf.ATTN_KERNELS), which also stores the scores for the "
+                   "backward: 2as^2b softmax output, with dropout as^2b mask and 2as^2b output (Korthikanti et al. "
+                   "2022 §4.1; memory attention='paper')",
+    "dropout": "true with attn_kernel unfused (Megatron-LM's GPT defaults, hidden_dropout and attention_dropout 0.1: "
+               "megatron-core 0.19.2 transformer_config.py:181-184, as the Megatron papers trained), else false (the "
+               "LLM pre-training recipes set both to 0): the dropout masks, 1 byte per element, are stored for the "
+               "backward (two per layer of h per token, and the attention's a s per token with unfused attention; "
+               "Korthikanti et al. 2022 §4.1)",
+    "grad_reduce_in_fp32": "false: 16-bit main gradients, reduced in place in 16 bits (recipes.GRAD_BYTES); true: "
+                           "Megatron-Core DistributedDataParallelConfig.grad_reduce_in_fp32 (Megatron-LM "
+                           "--accumulate-allreduce-grads-in-fp32): fp32 main gradients in memory and on the wire, "
+                           "4 bytes per parameter (the 2 + 4 + 12 of Korthikanti et al. 2022's 18 bytes)",
+    "include_embeddings": "true: the first and last stage hold the embedding and the output layer (parameters "
+                          "and activations, Korthikanti et al. 2022 §4.3); false: transformer layers only, the "
+                          "accounting of ZeRO's Fig. 1 and Korthikanti et al. 2022 §4.1-4.2, to reproduce those papers' "
+                          "numbers (data/reference_runs.csv)",
     "tp, pp": "both blank: scaletax predict searches the best layout on gpu_count GPUs",
     "tokens": "blank: no time or cost columns; a token budget (e.g. 1.5e13): scaletax predict adds the days, "
               "GPU-hours and cost of training on it at the predicted throughput (cost.run_costs)",
@@ -351,7 +377,7 @@ def layout_values(row: dict[str, Any], recompute: str | None = None) -> tuple:
         etp = default_etp(tp, cp, dp, ep)
     if is_blank(row.get("vp")):
         layers = _int(row, "layers")
-        vp = default_vp(layers, pp, gbs // (mbs * dp)) if layers else 1
+        vp = layout_vp(row, pp) or (default_vp(layers, pp, gbs // (mbs * dp)) if layers else 1)
     if (tp * cp * dp) % (ep * etp):
         raise _CellError("ep", f"ep*etp={ep}*{etp} must divide tp*cp*dp={tp * cp * dp} (MoE parallel folding)")
     fsdp = row_stack(row) == "fsdp"
@@ -438,7 +464,12 @@ def layout_table(rows: Sequence[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray
     n_micro = gbs // q
     auto = np.maximum(1, np.floor(layers / (LAYERS_PER_VIRTUAL_STAGE * pp) + 0.5)).astype(np.int64)
     auto = np.where((pp <= 1) | (n_micro % pp != 0) | (pp * auto > layers) | (layers == 0), 1, auto)
-    vp = np.where(given["vp"], cols["vp"][0], auto)
+    try:
+        stages = np.array(_by_cell(rows, "pp_split", lambda r: layout_vp(r, 1)), dtype=np.int64)  # stages of a layout
+    except ValueError:
+        return None
+    lay_vp = np.where((stages > 0) & (stages % pp == 0), stages // pp, 0)
+    vp = np.where(given["vp"], cols["vp"][0], np.where(lay_vp > 0, lay_vp, auto))
     if ((tp * cp * dp) % (ep * etp) != 0).any():
         return None
     try:
@@ -486,8 +517,24 @@ def stated_recompute(row: dict[str, Any]) -> str:
 
 def memory_options(row: dict[str, Any]) -> dict[str, Any]:
     """Per-row options of ``memory.breakdown``: ``reserve_gib``, ``recompute_modules``,
-    ``fp8_param_gather`` (``lowp_params``) and ``stack`` (fsdp: :func:`fsdp_memory_options`) columns."""
+    ``fp8_param_gather`` (``lowp_params``), ``stack`` (fsdp: :func:`fsdp_memory_options`),
+    ``attn_kernel`` (unfused: the stored scores, ``attention="paper"``), ``dropout``,
+    ``grad_reduce_in_fp32`` (``grad_bytes`` 4), ``include_embeddings`` and a ``pp_split`` layout
+    string (``pp_layout``) columns (:data:`COLUMN_DEFAULTS`)."""
     opts: dict[str, Any] = {}
+    unfused = row_attn_kernel(row) == "unfused"
+    if unfused:
+        opts["attention"] = "paper"
+    dropout = _flag(row, "dropout", unfused)
+    if dropout != unfused:  # memory's default: dropout with the stored scores only
+        opts["dropout"] = dropout
+    if _flag(row, "grad_reduce_in_fp32", False):
+        opts["grad_bytes"] = recipes.FP32_BYTES
+    if not _flag(row, "include_embeddings", True):
+        opts["include_embeddings"] = False
+    split = row_pp_split(row)
+    if pipeline_layout.is_layout(split):
+        opts["pp_layout"] = split
     mods = _modules(row)
     if mods is not None:
         opts["selective_modules"] = mods
@@ -509,6 +556,12 @@ def fsdp_memory_options() -> dict[str, Any]:
     ZeRO-3 holds 2 + 4 + 12."""
     return {"grad_bytes": recipes.FSDP_GRAD_BYTES, "param_bytes": recipes.FSDP_PARAM_BYTES,
             "optimizer_bytes": recipes.FSDP_OPTIMIZER_BYTES, "gather_bytes": recipes.HALF_BYTES}
+
+
+def _flag(row: dict[str, Any], col: str, default: bool) -> bool:
+    """A true/false column of a row (``default`` when blank or absent)."""
+    v = row.get(col)
+    return default if is_blank(v) else _parse_bool(col, v)
 
 
 def _param_gather(row: dict[str, Any]) -> bool:
@@ -592,13 +645,46 @@ def row_stack(row: dict[str, Any]) -> str:
 
 
 def row_pp_split(row: dict[str, Any]) -> str:
-    """How a row's pipeline stages split the model (``pp_split`` column, :data:`COLUMN_DEFAULTS`,
-    ``PP_SPLITS``), lower case; "auto" when blank or absent: the split Megatron-Core accepts for
-    the row's layout (``perf.pipeline_split``)."""
-    v = str(row.get("pp_split") or "").strip().lower() or "auto"
-    if v not in PP_SPLITS:
-        raise _CellError("pp_split", f"must be one of {', '.join(PP_SPLITS)} or empty (got {v!r})")
-    return v
+    """How a row's pipeline stages split the model (``pp_split`` column, :data:`COLUMN_DEFAULTS`):
+    a split name of ``PP_SPLITS``, lower case ("auto" when blank or absent: the split
+    Megatron-Core accepts for the row's layout, ``perf.pipeline_split``), or a Megatron-Core
+    ``pipeline_model_parallel_layout`` as written (its grammar checked here; against the model and
+    layout by :func:`row_pipeline_layout`)."""
+    raw = str(row.get("pp_split") or "").strip()
+    v = raw.lower() or "auto"
+    if v in PP_SPLITS:
+        return v
+    if not pipeline_layout.is_layout(raw):
+        raise _CellError("pp_split", f"must be one of {', '.join(PP_SPLITS)}, a pipeline_model_parallel_layout "
+                                     f"(Et*4|(t*4|)*14tmL) or empty (got {raw[:40]!r})")
+    try:
+        pipeline_layout.expand(raw)
+    except pipeline_layout.LayoutError as exc:
+        raise _CellError("pp_split", f"layout {raw[:40]!r}: {exc}") from None
+    return raw
+
+
+def row_pipeline_layout(row: dict[str, Any], model: models.Model, pp: int, vp: int | None):
+    """The row's ``pipeline_model_parallel_layout`` (``pipeline_layout.PipelineLayout``) checked against
+    the model's layers, ``pp`` and a stated ``vp`` (None: blank); None when ``pp_split`` is a split name."""
+    split = row_pp_split(row)
+    if not pipeline_layout.is_layout(split):
+        return None
+    try:
+        return pipeline_layout.parse(split, pp, layers=model.layers, vp=vp)
+    except pipeline_layout.LayoutError as exc:
+        raise _CellError("pp_split", f"layout {split[:40]!r}: {exc}") from None
+
+
+def layout_vp(row: dict[str, Any], pp: int) -> int:
+    """The vp a row's layout string sets (stages / pp, Megatron-LM arguments.py sets
+    virtual_pipeline_model_parallel_size so), 0 for a split name or stages that pp does not divide
+    (the row's check then says why)."""
+    split = row_pp_split(row)
+    if not pipeline_layout.is_layout(split):
+        return 0
+    n = len(pipeline_layout.expand(split))
+    return n // pp if pp > 0 and n % pp == 0 else 0
 
 
 def row_attn_kernel(row: dict[str, Any]) -> str:
@@ -610,8 +696,10 @@ def row_attn_kernel(row: dict[str, Any]) -> str:
     return v
 
 
-#: ``moe_dispatcher`` column values and the ``perf.prepare`` ``ep_dispatch`` each runs.
-DISPATCHERS: dict[str, str] = {"deepep": "dedup", "alltoall": "alltoall"}
+#: ``moe_dispatcher`` column values and the ``perf.prepare`` ``ep_dispatch`` each runs: Megatron-Core's
+#: flex dispatcher (DeepEP or HybridEP backend) deduplicates per NVLink domain as DeepEP does
+#: (:data:`COLUMN_DEFAULTS` "moe_dispatcher"; its permutations are ``perf.moe_permute_bytes``' "dedup").
+DISPATCHERS: dict[str, str] = {"deepep": "dedup", "flex": "dedup", "alltoall": "alltoall"}
 
 
 def row_dispatch(row: dict[str, Any]) -> str:
@@ -749,8 +837,8 @@ def _validate_row(row: dict[str, Any], cache: dict | None = None) -> None:
     _param_gather(row)
     row_schedule(row)
     row_stack(row)
-    row_pp_split(row)
-    row_attn_kernel(row)
+    memory_options(row)  # the memory columns: stack, attn_kernel, dropout, grad_reduce_in_fp32, include_embeddings,
+    # pp_split's grammar, fp8_param_gather, reserve_gib
     row_dispatch(row)
     mods = _modules(row)
     if mods is not None:
@@ -759,8 +847,12 @@ def _validate_row(row: dict[str, Any], cache: dict | None = None) -> None:
             raise _CellError("recompute_modules", f"unknown module(s) {sorted(bad)}; valid: {', '.join(RECOMPUTE_MODULES)}")
     model = row_model(row) if cache is None else cached_model(row, cache)[1]
     if all(is_blank(row.get(c)) for c in SEARCHABLE_LAYOUT):
+        if pipeline_layout.is_layout(row_pp_split(row)):
+            raise _CellError("pp_split", "a pipeline_model_parallel_layout needs the row's pp (tp and pp are blank: "
+                                         "scaletax predict searches the layout); give tp and pp or a split name")
         return  # no layout given: nothing more to check here
     layout = row_layout(row)
+    row_pipeline_layout(row, model, layout.pp, None if is_blank(row.get("vp")) else layout.vp)
     try:
         layout.check(model)
     except ValueError as exc:

@@ -30,7 +30,9 @@ fp8/fp4 "param gather", linear weights kept only in the low-precision format);
 ``options.SELECTIVE_MODULES_PAPER`` with "paper"); ``include_embeddings`` (True; False reproduces the
 papers' transformer-layers-only accounting); ``fsdp_prefetch_layers``; ``gather_bytes`` (bytes
 per parameter of the ZeRO-3 gathered layers; default the stored linear-weight bytes: a stack that
-stores fp32 and gathers bf16, FSDP2's mixed precision, states 2).
+stores fp32 and gathers bf16, FSDP2's mixed precision, states 2); ``pp_layout`` (None; a Megatron-Core
+``pipeline_model_parallel_layout`` string, :mod:`scaletax.inputs.pipeline_layout`: the first and last
+stage hold the transformer layers its first and last rank hold).
 
 Model of each term (h hidden, a heads, s sequence, b micro-batch, t tensor-parallel size,
 V vocab, L layers, p pipeline size, v virtual stages):
@@ -72,8 +74,9 @@ V vocab, L layers, p pipeline size, v virtual stages):
 
 The heaviest stage is the larger of the first and the last pipeline stage (middle stages
 hold no embedding and fewer micro-batches than the first). Each stage holds
-``ceil(L / p)`` layers (upper bound for uneven splits); on an MoE model the first stage
-holds the leading dense layers.
+``ceil(L / p)`` layers (upper bound for uneven splits), or with ``pp_layout`` the layers the
+layout gives its first and last rank; on an MoE model the first stage holds the leading dense
+layers.
 """
 from __future__ import annotations
 
@@ -82,7 +85,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from scaletax.inputs import recipes
+from scaletax.inputs import pipeline_layout, recipes
 from scaletax.inputs.layout import Layout, LayoutArray, LayoutGrid
 from scaletax.inputs.models import Model
 from scaletax.inputs.options import RECOMPUTE_MODULES, RESERVE_GIB, SELECTIVE_MODULES, SELECTIVE_MODULES_PAPER
@@ -260,7 +263,10 @@ def _common(model: Model, la: LayoutArray, o: dict[str, Any]) -> dict[str, Any]:
     c: dict[str, Any] = {k: getattr(la, k).astype(f64) for k in ("tp", "pp", "cp", "ep", "etp", "dp", "vp", "mbs")}
     tp, pp, cp, ep, etp, dp = (c[k] for k in ("tp", "pp", "cp", "ep", "etp", "dp"))
     zero, rc = la.zero_stage, la.recompute
-    c["n_stage"] = np.ceil(model.layers / pp)
+    if o["pp_layout"] is None:
+        c["n_first"] = c["n_last"] = np.ceil(model.layers / pp)
+    else:  # the ranks' own transformer layers (Megatron-Core pipeline_model_parallel_layout)
+        c["n_first"], c["n_last"] = pipeline_layout.end_stage_layers(o["pp_layout"], pp)
     # parameters of one layer on one GPU (norms, router and MLA down-projections replicated over TP)
     a_rep = model.attn_tp_replicated_params
     attn_tp = (model.attn_params - a_rep) / tp + a_rep
@@ -302,7 +308,7 @@ def _common(model: Model, la: LayoutArray, o: dict[str, Any]) -> dict[str, Any]:
 def _stage(model: Model, la: LayoutArray, last: bool, o: dict[str, Any], c: dict[str, Any]) -> dict[str, np.ndarray]:
     """Terms (bytes) for the first (``last=False``) or last pipeline stage of every layout."""
     tp, pp, vp = c["tp"], c["pp"], c["vp"]
-    L, n_stage = model.layers, c["n_stage"]
+    L, n_stage = model.layers, c["n_last" if last else "n_first"]
     if last:
         n_dense = np.maximum(0.0, model.n_dense_layers - (L - n_stage))
     else:
@@ -380,9 +386,11 @@ def resolve_options(precision: recipes.Recipe = BF16, *, attention: str = "flash
                     optimizer_bytes: float | None = None, lowp_weight_copy: bool = True,
                     lowp_params: bool = False, selective_modules: Sequence[str] | None = None,
                     include_embeddings: bool = True, fsdp_prefetch_layers: int = FSDP_PREFETCH_LAYERS,
-                    gather_bytes: float | None = None) -> dict[str, Any]:
+                    gather_bytes: float | None = None, pp_layout: str | None = None) -> dict[str, Any]:
     """Validate the memory-model options and fill their defaults (see ``breakdown``)."""
     _check_precision(precision)
+    if pp_layout is not None:
+        pipeline_layout.expand(pp_layout)  # the grammar; the layout is checked against pp where it is used
     if attention not in ("flash", "paper"):
         raise ValueError(f"attention: must be 'flash' or 'paper' (got {attention!r})")
     rec = precision
@@ -412,6 +420,7 @@ def resolve_options(precision: recipes.Recipe = BF16, *, attention: str = "flash
         "include_embeddings": bool(include_embeddings),
         "fsdp_prefetch_layers": int(fsdp_prefetch_layers),
         "gather_bytes": None if gather_bytes is None else float(gather_bytes),
+        "pp_layout": None if pp_layout is None else str(pp_layout),
     }
 
 

@@ -83,7 +83,7 @@ from typing import Any
 
 import numpy as np
 
-from scaletax.inputs import hardware, recipes
+from scaletax.inputs import hardware, pipeline_layout, recipes
 from scaletax.inputs.layout import Layout, LayoutArray, LayoutGrid
 from scaletax.inputs.models import Model
 from scaletax.inputs.options import ATTN_KERNELS, PP_SPLITS
@@ -449,9 +449,16 @@ def pipeline_split(model: Model, pp, split: str, head_layers=0.0, vp=1) -> tuple
     where pp x vp divides L, else "account" where it divides L + 2, else "balanced" (a custom
     ``pipeline_model_parallel_layout`` is then required). It gives every split the sources state:
     GPT-OSS-120B 36 layers on 4 stages even, Llama 3.1 405B's 126 and Qwen3-235B's 94 layers
-    account, DeepSeek-V3's and Kimi K2's 61 custom."""
+    account, DeepSeek-V3's and Kimi K2's 61 custom.
+
+    ``split`` may also be Megatron-Core's ``pipeline_model_parallel_layout`` string itself (runs
+    column ``pp_split``, :mod:`scaletax.inputs.pipeline_layout`): the rank whose transformer layers
+    plus ``head_layers`` for the loss stage are the most (``pipeline_layout.slowest_stage``)."""
     if split not in PP_SPLITS:
-        raise ValueError(f"pp_split: must be one of {', '.join(PP_SPLITS)} (got {split!r})")
+        if not pipeline_layout.is_layout(split):
+            raise ValueError(f"pp_split: must be one of {', '.join(PP_SPLITS)} or a pipeline_model_parallel_layout "
+                             f"(got {split!r})")
+        return pipeline_layout.slowest_stage(split, pp, head_layers)
     pp = np.asarray(pp, dtype=np.float64)
     L = float(model.layers)
     if split == "auto":
@@ -786,7 +793,8 @@ def prepare(model: Model, layouts, precision: recipes.Recipe, gpu, topo: Topolog
             wire: WireFormat | None = None, *, recompute_fraction=None, recompute_rest=None,
             ep_dispatch: str = "dedup", fp4_bf16_layers: int = FP4_BF16_LAYERS,
             schedule: str = "unknown", grid: tuple[LayoutGrid, np.ndarray] | None = None,
-            stack: str = "megatron", pp_split: str = "auto", attn_kernel: str = "flash") -> StepInputs:
+            stack: str = "megatron", pp_split: str = "auto", attn_kernel: str = "flash",
+            grad_bytes: float | None = None) -> StepInputs:
     """Efficiency-independent step inputs for every layout (see the module docstring).
 
     ``precision``: a ``recipes.Recipe``; ``gpu``: a ``hardware.GPU``, or a list of them with one per layout (the
@@ -805,11 +813,15 @@ def prepare(model: Model, layouts, precision: recipes.Recipe, gpu, topo: Topolog
     software stack (``options.STACKS``, runs column ``stack``): "fsdp" sends gradients in fp32 and
     gathers parameters in bf16 (``comm.stack_wire``, when ``wire`` is not given) and hides none of
     the TP collectives (``comm.STACK_TP_OVERLAP``). ``pp_split``: how the pipeline stages split
-    the model (:data:`PP_SPLITS`, runs column ``pp_split``; default "auto", the layout search's too):
+    the model (:data:`PP_SPLITS` or a Megatron-Core ``pipeline_model_parallel_layout`` string, runs
+    column ``pp_split``; default "auto", the layout search's too):
     the compute and memory-bound work are those of the slowest stage (:func:`pipeline_split`; the
     step's traffic keeps ceil(L / pp) layers). ``attn_kernel``: :data:`ATTN_KERNELS` (runs column
     ``attn_kernel``; "unfused": the full score matrix through tensor-core GEMMs at the 16-bit rate and
-    :data:`UNFUSED_ATTN_BYTES` of HBM traffic per score element at :data:`HBM_STREAM_EFF`, no exp). ``grid``: the
+    :data:`UNFUSED_ATTN_BYTES` of HBM traffic per score element at :data:`HBM_STREAM_EFF`, no exp).
+    ``grad_bytes``: bytes of a main-gradient element on the wire when ``wire`` is not given (the
+    memory option of the same name: 4 with Megatron-Core ``grad_reduce_in_fp32``, runs column
+    ``grad_reduce_in_fp32``; default the recipe's, or the stack's). ``grid``: the
     ``layout.LayoutGrid`` and the flat indices into it that ``layouts`` are (the search's fitting
     candidates): the traffic is then computed on the grid (same values).
     Raises ``hardware.UnsupportedPrecision`` when the GPU has no native tensor cores for it.
@@ -820,7 +832,9 @@ def prepare(model: Model, layouts, precision: recipes.Recipe, gpu, topo: Topolog
     g = _gpu_terms(gpu, precision, n)
     peak_fmt, peak_16 = g.peak_fmt, g.peak_16
     topo = g.topo if topo is None else topo
-    wire = comm.stack_wire(WireFormat.for_recipe(precision), stack) if wire is None else wire
+    if wire is None:
+        wire = comm.stack_wire(WireFormat.for_recipe(precision), stack)
+        wire = wire if grad_bytes is None else replace(wire, grad=float(grad_bytes))
     tp_overlap = comm.stack_tp_overlap(stack)
     on_grid = (grid is not None and recompute_fraction is None and recompute_rest is None
                and all(np.ndim(getattr(topo, f)) == 0 for f in _TOPO_FIELDS) and np.ndim(peak_fmt) == 0)

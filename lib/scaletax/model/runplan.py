@@ -21,9 +21,9 @@ import numpy as np
 from scaletax.inputs import hardware, models, recipes
 from scaletax.inputs.layout import FIELDS, RECOMPUTE_CODE, RECOMPUTE_NAME, Layout, LayoutArray
 from scaletax.inputs.runs import (LAYERS_PER_VIRTUAL_STAGE, RunsTableError, block_layers, cached_model, is_blank,
-                                  layout_table, layout_values, measured_tokens_per_s, memory_options, row_attn_kernel,
-                                  row_dispatch, row_gpu, row_layout, row_model, row_pp_split, row_recipe, row_schedule, row_stack,
-                                  stated_recompute)
+                                  layout_table, layout_values, layout_vp, measured_tokens_per_s, memory_options,
+                                  row_attn_kernel, row_dispatch, row_gpu, row_layout, row_model, row_pp_split, row_recipe,
+                                  row_schedule, row_stack, stated_recompute)
 from scaletax.model import memory, perf
 
 MEMORY_COLUMNS: tuple[str, ...] = (
@@ -76,13 +76,14 @@ class RowPlan:
                                 RECOMPUTE_CODE[self.recompute_rest])
 
 
-def _default_notes(row: dict[str, Any], gbs: int, vp: int, is_moe: bool, etp: int = 1) -> list[str]:
+def _default_notes(row: dict[str, Any], gbs: int, vp: int, is_moe: bool, etp: int = 1, pp: int = 1) -> list[str]:
     """The :data:`COLUMN_DEFAULTS` a row's layout took, as text (for :attr:`RowPlan.assumptions`)."""
     notes = []
     if is_blank(row.get("gbs")):
         notes.append(f"gbs={gbs} (one sequence per GPU)")
     if is_blank(row.get("vp")) and vp > 1:
-        notes.append(f"vp={vp} (assumed: {LAYERS_PER_VIRTUAL_STAGE} layers per virtual stage)")
+        notes.append(f"vp={vp} (the pp_split layout's {vp * pp} stages on pp {pp})" if layout_vp(row, pp) else
+                     f"vp={vp} (assumed: {LAYERS_PER_VIRTUAL_STAGE} layers per virtual stage)")
     if is_moe and is_blank(row.get("etp")):
         notes.append(f"etp={etp} (default: tp, Megatron-Core)")
     return notes
@@ -111,7 +112,7 @@ def plan_row(row: dict[str, Any], layout: Layout | None = None, **memory_opts: A
     notes: list[str] = []
     lay = row_layout(row) if layout is None else layout
     if layout is None:
-        notes += _default_notes(row, lay.gbs, lay.vp, model.is_moe, lay.etp)
+        notes += _default_notes(row, lay.gbs, lay.vp, model.is_moe, lay.etp, lay.pp)
     opts = {**memory_opts, **memory_options(row)}
     stated = stated_recompute(row)
     assumed = ""
@@ -203,7 +204,8 @@ class PlanGroup:
         return perf.prepare(self.model, self.layouts, self.precision, self.gpu,
                             recompute_fraction=self.recompute_fraction, recompute_rest=self.rest,
                             ep_dispatch=self.ep_dispatch, schedule=self.schedule, stack=self.stack,
-                            pp_split=self.pp_split, attn_kernel=self.attn_kernel)
+                            pp_split=self.pp_split, attn_kernel=self.attn_kernel,
+                            grad_bytes=self.options.get("grad_bytes"))
 
 
 @dataclass(frozen=True)
@@ -268,7 +270,7 @@ class TablePlan:
             # the first unsupported precision in table order raises, as per group
             g.gpu.peak_flops(g.precision), g.gpu.peak_flops(perf.compute_precision(g.precision))
             batches.setdefault((id(g.model), g.precision, g.ep_dispatch, g.schedule, g.stack, g.pp_split,
-                                  g.attn_kernel), []).append(g)
+                                  g.attn_kernel, g.options.get("grad_bytes")), []).append(g)
         parts, index = [], []
         for gs in batches.values():
             index += [g.index for g in gs]
@@ -283,7 +285,8 @@ class TablePlan:
                                       recompute_fraction=np.concatenate([g.recompute_fraction for g in gs]),
                                       recompute_rest=np.concatenate([g.rest for g in gs]),
                                       ep_dispatch=g0.ep_dispatch, schedule=g0.schedule, stack=g0.stack,
-                                      pp_split=g0.pp_split, attn_kernel=g0.attn_kernel))
+                                      pp_split=g0.pp_split, attn_kernel=g0.attn_kernel,
+                                      grad_bytes=g0.options.get("grad_bytes")))
         pos = np.concatenate(index) if index else np.zeros(0, np.int64)
         inv = np.empty_like(pos)
         inv[pos] = np.arange(len(pos))
@@ -319,7 +322,8 @@ class TablePlan:
 
 #: The cells :func:`memory_options` reads (besides the precision), and those :func:`row_dispatch` and
 #: :func:`row_schedule` read.
-_OPTION_COLUMNS: tuple[str, ...] = ("recompute_modules", "reserve_gib", "fp8_param_gather", "stack")
+_OPTION_COLUMNS: tuple[str, ...] = ("recompute_modules", "reserve_gib", "fp8_param_gather", "stack", "attn_kernel",
+                                    "dropout", "grad_reduce_in_fp32", "include_embeddings", "pp_split")
 _RUN_COLUMNS: tuple[str, ...] = ("moe_dispatcher", "schedule", "stack", "pp_split", "attn_kernel")
 
 
@@ -427,9 +431,10 @@ def plan_rows(rows: Sequence[dict[str, Any]], row_numbers: Sequence[int] | None 
                                 recompute_rest=rest if np.any(blk) else None, stack=stack, pp_split=split,
                                 attn_kernel=kernel))
     notes: list[tuple[str, ...]] = []
-    for row, gbs, vp, etp, is_moe, unk, a, f in zip(rows, vals[:, 8].tolist(), vals[:, 6].tolist(), vals[:, 4].tolist(),
-                                                    moe, unknown.tolist(), assumed, frac_all.tolist()):
-        note = _default_notes(row, gbs, vp, is_moe, etp)
+    for row, gbs, vp, etp, pp, is_moe, unk, a, f in zip(rows, vals[:, 8].tolist(), vals[:, 6].tolist(),
+                                                        vals[:, 4].tolist(), vals[:, 1].tolist(), moe, unknown.tolist(),
+                                                        assumed, frac_all.tolist()):
+        note = _default_notes(row, gbs, vp, is_moe, etp, pp)
         if unk:
             note.append(_recompute_note(a, f))
         notes.append(tuple(note))
@@ -447,7 +452,8 @@ def step_inputs(plans: Sequence[RowPlan]):
         parts.append(perf.prepare(su.model, su.layout, su.precision, su.gpu, recompute_fraction=su.recompute_fraction,
                                   recompute_rest=RECOMPUTE_CODE[su.recompute_rest],
                                   ep_dispatch=ep_dispatch, schedule=row_schedule(su.row), stack=row_stack(su.row),
-                                  pp_split=row_pp_split(su.row), attn_kernel=row_attn_kernel(su.row)))
+                                  pp_split=row_pp_split(su.row), attn_kernel=row_attn_kernel(su.row),
+                                  grad_bytes=su.options.get("grad_bytes")))
     return perf.StepInputs.concat(parts)
 
 
