@@ -822,6 +822,8 @@ def tornado_rows(plan: Plan, rows: list[dict], outputs: Sequence[str] = ("cost_u
                                                plan.economics(r["gpu"], mid, r["gpus"]), low=r["tps_low"],
                                                high=r["tps_high"], output=o, tps_at_gpus=tps_at,
                                                goodput_at_gpus=lambda n, _m=mid: float(plan.goodput_at(_m, n)),
+                                               goodput_range=tuple(float(g) for g in
+                                                                   plan.goodput_band_at(mid, r["gpus"])[1:]),
                                                options=options):
                 swing = 100 * abs(s["high_change"] - s["low_change"])
                 out.append({**s, "model": mid, "model_name": model_name(mid), "gpu": r["gpu"], "gpu_label": r["label"],

@@ -652,7 +652,7 @@ def fleet_sentence(rows: list[dict], plan: Plan) -> str:
             if unverified else "every fleet is marked verified by the scenario")
     if eq:
         text += "; " + _join([f"{f['fleet_name']} is counted as the {f['count']:,} {f['fleet_label']} it is said to "
-                              "equal, and priced and timed as that many" for f in eq])
+                              "equal, and priced, timed and powered as that many" for f in eq])
     return text
 
 

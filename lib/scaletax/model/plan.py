@@ -11,7 +11,9 @@
 - ``case(terms, model, gpu, gpus, recipe=None) -> dict``: one model on ``gpus`` GPUs as a row:
   layout, tokens/s per GPU, MFU and step time with their bands; ``add_costs(rows, terms)`` adds
   days, scheduled GPU-hours, energy and cost with their bands and the goodput of each row's scale
-  (:func:`cost.run_costs`, one numpy pass).
+  (:func:`cost.run_costs`, one numpy pass; the band pairs the throughput band with the goodput
+  band). ``runnable_case``: :func:`case` on the most GPUs of a cluster that run the scenario's
+  global batch (a power budget's or a fleet's cluster; ``prev_count`` steps down the count grid).
 - ``gpus_for_deadline(terms, model, gpu, recipe, days=None) -> dict``: the fewest GPUs (on the
   count grid, :func:`round_count`) that train the budget in ``days``, monotone in ``days`` (a
   longer deadline never needs more GPUs), with the nearby global batch when the scenario's batch
@@ -22,7 +24,13 @@
 - Ratios, each with its own band (:func:`ratio_band`, the one place a ratio's band comes from):
   ``throughput_ratio(a, b)`` (tokens/s per GPU of ``a`` over ``b``) and ``gpu_count_ratio(a, b)``
   (GPUs ``a`` needs over GPUs ``b`` needs).
-- ``capacity(gpu, gpus)``: the whole systems (nodes, racks) that hold ``gpus`` GPUs.
+- ``cost_ratio_curve(terms, gpu_a, gpu_b, a, b, price_ratios)``: cost per trained token of ``a``
+  over ``b`` against their price ratio, with its band and the break-even price ratio.
+- ``capacity(gpu, gpus)``: the whole systems (nodes, racks) that hold ``gpus`` GPUs;
+  ``cluster_power`` their IT and facility MW; ``largest_cluster`` the most that a facility
+  power budget holds.
+- ``owned_price(terms, gpu)``: USD per GPU-hour of an owned GPU beside the rental price;
+  ``own_vs_rent(terms, gpu, row)``: a case's cost both ways.
 - ``least_parallel(model, gpu, recipe, gpus, space, batch_seqs)`` and
   ``fewest_gpus(model, gpu, recipe, space, batch_seqs)``: the least model-parallel layout that
   fits a count, and the smallest count that holds the model (the memory chapter's questions).

@@ -81,7 +81,7 @@ _PLAN = ("models", "gpus", "training.tokens", "training.global_batch_tokens", "t
 #: its ``search()`` calls); the two may run side by side: a search one of them computes, the other
 #: waits for and reads (``scaletax.memo``'s per-key lock, its job slot lent meanwhile).
 CHAPTERS = (
-    Chapter("summary", reads=("name", *_PLAN, "cluster.goodput_source"),
+    Chapter("summary", reads=("name", *_PLAN, "cluster.goodput_source", "economics.ownership"),
             data=(*_MODEL_DATA, "references.yaml", "published_runs.csv", "failures.csv"), cold_seconds=22),
     Chapter("hardware", reads=("gpus",), data=("hardware.csv",), cold_seconds=4),
     Chapter("memory", reads=("models", "gpus", "cluster.sizes", "cluster.gpus", "training.precision",
