@@ -651,8 +651,8 @@ def fleet_sentence(rows: list[dict], plan: Plan) -> str:
     text = (f"{len(unverified)} of the {len(fleets)} fleets are unverified reports ({_join(unverified)})"
             if unverified else "every fleet is marked verified by the scenario")
     if eq:
-        text += "; " + _join([f"{f['fleet_name']} is counted as the {f['count']:,} {f['fleet_label']} it is said to "
-                              "equal, and priced, timed and powered as that many" for f in eq])
+        text += "".join(f"; {f['fleet_name']} is counted as the {f['count']:,} {f['fleet_label']} it is said to equal "
+                        "(priced, timed and powered as that many)" for f in eq)
     return text
 
 
