@@ -102,3 +102,17 @@ def test_capacity_rounds_to_whole_systems():
     assert d.capacity("gb200", 5376) == {"need_systems": 75, "need_bought": 5400, "system": "GB200 NVL72 rack",
                                          "per_system": 72}
     assert d.capacity("h100_sxm", 16385)["need_bought"] == 16392 == 8 * cost.whole_systems(16385, 8)
+
+
+def test_power_and_a_goodput_that_falls_from_1024_to_100000_gpus():
+    """Issue 36: ``scaletax plan`` reports IT and facility MW and the scale model's goodput, lower on
+    100,000 GPUs than on 1,024 (interruptions grow with the count)."""
+    small, big = (json.loads(_plan("--model", "megatron_1t", "--gpu", "gb200", "--gpus", str(n), "--json").output)
+                  for n in (1024, 100_000))
+    assert big["goodput"] < small["goodput"] and big["goodput_high"] < small["goodput_low"]
+    assert big["mtbf_h"] == pytest.approx(small["mtbf_h"] * 1024 / 100_000)
+    # 100,000 GB200: 1,389 NVL72 racks of 132 kW, facility at PUE 1.2
+    assert (big["systems"], big["it_mw"], big["facility_mw"]) == (1389, pytest.approx(1389 * 0.132),
+                                                                  pytest.approx(1389 * 0.132 * 1.2))
+    text = _plan("--model", "megatron_1t", "--gpu", "gb200", "--gpus", "100000").output
+    assert "183.35 / 220.02 MW" in text and "Goodput" in text
