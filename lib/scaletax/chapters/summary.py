@@ -253,6 +253,10 @@ def tornado_sentence(rows: list[dict], plan: Plan) -> str:
 #: The ids a case row is about, written to a table's CSV (``tables.table(keys=...)``) so that
 #: the same quantity is found in every file that states it (``tests/test_one_value.py``).
 CASE_KEYS: tuple[str, ...] = ("model_id", "gpu_id", "gpus", "precision_id", "regime")
+#: The ids a ratio of two GPUs on the scenario's cluster is about (the break-even and price-ratio tables).
+RATIO_KEYS: tuple[str, ...] = ("model_id", "gpu_id", "ref_id")
+#: The ids of a power row: the GPU and the two counts the table gives MW for.
+POWER_KEYS: tuple[str, ...] = ("gpu_id", "ref_gpus", "top_gpus")
 
 
 def case_keys(r: dict) -> dict[str, Any]:
@@ -347,6 +351,16 @@ def goodput_sentence(plan: Plan, source: str | None) -> str:
             f"{float(rel['storage_tb_s']):g} TB/s at Daly's optimal interval)")
 
 
+def controls_sentence(controls, plan: Plan) -> str:
+    """The values the what-if controls of a figure start at (the scenario's, which the printed
+    figure shows), labelled as beside the controls: "H100 SXM $/GPU-hour 2.35; ...; electricity
+    $/MWh 80; goodput: each case's modelled goodput" (``controls``: :class:`scaletax.render.whatif.Control`)."""
+    parts = [f"{c.label.strip()} {c.value:g}" for c in controls]
+    parts.append("goodput: each case's modelled goodput" if plan.goodput is None
+                 else f"goodput {100 * plan.goodput:.0f}% (your cluster.goodput)")
+    return "; ".join(parts)
+
+
 def system_power_sentence(plan: Plan) -> str:
     """Where each GPU's system power comes from: "DGX/HGX H100 node 10.2 kW for 8 GPUs, 1,275 W per
     GPU; ... (data/systems.csv, sourced per row)", or the planner's overhead over TDP."""
@@ -394,7 +408,8 @@ def waterfall_table(rows: list[dict]) -> list[dict]:
 
 
 def breakeven_table(rows: list[dict]) -> list[dict]:
-    return [{"model": r["model_name"], "gpu": r["label"] + ("" if r["in_scenario"] else " (catalog)"),
+    return [{"model_id": r["model"], "gpu_id": r["gpu"], "ref_id": r["ref"],
+             "model": r["model_name"], "gpu": r["label"] + ("" if r["in_scenario"] else " (catalog)"),
              "ratio": band_text(r["ratio"], r["ratio_low"], r["ratio_high"]),
              "price_ratio": "–" if r["price_ratio"] is None else f"{r['price_ratio']:.2f}",
              "per_mtok": ("–" if r["usd_per_mtok"] is None or r["ref_usd_per_mtok"] is None
@@ -448,7 +463,8 @@ def power_table(rows: list[dict], plan: Plan) -> list[dict]:
     """Per GPU type (:func:`scaletax.chapters.decision.power_rows`): its system and the system's
     maximum power, the facility MW of the scenario's reference count, the whole systems and IT and
     facility MW of its largest cluster, and the largest cluster the power budget holds."""
-    return [{"gpu_id": r["gpu"], "gpu": r["label"], "system": f"{r['system']} ({r['per_system']} GPUs)",
+    return [{"gpu_id": r["gpu"], "ref_gpus": r["ref_gpus"], "top_gpus": r["top_gpus"], "gpu": r["label"],
+             "system": f"{r['system']} ({r['per_system']} GPUs)",
              "system_kw": r["system_kw"], "ref_facility_mw": r["ref_facility_mw"],
              "top_systems": f"{r['top_systems']:,} {system_unit(r, r['top_systems'])}", "top_it_mw": r["top_it_mw"],
              "top_facility_mw": r["top_facility_mw"], "budget_gpus": r["budget_gpus"]} for r in rows]
@@ -633,7 +649,8 @@ def fleet_table(rows: list[dict]) -> list[dict]:
         heq = "–" if r["heq"] is None else ("as reported" if r["gpu"] == r["base"] and r["equivalent"] else
                                             band_text(r["heq"], None if r["heq_low"] == r["heq"] else r["heq_low"],
                                                       None if r["heq_high"] == r["heq"] else r["heq_high"]))
-        out.append({**case_keys(r), "fleet": r["fleet_name"], "reported": reported, "model": r["model_name"],
+        out.append({**case_keys(r), "fleet_gpus": r["count"], "fleet": r["fleet_name"], "reported": reported,
+                    "model": r["model_name"],
                     "runs": runs, "days": band_text(r["days"], r["days_low"], r["days_high"]),
                     "cost": band_text(_m(r["cost_usd"]), _m(r["cost_usd_low"]), _m(r["cost_usd_high"]))
                     + PRICE_MARK.get(row_basis(r), "") if r.get("cost_usd") is not None else "–",
@@ -663,10 +680,12 @@ def price_pair_table(rows: list[dict]) -> list[dict]:
     for r in rows:
         c = r["curve"]
         if c is None:
-            out.append({"model": r["model_name"], "pair": r["pair"], "tps_ratio": r["message"]})
+            out.append({"model_id": r["model"], "gpu_id": r["gpu"], "ref_id": r["ref"], "model": r["model_name"],
+                        "pair": r["pair"], "tps_ratio": r["message"]})
             continue
         at = c["at"]
-        out.append({"model": r["model_name"], "pair": r["pair"],
+        out.append({"model_id": r["model"], "gpu_id": r["gpu"], "ref_id": r["ref"], "model": r["model_name"],
+                    "pair": r["pair"],
                     "tps_ratio": band_text(c["tps_ratio"], c["tps_ratio_low"], c["tps_ratio_high"]),
                     "breakeven_ratio": band_text(c["breakeven"], c["breakeven_low"], c["breakeven_high"]),
                     "price_ratio": "no price" if at is None else f"{at['price_ratio']:.2f} ({r['price_basis']})",
@@ -1029,7 +1048,7 @@ def nvl72_sentence(t: dict[str, Any]) -> str:
     return f"on {t['gpus']:,} {t['label']} GPUs{what}: " + "; ".join(parts)
 
 
-__all__ = ["NO_CASE", "PRICE_MARK", "assumed_prices_sentence", "batch_sentence", "deadline_rows", "deadline_table",
+__all__ = ["NO_CASE", "POWER_KEYS", "PRICE_MARK", "RATIO_KEYS", "assumed_prices_sentence", "batch_sentence", "controls_sentence", "deadline_rows", "deadline_table",
            "goodput_phrase", "goodput_sentence", "limits", "system_power_sentence", "limits_sentences", "model_regimes",
            "regime_sentence", "power_sentence", "row_basis", "assumptions_sentence", "band_text", "breakeven_sentence",
            "breakeven_summary", "breakeven_table", "claim_sentence", "claim_table", "cost_table",
