@@ -340,3 +340,16 @@ def test_searches_on_the_builds_free_slots_give_the_rows_of_the_plain_loop(plan,
     threaded = d.decision_rows(plan)
     assert threaded == rows
     assert (d.waterfall(plan, DENSE, "gb200"), d.tornado_rows(plan, threaded)) == serial
+
+
+def test_the_energy_sentence_says_one_percent_when_both_ends_round_alike_and_names_no_fit():
+    """ "4 to 4%" says nothing; a scenario where no case fits has no share to state (no NaN crash)."""
+    from scaletax.chapters import summary
+    nan = float("nan")
+    one = summary.energy_sentence({"energy_swing_max": 1.23, "energy_share_min": 3.8, "energy_share_max": 4.2})
+    assert one == ("The energy inputs move it by at most 1.2%, because electricity is 4% of the cost of these "
+                   "cases at the scenario's prices.")
+    assert "3 to 5%" in summary.energy_sentence({"energy_swing_max": 1.0, "energy_share_min": 3.2,
+                                                 "energy_share_max": 4.9})
+    assert summary.energy_sentence({"energy_swing_max": nan, "energy_share_min": nan, "energy_share_max": nan}) == (
+        "No case fits on the scenario's cluster, so there is no cost for the energy inputs to move.")

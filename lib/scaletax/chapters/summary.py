@@ -287,6 +287,16 @@ def time_table(rows: list[dict]) -> list[dict]:
     return out
 
 
+def energy_sentence(notes: dict[str, float]) -> str:
+    """The tornado's energy sentence from :func:`decision.tornado_notes`: how far the energy inputs
+    move the cost (%), and electricity's share of it; says so when no case fits."""
+    if not (math.isfinite(notes["energy_swing_max"]) and math.isfinite(notes["energy_share_min"])):
+        return "No case fits on the scenario's cluster, so there is no cost for the energy inputs to move."
+    return (f"The energy inputs move it by at most {notes['energy_swing_max']:.1f}%, because electricity is "
+            f"{pct_range_text(notes['energy_share_min'], notes['energy_share_max'])} of the cost of these cases "
+            f"at the scenario's prices.")
+
+
 def pct_range_text(lo: float, hi: float) -> str:
     """A range of percentages in words, to whole percents: "3 to 5%", or "4%" when both ends round
     to the same ("4 to 4%" says nothing)."""
