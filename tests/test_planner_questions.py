@@ -129,6 +129,16 @@ def test_own_against_rent_for_the_headline_cases_by_hand(p, rows):
     assert o["energy"] > 0 and o["rent_total"] == allin.price("h100_sxm")
 
 
+def test_own_against_rent_says_when_no_headline_case_fits():
+    small = _plan("cluster.gpus=64", "cluster.sizes=[64,1024]")
+    rows = d.decision_rows(small, target=False)
+    assert not any(r.get("tps") for r in rows)  # a 1T model fits on no 64 GPUs
+    assert d.own_rent_rows(small, rows) == []
+    assert s.own_rent_sentence([], small, rows) == ("no Hopper or Blackwell case fits on 64 GPUs, so there is no "
+                                                    "case to own or rent")
+    assert s.own_rent_sentence([]) == "the scenario has no ownership inputs for its headline GPUs (economics.ownership)"
+
+
 # --- fleets -------------------------------------------------------------------------------------
 def test_the_default_fleets_table(p):
     out = d.fleet_rows(p)
@@ -202,9 +212,19 @@ def test_price_pairs_are_checked():
 # --- goodput against scale ----------------------------------------------------------------------
 def test_goodput_rows_fall_with_the_count_and_the_table_shows_the_model(p):
     sc = d.scale_rows(p)
-    g = s.goodput_chart_rows(sc)
+    g = s.goodput_chart_rows(p, d.scale_sizes(p))
+    assert [r["gpus"] for r in g] == d.scale_sizes(p)
     vals = [r["goodput"] for r in g if r["model_id"] == "megatron_1t"]
     assert vals == sorted(vals, reverse=True) and vals[0] > vals[-1]
+    for r in sc:  # the rows' goodput (the days' goodput) is the chart's, one value per (model, count)
+        if r.get("goodput") is not None:
+            c = next(x for x in g if (x["model_id"], x["gpus"]) == (r["model"], r["gpus"]))
+            assert (r["goodput"], r["goodput_low"], r["goodput_high"]) == (c["goodput"], c["goodput_low"],
+                                                                           c["goodput_high"])
+    assert s.goodput_scale_sentence(p, [1024, 100_000]).startswith("for GPT 1T, goodput falls from 99% (97–99) "
+                                                                   "on 1,024 GPUs to 63% (24–73) on 100,000 GPUs")
+    assert s.goodput_scale_sentence(_plan("cluster.goodput=0.9"), [1024]) == (
+        "goodput is your 90% at every size (cluster.goodput)")
     t = s.goodput_table(p, "megatron_1t", d.scale_sizes(p))
     assert [r["gpus"] for r in t] == d.scale_sizes(p)
     assert t[-1]["mtbf_h"] == pytest.approx(1 / (p.reliability_inputs().unexpected_per_gpu_hour * 100_000))

@@ -527,32 +527,35 @@ def budget_sentence(rows: list[dict], plan: Plan) -> str:
     return "; ".join(parts)
 
 
-def goodput_chart_rows(rows: list[dict]) -> list[dict]:
-    """The goodput of each model at each size of the scale rows (it does not depend on the GPU
-    type), with its band."""
-    seen, out = set(), []
-    for r in rows:
-        if r.get("goodput") is None or (r["model"], r["gpus"]) in seen:
-            continue
-        seen.add((r["model"], r["gpus"]))
-        out.append({"model_id": r["model"], "model_name": r["model_name"], "gpus": r["gpus"],
-                    "goodput": r["goodput"], "goodput_low": r["goodput_low"], "goodput_high": r["goodput_high"]})
+def goodput_chart_rows(plan: Plan, sizes: Sequence[int]) -> list[dict]:
+    """The goodput of each model of the scenario on each of ``sizes`` GPUs with its band
+    (:func:`scaletax.chapters.decision.goodput_detail`: it depends on the count and the model's
+    checkpoint, not on the GPU type or on whether a layout fits)."""
+    out = []
+    for mid in plan.models:
+        for n in sizes:
+            g = goodput_detail(plan, mid, n)
+            out.append({"model_id": mid, "model_name": model_name(mid), "gpus": int(n), "goodput": float(g["goodput"]),
+                        "goodput_low": float(g["goodput_low"]), "goodput_high": float(g["goodput_high"])})
     return out
 
 
-def goodput_scale_sentence(rows: list[dict], plan: Plan) -> str:
-    """The goodput at the smallest and largest size with its band, for the first model, and how
-    much of the days band at the largest size the goodput band makes."""
-    g = [r for r in goodput_chart_rows(rows) if r["model_id"] == plan.models[0]]
-    if not g:
-        return "no case fits"
-    a, b = g[0], g[-1]
+def goodput_scale_sentence(plan: Plan, sizes: Sequence[int]) -> str:
+    """The goodput of the first model at the smallest and the largest of ``sizes``, with its band
+    (the planner's goodput: the same at every size, no band)."""
+    mid = plan.models[0]
+    if plan.goodput is not None:
+        return f"goodput is your {100 * plan.goodput:.0f}% at every size (cluster.goodput)"
+    g = goodput_chart_rows(plan, sorted({min(sizes), max(sizes)}))
+    g = [r for r in g if r["model_id"] == mid]
 
     def one(r):
         return (f"{100 * r['goodput']:.0f}% ({100 * r['goodput_low']:.0f}–{100 * r['goodput_high']:.0f}) "
                 f"on {r['gpus']:,} GPUs")
 
-    return f"for {model_name(plan.models[0])}, goodput falls from {one(a)} to {one(b)}"
+    if len(g) == 1:
+        return f"for {model_name(mid)}, goodput is {one(g[0])}"
+    return f"for {model_name(mid)}, goodput falls from {one(g[0])} to {one(g[-1])}"
 
 
 def band_parts(rows: list[dict], plan: Plan) -> dict[str, Any]:
@@ -633,9 +636,14 @@ def own_rent_table(rows: list[dict]) -> list[dict]:
             for r in rows]
 
 
-def own_rent_sentence(rows: list[dict]) -> str:
-    """Per headline case: owned against rented price per GPU-hour, and which is cheaper."""
+def own_rent_sentence(rows: list[dict], plan: Plan | None = None, case_rows: list[dict] | None = None) -> str:
+    """Per headline case: owned against rented price per GPU-hour, and which is cheaper. With
+    ``plan`` and the chapter's ``case_rows``, an empty ``rows`` says whether no headline case fits
+    or the scenario has no system prices for their GPUs."""
     if not rows:
+        if plan is not None and case_rows is not None and not any(
+                h["row"] for h in headline_cases(plan, case_rows)):
+            return f"no Hopper or Blackwell case fits on {plan.cluster_gpus:,} GPUs, so there is no case to own or rent"
         return "the scenario has no ownership inputs for its headline GPUs (economics.ownership)"
     parts = []
     for r in rows:
