@@ -13,8 +13,8 @@ with the user's own model and GPU:
   tables, its fleets table (the whole fleet) and the days-against-MW and days-by-size figures;
 - the goodput of a model on a count: the goodput table and figure and the figures whose days
   rest on it (cost-and-time, days by size, days against MW);
-- the throughput ratio of two GPUs on the scenario's cluster (model, newer, older): the
-  break-even and price-ratio tables.
+- the throughput ratio of two GPUs on the scenario's cluster (model, newer, older) and the newer
+  one's break-even price per GPU-hour: the break-even and price-ratio tables.
 """
 from __future__ import annotations
 
@@ -98,7 +98,8 @@ def quantities(figures: Path) -> dict[tuple, list[tuple[float | str, str]]]:
                     if c in cols:
                         add(c, (r["model_id"], int(float(r["gpus"]))), _num(r[c]), f)
             if {"model_id", "gpu_id", "ref_id"} <= cols:  # a throughput ratio (break-even, price-ratio tables)
-                for c, t in (("ratio", "tps_ratio"), ("tps_ratio", "tps_ratio")):
+                for c, t in (("ratio", "tps_ratio"), ("tps_ratio", "tps_ratio"), ("breakeven_usd", "breakeven_usd"),
+                             ("breakeven", "breakeven_usd")):
                     for b in ("", "_low", "_high"):
                         if c + b in cols:
                             add(t + b, (r["model_id"], r["gpu_id"], r["ref_id"]), _num(r[c + b]), f)
@@ -189,5 +190,6 @@ def test_one_value_per_quantity(books, name):
         assert shared(q, quantity) > 0, quantity
     if name == "default":
         assert shared(q, "run_mfu_max") > 0 and shared(q, "family_mfu_max") > 0 and shared(q, "tps_ratio") > 0
+        assert shared(q, "breakeven_usd") > 0
         fams = {k[1] for k in q if k[0] == "family_mfu_max"}
         assert fams <= {g.family for g in hardware.catalog().values()}

@@ -170,6 +170,21 @@ def test_a_fleet_given_with_set_is_in_the_table():
     assert s.fleet_table(out)[0]["reported"] == "8,640 GB200 NVL72"
 
 
+def test_a_fleet_set_on_the_command_line_reaches_the_table(tmp_path):
+    """``--set 'fleets=[...]'`` as the CLI parses it: the scenario it resolves (``scenario show``)
+    gives the fleets table that fleet alone."""
+    from conftest import run_cli
+
+    fleet = 'fleets=[{name: "Our site", gpu: gb300, count: 8640, source: "our plan"}]'
+    proc = run_cli(["scenario", "show", *(a for o in FAST for a in ("--set", o)), "--set", fleet], tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    (tmp_path / "shown.yaml").write_text(proc.stdout)
+    mine = d.Plan.from_params(**toc.chapter("decision").parameters(resolve(tmp_path / "shown.yaml")))
+    out = d.fleet_rows(mine)
+    assert [(r["fleet_name"], r["gpu"], r["count"], r["gpus"]) for r in out] == [("Our site", "gb300", 8640, 8640)]
+    assert s.fleet_table(out)[0]["reported"] == "8,640 GB300 NVL72"
+
+
 # --- price ratio curves ---------------------------------------------------------------------------
 def test_cost_ratio_curve_is_the_librarys_cost_per_token_and_its_break_even_the_tables(p, rows):
     pairs = d.price_pair_rows(p, rows)

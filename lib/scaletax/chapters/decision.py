@@ -398,8 +398,9 @@ def price_pair_rows(plan: Plan, rows: list[dict]) -> list[dict[str, Any]]:
     """Per model and price pair (``comparisons.price_pairs``, [newer, older]): the cost per trained
     token of the newer GPU over the older one's on the scenario's cluster against their price ratio
     (:func:`scaletax.model.plan.cost_ratio_curve`: ``curve`` with its band, the break-even price ratio
-    with its band, and the scenario's point ``at``), the price basis of each GPU and ``verdict`` at
-    the scenario's prices ("pays", "does not pay", "within band")."""
+    with its band, and the scenario's point ``at``), the older GPU's price ``ref_price`` (the
+    break-even price per GPU-hour is the break-even ratio times it), the price basis of each GPU
+    and ``verdict`` at the scenario's prices ("pays", "does not pay", "within band")."""
     out = []
     for mid in plan.models:
         for new, old in plan.price_pairs:
@@ -409,6 +410,7 @@ def price_pair_rows(plan: Plan, rows: list[dict]) -> list[dict[str, Any]]:
             basis = {plan.price_basis(new), plan.price_basis(old)}
             row = {"model": mid, "model_name": model_name(mid), "gpu": new, "ref": old, "label": gpu_label(new),
                    "ref_label": gpu_label(old), "pair": f"{gpu_label(new)} vs {gpu_label(old)}",
+                   "ref_price": plan.price(old),
                    "price_basis": "your input" if "your input" in basis else "assumed" if "assumed" in basis
                    else "published", "new_basis": plan.price_basis(new), "old_basis": plan.price_basis(old),
                    "curve": c, "verdict": "no comparison", "message": None}

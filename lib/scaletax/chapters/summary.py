@@ -424,8 +424,8 @@ def breakeven_table(rows: list[dict]) -> list[dict]:
              "price_ratio": "–" if r["price_ratio"] is None else f"{r['price_ratio']:.2f}",
              "per_mtok": ("–" if r["usd_per_mtok"] is None or r["ref_usd_per_mtok"] is None
                           else f"{r['usd_per_mtok']:.2f} / {r['ref_usd_per_mtok']:.2f}"),
-             "breakeven": "–" if r["breakeven"] is None else (
-                 f"${r['breakeven']:.2f} ({r['breakeven_low']:.2f}–{r['breakeven_high']:.2f})"),
+             "breakeven": "–" if r["breakeven"] is None else band_text(r["breakeven"], r["breakeven_low"],
+                                                                        r["breakeven_high"]),
              "price": price_text(r["price"], row_basis(r)), "verdict": r["verdict"]} for r in rows]
 
 
@@ -692,8 +692,9 @@ def fleet_sentence(rows: list[dict], plan: Plan) -> str:
 
 
 def price_pair_table(rows: list[dict]) -> list[dict]:
-    """Per model and price pair: throughput ratio, break-even price ratio (bands), the scenario's
-    price ratio with its basis, the cost ratio per token there (band) and the verdict."""
+    """Per model and price pair: throughput ratio, break-even price ratio and the newer GPU's
+    break-even price per GPU-hour at the older one's price (bands), the scenario's price ratio with
+    its basis, the cost ratio per token there (band) and the verdict."""
     out = []
     for r in rows:
         c = r["curve"]
@@ -706,6 +707,8 @@ def price_pair_table(rows: list[dict]) -> list[dict]:
                     "pair": r["pair"],
                     "tps_ratio": band_text(c["tps_ratio"], c["tps_ratio_low"], c["tps_ratio_high"]),
                     "breakeven_ratio": band_text(c["breakeven"], c["breakeven_low"], c["breakeven_high"]),
+                    "breakeven_usd": band_text(*(c[k] * r["ref_price"] for k in
+                                                 ("breakeven", "breakeven_low", "breakeven_high"))),
                     "price_ratio": "no price" if at is None else f"{at['price_ratio']:.2f} ({r['price_basis']})",
                     "cost_ratio": "–" if at is None else band_text(at["ratio"], at["ratio_low"], at["ratio_high"]),
                     "verdict": r["verdict"]})
@@ -726,7 +729,8 @@ def price_pair_sentence(rows: list[dict]) -> str:
             parts.append(f"{r['pair']} for {r['model_name']}: no comparison ({r['message']})")
             continue
         text = (f"{r['pair']} for {r['model_name']} breaks even at a price ratio of {c['breakeven']:.2f} "
-                f"({c['breakeven_low']:.2f}–{c['breakeven_high']:.2f})")
+                f"({c['breakeven_low']:.2f}–{c['breakeven_high']:.2f}), ${c['breakeven'] * r['ref_price']:.2f} "
+                f"per GPU-hour against {r['ref_label']}'s ${r['ref_price']:.2f}")
         if c["at"] is not None:
             text += (f"; at the scenario's {c['at']['price_ratio']:.2f} ({r['price_basis']}) it "
                      + {"pays": "pays", "does not pay": "does not pay",
