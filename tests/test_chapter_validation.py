@@ -7,6 +7,7 @@ import os
 import numpy as np
 import pytest
 
+from scaletax import escape
 from scaletax.inputs import hardware
 from scaletax.inputs import runs as runs_table
 from scaletax.model import efficiency
@@ -28,10 +29,10 @@ def test_run_rows_follow_the_table(table, runs):
         assert r["error"] == pytest.approx(t["predicted"] / t["measured"] - 1.0)
         assert r["error_low"] <= r["error"] <= r["error_high"]
         assert r["error_text"] == vs.spct(t["error"])
-        assert "_" not in r["run_id_md"].replace("\\_", "")
         assert r["recompute_assumed"] == ("recompute assumed" in t["assumptions"])
         assert ("(assumed)" in r["layout_text"]) == r["recompute_assumed"]
-        assert r["kind"] in vs.SOURCE_KINDS and r["source_md"].startswith("[")
+        assert r["kind"] in vs.SOURCE_KINDS and isinstance(r["source_md"], escape.Markup)
+        assert r["source_md"].startswith("[") and "](<https://" in r["source_md"]
         assert sum(r[f"{k}_share"] for k in vs.COMPONENTS) == pytest.approx(1.0)
     assert {r["arch"] for r in runs} == {"dense", "MoE"}
 
@@ -43,15 +44,24 @@ def test_run_rows_refuse_misaligned_inputs(table):
 
 
 def test_source_links():
-    assert vs.source_md("https://arxiv.org/abs/2104.04473") == "[arXiv:2104.04473](https://arxiv.org/abs/2104.04473)"
+    """A source is a link (escaped text, the URL inside <...>) that MyST reads as one reference."""
+    from docutils import nodes
+    from docutils.core import publish_doctree
+    from myst_parser.parsers.docutils_ import Parser
+
+    assert vs.source_md("https://arxiv.org/abs/2104.04473") == "[arXiv\\:2104\\.04473](<https://arxiv.org/abs/2104.04473>)"
     url = "https://github.com/mlcommons/training_results_v5.0/tree/main/NVIDIA/results/tyche_ngpu256_ngc25.04_nemo/llama31_405b"
-    assert vs.source_md(url) == f"[MLPerf Training v5.0 results]({url})"
+    link = vs.source_md(url)
+    assert link == f"[MLPerf Training v5\\.0 results](<{url}>)"
+    refs = list(publish_doctree(link, parser=Parser()).findall(nodes.reference))
+    assert [(r.astext(), r["refuri"]) for r in refs] == [("MLPerf Training v5.0 results", url)]
     assert vs.source_md("") == "–"
+    with pytest.raises(ValueError, match="not an http"):
+        vs.source_md("javascript:alert(1)")
 
 
 def test_display_text_helpers():
     assert vs.spct(0.017) == "+1.7%" and vs.spct(-0.09) == "\u22129.0%" and vs.spct(None) == "–"
-    assert vs.md_escape("a_b_c") == "a\\_b\\_c"
 
 
 def test_caveats_keep_only_speed_relevant_clauses():

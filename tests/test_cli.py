@@ -143,3 +143,43 @@ def test_a_cache_that_cannot_be_written_is_one_line_exit_1_with_a_log(tmp_path):
     log = err.rsplit("log: ", 1)[1]
     assert "Traceback" in open(log).read()
     assert not (build / "default").exists()
+
+
+def test_rich_markup_in_a_path_is_printed_as_typed(tmp_path):
+    """A scenario path holding Rich markup (``[/bold]`` crashed the progress line with MarkupError,
+    exit 1): printed as typed, and the build goes on to its own error (here an unwritable folder)."""
+    from scaletax.report.scenario import DEFAULT_SCENARIO
+
+    scen = tmp_path / "plan [/bold] [red]x[/red] :warning:.yaml"  # folders "plan [", "bold] [red]x[", a file
+    scen.parent.mkdir(parents=True)
+    scen.write_text(DEFAULT_SCENARIO.read_text())
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the build folder should be\n")
+    proc = run_cli(["build", "--scenario", str(scen), "--no-pdf", "--name", "x"], blocker / "sub", timeout=120)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and "MarkupError" not in proc.stderr, proc.stderr
+    assert lines[0] == f"building x from {scen} with {__import__('os').cpu_count() or 1} job(s)"
+    assert lines[-1].startswith("scaletax: error: cannot write to the build folder")
+
+
+@pytest.mark.parametrize("args,expect", [
+    (["build", "--jobs", "[/bold]"], "scaletax build: Invalid value for '--jobs'"),
+    (["build", "--bogus"], "scaletax build: No such option: --bogus"),
+    (["plan", "--model", "kimi_k2"], "scaletax plan: Missing option '--gpu'."),
+    (["bogus"], "scaletax: No such command 'bogus'."),
+])
+def test_usage_errors_are_one_line_exit_2(tmp_path, args, expect):
+    line = _one_line(run_cli(args, tmp_path / "build", timeout=60), 2, expect)
+    assert line.startswith(f"scaletax: error: {expect}")
+
+
+@pytest.mark.parametrize("a,b", [("probe/../other", "small"), ("/etc", "small"), ("..", "small"),
+                                 ("small", "../small"), ("small\n", "other")])
+def test_compare_takes_names_never_paths(tmp_path, a, b):
+    """A book is a name under _build/: a path, '..' or a name with a newline is refused in one
+    line (it read books outside _build/ and failed with an unexpected error, exit 1)."""
+    bad = a if a != "small" else b
+    line = _one_line(run_cli(["compare", a, b, "--no-pdf"], tmp_path / "build", timeout=60), 2, "is not a book name")
+    assert line == (f"scaletax: error: {bad!r} is not a book name: give the name of a built book under _build/ "
+                    "(1-64 lowercase letters, digits, '-' or '_') or a scenario .yaml file").replace("\n", " ")
+    assert not (tmp_path / "build").exists()

@@ -112,3 +112,80 @@ def test_compare_command_builds_b_from_a_with_set(built_book):
     assert (outs[0] / "html" / "index.html").exists()
     bad = run_cli(["compare", "small", "no-such-book", "--no-pdf"], built_book["build_dir"])
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "no built book 'no-such-book'" in bad.stderr
+
+
+# ---------------------------------------------------------------------------------------
+# The comparison is a door too (issue 35): names, manifests and CSV cells are text
+# ---------------------------------------------------------------------------------------
+def test_names_are_names_and_folders_stay_inside_the_build_root(books, tmp_path):
+    for name in ("probe/../other", "/etc", "..", "default/..", "x\n", "", "A"):
+        with pytest.raises(cmp.CompareError, match="is not a book name"):
+            cmp.load_book(books, name)
+    outside = tmp_path.parent / f"{tmp_path.name}-outside"
+    shutil.copytree(books / "default", outside)
+    (books / "linked").symlink_to(outside)
+    with pytest.raises(cmp.CompareError, match="a link, not a book folder"):
+        cmp.load_book(books, "linked")
+
+
+def test_a_manifest_label_cannot_name_a_file(books):
+    m = json.loads((books / "big" / "manifest.json").read_text())
+    m["numbered"][0]["label"] = "../../../../etc/passwd"
+    (books / "big" / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(cmp.CompareError, match="a numbered entry without a valid label"):
+        cmp.load_book(books, "big")
+
+
+def test_the_page_shows_what_each_side_holds_as_text(books):
+    """Scenario values, captions, commits and CSV cells of the books, each a hostile payload, reach
+    the page as text: the page parsed as the book parses it (raw HTML and file insertion on) has
+    tables, a figure and headings of its own and nothing from the payloads."""
+    from docutils import nodes
+
+    from test_fuzz_doors import MARKUP_NODES, PAYLOADS, _doctree, _flat
+
+    payloads = [p for p in PAYLOADS if "\r" not in p]
+    for name, offset in (("default", 0), ("big", 5)):
+        m = json.loads((books / name / "manifest.json").read_text())
+        m["scenario"]["title"] = payloads[offset]
+        m["scenario"]["question"] = payloads[offset + 1]
+        m["git_commit"], m["built_at"] = payloads[offset + 2], payloads[offset + 3]
+        m["numbered"][0]["caption"] = payloads[offset + 4]
+        (books / name / "manifest.json").write_text(json.dumps(m))
+        rows = [{"model": p, "hopper": payloads[(i + offset) % len(payloads)], "hopper_days": 60.0 + i}
+                for i, p in enumerate(payloads)]
+        with (books / name / "figures" / "tbl-sum-headline.csv").open("w", newline="", encoding="utf-8") as fh:
+            from scaletax import escape
+
+            fh.writelines(escape.csv_line([escape.csv_cell(c) for c in r]) for r in
+                          [list(rows[0])] + [list(map(str, r.values())) for r in rows])
+    a, b = cmp.load_book(books, "default"), cmp.load_book(books, "big")
+    text, images, headline = cmp.page(a, b)
+    tree = _doctree(text)
+    assert [t.astext() for t in tree.findall(nodes.title)][:2] == ["Comparison: default vs big", "Inputs that differ"]
+    assert len(list(tree.findall(nodes.table))) == 2 and len(list(tree.findall(nodes.figure))) == 1
+    for table in tree.findall(nodes.table):
+        assert not [n for n in table.findall() if isinstance(n, MARKUP_NODES) and not isinstance(n, nodes.title)]
+    assert not list(tree.findall(nodes.raw)) and not list(tree.findall(nodes.reference))
+    cells = {_flat(e.astext()) for e in tree.findall(nodes.entry)}
+    assert {_flat(p) for p in payloads} <= cells  # every payload shown, as typed (rows are read back unneutralized)
+    assert headline and any(r["row"] == payloads[0] for r in headline)
+
+
+def test_the_comparison_gets_the_same_docutils_conf_and_myst_extensions(books, monkeypatch):
+    from scaletax.report import book
+
+    seen = {}
+
+    def record(src, out, logs, *args, **kw):
+        seen["docutils"] = (src / "docutils.conf").read_text()
+        seen["conf"] = (src / "conf.py").read_text()
+        raise book.BuildError("stop here")
+
+    monkeypatch.setattr(book, "build_html", record)
+    with pytest.raises(book.BuildError, match="stop here"):
+        cmp.compare(books, "default", "big", pdf=False)
+    assert seen["docutils"] == book.DOCUTILS_CONF
+    assert "myst_enable_extensions = ['colon_fence', 'dollarmath', 'amsmath', 'deflist', 'substitution']" in seen["conf"]
+    assert "myst_url_schemes = ['http', 'https', 'mailto']" in seen["conf"]
+    assert not list(books.glob(".stage-*"))

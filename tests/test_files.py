@@ -44,3 +44,17 @@ def test_temporary_is_named_by_prefix_and_suffix_in_the_same_folder(tmp_path, mo
     (folder, name, dst), = seen
     assert folder == str(tmp_path) and name.startswith(".x.csv.") and name.endswith(".tmp")
     assert str(dst) == str(tmp_path / "x.csv")
+
+
+@pytest.mark.parametrize("mask,mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_written_files_get_the_mode_the_umask_gives_any_file(tmp_path, mask, mode):
+    """Like ``open(path, "w")``: 0666 less the umask (mkstemp alone made every output 0600)."""
+    old = os.umask(mask)
+    try:
+        assert files.umask() == mask
+        files.replace_atomically(tmp_path / "out.csv", "a,b\n")
+        with open(tmp_path / "plain.csv", "w") as fh:
+            fh.write("a,b\n")
+    finally:
+        os.umask(old)
+    assert os.stat(tmp_path / "out.csv").st_mode & 0o777 == mode == os.stat(tmp_path / "plain.csv").st_mode & 0o777

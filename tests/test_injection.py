@@ -1,15 +1,13 @@
 """Scenario text stays text: no markup, directive, file or command reaches the book from input.
 
-The escaping functions (report.escape) and the generated pages are checked by parsing them the
+The escaping functions (scaletax.escape) and the generated pages are checked by parsing them the
 way the book does (MyST through docutils), with raw HTML and file insertion still *enabled*, so
 that the escaping alone must hold; the Sphinx setting that disables both is checked on its own.
 """
-import re
 import shlex
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
@@ -19,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from myst_parser.parsers.docutils_ import Parser
 
-from scaletax import ROOT
-from scaletax.report import book, escape
+from scaletax import escape
+from scaletax.report import book
 from scaletax.report.scenario import resolve
 
 MYST = {"myst_enable_extensions": ["colon_fence", "dollarmath", "amsmath", "deflist", "substitution"],
@@ -204,60 +202,10 @@ def test_latex_title_compiles_and_typesets_as_typed(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------
-# End to end: a book built from hostile text in every text field, file name and override
+# The generated pages through Sphinx (a whole book from hostile text: tests/test_fuzz_doors.py)
 # ---------------------------------------------------------------------------------------
 MARK = "zqx"
-E2E = {
-    "title": f"T{MARK}1 <script>window.{MARK}=1</script> & \\end{{document}} $x$ {{{{ t }}}} % ~ ^ _ #",
-    "question": f"Q{MARK}2 <img src=x onerror=alert(1)> ~~~{{eval-rst}}\n.. raw:: html\n   :file: /etc/passwd\n~~~",
-    "training.tokens_source": f"S{MARK}3 ```{{literalinclude}} /etc/passwd\n```",
-    "economics.usd_per_mwh_source": f"S{MARK}4 {{download}}`/etc/passwd` <b>x</b>",
-    "economics.energy.source": f"S{MARK}5 ~~~{{eval-rst}}\n.. raw:: html\n   :url: http://127.0.0.1:9/\n~~~",
-}
-_TEXT_TAGS = {"p", "span", "code", "pre", "div", "li", "dd", "dt", "td", "th", "h1", "h2", "h3", "title",
-              "cite", "em", "strong", "section", "article", "main", "body", "html", "ul", "ol", "dl",
-              "table", "tbody", "tr", "blockquote", "figcaption", "caption", "a", "nav", "header"}
-
-
-@pytest.mark.book
-def test_hostile_scenario_text_builds_a_book_with_nothing_from_the_input(built_book, tmp_path):
-    from bs4 import BeautifulSoup
-
-    from conftest import SMALL, run_cli
-
-    scen = tmp_path / f"plan `{MARK}6` $(touch {MARK}-pwned).yaml"
-    scen.write_text((ROOT / "data/scenarios/default.yaml").read_text())
-    sets = [*SMALL] + [a for k, v in E2E.items() for a in ("--set", f"{k}={v}")]
-    sets += ["--set", f"economics.prices.gb200.source=P{MARK}7 <iframe src=//x></iframe> [a](javascript:alert(1))"]
-    proc = run_cli(["build", "--scenario", str(scen), *sets, "--name", "hostile"], built_book["build_dir"])
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = built_book["build_dir"] / "hostile"
-    assert not list(tmp_path.glob(f"{MARK}-pwned*")) and not list(ROOT.glob(f"{MARK}-pwned*"))
-    pages = sorted((out / "html").rglob("*.html"))
-    assert len(pages) > 10
-    seen_title = False
-    for page in pages:
-        raw = page.read_text(encoding="utf-8")
-        assert _PASSWD not in raw, page
-        soup = BeautifulSoup(raw, "html.parser")
-        for el in soup.find_all(True):
-            for attr, val in el.attrs.items():
-                assert MARK not in " ".join(val) if isinstance(val, list) else MARK not in str(val), (page, el.name, attr)
-            if el.name in ("script", "style", "iframe", "img", "object", "embed", "b", "svg", "math"):
-                assert MARK not in el.get_text(), (page, el.name)
-        for text in soup.find_all(string=lambda s: MARK in s):
-            assert text.parent.name in _TEXT_TAGS, (page, text.parent.name, str(text)[:80])
-        if soup.title and MARK + "1" in soup.title.get_text():
-            seen_title = True
-            assert "<script>" in soup.title.get_text()  # shown as typed, not as "&lt;script&gt;"
-    assert seen_title
-    assert not list((out / "html").rglob("_downloads"))
-    intro = BeautifulSoup((out / "html" / "intro.html").read_text(encoding="utf-8"), "html.parser")
-    assert _flat(E2E["question"]) in _flat(intro.get_text())
-    if (out / "hostile.pdf").exists() and shutil.which("pdftotext"):
-        text = subprocess.run(["pdftotext", "-l", "2", str(out / "hostile.pdf"), "-"], capture_output=True,
-                              text=True).stdout
-        assert f"T{MARK}1" in text and "\\end{document}" in text
+QUESTION = f"Q{MARK}2 <img src=x onerror=alert(1)> ~~~{{eval-rst}}\n.. raw:: html\n   :file: /etc/passwd\n~~~"
 
 
 def _pages_only_project(tmp_path, title, question, scenario_file, sets):
@@ -277,7 +225,7 @@ def test_hostile_title_question_and_file_name_in_html_and_pdf(tmp_path):
     from bs4 import BeautifulSoup
 
     title = f"T{MARK} <script>window.{MARK}=1</script> & \"q\" ' \\end{{document}} $x$ {{{{t}}}} % ~ ^ _ #"
-    question = E2E["question"]
+    question = QUESTION
     sets = [f"title={title}", "economics.usd_per_mwh_source=$(id)"]
     src = _pages_only_project(tmp_path, title, question, tmp_path / f"p `{MARK}` $(touch {MARK}).yaml", sets)
     out = tmp_path / "html"

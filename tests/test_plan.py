@@ -116,3 +116,12 @@ def test_power_and_a_goodput_that_falls_from_1024_to_100000_gpus():
                                                                   pytest.approx(1389 * 0.132 * 1.2))
     text = _plan("--model", "megatron_1t", "--gpu", "gb200", "--gpus", "100000").output
     assert "183.35 / 220.02 MW" in text and "Goodput" in text
+
+
+def test_a_model_name_with_rich_markup_is_printed_as_typed():
+    """The table prints names as text: ``[/bold]`` in a model name raised MarkupError (exit 1)."""
+    name = "[red]M[/red] [/bold] :warning:"
+    res = _plan("--model", "pm", "--gpu", "h100_sxm", "--gpus", "8",
+                "--set", f'models=[kimi_k2, {{id: pm, base: megatron_1t, name: "{name}"}}]')
+    assert res.exit_code == 0, res.output
+    assert f"{name} (yours) on 8 x H100 SXM" in " ".join(res.output.split())

@@ -117,6 +117,48 @@ def test_out_refuses_links_and_devices_and_replaces_regular_files(tmp_path):
     assert not list(tmp_path.glob(".old.csv*"))
 
 
+def test_out_refuses_a_book_folder_and_a_manifest_and_follows_the_umask(tmp_path):
+    """--out never writes into a book under the build folder (or the cache), nor over a book's
+    manifest anywhere; a new file gets the mode any file gets (0644 under umask 022)."""
+    import json
+    import os
+
+    path = tmp_path / "mine.csv"
+    path.write_text(HEADER + "\n" + HAND + "\n")
+    build = tmp_path / "build"
+    (build / "mybook" / "figures").mkdir(parents=True)
+    manifest = tmp_path / "copy" / "manifest.json"
+    manifest.parent.mkdir()
+    manifest.write_text(json.dumps({"name": "x", "scenario_sha256": "0" * 64}))
+    for out, expect in (
+            (build / "mybook" / "figures" / "p.csv", f"--out {build / 'mybook' / 'figures' / 'p.csv'}: inside "
+                                                     f"{build / 'mybook'}, which scaletax builds and replaces; write it elsewhere"),
+            (build / "mybook" / "manifest.json", f"--out {build / 'mybook' / 'manifest.json'}: inside {build / 'mybook'}, "
+                                                 "which scaletax builds and replaces; write it elsewhere"),
+            (manifest, f"--out {manifest}: is a book's manifest; write it elsewhere")):
+        proc = run_cli(["predict", "--runs", str(path), "--out", str(out)], build)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.strip() == f"scaletax: error: {expect}"
+    assert sorted(p.name for p in (build / "mybook").rglob("*")) == ["figures"]
+    assert json.loads(manifest.read_text())["name"] == "x"
+    out = build / "predicted.csv"  # beside the books: allowed
+    proc = run_cli(["predict", "--runs", str(path), "--out", str(out)], build, preexec_fn=lambda: os.umask(0o022))
+    assert proc.returncode == 0, proc.stderr
+    assert os.stat(out).st_mode & 0o777 == 0o644
+
+
+def test_duplicate_columns_are_refused_in_one_line(tmp_path):
+    """csv.DictReader keeps the last of two equal columns without a word: a table with one twice
+    is refused, naming it."""
+    path = tmp_path / "twice.csv"
+    path.write_text(HEADER + ",tp\n" + HAND + ",8\n")
+    proc = run_cli(["predict", "--runs", str(path)], tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == ("scaletax: error: twice.csv: row 1: duplicate column(s) 'tp'; each column may "
+                                   "appear once")
+    assert proc.stdout == ""
+
+
 def test_formula_cells_are_neutralised_numbers_kept(tmp_path):
     path = tmp_path / "mine.csv"
     evil = HAND.replace("my-run,", '"=HYPERLINK(""http://x.invalid"",""y"")",', 1).replace(

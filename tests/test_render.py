@@ -4,6 +4,7 @@ import csv
 import altair as alt
 import pytest
 
+from scaletax import escape
 from scaletax.render import charts, tables
 
 
@@ -21,14 +22,29 @@ def test_table_is_a_numbered_list_table_and_writes_csv(tmp_path, monkeypatch):
     rows = [{"gpu": "h100_sxm", "tf": 989.4, "note": "a|b"}, {"gpu": "gb200", "tf": 2500.0, "note": "c"}]
     t = tables.table(rows, {"gpu": "GPU", "tf": "TFLOP/s", "note": "Note"}, label="tbl-x", caption="Cap.", long=True)
     md = t._repr_markdown_()
-    assert md.startswith("```{list-table} Cap.\n:name: tbl-x\n:header-rows: 1\n:class: longtable")
-    assert "a\\|b" in md and "2,500" in md
+    assert md.startswith("~~~{list-table} Cap\\.\n:name: tbl-x\n:header-rows: 1\n:class: longtable")
+    assert "a\\|b" in md and "2\\,500" in md  # every cell is MyST text (scaletax.escape.myst_cell)
     got = list(csv.DictReader(open(tmp_path / "tbl-x.csv")))
     assert got[1] == {"gpu": "gb200", "tf": "2500.0", "note": "c"}
     with pytest.raises(ValueError, match="no rows"):
         tables.table([], {"a": "A"}, label="tbl-y", caption="c")
     none = tables.table([], {"a": "A", "b": "B"}, label="tbl-z", caption="c", empty="no model fits")
     assert "* - no model fits\n  - –" in none._repr_markdown_()
+
+
+def test_link_and_citation_cells_are_markup_on_the_page_and_plain_text_in_the_csv(tmp_path, monkeypatch):
+    """Only a Markup cell (made by scaletax.escape) reaches the page as MyST; text that looks like
+    a link stays text. The CSV holds what each reads as."""
+    monkeypatch.setenv(charts.FIGURES_ENV, str(tmp_path))
+    link = escape.myst_link("arXiv:2104.04473", "https://arxiv.org/abs/2104.04473")
+    cite = escape.markup(escape.myst_role("cite", "narayanan2021"), ", Table 1")
+    md = tables.table([{"a": link, "b": cite, "c": "[x](https://y.invalid)"}], {"a": "A", "b": "B", "c": "C"},
+                      label="tbl-l", caption="c")._repr_markdown_()
+    assert "* - [arXiv\\:2104\\.04473](<https://arxiv.org/abs/2104.04473>)\n" in md
+    assert "  - {cite}`narayanan2021`\\, Table 1\n" in md and "  - \\[x\\]\\(https\\:\\/\\/y\\.invalid\\)\n" in md
+    got = list(csv.DictReader(open(tmp_path / "tbl-l.csv", newline="")))
+    assert got == [{"a": "arXiv:2104.04473 <https://arxiv.org/abs/2104.04473>", "b": "narayanan2021, Table 1",
+                    "c": "[x](https://y.invalid)"}]
 
 
 def test_figure_has_html_and_png_and_saves_png_csv(tmp_path, monkeypatch):
@@ -161,7 +177,7 @@ def test_band_cells_show_text_and_export_numbers(tmp_path, monkeypatch):
     assert tables.band(None, 1, 2) == "–" and tables.band(1234.4, None, None) == "1,234"
     rows = [{"gpu": "H100", "days": b + " *"}, {"gpu": "B200", "days": tables.band(None, None, None)}]
     t = tables.table(rows, {"gpu": "GPU", "days": "Days"}, label="tbl-band", caption="c")
-    assert "13,312 (12,051–15,387) *" in t._repr_markdown_()
+    assert escape.myst_text("13,312 (12,051–15,387) *") in t._repr_markdown_()
     got = list(csv.DictReader(open(tmp_path / "tbl-band.csv")))
     assert list(got[0]) == ["gpu", "days", "days_low", "days_high"]
     assert float(got[0]["days"]) == 13312.4 and float(got[0]["days_high"]) == 15387.2

@@ -43,7 +43,7 @@ def test_overrides_apply_and_hash_changes():
     ("economics.prices.h100={usd_per_gpu_hour: 3, source: x, assumption: true}", "economics.prices: unknown GPU id 'h100'"),
     ("economics.prices.h100.usd_per_gpu_hour=3", "economics.prices: unknown GPU id 'h100' (did you mean 'h100_sxm'?)"),
     ("gpus=[h100_sxm,a100_sxm_80gb]", "economics.prices has no price for a100_sxm_80gb"),
-    ("name=Bad Name!", "name: String should match pattern"),
+    ("name=Bad Name!", "name: use 1-64 lowercase letters, digits, '-' or '_' (got 'Bad Name!')"),
     ("training", "expected dotted.key=value"),
     ("training.tokens.x=1", "training.tokens: is a value, not a section"),
     ("question=a\x00b", "question: text may not contain the control character U+0000"),
@@ -155,7 +155,7 @@ def test_parse_override_values():
 
 
 def test_markup_in_text_is_kept_as_typed():
-    """Text is data: the escaping happens where it is printed (report.escape)."""
+    """Text is data: the escaping happens where it is printed (scaletax.escape)."""
     for text in ("```{raw} html", "see @@commit@@", "<script>alert(1)</script>", "~~~{eval-rst}\n.. raw:: html"):
         assert resolve(overrides=[f"question={text}"]).question == text
 

@@ -98,6 +98,50 @@ def test_bad_definitions_are_refused_in_one_line(override, expect):
     assert expect in str(exc.value) and "\n" not in str(exc.value)
 
 
+#: Inline definitions are typed as strictly as the rest of the scenario (issue 35): a boolean or
+#: text is not a number, a number is not a boolean, ids end where the text ends, numbers are bounded.
+STRICT = [
+    ("gpus=[h100_sxm, {id: g1, base: gb300, tdp_w: true}]", "gpus: GPU 'g1': field 'tdp_w': Input should be a valid number (got True)"),
+    ("gpus=[h100_sxm, {id: g1, base: gb300, tdp_w: \"700\"}]", "gpus: GPU 'g1': field 'tdp_w': Input should be a valid number (got '700')"),
+    ("gpus=[h100_sxm, {id: g1, base: gb300, native_mx: \"yes\"}]", "gpus: GPU 'g1': field 'native_mx': Input should be a valid boolean (got 'yes')"),
+    ("gpus=[h100_sxm, {id: g1, base: gb300, native_mx: 1}]", "gpus: GPU 'g1': field 'native_mx': Input should be a valid boolean (got 1)"),
+    ("gpus=[h100_sxm, {id: g1, base: gb300, tf32_tflops: 1e9}]", "gpus: GPU 'g1': field 'tf32_tflops': Input should be less than or equal to 100000 (got 1000000000.0)"),
+    ("gpus=[h100_sxm, {id: g1, base: gb300, label: 5}]", "gpus: GPU 'g1': field 'label': Input should be a valid string (got 5)"),
+    ("gpus=[h100_sxm, {id: g1, base: gb300, tdp_w: 700, source: [a]}]", "gpus: GPU 'g1': field 'source': Input should be a valid string (got ['a'])"),
+    ("gpus=[h100_sxm, {id: \"g1\\n\", base: gb300, tdp_w: 700}]", "gpus: an inline GPU needs an 'id' of lowercase letters, digits, '-' or '_' (got 'g1\\n')"),
+    ("models=[kimi_k2, {id: pm, base: megatron_1t, layers: true}]", "models: model 'pm': field 'layers': Input should be a valid integer (got True)"),
+    ("models=[kimi_k2, {id: pm, base: megatron_1t, layers: \"61\"}]", "models: model 'pm': field 'layers': Input should be a valid integer (got '61')"),
+    ("models=[kimi_k2, {id: pm, base: megatron_1t, vocab: 1e12}]", "models: model 'pm': field 'vocab': Input should be a valid integer (got 1000000000000.0)"),
+    ("models=[kimi_k2, {id: pm, base: megatron_1t, vocab: 1000000000000}]", "models: model 'pm': field 'vocab': Input should be less than or equal to 8388608 (got 1000000000000)"),
+    ("models=[kimi_k2, {id: pm, base: megatron_1t, gated: 1}]", "models: model 'pm': field 'gated': Input should be a valid boolean (got 1)"),
+    ("models=[kimi_k2, {id: pm, base: megatron_1t, name: 7}]", "models: model 'pm': field 'name': Input should be a valid string (got 7)"),
+    ("models=[kimi_k2, {id: \"pm\\n\", base: megatron_1t, layers: 64}]", "models: an inline model needs an 'id' of lowercase letters, digits, '-' or '_' (got 'pm\\n')"),
+]
+
+
+@pytest.mark.parametrize("override,expect", STRICT)
+def test_inline_definitions_are_strictly_typed(override, expect):
+    with pytest.raises(ScenarioError) as exc:
+        resolve(overrides=[override])
+    assert str(exc.value) == expect
+
+
+def test_ids_end_where_the_text_ends():
+    """A trailing newline is not part of a valid id anywhere (``\\Z``, not ``$``)."""
+    from scaletax.report.scenario import build_name
+
+    assert hardware.ID_PATTERN.match("g1") and not hardware.ID_PATTERN.match("g1\n")
+    assert models.ID_PATTERN.match("pm") and not models.ID_PATTERN.match("pm\n")
+    with pytest.raises(ScenarioError, match="--name 'x\\\\n': use 1-64"):
+        build_name(resolve(), [], "x\n")
+    with pytest.raises(ScenarioError, match="name: use 1-64 lowercase"):
+        resolve(overrides=['name="x\\n"'])
+    with pytest.raises(ValueError, match="needs an 'id'"):
+        hardware.define({"id": "g1\n", "base": "gb300", "tdp_w": 700})
+    with pytest.raises(ValueError, match="needs an 'id'"):
+        models.define({"id": "pm\n", "base": "megatron_1t", "layers": 64})
+
+
 def test_a_power_capped_gpu_derives_from_the_catalog():
     s = resolve(overrides=["gpus=[h100_sxm, {id: h100_500w, base: h100_sxm, tdp_w: 500}]",
                            "economics.prices.h100_500w.usd_per_gpu_hour=2.2"])
@@ -238,13 +282,33 @@ def test_provenance_helpers(tmp_path):
     assert short_commit("0123456789abcdef0123") == "0123456789ab"
     h = data_hashes()
     assert "data/hardware.csv" in h and "data/systems.csv" in h and all(len(v) == 64 for v in h.values())
+
+def test_name_conflicts_are_decided_by_the_resolved_scenario(tmp_path):
+    """A book is replaced only by a build of the same resolved scenario (its content hash), however
+    the file and overrides spelled it; a folder whose manifest cannot be read is a conflict."""
     book = tmp_path / "default"
-    assert name_conflict(book, "data/scenarios/default.yaml", ["cluster.gpus=8192"]) is None  # nothing there
+    default = resolve()
+    assert name_conflict(book, default.content_hash()) is None  # nothing there
     book.mkdir()
-    (book / "manifest.json").write_text(json.dumps({"scenario_file": "data/scenarios/default.yaml", "overrides": []}))
-    assert name_conflict(book, "data/scenarios/default.yaml", []) is None  # the same scenario, rebuilt
-    msg = name_conflict(book, "data/scenarios/default.yaml", ["cluster.gpus=8192"])
-    assert msg.startswith("--name default:") and "--force" in msg
+    (book / "manifest.json").write_text(json.dumps({"scenario_file": "data/scenarios/default.yaml", "overrides": [],
+                                                    "scenario_sha256": default.content_hash()}))
+    assert name_conflict(book, default.content_hash()) is None  # the same scenario, rebuilt
+    # the same scenario spelled another way: an override that sets the default value
+    same = resolve(overrides=[f"cluster.gpus={default.cluster.gpus}"])
+    assert name_conflict(book, same.content_hash()) is None
+    # another scenario under the same file name and the same (empty) overrides: the content differs
+    other = resolve(overrides=["cluster.gpus=8192"]).content_hash()
+    msg = name_conflict(book, other)
+    assert msg == (f"--name default: {book} holds the book of another scenario (data/scenarios/default.yaml, no "
+                   f"--set; scenario sha256 {default.content_hash()[:12]}, this one {other[:12]}); choose another "
+                   "--name, or add --force to replace it")
+    for text in ("{not json", json.dumps({"scenario_file": "x.yaml"}), json.dumps([1, 2])):
+        (book / "manifest.json").write_text(text)
+        assert name_conflict(book, default.content_hash()) == (
+            f"--name default: {book} exists but its manifest cannot be read (not a scaletax manifest); "
+            "choose another --name, or add --force to replace it")
+    (book / "manifest.json").unlink()
+    assert "exists but its manifest cannot be read (No such file or directory)" in name_conflict(book, other)
 
 
 @pytest.mark.parametrize("mid", list(models._data_catalog()))

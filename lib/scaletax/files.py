@@ -54,16 +54,33 @@ def read_bounded(path: Path | str, limit: int, what: str) -> bytes:
     return data
 
 
+def umask() -> int:
+    """The process's file-mode creation mask (read from ``/proc/self/status`` where Linux has it,
+    else set and restored at once)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def replace_atomically(path: Path | str, data: bytes | str, *, prefix: str = ".tmp-", suffix: str = ".tmp") -> None:
     """Write ``data`` (text as UTF-8) to ``path``: into a new temporary file in the same folder
     (``<prefix>...<suffix>``; callers put their pid in ``prefix`` where stale temporaries are
-    cleaned by it), then ``os.replace`` over ``path``. On any failure, the temporary file is
-    removed and ``path`` is left as it was."""
+    cleaned by it), then ``os.replace`` over ``path``. The file gets the mode any new file gets
+    (``0666`` less the umask: ``0644`` under ``022``; ``mkstemp`` alone makes it ``0600``). On any
+    failure, the temporary file is removed and ``path`` is left as it was."""
     path = Path(path)
     raw = data.encode("utf-8") if isinstance(data, str) else data
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=suffix)
     try:
         with os.fdopen(fd, "wb") as out:
+            os.fchmod(out.fileno(), 0o666 & ~umask())
             out.write(raw)
         os.replace(tmp, path)
     except BaseException:

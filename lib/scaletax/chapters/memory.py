@@ -36,7 +36,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from scaletax import DATA_DIR, jobserver
+from scaletax import DATA_DIR, escape, jobserver
 from scaletax.inputs import hardware, models, options, recipes, references, runs
 from scaletax.inputs.layout import RECOMPUTE_CODE, RECOMPUTE_NAME, Layout, LayoutArray, label
 from scaletax.inputs.models import Model
@@ -155,7 +155,7 @@ def reference_rows() -> list[dict[str, Any]]:
         else:
             calc = _zero_state_bytes(int(ref.key.removeprefix("zero"))) / unit[ref.unit]
         rows.append({"key": ref.key, "what": ref.what, "source": f"{ref.cite}, {ref.where}", "cite": ref.cite,
-                     "source_md": f"{{cite}}`{ref.cite}`, {ref.where}",
+                     "source_md": escape.markup(escape.myst_role("cite", ref.cite), f", {ref.where}"),
                      "unit": ref.unit, "published": ref.value, "computed": calc,
                      "error_pct": 100.0 * (calc - ref.value) / ref.value})
     return rows

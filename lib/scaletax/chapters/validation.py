@@ -32,7 +32,7 @@ Public API
   recipes of ``data/production_moe_recipes.csv``: the recipe's layout predicted, the search's best for
   the same model, GPUs, batch and precision, and their ratio; ``search.in_space`` says whether the
   search enumerates the recipe's layout).
-- Display text: ``spct(x)`` (signed percent with a true minus), ``md_escape(text)``, ``source_md(url)``.
+- Display text: ``spct(x)`` (signed percent with a true minus), ``source_md(url)``.
 """
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from scaletax import DATA_DIR
+from scaletax import DATA_DIR, escape
 from scaletax.inputs import hardware, models, recipes, runs
 from scaletax.inputs.layout import Layout, label
 from scaletax.model import comm, efficiency, memory, perf, runplan, search
@@ -83,18 +83,20 @@ def model_short(model: str) -> str:
     return str(model).split(" (")[0]
 
 
-def source_md(url: str) -> str:
-    """A short MyST link to a row's source."""
+def source_md(url: str):
+    """A short MyST link to a row's source (:func:`scaletax.escape.myst_link`); "–" for none."""
     url = str(url).strip()
+    if not url:
+        return "–"
     m = re.search(r"arxiv\.org/abs/([\d.]+)", url)
     if m:
-        return f"[arXiv:{m.group(1)}]({url})"
+        return escape.myst_link(f"arXiv:{m.group(1)}", url)
     m = re.search(r"training_results_v([\d.]+)/tree/main/NVIDIA/results/([^/]+)", url)
     if m:
-        return f"[MLPerf Training v{m.group(1)} results]({url})"
+        return escape.myst_link(f"MLPerf Training v{m.group(1)} results", url)
     if "Megatron-Bridge" in url:
-        return f"[Megatron-Bridge performance summary]({url})"
-    return f"<{url}>" if url else "–"
+        return escape.myst_link("Megatron-Bridge performance summary", url)
+    return escape.myst_link(url, url)
 
 
 def spct(x: float | None) -> str:
@@ -107,11 +109,6 @@ def spct(x: float | None) -> str:
 
 
 _pct = spct
-
-
-def md_escape(text: str) -> str:
-    """Table-cell text with underscores escaped for MyST (``family\\_factor``)."""
-    return str(text).replace("_", "\\_")
 
 
 def run_rows(table: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -147,8 +144,7 @@ def run_rows(table: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]]) ->
             "error_low": None if meas is None else t["predicted_low"] / meas - 1.0,
             "error_high": None if meas is None else t["predicted_high"] / meas - 1.0,
             "basis": t["basis"], "source_md": source_md(r.get("source_url", "")),
-            "run_id_md": md_escape(t["run_id"]), "caveats": caveats(r.get("notes", "")),
-            "caveats_md": md_escape(caveats(r.get("notes", ""))),
+            "caveats": caveats(r.get("notes", "")),
             "mfu_pred": t["mfu"], "mfu_measured": t["mfu_measured"], "step_s": t["step_s"],
             "model_flops_per_token": t["model_flops_per_token"],
             **{f"{k}_share": t[f"{k}_share"] for k in COMPONENTS},
@@ -635,10 +631,9 @@ def parameter_rows(band: efficiency.EfficiencyBand | None = None) -> list[dict[s
     band = efficiency.default_band() if band is None else band
     out = []
     for name, e in band.meta["parameters"].items():
-        out.append({"parameter": name, "parameter_md": md_escape(name), "value": float(e["value"]),
+        out.append({"parameter": name, "value": float(e["value"]),
                     "low": float(e["low"]), "high": float(e["high"]), "kind": str(e.get("kind", "")),
-                    "range_text": f"{float(e['low']):.3f} – {float(e['high']):.3f}", "source": str(e["source"]),
-                    "source_md": md_escape(e["source"])})
+                    "range_text": f"{float(e['low']):.3f} – {float(e['high']):.3f}", "source": str(e["source"])})
     return out
 
 
@@ -860,7 +855,7 @@ def mfu_by_precision(table: Sequence[dict[str, Any]] | None = None) -> list[dict
 __all__ = ["CAVEAT_WORDS", "COMPONENTS", "COMPONENT_COLORS", "GEMM_DTYPES", "SOURCE_KINDS", "SOURCE_SHORT",
            "CV_SCHEMES", "b200_vs_h100", "breakdown_rows", "caveats", "claim_rows", "copy_fraction", "cv_category_rows",
            "cv_rows", "cv_scheme_rows", "gb300_vs_gb200", "gemm_curves", "gemm_points", "gemm_summary",
-           "hardware_rows", "md_escape", "mfu_by_precision", "mfu_rows", "stack_label", "stack_rows",
+           "hardware_rows", "mfu_by_precision", "mfu_rows", "stack_label", "stack_rows",
            "model_short", "parameter_rows", "pinned_fit", "recompute_whatif", "representative", "run_rows",
            "source_kind", "source_md", "spct", "target_rows", "targets_met", "worst_rows",
            "COVERAGE", "HELDOUT_CSV", "PROBE_SOURCES", "RECIPE_NOTE", "coverage_rows", "heldout_group", "heldout_rows", "heldout_summary", "probe_fit_text", "probe_rows", "probe_sources",

@@ -22,6 +22,7 @@ import csv
 import difflib
 import json
 import os
+import re
 import threading
 from functools import lru_cache
 from pathlib import Path
@@ -42,8 +43,11 @@ USER_MARK = "your input"
 #: Environment variable naming the file this process (and its children) appends its catalog
 #: reads to, one id per line (see :func:`reads`).
 READS_ENV = "SCALETAX_HARDWARE_READS"
-#: The recorded read of the whole catalog (not a valid GPU id: ids match ``[a-z0-9_]+``).
+#: The recorded read of the whole catalog (not a valid GPU id: ids match :data:`ID_PATTERN`).
 ALL = "*"
+#: A GPU id: lowercase letters, digits and ``_``, to the end of the text (``\Z``: no trailing
+#: newline, which ``$`` would let through).
+ID_PATTERN = re.compile(r"[a-z0-9_]{1,64}\Z")
 
 
 class HardwareError(ValueError):
@@ -63,7 +67,7 @@ class GPU(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    id: str = Field(pattern=r"^[a-z0-9_]+$")
+    id: str = Field(pattern=r"^[a-z0-9_]{1,64}$")  # pydantic's regex: $ is the end of the text
     name: str = Field(min_length=1)
     label: str = Field(min_length=1, max_length=24, description="short name for tables and charts")
     family: Literal["ampere", "hopper", "blackwell", "blackwell_ultra", "rubin"]
@@ -71,7 +75,7 @@ class GPU(BaseModel):
     nvlink_domain: int = Field(gt=0, le=1024)
     hbm_gib: float = Field(gt=0, le=4096)
     hbm_tb_s: float = Field(gt=0, le=100)
-    tf32_tflops: float | None = Field(default=None, gt=0)
+    tf32_tflops: float | None = Field(default=None, gt=0, le=1e5)
     bf16_tflops: float = Field(gt=0, le=1e5)
     fp8_tflops: float | None = Field(default=None, gt=0, le=1e5)
     fp6_tflops: float | None = Field(default=None, gt=0, le=1e5)
@@ -416,6 +420,8 @@ def define(spec: dict) -> GPU:
     """A GPU from a scenario entry: ``id`` plus GPU fields (the :class:`GPU` schema, CSV units),
     or ``base: <catalog id>`` plus the fields that differ (``nic_gbit_s: 800``, ``tdp_w: 500``).
 
+    Types are strict, as in the rest of the scenario (pydantic strict mode): ``true`` or
+    ``"700"`` is not a number, ``1`` or ``"yes"`` is not a boolean, and every number has bounds.
     The result is marked as the user's: ``user_fields`` lists what the scenario set, the label
     ends with "(yours)", ``verification`` and ``sources`` start with "your input". A ``source``
     key (text) says where the user's values come from. Raises HardwareError (one line).
@@ -424,10 +430,13 @@ def define(spec: dict) -> GPU:
         raise HardwareError(f"a GPU definition must be a mapping or a catalog id (got {spec!r})")
     spec = dict(spec)
     gid = spec.pop("id", None)
-    if not isinstance(gid, str) or not gid:
-        raise HardwareError("a GPU definition needs an 'id'")
+    if not isinstance(gid, str) or not ID_PATTERN.match(gid):
+        raise HardwareError(f"a GPU definition needs an 'id' of lowercase letters, digits or '_' (got {gid!r})")
     base_id = spec.pop("base", None)
     note = spec.pop("source", None)
+    for key, value in (("base", base_id), ("source", note), ("label", spec.get("label"))):
+        if value is not None and not isinstance(value, str):
+            raise HardwareError(f"GPU {gid!r}: field {key!r}: Input should be a valid string (got {value!r})")
     for key in spec:
         if key not in GPU.model_fields or key in _NOT_SETTABLE:
             near = difflib.get_close_matches(str(key), [f for f in GPU.model_fields if f not in _NOT_SETTABLE], n=1)
@@ -456,7 +465,7 @@ def define(spec: dict) -> GPU:
         raise HardwareError(f"GPU {gid!r}: label: at most 16 characters (got {label!r}); the book appends ' (yours)'")
     fields.update(id=gid, label=f"{label} (yours)", user_fields=changed or ("id",))
     try:
-        return GPU(**fields)
+        return GPU.model_validate(fields, strict=True)
     except ValidationError as exc:
         err = exc.errors()[0]
         col = ".".join(str(p) for p in err["loc"]) or "?"

@@ -48,16 +48,20 @@ import difflib
 import json
 import math
 import os
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from scaletax import DATA_DIR, unknown_id
 
 MODELS_YAML = DATA_DIR / "models.yaml"
+#: A model id of a scenario: lowercase letters, digits, ``-`` and ``_``, to the end of the text
+#: (``\Z``: no trailing newline, which ``$`` would let through).
+ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}\Z")
 
 #: Catalog id of the report's ~1T dense scenario model (Narayanan et al. 2021, Table 1).
 DENSE_1T = "megatron_1t"
@@ -66,6 +70,11 @@ MOE_1T = "kimi_k2"
 
 Recompute = Literal["none", "selective", "full"]
 RECOMPUTE_MODES: tuple[str, ...] = ("none", "selective", "full")
+
+
+def _count(v: Any) -> bool:
+    """A positive integer (not a boolean, not text)."""
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
 
 
 class Model(BaseModel):
@@ -84,27 +93,27 @@ class Model(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    id: str = ""
+    id: str = Field(default="", pattern=r"^$|^[a-z0-9][a-z0-9_-]{0,63}$")  # pydantic's regex: $ ends the text
     name: str = ""
-    layers: PositiveInt
-    hidden: PositiveInt
-    heads: PositiveInt
-    kv_heads: PositiveInt | None = None
-    head_dim: PositiveInt | None = None
-    ffn_hidden: PositiveInt
-    vocab: PositiveInt
-    seq_len: PositiveInt
+    layers: int = Field(gt=0, le=1024)
+    hidden: int = Field(gt=0, le=2**18)
+    heads: int = Field(gt=0, le=4096)
+    kv_heads: int | None = Field(default=None, gt=0, le=4096)
+    head_dim: int | None = Field(default=None, gt=0, le=4096)
+    ffn_hidden: int = Field(gt=0, le=2**21)
+    vocab: int = Field(gt=0, le=2**23)
+    seq_len: int = Field(gt=0, le=2**24)
     attention: Literal["mha", "gqa", "mla"] | None = None
-    q_lora_rank: int = Field(default=0, ge=0)
-    kv_lora_rank: int = Field(default=0, ge=0)
-    qk_nope_head_dim: int = Field(default=0, ge=0)
-    qk_rope_head_dim: int = Field(default=0, ge=0)
-    v_head_dim: int = Field(default=0, ge=0)
-    moe_experts: int = Field(default=0, ge=0)
-    moe_top_k: int = Field(default=0, ge=0)
-    moe_ffn_hidden: int = Field(default=0, ge=0)
-    moe_shared_experts: int = Field(default=0, ge=0)
-    moe_dense_layers: int = Field(default=0, ge=0)
+    q_lora_rank: int = Field(default=0, ge=0, le=2**16)
+    kv_lora_rank: int = Field(default=0, ge=0, le=2**16)
+    qk_nope_head_dim: int = Field(default=0, ge=0, le=4096)
+    qk_rope_head_dim: int = Field(default=0, ge=0, le=4096)
+    v_head_dim: int = Field(default=0, ge=0, le=4096)
+    moe_experts: int = Field(default=0, ge=0, le=2**16)
+    moe_top_k: int = Field(default=0, ge=0, le=1024)
+    moe_ffn_hidden: int = Field(default=0, ge=0, le=2**21)
+    moe_shared_experts: int = Field(default=0, ge=0, le=1024)
+    moe_dense_layers: int = Field(default=0, ge=0, le=1024)
     gated: bool = True  #: SwiGLU-style MLP (3 matrices) vs plain GELU MLP (2 matrices)
     tied_embeddings: bool = False
     bias: bool = False  #: biases on attention and MLP linears (GPT-2/3, gpt-oss)
@@ -112,8 +121,8 @@ class Model(BaseModel):
     position_embedding: Literal["rope", "learned"] = "rope"
     qk_norm: bool = False  #: per-head RMSNorm on q and k (Qwen3)
     # --- catalog metadata (not architecture) ---------------------------------------
-    published_total_params_b: float | None = Field(default=None, gt=0)
-    published_active_params_b: float | None = Field(default=None, gt=0)
+    published_total_params_b: float | None = Field(default=None, gt=0, le=1e6, allow_inf_nan=False)
+    published_active_params_b: float | None = Field(default=None, gt=0, le=1e6, allow_inf_nan=False)
     source: str = ""
     verified: bool = True
     notes: str = ""
@@ -129,11 +138,11 @@ class Model(BaseModel):
             d["kv_heads"] = heads
         if d.get("attention") is None and heads is not None:
             d["attention"] = "gqa" if d["kv_heads"] != heads else "mha"
-        if d.get("head_dim") is None and heads and d.get("hidden"):
-            h = int(d["hidden"])
-            if h % int(heads):
-                raise ValueError(f"head_dim: not given and hidden={h} is not divisible by heads={heads}")
-            d["head_dim"] = h // int(heads)
+        hidden = d.get("hidden")
+        if d.get("head_dim") is None and _count(heads) and _count(hidden):  # else the fields' own errors
+            if hidden % heads:
+                raise ValueError(f"head_dim: not given and hidden={hidden} is not divisible by heads={heads}")
+            d["head_dim"] = hidden // heads
         return d
 
     @model_validator(mode="after")
@@ -471,6 +480,9 @@ def define(spec: dict) -> Model:
     true is kept as text in the source: a scenario's model is never marked verified), or
     ``base: <catalog id>`` plus the fields that differ.
 
+    Types are strict, as in the rest of the scenario (pydantic strict mode): ``true`` or ``"61"``
+    is not a number, ``1e12`` is not an integer, and every number has bounds.
+
     ``published_total_params_b`` / ``published_active_params_b`` (billions), when given, must
     match the architecture within 2%. The name ends with "(yours)" and the source starts with
     "your input". Raises ValueError (one line).
@@ -479,9 +491,13 @@ def define(spec: dict) -> Model:
         raise ValueError(f"a model definition must be a mapping or a catalog id (got {spec!r})")
     spec = dict(spec)
     mid = spec.pop("id", None)
-    if not isinstance(mid, str) or not mid:
-        raise ValueError("a model definition needs an 'id'")
+    if not isinstance(mid, str) or not ID_PATTERN.match(mid):
+        raise ValueError(f"a model definition needs an 'id' of lowercase letters, digits, '-' or '_' (got {mid!r})")
     base_id = spec.pop("base", None)
+    for key in ("base", "source", "name"):
+        value = base_id if key == "base" else spec.get(key)
+        if value is not None and not isinstance(value, str):
+            raise ValueError(f"model {mid!r}: field {key!r}: Input should be a valid string (got {value!r})")
     allowed = [f for f in Model.model_fields if f != "id"]
     for key in spec:
         if key not in allowed:
@@ -510,12 +526,13 @@ def define(spec: dict) -> Model:
     fields.update(id=mid, verified=False, source=f"{USER_MARK}{': ' + note if note else ''}")
     fields["name"] = f"{fields.get('name') or mid} (yours)"
     try:
-        m = Model(**fields)
+        m = Model.model_validate(fields, strict=True)
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = ".".join(str(p) for p in err["loc"]) or "?"
         msg = err["msg"][len("Value error, "):] if err["msg"].startswith("Value error, ") else err["msg"]
-        raise ValueError(f"model {mid!r}: field {loc!r}: {msg}") from None
+        got = f" (got {spec[loc]!r})" if loc in spec else ""
+        raise ValueError(f"model {mid!r}: field {loc!r}: {msg}{got}") from None
     check_declared(m)
     return m
 

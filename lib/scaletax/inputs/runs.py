@@ -40,13 +40,12 @@ import csv
 import io
 import itertools
 import math
-import re
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from scaletax import DATA_DIR
+from scaletax import DATA_DIR, escape
 from scaletax.inputs import hardware, models, pipeline_layout, recipes
 from scaletax.inputs.layout import RECOMPUTE_CODE, Layout
 from scaletax.inputs.options import ATTN_KERNELS, PP_SPLITS, RECOMPUTE_MODULES, RESERVE_GIB, SCHEDULES, STACKS
@@ -908,6 +907,10 @@ def read_runs(path: str | Path) -> list[dict[str, Any]]:
     reader = csv.DictReader(io.StringIO(text))
     header = [h.strip() for h in (reader.fieldnames or [])]
     reader.fieldnames = header
+    twice = [h for h in dict.fromkeys(header) if header.count(h) > 1]
+    if twice:  # csv.DictReader would keep the last of them without a word
+        raise RunsTableError(f"{name}: row 1: duplicate column(s) {', '.join(repr(h) for h in twice)}; "
+                             "each column may appear once")
     missing = [c for c in REQUIRED_COLUMNS if c not in header]
     if missing:
         raise RunsTableError(f"{name}: row 1: missing required column(s) {', '.join(missing)}")
@@ -949,11 +952,6 @@ def schema_text() -> str:
     return "\n".join(lines)
 
 
-#: A cell starting with one of these is a formula to a spreadsheet (OWASP "CSV injection").
-FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
-_NUMBER = re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")
-
-
 def _cell(v: Any) -> str:
     if v is None:
         return ""
@@ -965,19 +963,12 @@ def _cell(v: Any) -> str:
         return str(int(v)) if v.is_integer() and abs(v) < 1e15 else repr(v)
     if isinstance(v, (int, np.integer, np.floating)):
         return str(v)
-    return safe_text_cell(str(v))
-
-
-def safe_text_cell(text: str) -> str:
-    """A text cell a spreadsheet shows as text: one that would start a formula gets a leading
-    apostrophe (``=HYPERLINK(..)`` -> ``'=HYPERLINK(..)``); text that is a number is kept."""
-    if text.startswith(FORMULA_START) and not _NUMBER.match(text):
-        return "'" + text
-    return text
+    return escape.csv_cell(str(v))
 
 
 def runs_csv(rows: Iterable[dict[str, Any]], columns: Sequence[str] | None = None) -> str:
-    """Rows as CSV text (columns: ``columns`` or every key in first-seen order)."""
+    """Rows as CSV text (columns: ``columns`` or every key in first-seen order); a text cell
+    that a spreadsheet would read as a formula is neutralized (:func:`scaletax.escape.csv_cell`)."""
     rows = list(rows)
     if columns is None:
         seen: dict[str, None] = {}
@@ -985,12 +976,8 @@ def runs_csv(rows: Iterable[dict[str, Any]], columns: Sequence[str] | None = Non
             for k in r:
                 seen.setdefault(k, None)
         columns = list(seen)
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow([safe_text_cell(str(c)) for c in columns])
-    for r in rows:
-        w.writerow([_cell(r.get(c)) for c in columns])
-    return buf.getvalue()
+    return "".join([escape.csv_line([escape.csv_cell(c) for c in columns])]
+                   + [escape.csv_line([_cell(r.get(c)) for c in columns]) for r in rows])
 
 
 def write_runs(rows: Iterable[dict[str, Any]], path: str | Path, columns: Sequence[str] | None = None) -> Path:

@@ -22,9 +22,7 @@ summary, never loads it).
 """
 from __future__ import annotations
 
-import csv
 import hashlib
-import html
 import json
 import os
 from pathlib import Path
@@ -32,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import vl_convert as vlc
 
-from scaletax import files, memo
+from scaletax import escape, files, memo
 from scaletax.render import pngserver
 
 if TYPE_CHECKING:
@@ -194,7 +192,7 @@ def _label_expr(ids: Sequence[str]) -> str:
     """A Vega expression mapping each GPU id to its name (other values pass through)."""
     expr = "datum.label"
     for gid in reversed(list(ids)):
-        expr = f"datum.value === {json.dumps(gid)} ? {json.dumps(gpu_label(gid))} : ({expr})"
+        expr = f"datum.value === {escape.expr_string(gid)} ? {escape.expr_string(gpu_label(gid))} : ({expr})"
     return expr
 
 
@@ -274,11 +272,10 @@ class Figure:
     def html(self) -> str:
         div = f"scaletax-{self.label}"
         spec = {k: v for k, v in self.spec.items() if k != "$schema"}  # no URL in the page
-        spec = json.dumps(spec, sort_keys=True).replace("</", "<\\/")
         return (
-            f'<div id="{html.escape(div)}" class="scaletax-chart" data-label="{html.escape(self.label)}"></div>'
+            f'<div id="{escape.html_text(div)}" class="scaletax-chart" data-label="{escape.html_text(self.label)}"></div>'
             f"<script>(window.__scaletaxCharts = window.__scaletaxCharts || [])"
-            f'.push(["#{div}", {spec}]);</script>'
+            f'.push([{escape.script_json("#" + div)}, {escape.script_json(spec)}]);</script>'
         )
 
     def __repr__(self) -> str:  # stable text/plain (no memory address)
@@ -300,24 +297,31 @@ def _figures_dir() -> Path:
 
 
 def write_csv(path: Path, rows: Sequence[dict]) -> None:
-    """Rows (dicts with the same keys) to CSV, column order from the first row."""
+    """Rows (dicts with the same keys) to CSV, column order from the first row. Text cells (and
+    headers) that a spreadsheet would read as a formula are neutralized (:func:`scaletax.escape.csv_cell`);
+    a :class:`~scaletax.escape.Markup` cell (a link, a citation) is written as its plain text."""
     if not rows:
         raise ValueError(f"{path.name}: no rows to write")
     cols = list(rows[0])
     for r in rows[1:]:
         cols += [k for k in r if k not in cols]
     with path.open("w", newline="", encoding="utf-8") as fh:
-        w = csv.DictWriter(fh, fieldnames=cols, lineterminator="\n")
-        w.writeheader()
+        fh.write(escape.csv_line([escape.csv_cell(c) for c in cols]))
         for r in rows:
-            w.writerow({k: _plain(v) for k, v in r.items()})
+            fh.write(escape.csv_line([_plain(r.get(c)) for c in cols]))
 
 
 def _plain(v: Any) -> Any:
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return v
     if isinstance(v, float):
         return repr(round(v, 10))
     if hasattr(v, "item"):  # numpy scalar
         return _plain(v.item())
+    if isinstance(v, str):  # a link or citation cell as its plain text, no text as a formula
+        return escape.csv_cell(escape.plain(v))
     return v
 
 

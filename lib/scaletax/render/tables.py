@@ -3,12 +3,18 @@
 The table is emitted as a ``text/markdown`` output that myst-nb parses as MyST, so it is
 numbered ("Table N") and referencable in HTML and PDF alike; the same rows are saved as
 ``<label>.csv`` beside the figures.
+
+Every header, cell and caption is text (:func:`scaletax.escape.myst_cell`): a model name, a
+source or an assumption from a scenario shows as typed and never becomes markup. A cell that
+is meant as MyST (a link to a source, a citation) is a :class:`scaletax.escape.Markup`, made by
+the functions of :mod:`scaletax.escape`.
 """
 from __future__ import annotations
 
 import math
 from typing import Any, Callable, Sequence
 
+from scaletax import escape
 from scaletax.render.charts import _figures_dir, write_csv
 
 
@@ -30,7 +36,7 @@ def fmt(value: Any, digits: int = 3) -> str:
         mag = math.floor(math.log10(abs(value)))
         decimals = max(0, digits - 1 - mag)
         return f"{value:,.{decimals}f}"
-    return str(value)
+    return value if isinstance(value, str) else str(value)  # a Markup cell stays one
 
 
 class Band(str):
@@ -91,31 +97,29 @@ def csv_rows(rows: Sequence[dict]) -> list[dict]:
     return out
 
 
-def _escape(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
 def markdown(rows: Sequence[dict], columns: dict[str, str], *, label: str, caption: str,
              formats: dict[str, Callable[[Any], str]] | None = None,
              widths: Sequence[int] | None = None, long: bool = False) -> str:
     """MyST list-table source for ``rows``; ``columns`` maps row key -> header text.
 
+    Headers, cells and the caption are text unless they are :class:`~scaletax.escape.Markup`
+    (:func:`scaletax.escape.myst_cell`); the fence (tildes) is longer than any run of them inside.
     ``long=True`` lets the table break across PDF pages (LaTeX longtable).
     """
     formats = formats or {}
-    lines = [f"```{{list-table}} {caption}", f":name: {label}", ":header-rows: 1"]
+    head = [f":name: {label}", ":header-rows: 1"]
     if long:
-        lines.append(":class: longtable")
+        head.append(":class: longtable")
     if widths:
-        lines.append(":widths: " + " ".join(str(w) for w in widths))
-    lines.append("")
+        head.append(":widths: " + " ".join(str(int(w)) for w in widths))
     keys = list(columns)
-    lines.append("* - " + "\n  - ".join(_escape(columns[k]) for k in keys))
+    body = ["* - " + "\n  - ".join(escape.myst_cell(columns[k]) or " " for k in keys)]
     for row in rows:
         cells = [formats.get(k, fmt)(row.get(k)) for k in keys]
-        lines.append("* - " + "\n  - ".join(_escape(c) or " " for c in cells))
-    lines.append("```")
-    return "\n".join(lines)
+        body.append("* - " + "\n  - ".join(escape.myst_cell(c) or " " for c in cells))
+    text = "\n".join([*head, "", *body])
+    fence = escape.fence_for(escape.myst_cell(caption) + "\n" + text, "~")  # the caption may hold backticks
+    return "\n".join([f"{fence}{{list-table}} {escape.myst_cell(caption)}", text, fence])
 
 
 class Table:
@@ -128,7 +132,7 @@ class Table:
         return self.source
 
     def __repr__(self) -> str:  # stable text/plain (no memory address: builds must be byte-identical)
-        return self.source.splitlines()[0].removeprefix("```{list-table} ")
+        return self.source.splitlines()[0].lstrip("~").removeprefix("{list-table} ")
 
 
 def table(rows: Sequence[dict], columns: dict[str, str], *, label: str, caption: str,

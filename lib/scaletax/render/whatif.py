@@ -28,10 +28,11 @@ Public API: :class:`Control`, :func:`params`, :func:`cost_time_data`, :func:`cos
 """
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from scaletax import escape
 
 if TYPE_CHECKING:
     import altair as alt
@@ -109,7 +110,7 @@ def _price_expr(prices: Mapping[str, str]) -> str:
     """The price per GPU-hour of the row's GPU: its control, else the row's scenario price."""
     expr = "datum.price"
     for gid, name in reversed(list(prices.items())):
-        expr = f"(datum.gpu === {json.dumps(gid)} ? {name} : {expr})"
+        expr = f"(datum.gpu === {escape.expr_string(gid)} ? {name} : {expr})"
     return expr
 
 

@@ -32,7 +32,8 @@ from scaletax import ROOT, __version__, files
 from scaletax.render import charts
 from scaletax.render.charts import VEGA_BUNDLE, vega_bundle
 from scaletax.report import chapters as toc
-from scaletax.report import escape, lifecycle
+from scaletax import escape
+from scaletax.report import lifecycle
 from scaletax.report.execute import ChapterFailed, Result, execute_chapters
 from scaletax.report.exports import stamp_exports
 from scaletax.report.numbering import NUMBERS_FILE
@@ -50,6 +51,8 @@ DROP_EXTENSIONS = {"sphinx_thebe", "sphinx_comments", "sphinx_jupyterbook_latex"
 NUMBERING_EXTENSION = "scaletax.report.numbering"
 #: Sphinx extension doing each repeated lookup of the build once (report/sphinx_once.py).
 ONCE_EXTENSION = "scaletax.report.sphinx_once"
+#: Sphinx extension keeping a pasted text's blank lines out of the LaTeX (report/latex_paragraphs.py).
+PARAGRAPH_EXTENSION = "scaletax.report.latex_paragraphs"
 CHART_CSS = "scaletax.css"
 #: The bibliography page already opens a chapter ("Bibliography"); Sphinx's bibliography
 #: environment would start a second, unnumbered one on a fresh page, leaving the first empty.
@@ -129,7 +132,7 @@ def page_info(name: str, scenario: Scenario, scenario_path: Path, overrides: tup
 
 def page_tokens(info: dict) -> dict[str, str]:
     """``@@token@@`` values of the generated pages, each escaped for where the page uses it
-    (:mod:`scaletax.report.escape`): prose as MyST text, file names as code spans, the command
+    (:mod:`scaletax.escape`): prose as MyST text, file names as code spans, the command
     and the resolved YAML as whole fenced blocks, the title inside BibTeX as LaTeX text."""
     return {
         # generated values of a known alphabet (a slug, a version, a hex commit, a date)
@@ -198,7 +201,7 @@ def _sphinx_conf(src: Path, info: dict) -> str:
                               cli_config={"latex_individualpages": False},
                               raise_on_invalid=True)
     cfg["extensions"] = ([e for e in cfg["extensions"] if e not in DROP_EXTENSIONS]
-                         + [ONCE_EXTENSION, NUMBERING_EXTENSION])
+                         + [PARAGRAPH_EXTENSION, ONCE_EXTENSION, NUMBERING_EXTENSION])
     # a classic (deferred) script: a module script is refused from file://, drawing no chart
     cfg["html_js_files"] = [(VEGA_BUNDLE, {"defer": "defer"})]
     cfg["html_css_files"] = [CHART_CSS]
@@ -343,10 +346,36 @@ def _run(cmd: list[str], cwd: Path, log: Path, step: str, timeout: float = 1800,
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
     if proc.returncode != 0:
-        tail = [ln for ln in log.read_text(encoding="utf-8", errors="replace").splitlines()
-                if "WARNING" in ln or "ERROR" in ln or "Error" in ln or ln.startswith("!")]
-        first = tail[0].strip() if tail else f"exit status {proc.returncode}"
-        raise BuildError(f"{step} failed: {first[:300]}; full log: {log}")
+        raise BuildError(_failure(step, proc.returncode, log, cwd))
+
+
+#: Free bytes below which a failed step is reported as a full disk.
+LOW_DISK_BYTES = 16 * 1024**2
+
+
+def _failure(step: str, code: int, log: Path, where: Path) -> str:
+    """One line on a failed build tool: its first warning or error, or what ran out (a full disk
+    leaves the log empty or ends it with ENOSPC and names no warning; a file size limit, EFBIG or
+    SIGXFSZ), then the log's last lines and the log."""
+    try:
+        text = log.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        text = ""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    first = next((ln for ln in lines if "WARNING" in ln or "ERROR" in ln or "Error" in ln or ln.startswith("!")),
+                 f"exit status {code}")
+    try:
+        free = shutil.disk_usage(where).free
+    except OSError:
+        free = None
+    if free is not None and free < LOW_DISK_BYTES:
+        first = f"the disk is full ({free / 1024**2:.1f} MiB free where it writes, {where})"
+    elif "No space left on device" in text:
+        first = f"the disk is full (No space left on device, writing under {where})"
+    elif "File too large" in text or code == -signal.SIGXFSZ:
+        first = "a file outgrew the file size limit (File too large)"
+    tail = " | ".join(lines[-3:]) if lines else "the log is empty"
+    return f"{step} failed: {first[:300]}; log tail: {tail[-300:]}; full log: {log}"
 
 
 def _book_key(opts: BuildOptions, info: dict, cache: Path) -> str:

@@ -23,8 +23,25 @@ app.add_typer(cache_app, name="cache")
 
 
 def _fail(msg: str, code: int) -> None:
-    typer.echo(f"scaletax: error: {msg}", err=True)
+    """``scaletax: error: <msg>`` on one line of stderr (line breaks in ``msg`` become spaces),
+    then exit with ``code``."""
+    typer.echo(f"scaletax: error: {' '.join(str(msg).splitlines())}", err=True)
     raise typer.Exit(code)
+
+
+def _console(stderr: bool = True):
+    """A rich console that prints text as text: no markup (``[bold]`` in a path or a model name
+    shows as typed), no emoji codes, no highlighting. Styles come from :class:`rich.text.Text`."""
+    from rich.console import Console
+
+    return Console(stderr=stderr, markup=False, emoji=False, highlight=False, soft_wrap=True)
+
+
+def _styled(*parts):
+    """A line of plain text parts and ``(text, style)`` pairs (``rich.text.Text.assemble``)."""
+    from rich.text import Text
+
+    return Text.assemble(*parts)
 
 
 def _resolve(scenario: Optional[Path], sets: List[str]):
@@ -82,22 +99,19 @@ def build(
     from scaletax.report.book import BUILD_ROOT
     from scaletax.report.provenance import name_conflict
 
-    conflict = None if force else name_conflict(BUILD_ROOT / out_name, os.path.relpath(Path(path).resolve(), ROOT),
-                                                 set_)
+    conflict = None if force else name_conflict(BUILD_ROOT / out_name, scen.content_hash())
     if conflict:
         _fail(conflict, 2)
     if not no_pdf and not xelatex_available():
         banner = "!" * 78
         typer.echo(f"{banner}\nWARNING: xelatex/latexmk not found: building the HTML only, NO PDF.\n"
                    f"Install TeX with:\n  {tex_install_command()}\n{banner}", err=True)
-    from rich.console import Console
-
-    console = Console(stderr=True)
+    console = _console()
 
     def progress(slug: str, status: str) -> None:
-        console.print(f"  [bold]{slug:<14}[/bold] {status}")
+        console.print(_styled("  ", (f"{slug:<14}", "bold"), " ", status))
 
-    console.print(f"building [bold]{out_name}[/bold] from {path} with {jobs} job(s)")
+    console.print(_styled("building ", (out_name, "bold"), f" from {path} with {jobs} job(s)"))
     try:
         manifest = run_build(BuildOptions(name=out_name, scenario=scen, scenario_path=Path(path).resolve(),
                                           overrides=tuple(set_), jobs=jobs, pdf=not no_pdf),
@@ -135,11 +149,13 @@ def predict(
     from scaletax.inputs.runs import RunsTableError, read_runs, runs_csv
     from scaletax.report.predict import predict_rows, write_out
 
+    from scaletax.report.book import BUILD_ROOT
+
     if out is not None:
         from scaletax.report.predict import check_out
 
         try:
-            check_out(out)
+            check_out(out, BUILD_ROOT)
         except ValueError as exc:
             _fail(str(exc), 2)
     try:
@@ -150,7 +166,7 @@ def predict(
         typer.echo(runs_csv(rows), nl=False)
         return
     try:
-        write_out(rows, out)
+        write_out(rows, out, BUILD_ROOT)
     except ValueError as exc:
         _fail(str(exc), 2)
     except OSError as exc:
@@ -204,9 +220,7 @@ def plan(
     if as_json:
         typer.echo(json.dumps(row_json(row), indent=2))
         return
-    from rich.console import Console
-
-    Console().print(table(row))
+    _console(stderr=False).print(table(row))
 
 
 def _book_or_build(spec: str, sets: List[str], jobs: int, pdf: bool, console) -> str:
@@ -214,28 +228,34 @@ def _book_or_build(spec: str, sets: List[str], jobs: int, pdf: bool, console) ->
     from scaletax.report.book import BUILD_ROOT, BuildBusy, BuildError, BuildOptions, ChapterFailed, build
     from scaletax.report.scenario import ScenarioError, build_name
 
+    from scaletax.report.compare import CompareError, load_book
+
     path = Path(spec)
     if path.suffix in (".yaml", ".yml"):
-        scen_path, base_sets = path, []
-    elif not sets:
-        return spec  # a book name: compare.load_book says if there is none
+        scen_path, base_sets, want = path, [], None
     else:
-        import json
-
         try:
-            m = json.loads((BUILD_ROOT / spec / "manifest.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            _fail(f"no built book {spec!r} under {BUILD_ROOT} to apply --set to", 2)
-        from scaletax import ROOT
-
-        scen_path, base_sets = ROOT / m["scenario_file"], list(m.get("overrides", []))
+            book = load_book(BUILD_ROOT, spec)  # a book name, checked; not a path
+        except CompareError as exc:
+            _fail(str(exc), 2)
+        if not sets:
+            return spec
+        m = book.manifest
+        if not isinstance(m.get("scenario_file"), str) or not all(isinstance(o, str) for o in m.get("overrides", [])):
+            _fail(f"book {spec!r}: its manifest names no scenario file to apply --set to", 2)
+        scen_path, base_sets, want = ROOT / m["scenario_file"], list(m.get("overrides", [])), m.get("scenario_sha256")
+        _, base = _resolve(scen_path, base_sets)
+        if base.content_hash() != want:  # the file changed since: B would not be A plus the overrides
+            _fail(f"book {spec!r} was built from {m['scenario_file']} as it was then (scenario sha256 "
+                  f"{str(want)[:12]}); it now resolves to {base.content_hash()[:12]}: rebuild {spec!r} first, "
+                  "or give B as a scenario file", 2)
     overrides = base_sets + list(sets)
     scen_path, scen = _resolve(scen_path, overrides)
     try:
         name = build_name(scen, overrides, None)
     except ScenarioError as exc:
         _fail(str(exc), 2)
-    console.print(f"building [bold]{name}[/bold] for the comparison")
+    console.print(_styled("building ", (name, "bold"), " for the comparison"))
     try:
         build(BuildOptions(name=name, scenario=scen, scenario_path=Path(scen_path).resolve(),
                            overrides=tuple(overrides), jobs=jobs, pdf=pdf))
@@ -257,16 +277,22 @@ def compare(
 ) -> None:
     """Put two books side by side in _build/compare-A-vs-B/: inputs that differ, headline numbers
     with both values and the change, key figures of both in one chart (HTML and PDF)."""
-    from rich.console import Console
-
     from scaletax.report.book import BUILD_ROOT, BuildError
     from scaletax.report.compare import CompareError, compare as run_compare
 
-    console = Console(stderr=True)
+    console = _console()
     if b is not None and set_:
         _fail("give either book B or --set overrides (B is then A with them), not both", 2)
     if b is None and not set_:
         _fail("compare needs book B, or --set overrides to build it from A", 2)
+    from scaletax.report.compare import check_name
+
+    for spec in (a, b):
+        if spec is not None and Path(spec).suffix not in (".yaml", ".yml"):
+            try:
+                check_name(spec)  # both names, before anything is read or built
+            except CompareError as exc:
+                _fail(str(exc), 2)
     a_name = _book_or_build(a, [], jobs, not no_pdf, console)
     b_name = _book_or_build(b if b is not None else a, list(set_), jobs, not no_pdf, console)
     try:
@@ -291,14 +317,28 @@ def scenario_show(scenario: Optional[Path] = SCENARIO_OPT, set_: List[str] = SET
 
 
 def main() -> None:
-    """Entry point: whatever goes wrong ends in one line on stderr (exit 1, the traceback in a
-    log file it names), never a traceback on the terminal."""
+    """Entry point: whatever goes wrong ends in one line on stderr, never a traceback on the
+    terminal: a bad option or argument exits 2 (``scaletax: error: <command>: <what>``), anything
+    unexpected exits 1 with the traceback in a log file it names."""
     try:
-        app()
+        code = app(prog_name="scaletax", standalone_mode=False)
+        sys.exit(code if isinstance(code, int) else 0)
+    except typer.TyperException as exc:  # typer's click: a usage error (exit 2)
+        if type(exc).__name__ == "NoArgsIsHelpError":  # `scaletax` alone: the help
+            exc.show()
+            sys.exit(exc.exit_code)
+        ctx = getattr(exc, "ctx", None)
+        try:
+            _fail(f"{ctx.command_path if ctx is not None else 'scaletax'}: {exc.format_message()}", exc.exit_code)
+        except typer.Exit as done:
+            sys.exit(done.exit_code)
+    except typer.Abort:
+        typer.echo("scaletax: interrupted", err=True)
+        sys.exit(130)
     except KeyboardInterrupt:
         typer.echo("scaletax: interrupted", err=True)
         sys.exit(130)
-    except SystemExit:
+    except (SystemExit, typer.Exit):
         raise
     except BaseException as exc:  # noqa: BLE001
         import tempfile

@@ -4,20 +4,27 @@ The page holds what a planner diffed by hand before: the scenario inputs that di
 two manifests' resolved scenarios), the summary's headline numbers of both books with the change
 (from their exported table CSVs, whose ranges are numeric columns), and the key figures with both
 books' data in one chart. It reads only the two published books; nothing is recomputed.
+
+A book is named, never given as a path: the name is checked (:func:`load_book`) and nothing is read
+outside ``<build root>/<name>/``. Everything the books hold (scenario values, captions, CSV cells)
+is text to this page: it reaches the MyST source only through :mod:`scaletax.escape`, and the page
+is built with the book's MyST extensions and its ``docutils.conf`` (no raw HTML, no file inclusion).
 """
 from __future__ import annotations
 
 import csv
 import datetime as dt
+import io
 import json
 import math
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scaletax import __version__
+from scaletax import __version__, escape
 
 
 class CompareError(ValueError):
@@ -49,6 +56,13 @@ KEY_FIGURES = (
 )
 
 
+#: A book's name (as ``scaletax build --name`` takes it) and a figure or table label.
+BOOK_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}\Z")
+LABEL = re.compile(r"[a-z0-9][a-z0-9-]{0,127}\Z")
+#: Largest exported CSV the page reads (the book's own are a few kB).
+MAX_CSV_BYTES = 16 * 1024**2
+
+
 @dataclass
 class Book:
     name: str
@@ -56,26 +70,61 @@ class Book:
     manifest: dict
 
     def csv(self, label: str) -> list[dict] | None:
+        """The rows of ``figures/<label>.csv`` (text cells as written, :func:`scaletax.escape.csv_value`),
+        or None when the book has no such file."""
+        from scaletax.files import InputFileError, read_bounded
+
+        if not LABEL.match(label):
+            raise CompareError(f"book {self.name!r}: bad figure or table label {label[:40]!r}")
         path = self.dir / "figures" / f"{label}.csv"
         if not path.exists():
             return None
-        with path.open(newline="", encoding="utf-8") as fh:
-            return list(csv.DictReader(fh))
+        try:
+            text = read_bounded(path, MAX_CSV_BYTES, "exported CSV").decode("utf-8")
+        except (InputFileError, UnicodeDecodeError) as exc:
+            raise CompareError(f"book {self.name!r}: {str(exc).splitlines()[0]}") from None
+        return [{escape.csv_value(k): escape.csv_value(v) if isinstance(v, str) else v for k, v in r.items()
+                 if k is not None} for r in csv.DictReader(io.StringIO(text, newline=""))]
+
+    @property
+    def numbered(self) -> list[dict]:
+        return self.manifest.get("numbered", [])
+
+
+def check_name(name: str) -> str:
+    """``name`` if it names a book (1-64 lowercase letters, digits, '-' or '_'); a path, ``..``
+    or anything else is a one-line CompareError."""
+    if not isinstance(name, str) or not BOOK_NAME.match(name):
+        raise CompareError(f"{name!r} is not a book name: give the name of a built book under _build/ "
+                           "(1-64 lowercase letters, digits, '-' or '_') or a scenario .yaml file")
+    return name
 
 
 def load_book(build_root: Path, name: str) -> Book:
-    """The published book ``name`` under ``build_root`` (its manifest and folder)."""
-    path = build_root / name / "manifest.json"
+    """The published book ``name`` under ``build_root`` (its manifest and folder); the name is
+    checked (:func:`check_name`) and the folder must be a real folder inside ``build_root`` (not a
+    link out of it)."""
+    check_name(name)
+    folder = build_root / name
+    path = folder / "manifest.json"
+    if folder.is_symlink() or (folder.exists() and folder.resolve().parent != build_root.resolve()):
+        raise CompareError(f"{folder}: a link, not a book folder of {build_root}")
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise CompareError(f"no built book {name!r} under {build_root} (build it with `scaletax build "
                            f"--name {name}`, or give a scenario file)") from None
-    except ValueError:
+    except (OSError, ValueError):
         raise CompareError(f"{path}: not a scaletax manifest") from None
-    if "scenario" not in manifest:
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("scenario"), dict):
         raise CompareError(f"{path}: not a scaletax manifest (no resolved scenario)")
-    return Book(name, build_root / name, manifest)
+    numbered = manifest.get("numbered", [])
+    if not isinstance(numbered, list) or not all(
+            isinstance(n, dict) and isinstance(n.get("label"), str) and LABEL.match(n["label"])
+            and all(isinstance(n.get(k, ""), str) for k in ("kind", "page", "caption", "number"))
+            for n in numbered):
+        raise CompareError(f"{path}: not a scaletax manifest (a numbered entry without a valid label)")
+    return Book(name, folder, manifest)
 
 
 def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
@@ -119,9 +168,9 @@ def _number(text: str | None) -> float | None:
 def headline_labels(a: Book, b: Book) -> list[str]:
     """The tables of the summary page (the book's first page) present in both books."""
     def labels(book: Book) -> list[str]:
-        root = book.manifest["notebooks"][0]["chapter"] if book.manifest.get("notebooks") else "summary"
-        return [n["label"] for n in book.manifest.get("numbered", [])
-                if n["kind"] == "table" and n["page"] == root]
+        nbs = book.manifest.get("notebooks")
+        root = nbs[0].get("chapter") if isinstance(nbs, list) and nbs and isinstance(nbs[0], dict) else "summary"
+        return [n["label"] for n in book.numbered if n.get("kind") == "table" and n.get("page") == root]
     in_b = set(labels(b))
     return [lab for lab in labels(a) if lab in in_b]
 
@@ -206,12 +255,12 @@ def page(a: Book, b: Book) -> tuple[str, dict[str, bytes], list[dict]]:
     from scaletax.render import tables
 
     ma, mb = a.manifest, b.manifest
-    title = f"{a.name} vs {b.name}"
-    lines = [f"# Comparison: {title}", "",
-             f"Two scaletax books side by side: **{a.name}** (A; commit `{ma.get('git_commit', '?')}`, "
-             f"built {ma.get('built_at', '?')}) and **{b.name}** (B; commit `{mb.get('git_commit', '?')}`, "
-             f"built {mb.get('built_at', '?')}). Values are read from the two books' exported files; "
-             "ranges in brackets are each book's band of the step-time model.", ""]
+    t = escape.myst_text
+    lines = [f"# Comparison: {t(a.name)} vs {t(b.name)}", "",
+             f"Two scaletax books side by side: **{t(a.name)}** (A; commit {escape.myst_code(ma.get('git_commit', '?'))}, "
+             f"built {t(ma.get('built_at', '?'))}) and **{t(b.name)}** (B; commit "
+             f"{escape.myst_code(mb.get('git_commit', '?'))}, built {t(mb.get('built_at', '?'))}). Values are read "
+             "from the two books' exported files; ranges in brackets are each book's band of the step-time model.", ""]
     diff = input_diff(ma["scenario"], mb["scenario"])
     lines += ["## Inputs that differ", ""]
     if diff:
@@ -224,8 +273,8 @@ def page(a: Book, b: Book) -> tuple[str, dict[str, bytes], list[dict]]:
     headline: list[dict] = []
     for i, label in enumerate(headline_labels(a, b), 1):
         rows = headline_rows(a, b, label)
-        caption = next((n["caption"] for n in ma.get("numbered", []) if n["label"] == label), label)
-        number = next((n["number"] for n in ma.get("numbered", []) if n["label"] == label), "")
+        caption = next((n.get("caption") or label for n in a.numbered if n["label"] == label), label)
+        number = next((n.get("number", "") for n in a.numbered if n["label"] == label), "")
         headline += [{"table": label, **r} for r in rows]
         if rows:
             lines.append(tables.markdown(
@@ -245,7 +294,7 @@ def page(a: Book, b: Book) -> tuple[str, dict[str, bytes], list[dict]]:
         name = f"{fig.label}-overlay.png"
         images[name] = vlc.vegalite_to_png(spec, scale=2.0)
         lines += [f"```{{figure}} {name}", f":name: cmp-{fig.label}", ":width: 100%", "",
-                  f"{fig.title}: book A ({a.name}) and book B ({b.name}) in one chart.", "```", ""]
+                  t(f"{fig.title}: book A ({a.name}) and book B ({b.name}) in one chart."), "```", ""]
     return "\n".join(lines) + "\n", images, headline
 
 
@@ -254,12 +303,21 @@ def out_name(a: str, b: str) -> str:
 
 
 def _conf(title: str) -> str:
+    """conf.py of the comparison: the book's MyST extensions and URL schemes (so its text is read
+    as the book's is), a title escaped for LaTeX (Sphinx escapes ``project`` for HTML itself)."""
+    import yaml
+
+    from scaletax.report.book import CONFIG_YML
+
+    book = yaml.safe_load(CONFIG_YML.read_text(encoding="utf-8"))
     cfg = {
         "project": title, "extensions": ["myst_parser"], "root_doc": "index", "html_theme": "alabaster",
         "numfig": True, "html_static_path": [], "latex_engine": "xelatex",
-        "latex_documents": [("index", "book.tex", title, "scaletax", "howto")],
+        "latex_documents": [("index", "book.tex", escape.latex_text(title), "scaletax", "howto")],
         "latex_elements": {"papersize": "a4paper", "pointsize": "10pt", "figure_align": "H"},
-        "myst_enable_extensions": ["colon_fence"], "html_show_sourcelink": False, "html_copy_source": False,
+        "myst_enable_extensions": list(book["parse"]["myst_enable_extensions"]),
+        "myst_url_schemes": list(book["sphinx"]["config"]["myst_url_schemes"]),
+        "html_show_sourcelink": False, "html_copy_source": False,
         "release": __version__, "version": __version__, "today": dt.date.today().isoformat(),
     }
     return "# Generated by scaletax.report.compare; do not edit.\n" + "".join(
@@ -269,9 +327,9 @@ def _conf(title: str) -> str:
 def compare(build_root: Path, a_name: str, b_name: str, pdf: bool = True) -> dict:
     """Build ``<build_root>/compare-A-vs-B/`` (index.html, compare-A-vs-B.pdf, headline.json,
     figures/); returns what was built. Raises CompareError, BuildError."""
-    from scaletax.report.book import _publish, build_html, build_pdf, xelatex_available
+    from scaletax.report.book import DOCUTILS_CONF, _publish, build_html, build_pdf, xelatex_available
 
-    if a_name == b_name:
+    if check_name(a_name) == check_name(b_name):
         raise CompareError(f"compare needs two different books (got {a_name!r} twice)")
     a, b = load_book(build_root, a_name), load_book(build_root, b_name)
     name = out_name(a_name, b_name)
@@ -282,6 +340,7 @@ def compare(build_root: Path, a_name: str, b_name: str, pdf: bool = True) -> dic
         src.mkdir()
         (src / "index.md").write_text(text, encoding="utf-8")
         (src / "conf.py").write_text(_conf(f"scaletax comparison: {a_name} vs {b_name}"), encoding="utf-8")
+        (src / "docutils.conf").write_text(DOCUTILS_CONF, encoding="utf-8")  # as the book: no raw, no includes
         for fname, png in images.items():
             (src / fname).write_bytes(png)
         logs = build_root / ".logs" / name

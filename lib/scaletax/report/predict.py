@@ -202,25 +202,47 @@ def _add_regimes(out: list[dict[str, Any]], rows: list[dict[str, Any]]) -> None:
                   "regime_oos_within_25": None if a["oos_within_25"] is None else round(a["oos_within_25"], 4)})
 
 
-def check_out(path: Path) -> None:
+def check_out(path: Path, build_root: Path | None = None) -> None:
     """Refuse an output path that is not a new path or a regular file (a symbolic link, a
-    device, a FIFO, a folder): ``--out`` replaces the file, never what a link points to."""
+    device, a FIFO, a folder): ``--out`` replaces the file, never what a link points to. Refuse
+    too a path inside a folder of ``build_root`` (a book, the cache: the build owns them) and a
+    book's manifest wherever it is."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
         if not path.parent.is_dir():
             raise ValueError(f"--out {path}: folder {path.parent} does not exist") from None
-        return
-    if stat.S_ISLNK(st.st_mode):
-        raise ValueError(f"--out {path}: is a symbolic link; give a regular file or a new path")
-    if stat.S_ISDIR(st.st_mode):
-        raise ValueError(f"--out {path}: is a folder")
-    if not stat.S_ISREG(st.st_mode):
-        raise ValueError(f"--out {path}: is not a regular file (a device, FIFO or socket)")
+        st = None
+    if st is not None:
+        if stat.S_ISLNK(st.st_mode):
+            raise ValueError(f"--out {path}: is a symbolic link; give a regular file or a new path")
+        if stat.S_ISDIR(st.st_mode):
+            raise ValueError(f"--out {path}: is a folder")
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"--out {path}: is not a regular file (a device, FIFO or socket)")
+    if build_root is not None:
+        target = path.parent.resolve() / path.name
+        root = build_root.resolve()
+        if target.is_relative_to(root) and len(target.relative_to(root).parts) > 1:
+            owner = root / target.relative_to(root).parts[0]
+            raise ValueError(f"--out {path}: inside {owner}, which scaletax builds and replaces; write it elsewhere")
+    if st is not None and path.name == "manifest.json" and _is_manifest(path):
+        raise ValueError(f"--out {path}: is a book's manifest; write it elsewhere")
 
 
-def write_out(rows: list[dict[str, Any]], path: Path) -> None:
+def _is_manifest(path: Path) -> bool:
+    """Whether ``path`` holds a scaletax book manifest (JSON naming a scenario hash)."""
+    import json
+
+    try:
+        data = json.loads(files.read_bounded(path, 64 * 1024**2, "manifest"))
+    except (ValueError, OSError):
+        return False
+    return isinstance(data, dict) and "scenario_sha256" in data
+
+
+def write_out(rows: list[dict[str, Any]], path: Path, build_root: Path | None = None) -> None:
     """Write the predicted rows to ``path`` (checked by :func:`check_out`): into a new
     temporary file beside it, then renamed over it, so the path is the old file or the new."""
-    check_out(path)
+    check_out(path, build_root)
     files.replace_atomically(path, runs.runs_csv(rows), prefix=f".{path.name}.", suffix=".tmp")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import platform
 import subprocess
 from importlib import metadata
@@ -77,19 +78,30 @@ def data_hashes(root: Path = DATA_DIR) -> dict[str, str]:
             for p in sorted(root.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
 
 
-def name_conflict(book: Path, scenario_file: str, overrides: list[str] | tuple[str, ...]) -> str | None:
-    """Why ``book`` (a built book folder) must not be replaced by a build of another scenario
-    (another scenario file or other ``--set`` overrides); None when it may (no book there, or
-    the same scenario rebuilt)."""
+def name_conflict(book: Path, scenario_hash: str) -> str | None:
+    """Why ``book`` (a built book's folder) must not be replaced by a build of the scenario whose
+    :meth:`~scaletax.report.scenario.Scenario.content_hash` is ``scenario_hash``; None when it may
+    (no folder there, or a book of the same resolved scenario, however its file and overrides
+    spelled it). A folder whose manifest cannot be read, or names no scenario hash, is a
+    conflict: what it holds is unknown."""
+    if not os.path.lexists(book):
+        return None
     try:
         old = json.loads((book / "manifest.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        old_hash = old["scenario_sha256"] if isinstance(old, dict) else None
+        if not isinstance(old_hash, str):
+            raise ValueError("no scenario hash")
+    except (OSError, ValueError, KeyError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not a scaletax manifest"
+        return (f"--name {book.name}: {book} exists but its manifest cannot be read ({why}); "
+                "choose another --name, or add --force to replace it")
+    if old_hash == scenario_hash:
         return None
-    if old.get("scenario_file") == scenario_file and sorted(old.get("overrides", [])) == sorted(overrides):
-        return None
-    sets = " ".join(f"--set {o}" for o in old.get("overrides", [])) or "no --set"
-    return (f"--name {book.name}: {book} holds the book of another scenario ({old.get('scenario_file')}, {sets}); "
-            "choose another --name, or add --force to replace it")
+    sets = old.get("overrides") if isinstance(old.get("overrides"), list) else []
+    what = f"{old.get('scenario_file', '?')}{''.join(f' --set {o}' for o in sets) or ', no --set'}"
+    return (f"--name {book.name}: {book} holds the book of another scenario ({what}; scenario sha256 "
+            f"{str(old_hash)[:12]}, this one {scenario_hash[:12]}); choose another --name, or add --force to "
+            "replace it").replace("\n", " ")
 
 
 def keyed_rows(reads: tuple[str, ...] | None) -> list[str] | str | None:
@@ -104,7 +116,7 @@ def keyed_rows(reads: tuple[str, ...] | None) -> list[str] | str | None:
 def keyed_rows_list(rows: dict[str, list[str] | str | None]) -> str:
     """A MyST bullet list, one line per chapter (slug -> :func:`keyed_rows`), for the
     Reproduce page."""
-    from scaletax.report import escape
+    from scaletax import escape
 
     lines = []
     for slug, got in rows.items():

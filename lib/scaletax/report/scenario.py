@@ -9,7 +9,7 @@ Strictness lives in two places, once each: the YAML reader (:class:`_Loader`: YA
 scalars, so ``yes``/``0x4000``/``1_6384`` stay text; duplicate keys, anchors and aliases
 refused; size, nesting and integer length bounded before anything is built) and the base
 model :class:`_Strict` (pydantic strict mode: a boolean or a string is never a number).
-Text is kept as typed; :mod:`scaletax.report.escape` makes it safe where it is printed.
+Text is kept as typed; :mod:`scaletax.escape` makes it safe where it is printed.
 """
 from __future__ import annotations
 
@@ -34,8 +34,18 @@ DEFAULT_SCENARIO = DATA_DIR / "scenarios" / "default.yaml"
 
 #: Precisions a scenario may train in: the recipe registry's training recipes.
 PRECISIONS = recipes.TRAINING
-_SLUG = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
-Slug = Annotated[str, Field(pattern=_SLUG.pattern)]
+#: A name or id: lowercase letters, digits, '-' and '_', to the end of the text (``\Z``: ``$``
+#: would let a trailing newline through).
+_SLUG = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}\Z")
+
+
+def _slug(v: str) -> str:
+    if not _SLUG.match(v):
+        raise ValueError("use 1-64 lowercase letters, digits, '-' or '_'")
+    return v
+
+
+Slug = Annotated[str, AfterValidator(_slug)]
 Id = Annotated[str, Field(min_length=1, max_length=64)]  # checked against the catalogs (with a hint)
 #: Bounds on input read before parsing (the error states them).
 MAX_SCENARIO_BYTES = 256 * 1024
