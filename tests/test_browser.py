@@ -127,3 +127,56 @@ def test_internal_links_resolve(site):
             elif frag and path.suffix == ".html" and frag not in ids.get(path.name, set()):
                 bad.append(f"{page.name} -> {href} (no such anchor)")
     assert bad == []
+
+
+#: The plotted cost of one case of a drawn chart: the row of the model and GPU in the first
+#: dataset of the view that the what-if transforms computed (it has ``price_plotted``; the raw
+#: data carry the scenario's ``cost_musd`` too, and never change).
+_PLOTTED = ("([label, model, gpu]) => { const v = window.__scaletaxViews[label]; for (let i = 0; i < 40; i++) { "
+            "for (const name of ['data_' + i, 'source_' + i]) { let rows = null; try { rows = v.data(name); } "
+            "catch (e) { continue; } if (rows && rows.length && 'price_plotted' in rows[0]) { "
+            "const r = rows.find((x) => x.model_id === model && x.gpu === gpu); if (r) return r.cost_musd; } } } "
+            "return null; }")
+
+
+def test_the_cost_chart_of_a_book_opened_from_disk_recomputes_with_your_price(site, browser, built_book):
+    """The decision chapter's cost-and-time figure, opened from disk: moving GB200's price control
+    moves the plotted cost to the library's (cost.run_costs of the figure's own row at that price),
+    marks the value as the reader's, and the reset brings back the scenario's."""
+    import csv
+
+    from conftest import SMALL
+    from scaletax.chapters import decision as d
+    from scaletax.model import cost
+    from scaletax.report import chapters as toc
+    from scaletax.report.scenario import resolve
+
+    html, _ = site
+    plan = d.Plan.from_params(**toc.chapter("decision").parameters(resolve(overrides=SMALL[1::2])))
+    with (html.parent / "figures" / "fig-dec-cost-time.csv").open(newline="", encoding="utf-8") as fh:
+        row = next(r for r in csv.DictReader(fh) if r["gpu"] == "gb200" and r["model_id"] == plan.models[0])
+    label, args = "fig-dec-cost-time", ["fig-dec-cost-time", plan.models[0], "gb200"]
+    page = browser.new_page(viewport=MODES["http"])
+    errors = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.goto((html / "decision.html").resolve().as_uri(), wait_until="load")
+    page.wait_for_function(f"() => window.__scaletaxViews && window.__scaletaxViews['{label}']", timeout=30_000)
+    assert page.evaluate(_PLOTTED, args) == pytest.approx(float(row["cost_usd"]) / 1e6, rel=1e-9)
+    host = page.locator(f'div.scaletax-chart[data-label="{label}"]')
+    assert "scenario's values" in host.locator(".scaletax-whatif-note").inner_text()
+    host.locator('.vega-bindings input[name="price_gb200"]').evaluate(
+        "(el) => { el.value = '3.2'; el.dispatchEvent(new Event('input', {bubbles: true})); }")
+    before = float(row["cost_usd"]) / 1e6
+    page.wait_for_function(f"(a) => Math.abs(({_PLOTTED})(a) - {before!r}) > 1e-6", arg=args)
+    econ = plan.economics()
+    expect = cost.run_costs(plan.tokens, float(row["tps"]), int(row["gpus"]), plan.system_w("gb200"), econ,
+                            usd_per_gpu_hour=3.2, goodput=float(row["goodput"]))["cost_usd"] / 1e6
+    assert page.evaluate(_PLOTTED, args) == pytest.approx(expect, rel=1e-9)
+    assert host.locator(".vega-bind.scaletax-yours").count() == 1
+    assert host.locator(".scaletax-whatif-note").inner_text().startswith("Your values, not the scenario's")
+    host.locator(".scaletax-whatif-reset").click()
+    page.wait_for_function(f"(a) => Math.abs(({_PLOTTED})(a) - {before!r}) < 1e-9", arg=args)
+    assert host.locator(".vega-bind.scaletax-yours").count() == 0
+    page.screenshot(path=str(ARTIFACTS / "whatif-decision.png"), full_page=False)
+    page.close()
+    assert errors == [], errors

@@ -8,7 +8,13 @@ with the user's own model and GPU:
 - GPUs for the target of a (model, GPU, precision): the decision and summary tables;
 - a published run's measured MFU: the validation figure per run, the precision chapter's best and
   worst per GPU and format, the validation table's best per family and format;
-- a model's regime: the decision and summary tables.
+- a model's regime: the decision and summary tables;
+- a cluster's facility power (GPU, GPU count): the decision chapter's power and power-budget
+  tables, its fleets table (the whole fleet) and the days-against-MW and days-by-size figures;
+- the goodput of a model on a count: the goodput table and figure and the figures whose days
+  rest on it (cost-and-time, days by size, days against MW);
+- the throughput ratio of two GPUs on the scenario's cluster (model, newer, older) and the newer
+  one's break-even price per GPU-hour: the break-even and price-ratio tables.
 """
 from __future__ import annotations
 
@@ -62,7 +68,8 @@ def quantities(figures: Path) -> dict[tuple, list[tuple[float | str, str]]]:
                 key = (r["model_id"], r["gpu_id"], int(float(r["gpus"])), r["precision_id"])
                 for c in cols - _NOT_QUANTITIES:
                     if c not in ("need", "need_low", "need_high", "ratio", "ratio_low", "ratio_high", "tps_ratio",
-                                 "tps_ratio_low", "tps_ratio_high", "scaling", "per_day", "per_day_low", "per_day_high"):
+                                 "tps_ratio_low", "tps_ratio_high", "scaling", "per_day", "per_day_low", "per_day_high",
+                                 "fleet_gpus", "fleet_mw", "heq", "heq_low", "heq_high", "budget_gpus"):
                         add(c, key, _num(r[c]), f)
                 if "need" in cols:
                     add("need", key[:2] + key[3:], _num(r["need"]), f)
@@ -80,6 +87,22 @@ def quantities(figures: Path) -> dict[tuple, list[tuple[float | str, str]]]:
                         for c in ("days", "days_low", "days_high", "tps", "mfu"):
                             add(c, key, _num(r[f"{kind}_{c}"]), f)
                 add("regime", (r["model_id"],), r.get("regime"), f)
+        gpu_col = "gpu_id" if "gpu_id" in cols else "gpu"
+        for r in rows:  # facility MW of a cluster: (GPU, count)
+            for n_col, mw_col in (("gpus", "facility_mw"), ("ref_gpus", "ref_facility_mw"),
+                                  ("top_gpus", "top_facility_mw"), ("fleet_gpus", "fleet_mw")):
+                if {gpu_col, n_col, mw_col} <= cols and r[n_col]:
+                    add("facility_mw", (r[gpu_col], int(float(r[n_col]))), _num(r[mw_col]), f)
+            if {"model_id", "gpus", "goodput"} <= cols and r["gpus"]:  # goodput of a model on a count
+                for c in ("goodput", "goodput_low", "goodput_high"):
+                    if c in cols:
+                        add(c, (r["model_id"], int(float(r["gpus"]))), _num(r[c]), f)
+            if {"model_id", "gpu_id", "ref_id"} <= cols:  # a throughput ratio (break-even, price-ratio tables)
+                for c, t in (("ratio", "tps_ratio"), ("tps_ratio", "tps_ratio"), ("breakeven_usd", "breakeven_usd"),
+                             ("breakeven", "breakeven_usd")):
+                    for b in ("", "_low", "_high"):
+                        if c + b in cols:
+                            add(t + b, (r["model_id"], r["gpu_id"], r["ref_id"]), _num(r[c + b]), f)
         if f == "fig-val-mfu.csv":  # measured MFU per run: the best and worst per GPU and format, per family
             by_gpu, by_family = defaultdict(list), defaultdict(list)
             for r in rows:
@@ -130,6 +153,17 @@ def test_the_checker_finds_a_contradiction(tmp_path):
     assert any("days" in b for b in bad) and any("regime" in b for b in bad)
 
 
+def test_the_checker_finds_two_megawatts_for_one_cluster(tmp_path):
+    """The power table's MW for 16,384 GB200 and a figure's for the same cluster are one quantity."""
+    (tmp_path / "tbl-p.csv").write_text("gpu_id,ref_gpus,top_gpus,ref_facility_mw,top_facility_mw\n"
+                                        "gb200,16384,100000,36.1,220.0\n")
+    (tmp_path / "fig-p.csv").write_text("model_id,gpu,gpus,goodput,facility_mw\nm,gb200,16384,0.9,36.1\n")
+    q = quantities(tmp_path)
+    assert contradictions(q) == [] and shared(q, "facility_mw") == 1
+    (tmp_path / "fig-p.csv").write_text("model_id,gpu,gpus,goodput,facility_mw\nm,gb200,16384,0.9,30.0\n")
+    assert any("facility_mw" in b for b in contradictions(quantities(tmp_path)))
+
+
 @pytest.fixture(scope="module")
 def books(tmp_path_factory):
     """The default book and one with the user's own model and GPU (tests/test_book_user_inputs.py's
@@ -152,10 +186,11 @@ def test_one_value_per_quantity(books, name):
     q = quantities(books[name])
     assert contradictions(q) == []
     # the quantities the issue names are found in two files or more: the check is not vacuous
-    for quantity in ("days", "tps", "mfu", "need", "regime"):
+    for quantity in ("days", "tps", "mfu", "need", "regime", "facility_mw", "goodput"):
         assert shared(q, quantity) > 0, quantity
     if name == "default":
-        assert shared(q, "run_mfu_max") > 0 and shared(q, "family_mfu_max") > 0
+        assert shared(q, "run_mfu_max") > 0 and shared(q, "family_mfu_max") > 0 and shared(q, "tps_ratio") > 0
+        assert shared(q, "breakeven_usd") > 0
         fams = {k[1] for k in q if k[0] == "family_mfu_max"}
         assert fams <= {g.family for g in hardware.catalog().values()}
 

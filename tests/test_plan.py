@@ -128,6 +128,20 @@ def test_a_case_asked_again_is_read_from_the_builds_result_cache(tmp_path, monke
     assert memo.ENV not in __import__("os").environ  # the process is left as it was
 
 
+def test_power_and_a_goodput_that_falls_from_1024_to_100000_gpus():
+    """Issue 36: ``scaletax plan`` reports IT and facility MW and the scale model's goodput, lower on
+    100,000 GPUs than on 1,024 (interruptions grow with the count)."""
+    small, big = (json.loads(_plan("--model", "megatron_1t", "--gpu", "gb200", "--gpus", str(n), "--json").output)
+                  for n in (1024, 100_000))
+    assert big["goodput"] < small["goodput"] and big["goodput_high"] < small["goodput_low"]
+    assert big["mtbf_h"] == pytest.approx(small["mtbf_h"] * 1024 / 100_000)
+    # 100,000 GB200: 1,389 NVL72 racks of 132 kW, facility at PUE 1.2
+    assert (big["systems"], big["it_mw"], big["facility_mw"]) == (1389, pytest.approx(1389 * 0.132),
+                                                                  pytest.approx(1389 * 0.132 * 1.2))
+    text = _plan("--model", "megatron_1t", "--gpu", "gb200", "--gpus", "100000").output
+    assert "183.35 / 220.02 MW" in text and "Goodput" in text
+
+
 def test_a_model_name_with_rich_markup_is_printed_as_typed():
     """The table prints names as text: ``[/bold]`` in a model name raised MarkupError (exit 1)."""
     name = "[red]M[/red] [/bold] :warning:"

@@ -80,12 +80,15 @@ def _evaluate(spec: dict, values: dict, fields: tuple[str, ...]) -> list[dict[st
     return out
 
 
-def _library(plan, row, prices, usd_per_mwh, good):
-    """cost.run_costs for the row at these control values (the book's Python)."""
+def _library(plan, row, prices, usd_per_mwh, good=None):
+    """cost.run_costs for the row at these control values (the book's Python): the middle, the
+    fast and the slow end, at the reader's goodput ``good`` or, without one, at the row's goodput
+    of each end (plan.add_costs: high throughput with high goodput)."""
     econ = cost.Economics(usd_per_gpu_hour=prices[row["gpu"]], utilization=plan.utilization, pue=plan.pue,
-                          usd_per_mwh=usd_per_mwh, goodput=good)
+                          usd_per_mwh=usd_per_mwh)
     w = plan.system_w(row["gpu"])
-    return [cost.run_costs(plan.tokens, row[k], row["gpus"], w, econ) for k in ("tps", "tps_high", "tps_low")]
+    return [cost.run_costs(plan.tokens, row[k], row["gpus"], w, econ, goodput=row[gk] if good is None else good)
+            for k, gk in (("tps", "goodput"), ("tps_high", "goodput_high"), ("tps_low", "goodput_low"))]
 
 
 FIELDS = ("days", "days_low", "days_high", "gpu_hours", "energy_mwh", "cost_usd", "cost_usd_low", "cost_usd_high",
@@ -114,8 +117,7 @@ def test_vega_expressions_are_the_librarys_formulas_on_a_grid(price_b200, usd_pe
     got = _evaluate(_chart(plan, rows).to_dict(), values, FIELDS)
     prices = {g: plan.price(g) for g in GPUS} | {"b200": price_b200}
     for r, g in zip(rows, got):
-        good = mine if mine is not None else r["goodput"]
-        mid, fast, slow = _library(plan, r, prices, usd_per_mwh, good)
+        mid, fast, slow = _library(plan, r, prices, usd_per_mwh, mine)
         assert g["days"] == pytest.approx(mid["days"], rel=1e-12)
         assert (g["days_low"], g["days_high"]) == pytest.approx((fast["days"], slow["days"]), rel=1e-12)
         assert g["gpu_hours"] == pytest.approx(mid["gpu_hours"], rel=1e-12)
@@ -185,7 +187,7 @@ def test_a_page_opened_from_disk_moves_the_plotted_number_marks_it_and_resets(tm
         slider.evaluate("(el) => { el.value = '3.2'; el.dispatchEvent(new Event('input', {bubbles: true})); }")
         page.wait_for_function(f"() => ({read})() !== {json.dumps(rows[b200]['cost_usd'] / 1e6)}")
         prices = {g: plan.price(g) for g in GPUS} | {"b200": 3.2}
-        expect = _library(plan, rows[b200], prices, plan.usd_per_mwh, rows[b200]["goodput"])[0]["cost_usd"] / 1e6
+        expect = _library(plan, rows[b200], prices, plan.usd_per_mwh)[0]["cost_usd"] / 1e6
         assert page.evaluate(read) == pytest.approx(expect, rel=1e-12)
         assert page.evaluate(labels) != before  # the drawn point moved
         assert page.locator(".vega-bind.scaletax-yours").count() == 1
@@ -199,3 +201,56 @@ def test_a_page_opened_from_disk_moves_the_plotted_number_marks_it_and_resets(tm
         browser.close()
     assert not errors, errors
     assert math.isfinite(expect)
+
+
+def test_the_decision_charts_controls_start_at_the_scenarios_values():
+    """The cost-and-time figure's controls: one price per GPU at the scenario's price, the
+    electricity price, the goodput of the scenario's cluster; none for electricity with all-in
+    prices (the library adds no energy either)."""
+    plan = _plan()
+    rows = _rows(plan)
+    wi = d.cost_time_controls(plan, rows)
+    byname = {c.name: c for c in wi["controls"]}
+    assert wi["prices"] == {g: f"price_{g}" for g in GPUS}
+    for g in GPUS:
+        assert byname[f"price_{g}"].value == plan.price(g)
+    assert byname["usd_per_mwh"].value == plan.usd_per_mwh and wi["electricity"] == "usd_per_mwh"
+    assert wi["goodput"] == pytest.approx(float(plan.goodput_at("megatron_1t", plan.cluster_gpus)))
+    assert d.cost_time_controls(_plan("economics.price_includes_power=true"), rows)["electricity"] is None
+
+
+@pytest.mark.parametrize("mine", [None, 0.42, 0.97])
+def test_a_time_chart_recomputes_days_at_the_readers_goodput(mine):
+    """The days-by-size figure carries the goodput control only: days and their band at the
+    reader's goodput (or each size's own ends of the band) are the library's."""
+    plan = _plan()
+    rows = _rows(plan)
+    chart = whatif.bind_cost_time(alt.Chart(charts.data(rows)).mark_point().encode(x="gpus:Q", y="days:Q"), [], {},
+                                  None, 0.9, costs=False)
+    spec = chart.to_dict()
+    assert not any(t["as"].startswith("cost") for t in spec["transform"])
+    got = _evaluate(spec, {"goodput_yours": mine is not None, "goodput_value": mine or 0.9},
+                    ("days", "days_low", "days_high"))
+    for r, g in zip(rows, got):
+        mid, fast, slow = _library(plan, r, {x: plan.price(x) for x in GPUS}, plan.usd_per_mwh, mine)
+        assert (g["days"], g["days_low"], g["days_high"]) == pytest.approx(
+            (mid["days"], fast["days"], slow["days"]), rel=1e-12)
+
+
+@pytest.mark.parametrize("penalty", [0.0, 7.0, 36.0, 60.0])
+def test_the_fp4_penalty_control_is_the_librarys_time_ratio(penalty):
+    """The precision chapter's FP4 figure: the point the penalty control places is
+    precision.time_ratio of the published pair, evaluated by Vega."""
+    from scaletax.chapters import precision as ps
+    from scaletax.report.chapters import default_parameters
+
+    tax = ps.tax_rows(ps.read_runs(), default_parameters("precision")["gpus"])
+    pts = [r for r in ps.penalty_rows(tax) if r["kind"] == "point"]
+    assert pts and pts[0]["time_ratio"] == pytest.approx(1 / pts[0]["achieved_ratio"])  # starts at no penalty
+    c = ps.PENALTY_CONTROL
+    ctl = whatif.Control(c["name"], "penalty ", c["value"], c["lo"], c["hi"], c["step"])
+    chart = alt.Chart(charts.data(pts)).transform_calculate(
+        time_ratio=ps.time_ratio_expr(ctl.name)).mark_point().encode(y="time_ratio:Q").add_params(*whatif.params([ctl]))
+    got = _evaluate(chart.to_dict(), {ctl.name: penalty}, ("time_ratio",))
+    assert got[0]["time_ratio"] == pytest.approx(ps.time_ratio(penalty, pts[0]["achieved_ratio"]), rel=1e-12)
+    assert ps.time_ratio(36.0, 1.36) == pytest.approx(1.0)  # 36% more tokens at 1.36x the speed: the same time

@@ -38,6 +38,7 @@ ratio of two GPUs both at the same corner (the parameters are shared), min/max o
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -47,7 +48,7 @@ from scaletax.inputs import models as catalog
 from scaletax.inputs.layout import label
 from scaletax.model import cost, efficiency, goodput, search
 from scaletax.model import plan as planning
-from scaletax.render import wording
+from scaletax.render import whatif, wording
 
 # =========================================================================================
 # Constants
@@ -76,8 +77,8 @@ class Plan(planning.Terms):
     """What the decision needs from the scenario: the planning terms (:class:`scaletax.model.plan.Terms`:
     token budget, batch, target days, precision policy, prices, energy, goodput or its scale model)
     plus the models and GPUs to compare, the cluster sizes, the reference GPUs of the comparisons
-    (ids, as the scenario names them), power_mw (the facility power budget) and fleets (the
-    scenario's fleets)."""
+    (ids, as the scenario names them; ``price_pairs``: [newer, older] pairs for the price-ratio
+    curves), power_mw (the facility power budget) and fleets (the scenario's fleets)."""
 
     name: str
     models: tuple[str, ...]
@@ -90,6 +91,7 @@ class Plan(planning.Terms):
     heq_blackwell: tuple[str, ...]
     power_mw: float | None = None
     fleets: tuple[Mapping[str, Any], ...] = ()
+    price_pairs: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def from_params(cls, *, name: str, models, gpus, cluster_sizes, cluster_gpus, comparisons,
@@ -99,6 +101,7 @@ class Plan(planning.Terms):
                    sizes=tuple(int(n) for n in cluster_sizes), baseline=str(comparisons["baseline"]),
                    hopper_ref=str(comparisons["hopper_reference"]), heq_hopper=tuple(comparisons["heq_hopper"]),
                    heq_blackwell=tuple(comparisons["heq_blackwell"]),
+                   price_pairs=tuple((str(a), str(b)) for a, b in comparisons.get("price_pairs") or ()),
                    power_mw=None if cluster_power_mw is None else float(cluster_power_mw),
                    fleets=tuple(dict(f) for f in (fleets or ())), **planning.Terms.params_of(**params))
 
@@ -258,6 +261,188 @@ def goodput_detail(plan: Plan, model_id, gpus) -> dict[str, Any]:
 def owned_price(plan: Plan, gpu_id: str) -> dict[str, Any] | None:
     """USD per GPU-hour of an owned ``gpu_id`` beside the rental price (:func:`scaletax.model.plan.owned_price`)."""
     return planning.owned_price(plan, _gpu(gpu_id))
+
+
+def scale_sizes(plan: Plan) -> list[int]:
+    """The cluster sizes of the scale figures: the scenario's sizes and its reference count."""
+    return sorted(set(plan.sizes) | {plan.cluster_gpus})
+
+
+def scale_rows(plan: Plan) -> list[dict[str, Any]]:
+    """Every model x GPU type of the scenario on every size of :func:`scale_sizes`, with
+    economics (goodput of each size, :func:`economics`) and the cluster's IT and facility MW in
+    whole systems (:func:`cluster_power`): the rows of the goodput, days-by-size and days-by-MW
+    figures and of the power table."""
+    cases = [(m, g, n) for m in plan.models for g in plan.gpus for n in scale_sizes(plan)]
+    rows = economics(jobserver.map(lambda c: outcome(plan, c[0], c[1], c[2]), cases), plan)
+    for r in rows:
+        pw = cluster_power(plan, r["gpu"], r["gpus"])
+        r.update(systems=pw["systems"], system=pw["system"], it_mw=pw["it_mw"], facility_mw=pw["facility_mw"])
+    return rows
+
+
+def power_rows(plan: Plan, gpu_ids: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """Per GPU type: its system (name, GPUs, kW), the system power per GPU, and on the scenario's
+    reference count and its largest cluster the whole systems and IT and facility MW
+    (:func:`cluster_power`); with a power budget, the largest cluster that fits it
+    (:func:`scaletax.model.plan.largest_cluster`)."""
+    out = []
+    for gid in gpu_ids or plan.gpus:
+        g = _gpu(gid)
+        row = {"gpu": gid, "label": gpu_label(g), "announced": g.announced}
+        for key, n in (("ref", plan.cluster_gpus), ("top", plan.top)):
+            pw = cluster_power(plan, g, n)
+            row.update({f"{key}_gpus": n, f"{key}_systems": pw["systems"], f"{key}_it_mw": pw["it_mw"],
+                        f"{key}_facility_mw": pw["facility_mw"]})
+        row.update(system=pw["system"], per_system=pw["per_system"], system_kw=pw["system_kw"], w_per_gpu=pw["w_per_gpu"],
+                   budget_gpus=None, budget_systems=None, budget_facility_mw=None)
+        if plan.power_mw:
+            lc = planning.largest_cluster(plan, g, plan.power_mw)
+            row.update(budget_gpus=lc["gpus"], budget_systems=lc["systems"], budget_facility_mw=lc["facility_mw"])
+        out.append(row)
+    return out
+
+
+def budget_rows(plan: Plan) -> list[dict[str, Any]]:
+    """Every model x GPU type on the largest cluster of that GPU that fits the scenario's power
+    budget (``cluster.power_mw``): :func:`scaletax.model.plan.runnable_case` on it (the most of its GPUs
+    that run the scenario's global batch) with economics; ``budget_gpus`` the cluster,
+    ``gpus`` what the layout runs on. Empty without a budget."""
+    if not plan.power_mw:
+        return []
+    lc = {g: planning.largest_cluster(plan, _gpu(g), plan.power_mw) for g in plan.gpus}
+    cases = [(m, g) for m in plan.models for g in plan.gpus if lc[g]["gpus"] >= 8]
+    rows = jobserver.map(lambda c: _runnable(plan, c[0], c[1], lc[c[1]]["gpus"]), cases)
+    economics(rows, plan)
+    for r in rows:
+        pw = cluster_power(plan, r["gpu"], r["gpus"])
+        r.update(budget_gpus=lc[r["gpu"]]["gpus"], budget_systems=lc[r["gpu"]]["systems"],
+                 budget_facility_mw=lc[r["gpu"]]["facility_mw"], facility_mw=pw["facility_mw"], it_mw=pw["it_mw"])
+    return rows
+
+
+def _runnable(plan: Plan, model_id: str, gpu, gpus: int) -> dict[str, Any]:
+    """:func:`outcome` on the most GPUs up to ``gpus`` that run the scenario's batch
+    (:func:`scaletax.model.plan.runnable_case`)."""
+    g = _gpu(gpu)
+    row = planning.runnable_case(plan, catalog.get(model_id), g, int(gpus))
+    row.update(model_name=model_name(model_id), label=gpu_label(g), family=g.family, announced=g.announced,
+               domain=g.nvlink_domain, price=plan.price(g.id), price_assumed=plan.price_assumed(g.id),
+               price_basis=plan.price_basis(g.id))
+    row["layout"] = label(row["layout"]) if row["fits"] else _nofit_text(row)
+    return row
+
+
+def headline_cases(plan: Plan, rows: list[dict]) -> list[dict[str, Any]]:
+    """The headline cases: per model, the cheapest Hopper and the cheapest Blackwell of the
+    scenario on its cluster (:func:`cheapest`), as {model, kind ("hopper" | "blackwell"), row}
+    (row None where none fits)."""
+    return [{"model": mid, "kind": kind, "row": cheapest(rows, mid, ids(plan.gpus))}
+            for mid in plan.models for kind, ids in (("hopper", hopper_ids), ("blackwell", blackwell_ids))]
+
+
+def own_rent_rows(plan: Plan, rows: list[dict]) -> list[dict[str, Any]]:
+    """The headline cases (:func:`headline_cases`) rented and owned: the case's row with
+    :func:`scaletax.model.plan.own_vs_rent` (owned and rented price per GPU-hour, total cost both
+    ways with bands), for the cases whose GPU has ownership inputs."""
+    out = []
+    for h in headline_cases(plan, rows):
+        r = h["row"]
+        if r is None:
+            continue
+        o = planning.own_vs_rent(plan, _gpu(r["gpu"]), r)
+        if o is not None:
+            out.append({**r, "kind": h["kind"], **o})
+    return out
+
+
+def fleet_rows(plan: Plan) -> list[dict[str, Any]]:
+    """Per fleet of the scenario (``fleets``) and model: days and cost to train the budget on it
+    (:func:`scaletax.model.plan.runnable_case`: the most of its GPUs that run the scenario's batch),
+    its facility MW (the whole fleet, :func:`cluster_power`), and its size in equivalents of the
+    scenario's baseline GPU (``comparisons.baseline``, H100): the count x tokens/s per GPU over the
+    baseline's on as many GPUs (:func:`scaletax.model.plan.throughput_ratio`, with its band; exactly
+    the count, no band, for a fleet of the baseline GPU). A fleet counted in equivalents
+    (``equivalent``) is taken as that many GPUs of its type and says so."""
+    base = _gpu(plan.baseline)
+    cases = [(i, f, m) for i, f in enumerate(plan.fleets) for m in plan.models]
+    runs = jobserver.map(lambda c: _runnable(plan, c[2], c[1]["gpu"], int(c[1]["count"])), cases)
+    refs = jobserver.map(lambda r: None if r["gpu"] == base.id or not r["fits"] else outcome(plan, r["model"], base, r["gpus"]),
+                         runs)
+    economics(runs, plan)
+    out = []
+    for (i, f, mid), r, ref in zip(cases, runs, refs):
+        g = _gpu(f["gpu"])
+        n = int(f["count"])
+        pw = cluster_power(plan, g, n)
+        eq = {"heq": None, "heq_low": None, "heq_high": None}
+        if r["gpu"] == base.id:
+            eq = {"heq": float(n), "heq_low": float(n), "heq_high": float(n)}
+        elif ref is not None:
+            q = planning.throughput_ratio(r, ref)
+            if q is not None:
+                eq = {"heq": n * q["ratio"], "heq_low": n * q["ratio_low"], "heq_high": n * q["ratio_high"]}
+        out.append({**r, "fleet": i, "fleet_name": str(f["name"]), "fleet_gpu": g.id, "fleet_label": gpu_label(g),
+                    "count": n, "equivalent": bool(f.get("equivalent")), "verified": bool(f.get("verified")),
+                    "source": str(f["source"]), "fleet_facility_mw": pw["facility_mw"], "fleet_it_mw": pw["it_mw"],
+                    "fleet_systems": pw["systems"], "base": base.id, "base_label": gpu_label(base), **eq})
+    return out
+
+
+#: Price ratios (newer / older GPU) the price-ratio curves are drawn over.
+PRICE_RATIOS = tuple(round(0.25 + 0.05 * i, 2) for i in range(76))  # 0.25 .. 4.0
+
+
+def price_pair_rows(plan: Plan, rows: list[dict]) -> list[dict[str, Any]]:
+    """Per model and price pair (``comparisons.price_pairs``, [newer, older]): the cost per trained
+    token of the newer GPU over the older one's on the scenario's cluster against their price ratio
+    (:func:`scaletax.model.plan.cost_ratio_curve`: ``curve`` with its band, the break-even price ratio
+    with its band, and the scenario's point ``at``), the older GPU's price ``ref_price`` (the
+    break-even price per GPU-hour is the break-even ratio times it), the price basis of each GPU
+    and ``verdict`` at the scenario's prices ("pays", "does not pay", "within band")."""
+    out = []
+    for mid in plan.models:
+        for new, old in plan.price_pairs:
+            a, b = (next((r for r in rows if r["model"] == mid and r["gpu"] == g), None) or
+                    economics([outcome(plan, mid, g)], plan)[0] for g in (new, old))
+            c = planning.cost_ratio_curve(plan, _gpu(new), _gpu(old), a, b, PRICE_RATIOS)
+            basis = {plan.price_basis(new), plan.price_basis(old)}
+            row = {"model": mid, "model_name": model_name(mid), "gpu": new, "ref": old, "label": gpu_label(new),
+                   "ref_label": gpu_label(old), "pair": f"{gpu_label(new)} vs {gpu_label(old)}",
+                   "ref_price": plan.price(old),
+                   "price_basis": "your input" if "your input" in basis else "assumed" if "assumed" in basis
+                   else "published", "new_basis": plan.price_basis(new), "old_basis": plan.price_basis(old),
+                   "curve": c, "verdict": "no comparison", "message": None}
+            if c is None:
+                row["message"] = a["message"] if not a.get("tps") else b["message"] if not b.get("tps") else \
+                    f"no price for {gpu_label(old)}"
+            elif c["at"] is not None:
+                at = c["at"]
+                row["verdict"] = ("pays" if at["ratio_high"] < 1 else "does not pay" if at["ratio_low"] > 1
+                                  else "within band")
+            out.append(row)
+    return out
+
+
+def price_curve_chart_rows(rows: list[dict]) -> list[dict]:
+    """The curves of :func:`price_pair_rows` as points (``kind`` "curve"), and the scenario's price
+    ratio of each pair (``kind`` "scenario", with its price basis)."""
+    out = []
+    for r in rows:
+        c = r["curve"]
+        if c is None:
+            continue
+        common = {"model_name": r["model_name"], "pair": r["pair"], "gpu": r["gpu"], "ref": r["ref"]}
+        for i, x in enumerate(c["price_ratio"]):
+            out.append({**common, "kind": "curve", "price_ratio": float(x), "cost_ratio": float(c["ratio"][i]),
+                        "cost_ratio_low": float(c["ratio_low"][i]), "cost_ratio_high": float(c["ratio_high"][i]),
+                        "price_basis": None})
+        if c["at"] is not None:
+            at = c["at"]
+            out.append({**common, "kind": "scenario", "price_ratio": at["price_ratio"], "cost_ratio": at["ratio"],
+                        "cost_ratio_low": at["ratio_low"], "cost_ratio_high": at["ratio_high"],
+                        "price_basis": f"scenario prices ({r['price_basis']})"})
+    return out
 
 
 # =========================================================================================
@@ -453,10 +638,6 @@ def hopper_reference(plan: Plan, rows: list[dict], model_id: str) -> tuple[str, 
     return plan.hopper_ref, False
 
 
-def _energy_usd_per_gpu_hour(plan: Plan, gpu_id: str) -> float:
-    return plan.energy_usd_per_gpu_hour(_gpu(gpu_id))
-
-
 def breakeven_rows(plan: Plan, rows: list[dict]) -> list[dict[str, Any]]:
     """Per model, every non-Hopper GPU against the reference Hopper (:func:`hopper_reference`).
 
@@ -493,8 +674,9 @@ def breakeven_rows(plan: Plan, rows: list[dict]) -> list[dict[str, Any]]:
             if r.get("tps") and ref.get("tps"):
                 row.update(planning.throughput_ratio(r, ref))
                 if row["price"] is not None and row["ref_price"] is not None:
-                    e_ref, e_gpu = _energy_usd_per_gpu_hour(plan, ref_id), _energy_usd_per_gpu_hour(plan, gid)
-                    be = [(row["ref_price"] + e_ref) * x - e_gpu for x in (row["ratio"], row["ratio_low"], row["ratio_high"])]
+                    # the break-even of the price-ratio curve (one formula), in $ per GPU-hour
+                    c = planning.cost_ratio_curve(plan, _gpu(gid), _gpu(ref_id), r, ref, ())
+                    be = [c[k] * row["ref_price"] for k in ("breakeven", "breakeven_low", "breakeven_high")]
                     row.update(price_ratio=row["price"] / row["ref_price"], breakeven=be[0], breakeven_low=be[1],
                                breakeven_high=be[2])
                     row["verdict"] = ("pays" if row["price"] < be[1] else "does not pay" if row["price"] > be[2]
@@ -638,6 +820,8 @@ def tornado_rows(plan: Plan, rows: list[dict], outputs: Sequence[str] = ("cost_u
                                                plan.economics(r["gpu"], mid, r["gpus"]), low=r["tps_low"],
                                                high=r["tps_high"], output=o, tps_at_gpus=tps_at,
                                                goodput_at_gpus=lambda n, _m=mid: float(plan.goodput_at(_m, n)),
+                                               goodput_range=tuple(float(g) for g in
+                                                                   plan.goodput_band_at(mid, r["gpus"])[1:]),
                                                options=options):
                 swing = 100 * abs(s["high_change"] - s["low_change"])
                 out.append({**s, "model": mid, "model_name": model_name(mid), "gpu": r["gpu"], "gpu_label": r["label"],
@@ -699,21 +883,53 @@ def breakeven_chart_rows(rows: list[dict]) -> list[dict]:
 
 
 def cost_time_chart_rows(rows: list[dict], plan: Plan) -> list[dict]:
-    """Points with bands for the cost-against-time figure (fitting cases with a price)."""
+    """Points with bands for the cost-against-time figure (fitting cases with a price), with what
+    its controls recompute from (:func:`scaletax.render.whatif.cost_time_data`: the price, goodput
+    with its band, days, GPU-hours and energy with their bands and each at its goodput)."""
     out = [{"model_id": r["model"], "model_name": r["model_name"], "gpu": r["gpu"], "label": r["label"],
             "gpus": r["gpus"], "precision": r["precision"],
-            "status": "announced (projection)" if r["announced"] else "shipping",
-            "days": r["days"], "days_low": r["days_low"], "days_high": r["days_high"],
+            "status": "announced (projection)" if r["announced"] else "shipping", "tps": r["tps"],
+            "price": r["price"], "goodput": r["goodput"], "goodput_low": r["goodput_low"],
+            "goodput_high": r["goodput_high"],
+            **{f + b: r[f + b] for f in ("days", "gpu_hours", "energy_mwh", "cost_usd") for b in ("", "_low", "_high")},
             "cost_musd": r["cost_usd"] / 1e6, "cost_low": r["cost_usd_low"] / 1e6,
             "cost_high": r["cost_usd_high"] / 1e6}
            for r in rows if r.get("tps") and r.get("cost_usd") is not None]
-    return out
+    return whatif.cost_time_data(out)
+
+
+def cost_time_controls(plan: Plan, chart_rows: list[dict]) -> dict[str, Any]:
+    """The what-if controls of the cost-and-time figure (:mod:`scaletax.render.whatif`): a price per
+    GPU-hour for each GPU of ``chart_rows`` (from its scenario price), the electricity price (none
+    when the prices include power) and the goodput (starting at the modelled goodput of the
+    scenario's cluster for its first model, or the planner's): ``controls``, ``prices`` (GPU id ->
+    control name), ``electricity`` (a control name or None), ``goodput``."""
+    controls, prices = [], {}
+    for r in chart_rows:
+        gid = r["gpu"]
+        if gid in prices or r.get("price") is None:
+            continue
+        name = "price_" + re.sub(r"[^a-z0-9_]", "_", gid.lower())
+        if any(c.name == name for c in controls):
+            name += f"_{len(controls)}"
+        p = float(r["price"])
+        controls.append(whatif.Control(name, f"{r['label']} $/GPU-hour ", p, 0.0, max(12.0, math.ceil(2 * p)), 0.05))
+        prices[gid] = name
+    electricity = None
+    if not (plan.price_includes_power or plan.usd_per_mwh == 0):
+        electricity = "usd_per_mwh"
+        controls.append(whatif.Control(electricity, "electricity $/MWh ", plan.usd_per_mwh, 0.0,
+                                       max(400.0, math.ceil(2 * plan.usd_per_mwh)), 5.0))
+    good = plan.goodput if plan.goodput is not None else float(plan.goodput_at(plan.models[0], plan.cluster_gpus))
+    return {"controls": controls, "prices": prices, "electricity": electricity, "goodput": good}
 
 
 __all__ = ["BLACKWELL_FAMILIES", "CLAIM_KEY", "FACTORS",
             "Plan", "RESOLUTION_BITS", "best", "blackwell_factor", "blackwell_ids",
            "breakeven_chart_rows", "breakeven_rows", "capacity", "cheapest", "clear_cache", "cluster_power",
-           "cost_time_chart_rows", "goodput_detail", "owned_price",
+           "cost_time_chart_rows", "cost_time_controls", "goodput_detail", "owned_price", "scale_sizes", "scale_rows",
+           "power_rows", "budget_rows", "headline_cases", "own_rent_rows", "fleet_rows", "PRICE_RATIOS",
+           "price_pair_rows", "price_curve_chart_rows",
            "decision_rows", "economics", "fastest", "first_moe", "fitting", "gpu_label", "gpus_for_target",
            "heq_rows", "hopper_ids", "hopper_reference", "hybrid", "main_source", "model_name", "nvl72_ids",
            "outcome", "price_candidates", "rubin_claim", "top_input", "top_rows", "tornado_chart_rows", "tornado_notes",

@@ -31,7 +31,9 @@ What a format buys
   published runs reach, per run and per GPU and format.
 - ``tax_rows(runs, gpus)``: the precision tax, the peak ratio against the achieved ratio of
   runs that differ only in precision.
-- ``guidance_rows(...)``: "FP4 where it pays", from the numbers above.
+- ``guidance_rows(...)``: "FP4 where it pays", from the numbers above; ``time_ratio`` (an FP4
+  format's training time relative to its baseline for an extra-token penalty) and
+  ``penalty_rows`` (its curve, with a what-if control in the HTML).
 """
 from __future__ import annotations
 
@@ -989,6 +991,44 @@ def guidance_rows(err: dict[str, float], rows: Sequence[dict], facts: dict[str, 
     return out
 
 
+def time_ratio(extra_tokens_pct, achieved_ratio):
+    """Training time (and GPU-hours, so cost on the same GPUs) of a format relative to its
+    baseline when it needs ``extra_tokens_pct`` % more tokens to reach the same loss and runs at
+    ``achieved_ratio`` times the baseline's tokens per second: (1 + pct / 100) / ratio (arrays
+    broadcast). The HTML's penalty control evaluates the same expression
+    (:func:`time_ratio_expr`, held to this by tests/test_whatif.py)."""
+    out = (1.0 + np.asarray(extra_tokens_pct, dtype=float) / 100.0) / np.asarray(achieved_ratio, dtype=float)
+    return float(out) if out.ndim == 0 else out
+
+
+def time_ratio_expr(param: str) -> str:
+    """:func:`time_ratio` as a Vega expression of the penalty parameter ``param`` (percent) and the
+    row's ``achieved_ratio``."""
+    return f"(1 + {param} / 100) / datum.achieved_ratio"
+
+
+#: The penalty control of the FP4 chart (extra tokens in percent): where it starts (no penalty),
+#: its range and step, and the penalties the curve is drawn over.
+PENALTY_CONTROL = {"name": "nvfp4_extra_tokens_pct", "value": 0.0, "lo": 0.0, "hi": 60.0, "step": 1.0}
+PENALTY_PCTS = tuple(range(0, 61, 2))
+
+
+def penalty_rows(tax: Sequence[dict]) -> list[dict[str, Any]]:
+    """The FP4 pair of the tax table (:func:`fp4_tax`) as a curve of its training time relative to
+    the baseline format against the extra tokens it needs (``kind`` "curve", :data:`PENALTY_PCTS`),
+    plus one row (``kind`` "point") that the chart's penalty control places (the library's value at
+    the control's starting penalty). Empty without an FP4 pair."""
+    t = fp4_tax(tax)
+    if t is None:
+        return []
+    common = {"pair": t["pair"], "label": t["label"], "model": t["model"], "achieved_ratio": t["achieved_ratio"]}
+    out = [{**common, "kind": "curve", "extra_tokens_pct": float(p), "time_ratio": time_ratio(p, t["achieved_ratio"])}
+           for p in PENALTY_PCTS]
+    p0 = PENALTY_CONTROL["value"]
+    out.append({**common, "kind": "point", "extra_tokens_pct": p0, "time_ratio": time_ratio(p0, t["achieved_ratio"])})
+    return out
+
+
 def breakeven(tax: Sequence[dict]) -> dict[str, float | None]:
     """The FP4 break-even numbers the prose quotes (None when the runs table has no FP4 pair)."""
     t = fp4_tax(tax)
@@ -996,4 +1036,4 @@ def breakeven(tax: Sequence[dict]) -> dict[str, float | None]:
     if t is None:
         return {"margin_pct": None, "mxfp4_time_ratio": None}
     return {"margin_pct": 100 * (t["achieved_ratio"] - 1),
-            "mxfp4_time_ratio": (1 + pub["mxfp4_tokens_pct"] / 100) / t["achieved_ratio"]}
+            "mxfp4_time_ratio": time_ratio(pub["mxfp4_tokens_pct"], t["achieved_ratio"])}

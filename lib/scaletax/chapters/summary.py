@@ -21,12 +21,14 @@ import math
 from typing import Any, Sequence
 
 from scaletax.inputs import failures, hardware, models, recipes
-from scaletax.model import efficiency
+from scaletax.model import efficiency, ownership
 from scaletax.model import plan as planning
-from scaletax.render.wording import bought_text, price_basis, price_text, regime_accuracy_text
+from scaletax.render import whatif
+from scaletax.render.wording import bought_text, price_basis, price_text, regime_accuracy_text, system_unit
 from scaletax.fit import calibrate, validate
-from scaletax.chapters.decision import (FACTORS, Plan, blackwell_ids, capacity, cheapest, decision_rows,
-                                        fastest, fitting, gpu_label, gpus_for_target, hopper_ids, main_source,
+from scaletax.chapters.decision import (FACTORS, Plan, blackwell_ids, capacity, cheapest, decision_rows, headline_cases,
+                                        fastest, fitting, goodput_detail, gpu_label, gpus_for_target, hopper_ids,
+                                        main_source,
                                         model_name, top_input, waterfall, waterfall_targets)
 
 
@@ -256,6 +258,10 @@ def tornado_sentence(rows: list[dict], plan: Plan) -> str:
 #: The ids a case row is about, written to a table's CSV (``tables.table(keys=...)``) so that
 #: the same quantity is found in every file that states it (``tests/test_one_value.py``).
 CASE_KEYS: tuple[str, ...] = ("model_id", "gpu_id", "gpus", "precision_id", "regime")
+#: The ids a ratio of two GPUs on the scenario's cluster is about (the break-even and price-ratio tables).
+RATIO_KEYS: tuple[str, ...] = ("model_id", "gpu_id", "ref_id")
+#: The ids of a power row: the GPU and the two counts the table gives MW for.
+POWER_KEYS: tuple[str, ...] = ("gpu_id", "ref_gpus", "top_gpus")
 
 
 def case_keys(r: dict) -> dict[str, Any]:
@@ -394,6 +400,16 @@ def goodput_sentence(plan: Plan, source: str | None) -> str:
             f"{float(rel['storage_tb_s']):g} TB/s at Daly's optimal interval)")
 
 
+def controls_sentence(controls, plan: Plan) -> str:
+    """The values the what-if controls of a figure start at (the scenario's, which the printed
+    figure shows), labelled as beside the controls: "H100 SXM $/GPU-hour 2.35; ...; electricity
+    $/MWh 80; goodput: each case's modelled goodput" (``controls``: :class:`scaletax.render.whatif.Control`)."""
+    parts = [f"{c.label.strip()} {c.value:g}" for c in controls]
+    parts.append("goodput: each case's modelled goodput" if plan.goodput is None
+                 else f"goodput {100 * plan.goodput:.0f}% (your cluster.goodput)")
+    return "; ".join(parts)
+
+
 def system_power_sentence(plan: Plan) -> str:
     """Where each GPU's system power comes from: "DGX/HGX H100 node 10.2 kW for 8 GPUs, 1,275 W per
     GPU; ... (data/systems.csv, sourced per row)", or the planner's overhead over TDP."""
@@ -441,13 +457,14 @@ def waterfall_table(rows: list[dict]) -> list[dict]:
 
 
 def breakeven_table(rows: list[dict]) -> list[dict]:
-    return [{"model": r["model_name"], "gpu": r["label"] + ("" if r["in_scenario"] else " (catalog)"),
+    return [{"model_id": r["model"], "gpu_id": r["gpu"], "ref_id": r["ref"],
+             "model": r["model_name"], "gpu": r["label"] + ("" if r["in_scenario"] else " (catalog)"),
              "ratio": band_text(r["ratio"], r["ratio_low"], r["ratio_high"]),
              "price_ratio": "–" if r["price_ratio"] is None else f"{r['price_ratio']:.2f}",
              "per_mtok": ("–" if r["usd_per_mtok"] is None or r["ref_usd_per_mtok"] is None
                           else f"{r['usd_per_mtok']:.2f} / {r['ref_usd_per_mtok']:.2f}"),
-             "breakeven": "–" if r["breakeven"] is None else (
-                 f"${r['breakeven']:.2f} ({r['breakeven_low']:.2f}–{r['breakeven_high']:.2f})"),
+             "breakeven": "–" if r["breakeven"] is None else band_text(r["breakeven"], r["breakeven_low"],
+                                                                        r["breakeven_high"]),
              "price": price_text(r["price"], row_basis(r)), "verdict": r["verdict"]} for r in rows]
 
 
@@ -485,6 +502,283 @@ def claim_table(c: dict[str, Any]) -> list[dict]:
 
 
 # =========================================================================================
+# Power, scale, owning, fleets, price ratios (decision chapter)
+# =========================================================================================
+def _mw(v) -> str:
+    return "–" if v is None else f"{v:,.1f}"
+
+
+def power_table(rows: list[dict], plan: Plan) -> list[dict]:
+    """Per GPU type (:func:`scaletax.chapters.decision.power_rows`): its system and the system's
+    maximum power, the facility MW of the scenario's reference count, the whole systems and IT and
+    facility MW of its largest cluster, and the largest cluster the power budget holds."""
+    return [{"gpu_id": r["gpu"], "ref_gpus": r["ref_gpus"], "top_gpus": r["top_gpus"], "gpu": r["label"],
+             "system": f"{r['system']} ({r['per_system']} GPUs)",
+             "system_kw": r["system_kw"], "ref_facility_mw": r["ref_facility_mw"],
+             "top_systems": f"{r['top_systems']:,} {system_unit(r, r['top_systems'])}", "top_it_mw": r["top_it_mw"],
+             "top_facility_mw": r["top_facility_mw"], "budget_gpus": r["budget_gpus"]} for r in rows]
+
+
+def mw_sentence(rows: list[dict], plan: Plan) -> str:
+    """The facility megawatts of the scenario's reference count and largest cluster, lowest and
+    highest GPU type (announced parts marked)."""
+    def span(key, n):
+        lo, hi = min(rows, key=lambda r: r[key]), max(rows, key=lambda r: r[key])
+        if lo is hi or round(lo[key], 1) == round(hi[key], 1):
+            return f"{lo[key]:,.1f} MW on {n:,} {lo['label']}"
+        return f"from {lo[key]:,.1f} MW ({lo['label']}) to {hi[key]:,.1f} MW ({hi['label']}) on {n:,} GPUs"
+
+    text = f"at a PUE of {plan.pue:g} the facility draws {span('ref_facility_mw', plan.cluster_gpus)}"
+    if plan.top != plan.cluster_gpus:
+        text += f", and {span('top_facility_mw', plan.top)}"
+    return text
+
+
+def budget_table(rows: list[dict], plan: Plan) -> list[dict]:
+    """Per model and GPU type on the largest cluster the power budget holds: its GPUs, the count the
+    layout runs on, days and cost (bands) and the facility MW of that count."""
+    out = []
+    for r in rows:
+        runs = (f"{r['gpus']:,}" if r["gpus"] == r["budget_gpus"] else f"{r['gpus']:,} of them (batch)") \
+            if r["fits"] else r["layout"]
+        out.append({**case_keys(r), "model": r["model_name"], "gpu": r["label"], "budget_gpus": r["budget_gpus"],
+                    "runs": runs, "days": band_text(r["days"], r["days_low"], r["days_high"]),
+                    "cost": band_text(_m(r["cost_usd"]), _m(r["cost_usd_low"]), _m(r["cost_usd_high"]))
+                    + PRICE_MARK.get(row_basis(r), "") if r.get("cost_usd") is not None else "–",
+                    "facility_mw": r["facility_mw"] if r["fits"] else None})
+    return out
+
+
+def budget_sentence(rows: list[dict], plan: Plan) -> str:
+    """Per model: the shipping GPU that trains fastest within the power budget, and whether a
+    GPU that is faster per GPU loses to one whose smaller power lets more of it fit."""
+    if not rows:
+        return "the scenario sets no power budget (cluster.power_mw)"
+    parts = []
+    for mid in plan.models:
+        ok = [r for r in rows if r["model"] == mid and r.get("days") is not None and not r["announced"]]
+        if not ok:
+            parts.append(f"{model_name(mid)} fits on none of the shipping GPUs within {plan.power_mw:g} MW")
+            continue
+        f = min(ok, key=lambda r: r["days"])
+        parts.append(f"{model_name(mid)} trains fastest on {f['gpus']:,} {f['label']}, in {f['days']:.1f} days "
+                     f"({f['days_low']:.1f}–{f['days_high']:.1f})")
+    return "; ".join(parts)
+
+
+def goodput_chart_rows(plan: Plan, sizes: Sequence[int]) -> list[dict]:
+    """The goodput of each model of the scenario on each of ``sizes`` GPUs with its band
+    (:func:`scaletax.chapters.decision.goodput_detail`: it depends on the count and the model's
+    checkpoint, not on the GPU type or on whether a layout fits)."""
+    out = []
+    for mid in plan.models:
+        for n in sizes:
+            g = goodput_detail(plan, mid, n)
+            out.append({"model_id": mid, "model_name": model_name(mid), "gpus": int(n), "goodput": float(g["goodput"]),
+                        "goodput_low": float(g["goodput_low"]), "goodput_high": float(g["goodput_high"])})
+    return out
+
+
+def goodput_scale_sentence(plan: Plan, sizes: Sequence[int]) -> str:
+    """The goodput of the first model at the smallest and the largest of ``sizes``, with its band
+    (the planner's goodput: the same at every size, no band)."""
+    mid = plan.models[0]
+    if plan.goodput is not None:
+        return f"goodput is your {100 * plan.goodput:.0f}% at every size (cluster.goodput)"
+    g = goodput_chart_rows(plan, sorted({min(sizes), max(sizes)}))
+    g = [r for r in g if r["model_id"] == mid]
+
+    def one(r):
+        return (f"{100 * r['goodput']:.0f}% ({100 * r['goodput_low']:.0f}–{100 * r['goodput_high']:.0f}) "
+                f"on {r['gpus']:,} GPUs")
+
+    if len(g) == 1:
+        return f"for {model_name(mid)}, goodput is {one(g[0])}"
+    return f"for {model_name(mid)}, goodput falls from {one(g[0])} to {one(g[-1])}"
+
+
+def band_parts(rows: list[dict], plan: Plan) -> dict[str, Any]:
+    """What the days band is made of at the scenario's largest cluster (scale rows there):
+    ``good_low`` / ``good_high`` the goodput band over the models (%; None with the planner's
+    goodput), ``tps_pct`` the widest half-width of the throughput band (%), and ``sentence``."""
+    top = [r for r in rows if r["gpus"] == plan.top and r.get("tps")]
+    out = {"good_low": None, "good_high": None, "tps_pct": None,
+           "sentence": "the goodput is the planner's, so it adds no band"}
+    if not top:
+        out["sentence"] = "no case fits"
+        return out
+    out["tps_pct"] = 100 * max(max(r["tps_high"] / r["tps"] - 1, 1 - r["tps_low"] / r["tps"]) for r in top)
+    if plan.goodput is None:
+        out.update(good_low=100 * min(r["goodput_low"] for r in top), good_high=100 * max(r["goodput_high"] for r in top))
+        out["sentence"] = (f"on {plan.top:,} GPUs the goodput band spans {out['good_low']:.0f}–{out['good_high']:.0f}% "
+                           f"against a throughput band of at most ±{out['tps_pct']:.0f}%")
+    return out
+
+
+def scale_chart_rows(rows: list[dict]) -> list[dict]:
+    """Days (band) against GPUs and against facility MW, per model and GPU type (fitting cases),
+    with what a goodput control recomputes them from (:func:`scaletax.render.whatif.cost_time_data`)."""
+    return whatif.cost_time_data([
+        {"model_id": r["model"], "model_name": r["model_name"], "gpu": r["gpu"], "label": r["label"],
+         "precision": r["precision"], "gpus": r["gpus"], "facility_mw": r["facility_mw"], "tps": r["tps"],
+         "status": "announced (projection)" if r["announced"] else "shipping",
+         **{f + b: r[f + b] for f in ("goodput", *whatif.TIMED) for b in whatif.BANDS}}
+        for r in rows if r.get("days") is not None])
+
+
+def goodput_table(plan: Plan, model_id: str, sizes: Sequence[int]) -> list[dict]:
+    """The goodput model of ``model_id`` at ``sizes``: mean time between unexpected interruptions,
+    checkpoint write time, Daly's interval and the goodput with its band
+    (:func:`scaletax.chapters.decision.goodput_detail`)."""
+    out = []
+    for n in sizes:
+        g = goodput_detail(plan, model_id, n)
+        out.append({"model_id": model_id, "gpus": n, "mtbf_h": g["mtbf_h"], "checkpoint_s": g["checkpoint_s"],
+                    "interval_min": None if g["interval_s"] is None else g["interval_s"] / 60,
+                    "goodput": pct_band(g["goodput"], g["goodput_low"], g["goodput_high"])})
+    return out
+
+
+def ownership_sentence(plan: Plan) -> str:
+    """The owning inputs with their sources, in one sentence."""
+    o = plan.ownership
+    if not o:
+        return "the scenario has no ownership inputs (economics.ownership)"
+    crf = ownership_crf(plan)
+    return (f"systems bought at the prices in the last column and depreciated over {float(o['depreciation_years']):g} "
+            f"years ({o['depreciation_source']}) at a cost of capital of {100 * float(o['cost_of_capital']):g}% "
+            f"({o['cost_of_capital_source']}; capital recovery factor {crf:.3f} a year), a facility at "
+            f"${float(o['facility_usd_per_mw_year']) / 1e6:,.2f}M per MW of IT power a year ({o['facility_source']}), "
+            f"busy {100 * float(o['busy_share']):g}% of the year ({o['busy_source']})")
+
+
+def ownership_crf(plan: Plan) -> float:
+    """The capital recovery factor of the scenario's ownership inputs (:mod:`scaletax.model.ownership`)."""
+    o = plan.ownership
+    return ownership.capital_recovery_factor(float(o["cost_of_capital"]), float(o["depreciation_years"]))
+
+
+def own_rent_table(rows: list[dict]) -> list[dict]:
+    """Per headline case: rented and owned price per GPU-hour (with energy), the cost of the run
+    both ways (bands), and the system price with its basis."""
+    def basis(b):
+        return {"assumed": " (assumed)", "your input": " (your input)"}.get(b, "")
+
+    return [{**case_keys(r), "model": r["model_name"], "gpu": r["label"],
+             "rent_hour": "no price" if r["rent_total"] is None else f"${r['rent_total']:.2f}"
+             + basis(row_basis(r)),
+             "own_hour": f"${r['owned']:.2f} ({r['capital']:.2f} + {r['facility']:.2f} + {r['energy']:.2f})",
+             "cost": "–" if r["rented_usd"] is None else band_text(_m(r["rented_usd"]), _m(r["rented_usd_low"]),
+                                                                   _m(r["rented_usd_high"])),
+             "cost_owned": band_text(_m(r["owned_usd"]), _m(r["owned_usd_low"]), _m(r["owned_usd_high"])),
+             "capex": f"${r['capex_per_system']:,.0f} per {system_unit(r, 1)}" + basis(r["capex_basis"])}
+            for r in rows]
+
+
+def own_rent_sentence(rows: list[dict], plan: Plan | None = None, case_rows: list[dict] | None = None) -> str:
+    """Per headline case: owned against rented price per GPU-hour, and which is cheaper. With
+    ``plan`` and the chapter's ``case_rows``, an empty ``rows`` says whether no headline case fits
+    or the scenario has no system prices for their GPUs."""
+    if not rows:
+        if plan is not None and case_rows is not None and not any(
+                h["row"] for h in headline_cases(plan, case_rows)):
+            return f"no Hopper or Blackwell case fits on {plan.cluster_gpus:,} GPUs, so there is no case to own or rent"
+        return "the scenario has no ownership inputs for its headline GPUs (economics.ownership)"
+    parts = []
+    for r in rows:
+        if r["rent_total"] is None:
+            parts.append(f"{r['model_name']} on {r['label']}: ${r['owned']:.2f} per GPU-hour owned, no rental price")
+            continue
+        cheaper = "owning" if r["owned"] < r["rent_total"] else "renting"
+        parts.append(f"{r['model_name']} on {r['label']}: ${r['owned']:.2f} owned against ${r['rent_total']:.2f} "
+                     f"rented per GPU-hour, so {cheaper} is cheaper")
+    return "; ".join(parts)
+
+
+def fleet_table(rows: list[dict]) -> list[dict]:
+    """Per fleet and model: the fleet as reported, the count it runs on, days and cost (bands), its
+    facility MW and its size in equivalents of the baseline GPU (band)."""
+    out = []
+    for r in rows:
+        reported = f"{r['count']:,} {r['fleet_label']}" + (" (claimed equivalents)" if r["equivalent"] else "")
+        runs = (r["layout"] if not r["fits"] else f"{r['gpus']:,}" if r["gpus"] == r["count"]
+                else f"{r['gpus']:,} (batch)")
+        heq = "–" if r["heq"] is None else ("as reported" if r["gpu"] == r["base"] and r["equivalent"] else
+                                            band_text(r["heq"], None if r["heq_low"] == r["heq"] else r["heq_low"],
+                                                      None if r["heq_high"] == r["heq"] else r["heq_high"]))
+        out.append({**case_keys(r), "fleet_gpus": r["count"], "fleet": r["fleet_name"], "reported": reported,
+                    "model": r["model_name"],
+                    "runs": runs, "days": band_text(r["days"], r["days_low"], r["days_high"]),
+                    "cost": band_text(_m(r["cost_usd"]), _m(r["cost_usd_low"]), _m(r["cost_usd_high"]))
+                    + PRICE_MARK.get(row_basis(r), "") if r.get("cost_usd") is not None else "–",
+                    "fleet_mw": r["fleet_facility_mw"], "heq": heq})
+    return out
+
+
+def fleet_sentence(rows: list[dict], plan: Plan) -> str:
+    """Where the fleets come from (unverified ones named) and how claimed equivalents are taken."""
+    if not rows:
+        return "the scenario lists no fleets"
+    fleets = {r["fleet"]: r for r in rows}.values()
+    unverified = [f["fleet_name"] for f in fleets if not f["verified"]]
+    eq = [f for f in fleets if f["equivalent"]]
+    text = (f"{len(unverified)} of the {len(fleets)} fleets are unverified reports ({_join(unverified)})"
+            if unverified else "every fleet is marked verified by the scenario")
+    if eq:
+        text += "".join(f"; {f['fleet_name']} is counted as the {f['count']:,} {f['fleet_label']} it is said to equal "
+                        "(priced, timed and powered as that many)" for f in eq)
+    return text
+
+
+def price_pair_table(rows: list[dict]) -> list[dict]:
+    """Per model and price pair: throughput ratio, break-even price ratio and the newer GPU's
+    break-even price per GPU-hour at the older one's price (bands), the scenario's price ratio with
+    its basis, the cost ratio per token there (band) and the verdict."""
+    out = []
+    for r in rows:
+        c = r["curve"]
+        if c is None:
+            out.append({"model_id": r["model"], "gpu_id": r["gpu"], "ref_id": r["ref"], "model": r["model_name"],
+                        "pair": r["pair"], "tps_ratio": r["message"]})
+            continue
+        at = c["at"]
+        out.append({"model_id": r["model"], "gpu_id": r["gpu"], "ref_id": r["ref"], "model": r["model_name"],
+                    "pair": r["pair"],
+                    "tps_ratio": band_text(c["tps_ratio"], c["tps_ratio_low"], c["tps_ratio_high"]),
+                    "breakeven_ratio": band_text(c["breakeven"], c["breakeven_low"], c["breakeven_high"]),
+                    "breakeven_usd": band_text(*(c[k] * r["ref_price"] for k in
+                                                 ("breakeven", "breakeven_low", "breakeven_high"))),
+                    "price_ratio": "no price" if at is None else f"{at['price_ratio']:.2f} ({r['price_basis']})",
+                    "cost_ratio": "–" if at is None else band_text(at["ratio"], at["ratio_low"], at["ratio_high"]),
+                    "verdict": r["verdict"]})
+    return out
+
+
+def pairs_text(rows: list[dict]) -> str:
+    """The price pairs of :func:`scaletax.chapters.decision.price_pair_rows` in words ("B200 vs H200 SXM and ...")."""
+    return _join(list(dict.fromkeys(r["pair"] for r in rows))) or "none"
+
+
+def price_pair_sentence(rows: list[dict]) -> str:
+    """Per pair and model: the break-even price ratio (band) and the verdict at the scenario's prices."""
+    parts = []
+    for r in rows:
+        c = r["curve"]
+        if c is None:
+            parts.append(f"{r['pair']} for {r['model_name']}: no comparison ({r['message']})")
+            continue
+        text = (f"{r['pair']} for {r['model_name']} breaks even at a price ratio of {c['breakeven']:.2f} "
+                f"({c['breakeven_low']:.2f}–{c['breakeven_high']:.2f}), ${c['breakeven'] * r['ref_price']:.2f} "
+                f"per GPU-hour against {r['ref_label']}'s ${r['ref_price']:.2f}")
+        if c["at"] is not None:
+            text += (f"; at the scenario's {c['at']['price_ratio']:.2f} ({r['price_basis']}) it "
+                     + {"pays": "pays", "does not pay": "does not pay",
+                        "within band": "is within the band"}[r["verdict"]])
+        parts.append(text)
+    return "; ".join(parts) if parts else "the scenario names no price pairs (comparisons.price_pairs)"
+
+
+# =========================================================================================
 # The executive summary
 # =========================================================================================
 def headline(plan: Plan, rows: list[dict] | None = None) -> dict[str, Any]:
@@ -497,9 +791,9 @@ def headline(plan: Plan, rows: list[dict] | None = None) -> dict[str, Any]:
     """
     rows = decision_rows(plan, target=False) if rows is None else rows
     out: dict[str, Any] = {"models": []}
+    cases = {(c["model"], c["kind"]): c["row"] for c in headline_cases(plan, rows)}
     for mid in plan.models:
-        h = cheapest(rows, mid, hopper_ids(plan.gpus))
-        b = cheapest(rows, mid, blackwell_ids(plan.gpus))
+        h, b = cases[(mid, "hopper")], cases[(mid, "blackwell")]
         item = {"model": mid, "model_name": model_name(mid), "hopper": h, "blackwell": b, "waterfall": None,
                 "source": None, "speedup": None, "speedup_low": None, "speedup_high": None,
                 "precision_gain": None, "precision_from": None, "precision_to": None}
@@ -815,11 +1109,13 @@ def nvl72_sentence(t: dict[str, Any]) -> str:
     return f"on {t['gpus']:,} {t['label']} GPUs{what}: " + "; ".join(parts)
 
 
-__all__ = ["NO_CASE", "PRICE_MARK", "assumed_prices_sentence", "batch_sentence", "deadline_rows", "deadline_table",
+__all__ = ["NO_CASE", "POWER_KEYS", "PRICE_MARK", "RATIO_KEYS", "assumed_prices_sentence", "batch_sentence", "controls_sentence", "deadline_rows", "deadline_table",
            "goodput_phrase", "goodput_sentence", "limits", "system_power_sentence", "limits_sentences", "model_regimes",
            "regime_sentence", "power_sentence", "row_basis", "assumptions_sentence", "band_text", "breakeven_sentence",
            "breakeven_summary", "breakeven_table", "claim_sentence", "claim_table", "cost_table",
            "deadline_sentence", "headline", "headline_table", "heq_sentence", "heq_summary", "heq_table",
            "join_labels", "nofit_sentence", "nvl72_sentence", "nvl72_tax", "mfu_validity_sentence", "pct_band", "pct_range_text", "precision_sentence",
-           "summary_model_sentence", "table_sentence", "target_sentence", "time_table", "top_sentence",
+           "summary_model_sentence", "table_sentence", "power_table", "mw_sentence", "budget_table",
+           "budget_sentence", "goodput_chart_rows", "goodput_scale_sentence", "scale_chart_rows", "own_rent_table",
+           "own_rent_sentence", "band_parts", "goodput_table", "ownership_sentence", "ownership_crf", "fleet_table", "fleet_sentence", "pairs_text", "price_pair_table", "price_pair_sentence", "target_sentence", "time_table", "top_sentence",
            "top_summary", "top_table", "tornado_sentence", "waterfall_sentence", "waterfall_table"]

@@ -267,6 +267,7 @@ def training_sensitivity(tokens: float, tokens_per_s_per_gpu: float, gpus: int, 
                          *, low: float, high: float, output: str = "cost_usd",
                          tps_at_gpus: Callable[[int], float] | None = None,
                          goodput_at_gpus: Callable[[int], float] | None = None,
+                         goodput_range: tuple[float, float] | None = None,
                          options: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """Tornado rows for one output of :func:`train_estimate` (``cost_usd``, ``days``,
     ``energy_mwh``, ``gpu_hours``).
@@ -275,17 +276,19 @@ def training_sensitivity(tokens: float, tokens_per_s_per_gpu: float, gpus: int, 
     (+-``tokens_pct``), price per GPU-hour (+-``price_pct``), PUE, utilization (absolute ranges),
     system power per GPU (+-``system_power_pct``) and cluster size (/ and x ``cluster_factor``;
     tokens/s per GPU from ``tps_at_gpus`` and goodput from ``goodput_at_gpus`` when given, else
-    held fixed, which moves only ``days``). Defaults: :data:`SENSITIVITY_DEFAULTS`, overridden by
-    ``options``.
+    held fixed, which moves only ``days``) and, with ``goodput_range`` (low, high), the goodput
+    (the band of the scale model over the published failure rates). Defaults:
+    :data:`SENSITIVITY_DEFAULTS`, overridden by ``options``.
     """
     o = {**SENSITIVITY_DEFAULTS, **(options or {})}
     g = hardware.check(gpu)
     w = economics.system_w(g)
     base = {"tokens_per_s_per_gpu": tokens_per_s_per_gpu, "tokens": tokens, "usd_per_gpu_hour": economics.usd_per_gpu_hour,
-            "pue": economics.pue, "utilization": economics.utilization, "system_w": w, "gpus": gpus}
+            "pue": economics.pue, "utilization": economics.utilization, "system_w": w, "gpus": gpus,
+            "goodput": economics.goodput}
 
     def fn(x):
-        tps, econ = x["tokens_per_s_per_gpu"], economics
+        tps, econ = x["tokens_per_s_per_gpu"], replace(economics, goodput=x["goodput"])
         if x["gpus"] != gpus and tps_at_gpus is not None:
             tps = tps_at_gpus(int(x["gpus"]))
         if x["gpus"] != gpus and goodput_at_gpus is not None:
@@ -301,9 +304,12 @@ def training_sensitivity(tokens: float, tokens_per_s_per_gpu: float, gpus: int, 
         "system_w": (w * (1 - o["system_power_pct"]), w * (1 + o["system_power_pct"])),
         "gpus": sensitivity_gpus(gpus, o),
     }
+    if goodput_range is not None and goodput_range[0] < goodput_range[1]:
+        ranges["goodput"] = (float(goodput_range[0]), float(goodput_range[1]))
     labels = {"tokens_per_s_per_gpu": "efficiency (throughput band)", "tokens": "token budget",
               "usd_per_gpu_hour": "price per GPU-hour", "pue": "PUE", "utilization": "power utilization",
-              "system_w": "system power per GPU", "gpus": "cluster size"}
+              "system_w": "system power per GPU", "gpus": "cluster size",
+              "goodput": "goodput (published failure rates)"}
     rows = sensitivity(fn, base, ranges, labels)
     for r in rows:
         r["output"] = output

@@ -11,7 +11,9 @@
 - ``case(terms, model, gpu, gpus, recipe=None) -> dict``: one model on ``gpus`` GPUs as a row:
   layout, tokens/s per GPU, MFU and step time with their bands; ``add_costs(rows, terms)`` adds
   days, scheduled GPU-hours, energy and cost with their bands and the goodput of each row's scale
-  (:func:`cost.run_costs`, one numpy pass).
+  (:func:`cost.run_costs`, one numpy pass; the band pairs the throughput band with the goodput
+  band). ``runnable_case``: :func:`case` on the most GPUs of a cluster that run the scenario's
+  global batch (a power budget's or a fleet's cluster; ``prev_count`` steps down the count grid).
 - ``gpus_for_deadline(terms, model, gpu, recipe, days=None) -> dict``: the fewest GPUs (on the
   count grid, :func:`round_count`) that train the budget in ``days``, monotone in ``days`` (a
   longer deadline never needs more GPUs), with the nearby global batch when the scenario's batch
@@ -22,7 +24,13 @@
 - Ratios, each with its own band (:func:`ratio_band`, the one place a ratio's band comes from):
   ``throughput_ratio(a, b)`` (tokens/s per GPU of ``a`` over ``b``) and ``gpu_count_ratio(a, b)``
   (GPUs ``a`` needs over GPUs ``b`` needs).
-- ``capacity(gpu, gpus)``: the whole systems (nodes, racks) that hold ``gpus`` GPUs.
+- ``cost_ratio_curve(terms, gpu_a, gpu_b, a, b, price_ratios)``: cost per trained token of ``a``
+  over ``b`` against their price ratio, with its band and the break-even price ratio.
+- ``capacity(gpu, gpus)``: the whole systems (nodes, racks) that hold ``gpus`` GPUs;
+  ``cluster_power`` their IT and facility MW; ``largest_cluster`` the most that a facility
+  power budget holds.
+- ``owned_price(terms, gpu)``: USD per GPU-hour of an owned GPU beside the rental price;
+  ``own_vs_rent(terms, gpu, row)``: a case's cost both ways.
 - ``least_parallel(model, gpu, recipe, gpus, space, batch_seqs)`` and
   ``fewest_gpus(model, gpu, recipe, space, batch_seqs)``: the least model-parallel layout that
   fits a count, and the smallest count that holds the model (the memory chapter's questions).
@@ -156,10 +164,11 @@ class Terms:
         case and the megawatts of every cluster come from it)."""
         return power.system_w(gpu, self.system_overhead)
 
-    def energy_usd_per_gpu_hour(self, gpu: hardware.GPU) -> float:
-        """What the electricity of one GPU-hour adds to the cost (0 with all-in prices)."""
-        return (cost.energy_mwh(1.0, self.system_w(gpu), self.utilization, self.pue)
-                * self.economics().energy_usd_per_mwh)
+    def energy_usd_per_gpu_hour(self, gpu: hardware.GPU, *, owned: bool = False) -> float:
+        """What the electricity of one GPU-hour adds to the cost: 0 with all-in rental prices, unless
+        ``owned`` (an owned GPU pays its electricity whatever the rental prices include)."""
+        usd = self.usd_per_mwh if owned else self.economics().energy_usd_per_mwh
+        return cost.energy_mwh(1.0, self.system_w(gpu), self.utilization, self.pue) * usd
 
     def failure_report(self) -> failures.Report:
         """The published report whose interruption rates the goodput model uses."""
@@ -278,8 +287,15 @@ def add_costs(rows: list[dict[str, Any]], terms: Terms) -> list[dict[str, Any]]:
     per day, each with ``_low`` / ``_high``, and the goodput of the row's scale (``goodput``, with
     ``goodput_low`` / ``goodput_high`` over the published interruption rates), to every row with a
     throughput (``tps``, ``gpus``, ``system_w``, ``state_bytes`` and ``price``, None without one);
-    one pass of :func:`cost.run_costs` over all rows (days and GPU-hours are scheduled ones). Low
-    throughput gives the high end of days, GPU-hours, energy and cost."""
+    one pass of :func:`cost.run_costs` over all rows (days and GPU-hours are scheduled ones).
+
+    The band holds both uncertainties the numbers rest on: low throughput with low goodput gives
+    the high end of days, GPU-hours, energy and cost, and high with high the low end (the
+    goodput band is the spread of published interruption rates; none when the planner set
+    ``cluster.goodput``). The goodput band is folded in rather than shown apart because it is
+    the larger one at scale (at 100,000 GPUs it spans about 0.24-0.73 against a throughput band
+    of about +-15%): a days band without it would promise a precision the inputs do not have
+    exactly where the answer is least certain."""
     fit = [r for r in rows if r.get("tps")]
     for r in rows:
         if not r.get("tps"):
@@ -289,22 +305,24 @@ def add_costs(rows: list[dict[str, Any]], terms: Terms) -> list[dict[str, Any]]:
     n = np.array([r["gpus"] for r in fit], dtype=float)
     watts = np.array([r["system_w"] for r in fit], dtype=float)
     price = np.array([np.nan if r.get("price") is None else r["price"] for r in fit])
-    good = np.empty(len(fit))
+    good, good_lo, good_hi = np.empty(len(fit)), np.empty(len(fit)), np.empty(len(fit))
     for sb in {r["state_bytes"] for r in fit}:
         idx = [i for i, r in enumerate(fit) if r["state_bytes"] == sb]
         g, lo, hi = (np.atleast_1d(x) for x in terms._goodput_band(sb, n[idx]))
-        good[idx] = g
+        good[idx], good_lo[idx], good_hi[idx] = g, lo, hi
         for i, a, b, c in zip(idx, g, lo, hi):
             fit[i].update(goodput=float(a), goodput_low=float(b), goodput_high=float(c))
 
-    def cols(tps):
+    def cols(tps, goodput):
         c = cost.run_costs(terms.tokens, tps, n, watts, terms.economics(), usd_per_gpu_hour=np.nan_to_num(price),
-                           goodput=good)
+                           goodput=goodput)
         for k in ("cost_usd", "usd_per_mtok"):
             c[k] = np.where(np.isnan(price), np.nan, c[k])
         return c
 
-    mid, slow, fast = (cols(np.array([r[k] for r in fit], dtype=float)) for k in ("tps", "tps_low", "tps_high"))
+    # the band's ends: low throughput with the low goodput, high throughput with the high goodput
+    mid, slow, fast = (cols(np.array([r[k] for r in fit], dtype=float), g)
+                       for k, g in (("tps", good), ("tps_low", good_lo), ("tps_high", good_hi)))
     for k in COSTS:
         a, b = np.atleast_1d(slow[k]), np.atleast_1d(fast[k])
         for suffix, v in (("", np.atleast_1d(mid[k])), ("_low", np.minimum(a, b)), ("_high", np.maximum(a, b))):
@@ -327,6 +345,46 @@ def round_count(n: float) -> int:
 def next_count(n: int) -> int:
     """The next count of the grid above ``n``."""
     return round_count(n + 1)
+
+
+def prev_count(n: int) -> int:
+    """The largest count of the grid below ``n`` (at least 8)."""
+    m = max(8, int(n) - 1)
+    step = max(8, 2 ** max(0, int(math.floor(math.log2(m))) - RESOLUTION_BITS))
+    return max(8, int(step * (m // step)))
+
+
+#: How many counts of the grid below a cluster's size :func:`runnable_case` tries when the scenario's
+#: global batch does not split over the whole cluster: 16 steps of about 1/16, down to about half.
+STEP_DOWN = 16
+
+
+def runnable_case(terms: Terms, model: Model, gpu: hardware.GPU, gpus: int,
+                  recipe: recipes.Recipe | None = None) -> dict[str, Any]:
+    """:func:`case` on the most GPUs, up to ``gpus``, that run the scenario's global batch:
+    ``gpus`` itself, else the counts of the grid below it, largest first (at most
+    :data:`STEP_DOWN`; never below the smallest count that holds the model). A cluster larger
+    than the batch can use (a power budget's, a fleet's) trains on part of it. ``asked``: ``gpus``;
+    the row's ``gpus``: the count it runs on (``asked`` and not fitting when none does)."""
+    n = int(gpus)
+    row = case(terms, model, gpu, n, recipe)
+    k = n
+    for _ in range(STEP_DOWN):
+        if row["fits"] or k <= 8 or (row["min_gpus"] is not None and prev_count(k) < row["min_gpus"]):
+            break
+        k = prev_count(k)
+        alt = case(terms, model, gpu, k, recipe)
+        if alt["fits"]:
+            row = alt
+    row["asked"] = n
+    return row
+
+
+def largest_cluster(terms: Terms, gpu: hardware.GPU, facility_mw: float) -> dict[str, Any]:
+    """The most whole systems of ``gpu`` whose facility power at the scenario's PUE fits
+    ``facility_mw`` (:func:`scaletax.model.power.largest_cluster`, the system power every energy
+    figure uses)."""
+    return power.largest_cluster(gpu, facility_mw, terms.pue, terms.system_overhead)
 
 
 def _days(terms: Terms, model: Model, res: search.SearchResult, n: int) -> float:
@@ -378,7 +436,8 @@ def gpus_for_deadline(terms: Terms, model: Model, gpu: hardware.GPU, recipe: rec
     first that meets it: a longer deadline starts lower and accepts every count a shorter one
     accepts, so it never needs more GPUs (monotone; tokens/s per GPU is not monotone in the count,
     since the global batch divides better on some counts than on others). Band: GPUs needed at
-    the band's throughputs on the found count (held fixed), never narrower than the count grid.
+    the band's throughputs and goodputs on the found count (held fixed; the ends paired as in
+    :func:`add_costs`), never narrower than the count grid.
 
     ``linear``: the count that linear scaling of the found count's throughput gives. Where the
     answer is above it, the counts in between fit but miss the deadline at the scenario's global
@@ -400,8 +459,9 @@ def gpus_for_deadline(terms: Terms, model: Model, gpu: hardware.GPU, recipe: rec
     res = seen[n]
     m = res.metrics
     t, tlo, thi = m["tokens_per_s_per_gpu"], m["tokens_per_s_per_gpu_low"], m["tokens_per_s_per_gpu_high"]
-    good = float(terms.goodput_at(model, n))
-    exact = [terms.tokens / (x * days * cost.SECONDS_PER_DAY * good) for x in (t, thi, tlo)]
+    good, good_lo, good_hi = (float(x) for x in terms.goodput_band_at(model, n))
+    # the band's ends as in add_costs: high throughput with high goodput, low with low
+    exact = [terms.tokens / (x * days * cost.SECONDS_PER_DAY * g) for x, g in ((t, good), (thi, good_hi), (tlo, good_lo))]
     low, high = (round_count(x) for x in exact[1:])
     linear = round_count(exact[0])
     out = {**base, "gpus": n, "low": min(low, n), "high": max(high, n),
@@ -450,9 +510,10 @@ def ratio_band(value: float, corners: Iterable[float], spread: float | None = No
     Two predictions sharing the calibrated parameters leave the ratio's corners nearly equal, which
     is no evidence that the ratio is known that well. The one place a ratio's band comes from."""
     w = efficiency.default_band().ratio_spread if spread is None else float(spread)
-    vals = [float(value), *(float(c) for c in corners)]
-    lo, hi = min(vals), max(vals)
-    return min(lo, value / (1.0 + w)), max(hi, value * (1.0 + w))
+    v = np.asarray(value, dtype=float)
+    vals = np.stack(np.broadcast_arrays(v, *(np.asarray(c, dtype=float) for c in corners)))
+    lo, hi = np.minimum(vals.min(axis=0), v / (1.0 + w)), np.maximum(vals.max(axis=0), v * (1.0 + w))
+    return (float(lo), float(hi)) if lo.ndim == 0 else (lo, hi)
 
 
 def throughput_ratio(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, float] | None:
@@ -474,6 +535,45 @@ def gpu_count_ratio(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, flo
     r = a["gpus"] / b["gpus"]
     lo, hi = ratio_band(r, (a["low"] / b["low"], a["high"] / b["high"]))
     return {"ratio": r, "ratio_low": lo, "ratio_high": hi}
+
+
+def cost_ratio_curve(terms: Terms, gpu_a: hardware.GPU, gpu_b: hardware.GPU, a: Mapping[str, Any],
+                     b: Mapping[str, Any], price_ratios) -> dict[str, Any] | None:
+    """Cost per trained token of row ``a`` (on ``gpu_a``) over row ``b`` (on ``gpu_b``, with a
+    price), rows of :func:`case` of the same model on the same count (so the same goodput), as
+    ``a``'s price per GPU-hour runs over ``price_ratios`` (an array) times ``b``'s.
+
+    Cost per token is (price + electricity per GPU-hour) / (tokens/s per GPU x goodput)
+    (:func:`cost.run_costs` per token), so the ratio is c(x) / R with c(x) = (x p_b + e_a) /
+    (p_b + e_b) and R :func:`throughput_ratio` (band from :func:`ratio_band`): ``ratio``,
+    ``ratio_low`` = c / R_high, ``ratio_high`` = c / R_low. ``breakeven``: the price ratio where
+    the ratio is 1, ((p_b + e_b) R - e_a) / p_b, with ``breakeven_low`` / ``breakeven_high`` at
+    R's band (below ``breakeven_low`` ``a`` is cheaper per token at every end of the band, above
+    ``breakeven_high`` dearer). ``at``: the same at the scenario's price ratio (None when ``a`` has
+    no price). None when either row has no throughput or ``b`` no price."""
+    q = throughput_ratio(a, b)
+    if q is None or b.get("price") is None:
+        return None
+    if (a["model"], a["gpus"]) != (b["model"], b["gpus"]):
+        raise ValueError("cost_ratio_curve: compare the same model on the same GPU count")
+    pb = float(b["price"])
+    ea, eb = terms.energy_usd_per_gpu_hour(gpu_a), terms.energy_usd_per_gpu_hour(gpu_b)
+
+    def curve(x):
+        c = (np.asarray(x, dtype=float) * pb + ea) / (pb + eb)
+        return {"ratio": c / q["ratio"], "ratio_low": c / q["ratio_high"], "ratio_high": c / q["ratio_low"]}
+
+    def breakeven(r):
+        return ((pb + eb) * r - ea) / pb
+
+    x = np.asarray(price_ratios, dtype=float)
+    out = {"price_ratio": x, **curve(x), "tps_ratio": q["ratio"], "tps_ratio_low": q["ratio_low"],
+           "tps_ratio_high": q["ratio_high"], "breakeven": breakeven(q["ratio"]),
+           "breakeven_low": breakeven(q["ratio_low"]), "breakeven_high": breakeven(q["ratio_high"]), "at": None}
+    if a.get("price") is not None:
+        xa = float(a["price"]) / pb
+        out["at"] = {"price_ratio": xa, **{k: float(v) for k, v in curve(xa).items()}}
+    return out
 
 
 # =========================================================================================
@@ -519,15 +619,36 @@ def owned_price(terms: Terms, gpu: hardware.GPU) -> dict[str, Any] | None:
     cap = (own or {}).get("capex", {}).get(gpu.id)
     if own is None or cap is None:
         return None
-    energy = terms.energy_usd_per_gpu_hour(gpu)
     out = ownership.owned_usd_per_gpu_hour(float(cap["usd_per_system"]) / gpu.gpus_per_system,
                                            float(own["depreciation_years"]), float(own["cost_of_capital"]),
                                            float(own["facility_usd_per_mw_year"]), terms.system_w(gpu),
-                                           float(own["busy_share"]), energy)
+                                           float(own["busy_share"]), terms.energy_usd_per_gpu_hour(gpu, owned=True))
     rent = terms.price(gpu.id)
     basis = "your input" if cap.get("your_input") else "assumed" if cap.get("assumption") else "published"
-    return {**out, "capex_per_system": float(cap["usd_per_system"]), "capex_basis": basis,
-            "rent": rent, "rent_total": None if rent is None else rent + energy}
+    return {**out, "capex_per_system": float(cap["usd_per_system"]), "capex_basis": basis, "rent": rent,
+            "rent_total": None if rent is None else rent + terms.energy_usd_per_gpu_hour(gpu)}
+
+
+def own_vs_rent(terms: Terms, gpu: hardware.GPU, row: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The cost of one case (a row of :func:`add_costs` on ``gpu``) rented and owned, with their
+    bands: ``rented_usd`` is the row's cost; ``owned_usd`` its scheduled GPU-hours at the owned
+    price less energy (:func:`owned_price`: capital and facility) plus its energy at the
+    electricity price (:func:`cost.cost_usd`, as the rented cost; an owned GPU pays its
+    electricity whatever the rental prices include). Also the prices per GPU-hour (``owned``,
+    ``rent_total``, both with energy) and ``capex_basis``. None without ownership inputs for
+    the GPU or without a throughput."""
+    own = owned_price(terms, gpu)
+    if own is None or not row.get("gpu_hours"):
+        return None
+    hourly = own["capital"] + own["facility"]
+    out = {"owned": own["total"], "capital": own["capital"], "facility": own["facility"], "energy": own["energy"],
+           "rent": own["rent"], "rent_total": own["rent_total"], "capex_basis": own["capex_basis"],
+           "capex_per_system": own["capex_per_system"]}
+    for b in ("", "_low", "_high"):
+        out["owned_usd" + b] = float(cost.cost_usd(row["gpu_hours" + b], hourly, row["energy_mwh" + b],
+                                                   terms.usd_per_mwh))
+        out["rented_usd" + b] = row.get("cost_usd" + b)
+    return out
 
 
 def least_parallel(model: Model, gpu: hardware.GPU, recipe: recipes.Recipe, gpus: int, space: search.SearchSpace,
@@ -566,5 +687,6 @@ def fewest_gpus(model: Model, gpu: hardware.GPU, recipe: recipes.Recipe, space: 
 
 __all__ = ["COSTS", "MAX_COUNT", "NEARBY_BATCH_TOLERANCE", "PROBE_COUNTS", "PROBE_MARGIN", "RESOLUTION_BITS",
            "Terms", "add_costs", "capacity", "cluster_power", "goodput_detail", "owned_price", "case", "clear_cache", "fastest", "fewest_gpus",
-           "gpu_count_ratio", "gpus_for_deadline", "least_parallel", "mfu", "next_count", "ratio_band",
+           "cost_ratio_curve", "gpu_count_ratio", "gpus_for_deadline", "own_vs_rent", "least_parallel", "largest_cluster", "mfu",
+           "next_count", "prev_count", "runnable_case", "STEP_DOWN", "ratio_band",
            "round_count", "throughput_ratio"]

@@ -192,6 +192,18 @@ def gpu_color_scale(ids: Iterable[str]) -> alt.Scale:
     return alt.Scale(domain=ids, range=[GPU_COLORS.get(i, "#555555") for i in ids])
 
 
+def count_x(field: str, counts: Sequence[int], title: str = "GPUs") -> alt.X:
+    """A log-scale x channel over GPU counts, ticked at ``counts`` and labelled "1k", "16k", "100k"
+    (the scenario's cluster sizes do not crowd the axis the way 1,024 ... 100,000 do)."""
+    import altair as alt
+
+    vals = sorted(set(int(c) for c in counts))
+    return alt.X(f"{field}:Q", title=title, scale=alt.Scale(type="log", domain=[vals[0], vals[-1]], nice=False),
+                 axis=alt.Axis(values=vals, labelExpr="datum.value >= 1000 ? format(datum.value / 1000, ',.0f') + 'k' "
+                                                      ": format(datum.value, ',')", grid=True, labelAngle=-45,
+                               labelOverlap=False))
+
+
 def gpu_label(gpu_id: str) -> str:
     """The GPU's short catalog name ("H100 SXM") for charts; the id itself if not in the catalog."""
     from scaletax.inputs import hardware

@@ -10,7 +10,9 @@ plotted fields with the formulas of :func:`scaletax.cost.run_costs`:
 - with G the goodput (the reader's when they tick "use my goodput", else each case's own, the
   scale model's or the scenario's), days = days x G0 / G and scheduled GPU-hours and energy the
   same (the data carry them at G0, each case's goodput: ``days_work`` = days x G0 is the time the
-  run trains);
+  run trains); each end of the band has its own G0 (``goodput_for_low`` is the goodput at the
+  low end of days, the high goodput: :func:`scaletax.model.plan.add_costs` pairs them so), and the
+  reader's goodput replaces all three (theirs has no band);
 - cost = GPU-hours x the price per GPU-hour of the case's GPU (a control per GPU) + MWh x the
   electricity price (a control; none when the prices include power, where the library adds no
   energy either);
@@ -77,24 +79,31 @@ def params(controls: Sequence[Control], goodput: float | None = None) -> list[al
     return out
 
 
+#: The goodput each end of the band is computed at (``add_costs``: low days with high goodput).
+GOODPUT_AT = {"": "goodput", "_low": "goodput_high", "_high": "goodput_low"}
+
+
 def cost_time_data(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The rows with what the controls do not move: ``<field>_work`` = field x goodput for days,
-    GPU-hours and energy and their band ends (the time and resources the run trains for), and
-    ``goodput`` (the row's); rows without a throughput are dropped."""
+    """The rows with what the controls do not move: ``<field>_work<end>`` = field x the goodput
+    of that end of the band (:data:`GOODPUT_AT`) for days, GPU-hours and energy (the time and
+    resources the run trains for), and ``goodput_for<end>``; rows without a throughput are dropped."""
     out = []
     for r in rows:
         if not r.get("tps") or r.get("goodput") is None:
             continue
         row = dict(r)
-        for f in TIMED:
-            for b in BANDS:
-                row[f"{f}_work{b}"] = r[f + b] * r["goodput"]
+        for b in BANDS:
+            g = r[GOODPUT_AT[b]]
+            row[f"goodput_for{b}"] = g
+            for f in TIMED:
+                row[f"{f}_work{b}"] = r[f + b] * g
         out.append(row)
     return out
 
 
-def _goodput_expr(with_control: bool) -> str:
-    return f"({GOODPUT_YOURS} ? {GOODPUT_VALUE} : datum.goodput)" if with_control else "datum.goodput"
+def _goodput_expr(with_control: bool, end: str = "") -> str:
+    own = f"datum.goodput_for{end}"
+    return f"({GOODPUT_YOURS} ? {GOODPUT_VALUE} : {own})" if with_control else own
 
 
 def _price_expr(prices: Mapping[str, str]) -> str:
@@ -106,18 +115,21 @@ def _price_expr(prices: Mapping[str, str]) -> str:
 
 
 def cost_time_transforms(prices: Mapping[str, str], electricity: str | None, goodput: bool = True,
-                         cost_scale: float = 1e6) -> list[dict[str, str]]:
+                         cost_scale: float = 1e6, costs: bool = True) -> list[dict[str, str]]:
     """``calculate`` transforms (Vega-Lite dicts) that recompute days, GPU-hours, energy and cost
     (and their band ends) from :func:`cost_time_data`'s fields and the controls: ``prices`` maps
     GPU id -> price parameter, ``electricity`` the electricity-price parameter (None: the prices
     include power, no energy cost), ``goodput`` whether the goodput controls exist. Also
     ``cost_musd``, ``cost_low`` and ``cost_high``: cost / ``cost_scale`` (the cost-and-time
-    figure's $ millions)."""
-    g = _goodput_expr(goodput)
-    out = [{"calculate": g, "as": "goodput_plotted"}, {"calculate": _price_expr(prices), "as": "price_plotted"}]
+    figure's $ millions). Without ``costs`` (a time chart), days, GPU-hours and energy only."""
+    out = [{"calculate": _goodput_expr(goodput, b), "as": f"goodput_plotted{b}"} for b in BANDS]
     for b in BANDS:
         for f in TIMED:
-            out.append({"calculate": f"datum.{f}_work{b} / datum.goodput_plotted", "as": f + b})
+            out.append({"calculate": f"datum.{f}_work{b} / datum.goodput_plotted{b}", "as": f + b})
+    if not costs:
+        return out
+    out.append({"calculate": _price_expr(prices), "as": "price_plotted"})
+    for b in BANDS:
         energy = f" + datum.energy_mwh{b} * {electricity}" if electricity else ""
         out.append({"calculate": f"datum.gpu_hours{b} * datum.price_plotted{energy}", "as": f"cost_usd{b}"})
     out += [{"calculate": f"datum.cost_usd / {cost_scale!r}", "as": "cost_musd"},
@@ -127,17 +139,19 @@ def cost_time_transforms(prices: Mapping[str, str], electricity: str | None, goo
 
 
 def bind_cost_time(chart: alt.TopLevelMixin, controls: Sequence[Control], prices: Mapping[str, str],
-                   electricity: str | None, goodput: float | None) -> alt.TopLevelMixin:
+                   electricity: str | None, goodput: float | None, costs: bool = True) -> alt.TopLevelMixin:
     """``chart`` (built on :func:`cost_time_data` rows) with the controls' parameters and the
-    transforms of :func:`cost_time_transforms` (before any facet, so every panel uses them)."""
+    transforms of :func:`cost_time_transforms` (on a faceted chart, at its top, so every panel
+    uses them); ``costs`` False for a chart of time only."""
     known = {c.name for c in controls}
     missing = [n for n in [*prices.values(), *([electricity] if electricity else [])] if n not in known]
     if missing:
         raise ValueError(f"no control named {', '.join(missing)}")
     chart = chart.add_params(*params(controls, goodput))
     return chart.transform_calculate(**{t["as"]: t["calculate"] for t in
-                                        cost_time_transforms(prices, electricity, goodput is not None)})
+                                        cost_time_transforms(prices, electricity, goodput is not None,
+                                                             costs=costs)})
 
 
-__all__ = ["BANDS", "Control", "GOODPUT_VALUE", "GOODPUT_YOURS", "TIMED", "bind_cost_time", "cost_time_data",
+__all__ = ["BANDS", "Control", "GOODPUT_AT", "GOODPUT_VALUE", "GOODPUT_YOURS", "TIMED", "bind_cost_time", "cost_time_data",
            "cost_time_transforms", "params"]

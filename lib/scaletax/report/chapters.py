@@ -79,7 +79,7 @@ _PLAN = ("models", "gpus", "training.tokens", "training.global_batch_tokens", "t
 #: its ``search()`` calls); the two may run side by side: a search one of them computes, the other
 #: waits for and reads (``scaletax.memo``'s per-key lock).
 CHAPTERS = (
-    Chapter("summary", reads=("name", *_PLAN, "cluster.goodput_source"),
+    Chapter("summary", reads=("name", *_PLAN, "cluster.goodput_source", "economics.ownership"),
             data=(*_MODEL_DATA, "references.yaml", "published_runs.csv", "failures.csv"), cold_seconds=22),
     Chapter("hardware", reads=("gpus",), data=("hardware.csv",), cold_seconds=4),
     Chapter("memory", reads=("models", "gpus", "cluster.sizes", "cluster.gpus", "training.precision",
@@ -98,7 +98,8 @@ CHAPTERS = (
                   "measured/gemm_h200.csv", "coverage_probes.csv", "production_moe_recipes.csv", "heldout_runs.csv"),
             cold_seconds=27),
     Chapter("decision", reads=("name", *_PLAN, "training.tokens_source", "economics.usd_per_mwh_source",
-                               "cluster.goodput_source", "economics.ownership", "cluster.power_mw", "fleets"),
+                               "cluster.goodput_source", "economics.ownership", "cluster.power_mw",
+                               "cluster.power_mw_source", "fleets"),
             data=(*_MODEL_DATA, "references.yaml", "failures.csv", "published_runs.csv"), cold_seconds=22),
 )
 _BY_SLUG = {c.slug: c for c in CHAPTERS}

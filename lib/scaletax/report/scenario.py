@@ -213,7 +213,21 @@ class Comparisons(_Strict):
     hopper_reference: Id = Field(description="reference Hopper of the break-even comparison when in the scenario")
     heq_hopper: list[Id] = Field(min_length=1, description="Hopper GPUs of the H-equivalents")
     heq_blackwell: list[Id] = Field(min_length=1, description="Blackwell GPUs whose H-equivalents are computed")
+    price_pairs: list[Annotated[list[Id], Field(min_length=2, max_length=2)]] = Field(
+        default_factory=list, max_length=10,
+        description="[newer, older] GPU pairs whose cost per token ratio is drawn against their price ratio")
     source: Text
+
+    @field_validator("price_pairs")
+    @classmethod
+    def _catalog_pairs(cls, v: list[list[str]]) -> list[list[str]]:
+        from scaletax.inputs import hardware
+
+        for pair in v:
+            _known_ids(pair, list(hardware._data_catalog()), "GPU")
+        if len({tuple(p) for p in v}) != len(v):
+            raise ValueError("price pairs must be unique")
+        return v
 
     @field_validator("heq_hopper", "heq_blackwell")
     @classmethod
@@ -780,7 +794,8 @@ def relabel_sources(data: dict, reference: dict, how: str) -> None:
 
 #: Sections added to the schema after scenario files were in use: a scenario file without one
 #: takes the default scenario's (with its sources), so an older file keeps working.
-ADDED_LATER = ("cluster.reliability", "cluster.power_mw", "cluster.power_mw_source", "economics.ownership", "fleets")
+ADDED_LATER = ("cluster.reliability", "cluster.power_mw", "cluster.power_mw_source", "economics.ownership", "fleets",
+               "comparisons.price_pairs")
 
 
 def resolve(path: Path | str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Scenario:
