@@ -274,7 +274,7 @@ def scale_rows(plan: Plan) -> list[dict[str, Any]]:
     whole systems (:func:`cluster_power`): the rows of the goodput, days-by-size and days-by-MW
     figures and of the power table."""
     cases = [(m, g, n) for m in plan.models for g in plan.gpus for n in scale_sizes(plan)]
-    rows = economics(jobserver.map(lambda c: outcome(plan, c[0], c[1], c[2]), cases), plan)
+    rows = economics([outcome(plan, c[0], c[1], c[2]) for c in cases], plan)
     for r in rows:
         pw = cluster_power(plan, r["gpu"], r["gpus"])
         r.update(systems=pw["systems"], system=pw["system"], it_mw=pw["it_mw"], facility_mw=pw["facility_mw"])
@@ -312,7 +312,7 @@ def budget_rows(plan: Plan) -> list[dict[str, Any]]:
         return []
     lc = {g: planning.largest_cluster(plan, _gpu(g), plan.power_mw) for g in plan.gpus}
     cases = [(m, g) for m in plan.models for g in plan.gpus if lc[g]["gpus"] >= 8]
-    rows = jobserver.map(lambda c: _runnable(plan, c[0], c[1], lc[c[1]]["gpus"]), cases)
+    rows = [_runnable(plan, c[0], c[1], lc[c[1]]["gpus"]) for c in cases]
     economics(rows, plan)
     for r in rows:
         pw = cluster_power(plan, r["gpu"], r["gpus"])
@@ -366,9 +366,8 @@ def fleet_rows(plan: Plan) -> list[dict[str, Any]]:
     (``equivalent``) is taken as that many GPUs of its type and says so."""
     base = _gpu(plan.baseline)
     cases = [(i, f, m) for i, f in enumerate(plan.fleets) for m in plan.models]
-    runs = jobserver.map(lambda c: _runnable(plan, c[2], c[1]["gpu"], int(c[1]["count"])), cases)
-    refs = jobserver.map(lambda r: None if r["gpu"] == base.id or not r["fits"] else outcome(plan, r["model"], base, r["gpus"]),
-                         runs)
+    runs = [_runnable(plan, c[2], c[1]["gpu"], int(c[1]["count"])) for c in cases]
+    refs = [None if r["gpu"] == base.id or not r["fits"] else outcome(plan, r["model"], base, r["gpus"]) for r in runs]
     economics(runs, plan)
     out = []
     for (i, f, mid), r, ref in zip(cases, runs, refs):
