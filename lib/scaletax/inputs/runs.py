@@ -631,22 +631,25 @@ def measured_tokens_per_s(row: dict[str, Any], model: models.Model | None = None
     return None, ""
 
 
+def _choice(row: dict[str, Any], column: str, choices, default: str) -> str:
+    """A row's value of a column that takes one of ``choices``, lower case; ``default`` when blank
+    or absent; a one-line cell error otherwise."""
+    v = str(row.get(column) or "").strip().lower() or default
+    if v not in choices:
+        raise _CellError(column, f"must be one of {', '.join(choices)} or empty (got {v!r})")
+    return v
+
+
 def row_schedule(row: dict[str, Any]) -> str:
     """The training schedule a row states (``schedule`` column, :data:`COLUMN_DEFAULTS`), lower case;
     "unknown" when blank or absent."""
-    v = str(row.get("schedule") or "").strip().lower() or "unknown"
-    if v not in SCHEDULES:
-        raise _CellError("schedule", f"must be one of {', '.join(SCHEDULES)} or empty (got {v!r})")
-    return v
+    return _choice(row, "schedule", SCHEDULES, "unknown")
 
 
 def row_stack(row: dict[str, Any]) -> str:
     """The software stack a row states (``stack`` column, :data:`COLUMN_DEFAULTS`), lower case;
     "megatron" when blank or absent."""
-    v = str(row.get("stack") or "").strip().lower() or "megatron"
-    if v not in STACKS:
-        raise _CellError("stack", f"must be one of {', '.join(STACKS)} or empty (got {v!r})")
-    return v
+    return _choice(row, "stack", STACKS, "megatron")
 
 
 def row_pp_split(row: dict[str, Any]) -> str:
@@ -695,10 +698,7 @@ def layout_vp(row: dict[str, Any], pp: int) -> int:
 def row_attn_kernel(row: dict[str, Any]) -> str:
     """The attention kernel a row ran (``attn_kernel`` column, :data:`COLUMN_DEFAULTS`,
     ``ATTN_KERNELS``), lower case; "flash" when blank or absent."""
-    v = str(row.get("attn_kernel") or "").strip().lower() or "flash"
-    if v not in ATTN_KERNELS:
-        raise _CellError("attn_kernel", f"must be one of {', '.join(ATTN_KERNELS)} or empty (got {v!r})")
-    return v
+    return _choice(row, "attn_kernel", ATTN_KERNELS, "flash")
 
 
 def row_tp_overlap(row: dict[str, Any]) -> bool | None:
@@ -718,10 +718,7 @@ DISPATCHERS: dict[str, str] = {"deepep": "dedup", "flex": "dedup", "alltoall": "
 def row_dispatch(row: dict[str, Any]) -> str:
     """``perf.prepare``'s ``ep_dispatch`` for a row's ``moe_dispatcher`` (:data:`COLUMN_DEFAULTS`:
     blank or absent is "deepep", :data:`ROW_CONVENTIONS` "ep_dispatch")."""
-    v = str(row.get("moe_dispatcher") or "").strip().lower() or "deepep"
-    if v not in DISPATCHERS:
-        raise _CellError("moe_dispatcher", f"must be one of {', '.join(DISPATCHERS)} or empty (got {v!r})")
-    return DISPATCHERS[v]
+    return DISPATCHERS[_choice(row, "moe_dispatcher", DISPATCHERS, "deepep")]
 
 
 #: (column, lowest, highest, lowest allowed itself) of the measured and size columns.
