@@ -80,7 +80,8 @@ _PLAN = ("models", "gpus", "training.tokens", "training.global_batch_tokens", "t
 #: waits for and reads (``scaletax.memo``'s per-key lock).
 CHAPTERS = (
     Chapter("summary", reads=("name", *_PLAN, "cluster.goodput_source", "economics.ownership"),
-            data=(*_MODEL_DATA, "references.yaml", "published_runs.csv", "failures.csv"), cold_seconds=22),
+            data=(*_MODEL_DATA, "references.yaml", "published_runs.csv", "published_runs_validation.csv",
+                  "failures.csv"), cold_seconds=22),
     Chapter("hardware", reads=("gpus",), data=("hardware.csv",), cold_seconds=4),
     Chapter("memory", reads=("models", "gpus", "cluster.sizes", "cluster.gpus", "training.precision",
                              "training.precisions", "training.global_batch_tokens"),
@@ -94,13 +95,14 @@ CHAPTERS = (
             data=("hardware.csv", "published_runs.csv", "precision_vectors.json", "references.yaml"),
             cold_seconds=63),
     Chapter("validation", reads=(),
-            data=("hardware.csv", "models.yaml", "published_runs.csv", "efficiency.yaml", "collectives.csv",
-                  "measured/gemm_h200.csv", "coverage_probes.csv", "production_moe_recipes.csv", "heldout_runs.csv"),
+            data=("hardware.csv", "models.yaml", "published_runs.csv", "published_runs_validation.csv",
+                  "efficiency.yaml", "collectives.csv", "measured/gemm_h200.csv", "coverage_probes.csv", "production_moe_recipes.csv", "heldout_runs.csv"),
             cold_seconds=27),
     Chapter("decision", reads=("name", *_PLAN, "training.tokens_source", "economics.usd_per_mwh_source",
                                "cluster.goodput_source", "economics.ownership", "cluster.power_mw",
                                "cluster.power_mw_source", "fleets"),
-            data=(*_MODEL_DATA, "references.yaml", "failures.csv", "published_runs.csv"), cold_seconds=22),
+            data=(*_MODEL_DATA, "references.yaml", "failures.csv", "published_runs.csv",
+                  "published_runs_validation.csv"), cold_seconds=22),
 )
 _BY_SLUG = {c.slug: c for c in CHAPTERS}
 
