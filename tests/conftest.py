@@ -53,8 +53,12 @@ def built_book(tmp_path_factory):
     proc = run_cli(["build", *SMALL, "--name", "small", "--jobs", "2"], build_dir)
     assert proc.returncode == 0, proc.stderr[-3000:]
     book = build_dir / "small"
+    # the PDF step's log, read now: a later test's build of "small" in this folder starts its own
+    # logs (an up-to-date book runs no xelatex, and leaves no xelatex.log)
+    xelatex = build_dir / ".logs" / "small" / "xelatex.log"
     return {"dir": book, "build_dir": build_dir, "manifest": json.loads((book / "manifest.json").read_text()),
-            "stderr": proc.stderr}
+            "stderr": proc.stderr,
+            "xelatex_log": xelatex.read_text(encoding="utf-8", errors="replace") if xelatex.exists() else None}
 
 
 @pytest.fixture(scope="session")

@@ -174,7 +174,8 @@ def test_every_number_of_every_table_is_whole_in_the_pdf(built_book):
                         missing.setdefault(t.label, []).append(w)
     assert checked > 1000 and missing == {}
     # an overfull box set in a table font (footnotesize or scriptsize) is a cell wider than its column
-    log = (built_book["build_dir"] / ".logs" / "small" / "xelatex.log").read_text(encoding="utf-8", errors="replace")
+    log = built_book["xelatex_log"]
+    assert log is not None, "the small book's build wrote no xelatex.log"
     sizes = {f"{f.size_pt:g}" for f in (tablefit.NORMAL, tablefit.SMALL)}
     boxes = re.findall(r"Overfull \\hbox \([\d.]+pt too wide\) in paragraph[^\n]*\n([^\n]*)", log)
     font_size = re.compile(r"/(\d+(?:\.\d+)?)[ |]")  # "\TU/FreeSerif(0)/m/n/8 8,192|": 8 pt

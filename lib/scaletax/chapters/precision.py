@@ -54,7 +54,6 @@ from scaletax.model import plan as planning
 from scaletax.model import precision as P
 
 VECTORS_JSON = DATA_DIR / "precision_vectors.json"
-RUNS_CSV = DATA_DIR / "published_runs.csv"
 
 #: Tensor magnitudes of the error study (the test tensor's scale; 1.0 is the reference).
 MAGNITUDES: tuple[float, ...] = (1e-6, 1e-3, 1.0, 1e3)
@@ -690,9 +689,10 @@ def bytes_rows(precisions: Sequence[str], gpu_ids: Sequence[str]) -> list[dict[s
     return rows
 
 
-def read_runs(path: Path | str = RUNS_CSV) -> list[dict[str, Any]]:
-    """The published runs table (``runs.read_runs``)."""
-    return runs_table.read_runs(path)
+def read_runs(paths: Sequence[Path | str] = runs_table.FITTED_TABLES) -> list[dict[str, Any]]:
+    """Every published run (``runs.fitted_runs``: the calibration and validation tables), the
+    same list whose MFU the validation chapter plots."""
+    return runs_table.fitted_runs(paths)
 
 
 def achieved_rows(runs: Sequence[dict], gpu_ids: Sequence[str] | None = None) -> list[dict]:

@@ -43,14 +43,13 @@ GEMM_CSV = DATA_DIR / "measured" / "gemm_h200.csv"
 #: The tables calibrate fits on: the calibration table and the validation table (72 runs of other
 #: sources, stacks and regimes). The held-out production runs (``runs.HELDOUT_CSV``) are never fitted,
 #: nor a validation row that measures one of them again (its ``same_run_as``).
-FIT_TABLES: tuple[Path, ...] = (runs.RUNS_CSV, runs.VALIDATION_CSV)
+FIT_TABLES: tuple[Path, ...] = runs.FITTED_TABLES
 
 
 def load_rows(path: Path | str | Sequence[Path | str] = FIT_TABLES) -> list[dict[str, Any]]:
-    """The rows calibrate fits (default :data:`FIT_TABLES`, in order), each validated by
-    ``runs.read_runs``; rows naming a ``same_run_as`` (a held-out run measured again) are left out."""
-    paths = [path] if isinstance(path, (str, Path)) else list(path)
-    return [r for p in paths for r in runs.read_runs(p) if not str(r.get("same_run_as") or "").strip()]
+    """The rows calibrate fits (default :data:`FIT_TABLES`): ``runs.fitted_runs``, rows naming a
+    ``same_run_as`` (a held-out run measured again) left out."""
+    return runs.fitted_runs([path] if isinstance(path, (str, Path)) else list(path))
 
 
 def prepare_rows(rows: Iterable[dict[str, Any]]) -> tuple[perf.StepInputs, list[RowPlan]]:

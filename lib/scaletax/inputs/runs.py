@@ -182,6 +182,9 @@ HELDOUT_CSV = DATA_DIR / "heldout_runs.csv"
 #: 72 more published runs (runs-table schema; ``data/sources/validation_runs.py`` builds it from the
 #: source table and says where every filled column comes from): the validation table.
 VALIDATION_CSV = DATA_DIR / "published_runs_validation.csv"
+#: Every published run the book states a measurement of (its MFU, its precision tax) and the model
+#: fits: the calibration table and the validation table, in that order.
+FITTED_TABLES: tuple[Path, ...] = (RUNS_CSV, VALIDATION_CSV)
 #: How a runs-table row becomes a step-time input (stated once, applied to every row; the column
 #: defaults of :data:`COLUMN_DEFAULTS` plus the MoE modelling choices):
 ROW_CONVENTIONS: dict[str, str] = {
@@ -965,6 +968,13 @@ def read_runs(path: str | Path) -> list[dict[str, Any]]:
     if not rows:
         raise RunsTableError(f"{name}: no data rows (header only)")
     return rows
+
+
+def fitted_runs(paths: Sequence[str | Path] = FITTED_TABLES) -> list[dict[str, Any]]:
+    """The rows of ``paths`` (:func:`read_runs`, in order), less those naming ``same_run_as``
+    (a held-out run measured again, which ``HELDOUT_CSV`` states once): the one list of published
+    runs that every chapter and the fit read."""
+    return [r for p in paths for r in read_runs(p) if not str(r.get("same_run_as") or "").strip()]
 
 
 def schema_text() -> str:

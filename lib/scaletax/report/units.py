@@ -34,12 +34,18 @@ BY_NAME: dict[str, str] = {
     "cost_musd": "million USD", "cost": "million USD", "hopper_cost": "million USD",
     "blackwell_cost": "million USD", "per_mtok": "USD per million tokens",
     "usd": "USD per GPU-hour", "energy": "MWh", "gpu_hours": "million GPU-hours",
+    "price": "USD per GPU-hour", "breakeven": "USD per GPU-hour", "breakeven_usd": "USD per GPU-hour",
+    "cost_usd": "USD", "cost_owned": "million USD", "energy_mwh": "MWh", "energy_mwh_work": "MWh",
+    "days_work": "days", "gpu_hours_work": "GPU-hours",
+    # power, goodput and failures
+    "goodput": FRACTION, "goodput_for": FRACTION, "mtbf_h": "hours", "interval_min": "minutes",
+    "heq": "H100-equivalent GPUs",
     # GPU counts and parallel sizes
     "gpus": GPUS, "gpu_count": GPUS, "n_gpus": GPUS, "need": GPUS, "gpus_text": GPUS,
     "hopper_gpus": GPUS, "blackwell_gpus": GPUS, "mp": GPUS, "ep": GPUS, "domain": GPUS,
     "nvlink_domain": GPUS, "size": GPUS, "per_domain": GPUS,
     # counts and order
-    "rows": COUNT, "n_runs": COUNT, "heldout_rows": COUNT, "collectives": COUNT,
+    "rows": COUNT, "runs": COUNT, "n_runs": COUNT, "heldout_rows": COUNT, "collectives": COUNT,
     "domains": "NVLink domains", "ep_domains": "NVLink domains", "shapes": COUNT,
     "idx": INDEX, "order": INDEX, "n": INDEX,
     # shares, efficiencies and errors (0.05 = 5%)
@@ -55,7 +61,9 @@ BY_NAME: dict[str, str] = {
     "held_out_max": FRACTION, "family_abs": FRACTION, "family_signed": FRACTION,
     "cv_median": FRACTION, "heldout_median": FRACTION, "within_10": FRACTION,
     "within_25": FRACTION, "cv_within_25": FRACTION, "band_coverage": FRACTION,
-    "median": FRACTION, "max": FRACTION,
+    "median": FRACTION, "max": FRACTION, "signed_median": FRACTION, "in_band": FRACTION,
+    "oos_median": FRACTION, "oos_within_25": FRACTION, "oos_in_band": FRACTION, "lro_median": FRACTION,
+    "band": "fraction (relative half-width)",
     # ratios
     "ratio": RATIO, "speedup": RATIO, "peak_ratio": RATIO, "achieved_ratio": RATIO,
     "price_ratio": RATIO, "layout_ratio": RATIO, "model_over_measured": RATIO, "tps_ratio": RATIO,
@@ -85,7 +93,7 @@ BY_SUFFIX: tuple[tuple[str, str], ...] = (
     ("_gb", "GB"), ("_mb", "MB"), ("_bpp", "bytes per parameter"), ("_tflops", "TFLOP/s"),
     ("_s", SECONDS), ("_s_share", FRACTION), ("_bytes", "bytes"), ("_share", FRACTION),
     ("_mfu", FRACTION), ("_ratio", RATIO), ("_days", "days"), ("_tps", TOKENS_PER_S),
-    ("_cost", "million USD"), ("_gpus", GPUS),
+    ("_cost", "million USD"), ("_gpus", GPUS), ("_mw", "MW"), ("_kw", "kW"), ("_mwh", "MWh"),
 )
 """Units by the name's ending (the longest matching ending wins)."""
 
@@ -120,6 +128,9 @@ BY_FILE: dict[str, dict[str, str]] = {
     # the memory sweeps: x is the swept knob
     "fig-mem-seq": {"x": "tokens (sequence length)"},
     "fig-mem-micro": {"x": "sequences (micro-batch size)"},
+    # the what-if figures carry GPU-hours whole (the cost table states millions)
+    "fig-dec-cost-time": {"gpu_hours": "GPU-hours"}, "fig-dec-power": {"gpu_hours": "GPU-hours"},
+    "fig-dec-scale": {"gpu_hours": "GPU-hours"},
     # the training-step index of the loss curves
     "fig-prec-curves": {"step": "training step"},
 }
