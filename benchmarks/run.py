@@ -66,6 +66,10 @@ def _cpu_and_wall(fn, repeats: int) -> tuple[dict, object]:
 def _cli(args, build_dir: Path, env_extra=None, root: Path = ROOT) -> subprocess.CompletedProcess:
     """``scaletax`` from the repository at ``root`` (its ``lib`` first on the path) into ``build_dir``."""
     env = dict(os.environ, SCALETAX_BUILD_DIR=str(build_dir))
+    # a planner's Python caches compiled modules (__pycache__); an environment that turns that off
+    # (PYTHONDONTWRITEBYTECODE, set on this project's CI machines) would time the compilation of
+    # every module of the book's processes on every run, ours and the baseline's alike
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     if root != ROOT:
         env["PYTHONPATH"] = os.pathsep.join([str(root / "lib"), *filter(None, [env.get("PYTHONPATH")])])
     env.update(env_extra or {})
@@ -373,6 +377,31 @@ def _plans(root: Path) -> dict:
     finally:
         shutil.rmtree(build_dir, ignore_errors=True)
     return {"plan": first, "plan_again": {k: statistics.median(a[k] for a in again) for k in ("wall_s", "cpu_s")}}
+
+
+def bench_plan_versus_main(rounds: int) -> dict:
+    """``scaletax plan`` (:data:`PLAN_ARGS`) asked first and again (:func:`_plans`) with this code and
+    with :data:`BASELINE_COMMIT`'s, interleaved by round (no builds: the part of :func:`bench_versus_main`
+    a planner asking one question waits on). One untimed round per side first (compiled modules,
+    the file cache). Medians; ratios ours over main's (below 1: faster)."""
+    base = _baseline_repo()
+    sides = {"ours": ROOT, "main": base}
+    runs: dict = {side: [] for side in sides}
+    try:
+        for root in sides.values():
+            _plans(root)
+        for r in range(rounds):
+            for side in (("ours", "main") if r % 2 == 0 else ("main", "ours")):
+                runs[side].append({**_plans(sides[side]), "load_average_start": list(os.getloadavg())})
+    finally:
+        shutil.rmtree(base.parent, ignore_errors=True)
+    out: dict = {"baseline_commit": BASELINE_COMMIT, "rounds": rounds, "args": PLAN_ARGS, "runs": runs}
+    for path in ("plan", "plan_again"):
+        row = {side: {k: statistics.median(x[path][k] for x in runs[side]) for k in ("wall_s", "cpu_s")}
+               for side in sides}
+        row["ratio_wall"] = row["ours"]["wall_s"] / row["main"]["wall_s"]
+        out[path] = row
+    return out
 
 
 def bench_versus_main(rounds: int) -> dict:
@@ -1005,7 +1034,8 @@ def main(argv=None) -> int:
                "chapters_scaling": lambda: bench_chapters_scaling(1),
                "ablation": lambda: bench_ablation(args.ablation_rounds, args.pieces, not args.no_warm_up,
                                                      tuple(args.cold_pieces)),
-               "versus_main": lambda: bench_versus_main(args.book_rounds)}
+               "versus_main": lambda: bench_versus_main(args.book_rounds),
+               "plan_versus_main": lambda: bench_plan_versus_main(args.rounds)}
     if not args.in_process:
         runners.update({part: (lambda part=part: _in_chapter_env(part, args)) for part in CHAPTER_ENV_PARTS})
     results["targets"] = TARGETS

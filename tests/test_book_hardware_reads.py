@@ -35,8 +35,10 @@ def test_each_chapter_is_keyed_on_the_gpus_it_reads(built_book):
     comparisons = yaml.safe_load((ROOT / "data/scenarios/default.yaml").read_text())["comparisons"]
     compared = {comparisons["baseline"], comparisons["hopper_reference"], *comparisons["heq_hopper"]}
     assert rows["hardware"] == sorted(SMALL_GPUS)
-    # the scenario's GPUs and those of the published rows the chapter reads and shows
-    assert rows["precision"] == sorted(SMALL_GPUS | published | {precision.REFERENCE_GPU})
+    fitted = {r["hardware"] for r in runs.fitted_runs()}
+    # the scenario's GPUs and those of every published run (calibration and validation tables), whose
+    # share of peak and precision tax the chapter states
+    assert rows["precision"] == sorted(SMALL_GPUS | fitted | {precision.REFERENCE_GPU})
     assert rows["memory"] == sorted(SMALL_GPUS | published)
     heldout = {r["hardware"] for r in runs.read_runs(runs.HELDOUT_CSV)}
     # and the published and held-out runs' GPUs: the largest measured run bounds its step times
@@ -47,7 +49,6 @@ def test_each_chapter_is_keyed_on_the_gpus_it_reads(built_book):
     # beyond the scenario, its comparisons and fleets: the GPUs of the fitted runs, whose best
     # measured MFU per family bounds the cases' MFU (summary.mfu_validity_sentence)
     fleets = {f["gpu"] for f in yaml.safe_load((ROOT / "data/scenarios/default.yaml").read_text())["fleets"]}
-    fitted = {r["hardware"] for t in (runs.RUNS_CSV, runs.VALIDATION_CSV) for r in runs.read_runs(t)}
     claim = references.claim(decision.CLAIM_KEY)  # the announced claim the decision chapter checks
     known = SMALL_GPUS | compared | set(comparisons["heq_blackwell"]) | fleets | fitted | {claim["new"], claim["old"]}
     for slug in ("decision", "summary"):
@@ -75,8 +76,9 @@ def test_a_gpu_row_edit_reexecutes_only_the_chapters_and_searches_that_read_it(b
     build_dir = built_book["build_dir"]
     rows = _rows(built_book["manifest"])
     project = _project_copy(tmp_path)
-    # b300: read by no chapter of the small book but the whole-catalog reader; h800_sxm: one of the
-    # default scenario's comparison GPUs (decision, summary) and in collectives.csv (communication)
+    # b300: read by the whole-catalog reader and by the chapters that state the validation table's
+    # runs (precision, decision, summary), not by hardware or memory; h800_sxm: one of the default
+    # scenario's comparison GPUs (decision, summary) and in collectives.csv (communication)
     edit_gpu_row(project / "data" / "hardware.csv", "b300", "tdp_w", "1234")
     edit_gpu_row(project / "data" / "hardware.csv", "h800_sxm", "tdp_w", "777")
     before = _search_pickles(build_dir)
@@ -89,7 +91,7 @@ def test_a_gpu_row_edit_reexecutes_only_the_chapters_and_searches_that_read_it(b
     executed = {n["chapter"] for n in m["notebooks"] if n["status"] == "executed"}
     readers = {slug for slug, got in rows.items() if got == "all" or {"b300", "h800_sxm"} & set(got or ())}
     assert executed == readers
-    assert {"hardware", "memory", "precision"}.isdisjoint(executed) and {"decision", "validation"} <= executed
+    assert {"hardware", "memory"}.isdisjoint(executed) and {"decision", "validation", "precision"} <= executed
     # inside the re-executed chapters only the searches on the edited GPU ran again
     new = _search_pickles(build_dir) - before
     gpus = set()
