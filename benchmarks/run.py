@@ -598,17 +598,14 @@ def bench_quantizers(repeats: int, n: int = 16 * 2**20) -> dict:
 
 
 #: Parts measured in a child process with a chapter kernel's environment, where they run in the
-#: book (``execute.process_env``: one thread per numeric library, the build's allocator setting).
-#: Without that setting each quantize's 64 MiB output comes from fresh kernel pages: fp8_e4m3 on
-#: 16M elements took 0.046 s per call with 544 page faults each, against 0.030 s and none with it,
-#: in the same minute (2026-12-02 12:07 UTC).
+#: book (``execute.process_env``: one thread per numeric library).
 CHAPTER_ENV_PARTS = ("quantizers",)
 
 
 def _in_chapter_env(part: str, args) -> dict:
     """Run one part of this benchmark in a child with a chapter kernel's environment; its
     results, with the environment they were measured in."""
-    from scaletax.report.execute import ALLOCATOR_ENV, THREAD_ENV, process_env
+    from scaletax.report.execute import THREAD_ENV, process_env
 
     env = process_env()
     with tempfile.TemporaryDirectory() as tmp:
@@ -618,7 +615,7 @@ def _in_chapter_env(part: str, args) -> dict:
         if proc.returncode != 0:
             raise RuntimeError(f"bench part {part} failed: {proc.stderr[-1500:]}")
         res = json.loads(out.read_text(encoding="utf-8"))[part]
-    return {**res, "environment": {k: env.get(k) for k in (*ALLOCATOR_ENV, *THREAD_ENV)}}
+    return {**res, "environment": {k: env.get(k) for k in THREAD_ENV}}
 
 
 PEERS = ROOT / "benchmarks" / ".peers"

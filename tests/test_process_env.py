@@ -12,19 +12,10 @@ from scaletax.report import execute
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_kernel_env_sets_threads_and_allocator(monkeypatch, tmp_path):
-    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+def test_kernel_env_sets_one_thread_per_numeric_library(tmp_path):
     env = execute.kernel_env(tmp_path)
     assert env["OPENBLAS_NUM_THREADS"] == env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == "1"
-    assert env["GLIBC_TUNABLES"] == ("glibc.malloc.mmap_threshold=268435456:"
-                                     "glibc.malloc.trim_threshold=1073741824")
     assert env["SCALETAX_MEMO_DIR"] == str(tmp_path / "memo")
-
-
-def test_a_users_glibc_tunables_are_kept(monkeypatch, tmp_path):
-    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=1")
-    assert execute.kernel_env(tmp_path)["GLIBC_TUNABLES"] == "glibc.malloc.arena_max=1"
-    assert execute.process_env(PYTHONHASHSEED="0")["GLIBC_TUNABLES"] == "glibc.malloc.arena_max=1"
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_CHILD_SUBREAPER is Linux only")

@@ -292,35 +292,16 @@ def _tool_env() -> dict[str, str]:
     return process_env(PYTHONHASHSEED="0")
 
 
-def _warm_sphinx():
-    """A :class:`warm.Warm` ``python -m sphinx`` for a build step to come (its imports done
-    while a core is free), or None (not Linux, or it could not start: the step starts Sphinx)."""
-    from scaletax.report import warm
-
-    if not sys.platform.startswith("linux") or not speedups.on("warm_sphinx"):
-        return None
-    try:
-        return warm.Warm("sphinx", warm.SPHINX_PRELOAD, _tool_env())
-    except OSError:
-        return None
-
-
-def _run(cmd: list[str], cwd: Path, log: Path, step: str, timeout: float = 1800, warm=None) -> None:
-    """Run one build tool in its own process group, killed with the build (whatever kills it).
-    ``warm``: a :class:`warm.Warm` of ``cmd``'s ``python -m`` module, run instead of a new
-    process (same environment, arguments, directory and log)."""
+def _run(cmd: list[str], cwd: Path, log: Path, step: str, timeout: float = 1800) -> None:
+    """Run one build tool in its own process group, killed with the build (whatever kills it)."""
     proc = None
     with contextlib.ExitStack() as stack:
         try:
-            if warm is not None and cmd[:3] == RUN_MODULE and cmd[3] == warm.module:
-                with contextlib.suppress(OSError):  # it died: a new process instead
-                    proc = warm.run(cmd[4:], cwd, log)
-            if proc is None:
-                fh = stack.enter_context(log.open("w", encoding="utf-8"))
-                with lifecycle.Interrupts.deferred():  # an interrupt during the fork: once proc is set
-                    proc = subprocess.Popen(cmd, cwd=cwd, stdout=fh, stderr=subprocess.STDOUT, env=_tool_env(),
-                                            stdin=subprocess.DEVNULL, start_new_session=True,
-                                            preexec_fn=lifecycle.die_with_parent())
+            fh = stack.enter_context(log.open("w", encoding="utf-8"))
+            with lifecycle.Interrupts.deferred():  # an interrupt during the fork: once proc is set
+                proc = subprocess.Popen(cmd, cwd=cwd, stdout=fh, stderr=subprocess.STDOUT, env=_tool_env(),
+                                        stdin=subprocess.DEVNULL, start_new_session=True,
+                                        preexec_fn=lifecycle.die_with_parent())
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             raise BuildError(f"{step} timed out after {timeout:.0f} s; log: {log}") from None
@@ -414,22 +395,20 @@ def doctree_dir(src: Path) -> Path:
     return src.parent / "doctrees"
 
 
-def build_html(src: Path, out: Path, logs: Path, warm=None, jobs: int = 1) -> None:
-    """The HTML of the sources in ``src`` (``warm``: a :func:`_warm_sphinx` to run it in), read
-    and written by ``jobs`` processes (Sphinx's ``-j``: the pages are read in parallel, and
+def build_html(src: Path, out: Path, logs: Path, jobs: int = 1) -> None:
+    """The HTML of the sources in ``src``, read and written by ``jobs`` processes (Sphinx's ``-j``: the pages are read in parallel, and
     resolved in the main process while another writes them; the same HTML, byte for byte)."""
     parallel = ["-j", str(jobs)] if jobs > 1 and speedups.on("sphinx_parallel") else []
     _run([*RUN_MODULE, "sphinx", "-b", "html", "-n", "-W", "--keep-going", "-q", *parallel,
-          "-d", str(doctree_dir(src)), str(src), str(out)], src, logs / "html.log", "HTML build", warm=warm)
+          "-d", str(doctree_dir(src)), str(src), str(out)], src, logs / "html.log", "HTML build")
 
 
-def build_pdf(src: Path, pdf: Path, logs: Path, warm=None) -> None:
+def build_pdf(src: Path, pdf: Path, logs: Path) -> None:
     """The PDF of the sources in ``src``: after :func:`build_html` of the same sources (whose
-    doctrees it reuses), or alone (``warm``: a :func:`_warm_sphinx` for the LaTeX step)."""
+    doctrees it reuses), or alone."""
     latex = src.parent / "latex"
     _run([*RUN_MODULE, "sphinx", "-b", "latex", "-n", "-W", "--keep-going", "-q",
-          "-d", str(doctree_dir(src)), str(src), str(latex)], src, logs / "latex.log", "LaTeX build",
-         warm=warm)
+          "-d", str(doctree_dir(src)), str(src), str(latex)], src, logs / "latex.log", "LaTeX build")
     _run(["latexmk", "-pdfxe", "-interaction=nonstopmode", "-halt-on-error", "-file-line-error",
           "book.tex"], latex, logs / "xelatex.log", "PDF (xelatex)", timeout=1800)
     shutil.copyfile(latex / "book.pdf", pdf)
@@ -618,33 +597,26 @@ def _build_in(stage: Path, logs: Path, opts: BuildOptions, progress) -> dict:
         if progress:
             progress("book", "up to date (no input changed): nothing executed or rebuilt")
         return current
-    with contextlib.ExitStack() as helpers:  # background processes, ended with the build's steps
-        warm_html = _warm_sphinx()  # its imports run beside the chapters
-        if warm_html is not None:
-            helpers.callback(warm_html.close)
-        results = execute_chapters(list(toc.CHAPTERS), scen, cache, logs, jobs=opts.jobs, progress=progress,
-                                   work_dir=stage / "chapters")
-        t_exec = time.perf_counter() - t0
+    results = execute_chapters(list(toc.CHAPTERS), scen, cache, logs, jobs=opts.jobs, progress=progress,
+                               work_dir=stage / "chapters")
+    t_exec = time.perf_counter() - t0
 
-        src = stage / "src"
-        stage_sources(src, results, info, cache)
-        out = stage / "out"
-        out.mkdir()
-        pdf = opts.pdf and xelatex_available()
-        warm_latex = _warm_sphinx() if pdf else None  # imports while the HTML step keeps one core busy
-        if warm_latex is not None:
-            helpers.callback(warm_latex.close)
+    src = stage / "src"
+    stage_sources(src, results, info, cache)
+    out = stage / "out"
+    out.mkdir()
+    pdf = opts.pdf and xelatex_available()
+    if progress:
+        progress("book", "building HTML")
+    build_html(src, out / "html", logs, jobs=opts.jobs)
+    pdf_status = "skipped (--no-pdf)"
+    if pdf:
         if progress:
-            progress("book", "building HTML")
-        build_html(src, out / "html", logs, warm_html, jobs=opts.jobs)
-        pdf_status = "skipped (--no-pdf)"
-        if pdf:
-            if progress:
-                progress("book", "building PDF")
-            build_pdf(src, out / f"{opts.name}.pdf", logs, warm_latex)
-            pdf_status = "built"
-        elif opts.pdf:
-            pdf_status = "skipped (xelatex not installed)"
+            progress("book", "building PDF")
+        build_pdf(src, out / f"{opts.name}.pdf", logs)
+        pdf_status = "built"
+    elif opts.pdf:
+        pdf_status = "skipped (xelatex not installed)"
     shutil.rmtree(out / "jupyter_execute", ignore_errors=True)  # myst-nb's copy for the builders
     figures = out / "figures"
     figures.mkdir()

@@ -55,16 +55,6 @@ KERNEL = "python3"
 #: the training experiment's size on 2 busy cores is ~10x slower than a 1-thread one; results
 #: are byte-identical.
 THREAD_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-#: glibc malloc settings of every build process (kernel and its training workers, Sphinx): blocks
-#: up to 256 MiB come from the heap, and free memory at the heap's top is kept up to 1 GiB.
-#: glibc's defaults (mallopt(3): M_MMAP_THRESHOLD 128 KiB, raised dynamically to at most 32 MiB;
-#: M_TRIM_THRESHOLD twice that) give each numpy temporary of a few MiB fresh pages from mmap,
-#: which the kernel zeroes and faults in on every use. Measured on the communication chapter
-#: alone: 1.84 M -> 0.19 M minor page faults, 6.6 -> 1.4 s system CPU, the same peak RSS.
-#: Placement of allocations only: results are byte-identical. A GLIBC_TUNABLES already set in the
-#: environment is kept as it is; other C libraries ignore the variable.
-ALLOCATOR_ENV = {"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=268435456:glibc.malloc.trim_threshold=1073741824"}
-
 ENTRY_FILE = "entry.json"
 #: Data files a chapter that declares ``hardware.csv`` is keyed on through the rows it read.
 ROW_FILES = ("hardware.csv", "systems.csv")
@@ -79,11 +69,9 @@ _KEY = re.compile(r"[0-9a-f]{64}")
 
 
 def process_env(**extra: str) -> dict[str, str]:
-    """Environment of a build process: ``os.environ`` with :data:`THREAD_ENV`,
-    :data:`ALLOCATOR_ENV` (unless GLIBC_TUNABLES is set) and ``extra``."""
-    allocator = {} if "GLIBC_TUNABLES" in os.environ or not speedups.on("allocator") else ALLOCATOR_ENV
+    """Environment of a build process: ``os.environ`` with :data:`THREAD_ENV` and ``extra``."""
     threads = THREAD_ENV if speedups.on("one_thread") else {}
-    return {**os.environ, **threads, **allocator, **extra}
+    return {**os.environ, **threads, **extra}
 
 
 def kernel_env(cache_dir: Path) -> dict[str, str]:
