@@ -396,8 +396,9 @@ def doctree_dir(src: Path) -> Path:
 
 
 def build_html(src: Path, out: Path, logs: Path, jobs: int = 1) -> None:
-    """The HTML of the sources in ``src``, read and written by ``jobs`` processes (Sphinx's ``-j``: the pages are read in parallel, and
-    resolved in the main process while another writes them; the same HTML, byte for byte)."""
+    """The HTML of the sources in ``src``, read and written by ``jobs`` processes (Sphinx's
+    ``-j``: the pages are read in parallel, and resolved in the main process while another
+    writes them; the same HTML, byte for byte)."""
     parallel = ["-j", str(jobs)] if jobs > 1 and speedups.on("sphinx_parallel") else []
     _run([*RUN_MODULE, "sphinx", "-b", "html", "-n", "-W", "--keep-going", "-q", *parallel,
           "-d", str(doctree_dir(src)), str(src), str(out)], src, logs / "html.log", "HTML build")
