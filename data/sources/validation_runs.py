@@ -29,13 +29,17 @@ SOURCE = HERE / "published_runs_validation.csv"
 #: Columns of the runs schema the source table lacks, appended in this order.
 ADDED: tuple[str, ...] = ("stack", "tp_comm_overlap", "moe_dispatcher", "schedule", "etp", "pp_split",
                           "fp8_param_gather", "recompute_modules", "gated", "tied_embeddings", "bias",
-                          "same_run_as")
+                          "same_run_as", "attn_kernel")
 
 # --- where the fills come from --------------------------------------------------------------
 _BRIDGE_062 = "megatron-bridge 0.6.2 recipe {} (data/bridge_recipes.csv), layout identical"
 _TT_H100 = ("hardware h100_sxm_96gb_500w: the notes' Grand Teton H100 SXM with 96 GB HBM2e (2.4 TB/s) "
             "at a 500 W power limit (data/hardware.csv)")
 _FSDP_TT = "stack fsdp: TorchTitan FSDP2 (notes)"
+_FA2_TT = ("attn_kernel fa2: TorchTitan's attention is PyTorch SDPA, which tries FlashAttention-2 first "
+           "(its fixed backend priority; huggingface/transformers#48163), and on GPUs below compute "
+           "capability 10 TorchTitan asks for exactly that backend (pytorch/torchtitan#1196, "
+           "torchtitan/models/attention.py: [FLASH_ATTENTION, EFFICIENT_ATTENTION, MATH])")
 _FLEX = (" (moe_dispatcher: the recipe's flex dispatcher with the HybridEP backend; schedule ep_overlap: "
          "overlap_moe_expert_parallel_comm true)")
 _DSV3 = ("etp 1: no expert tensor parallelism in any DeepSeek-V3 recipe (data/bridge_recipes.csv); "
@@ -156,10 +160,10 @@ _TT = {
                                                    "default the notes give (8 micro-batches), unverified there"),
 }
 for _rid, (_f, _why) in _TT.items():
-    _add(_rid, {"hardware": "h100_sxm_96gb_500w", "stack": "fsdp", **_f},
-         "; ".join(x for x in (_TT_H100, _FSDP_TT, _why) if x))
-_add("tt_trainy2506_llama31_8b_h200x64_fsdp_fp8", {"stack": "fsdp"},
-     "stack fsdp: TorchTitan FSDP2 (notes; stock H200 SXM, no power cap stated)")
+    _add(_rid, {"hardware": "h100_sxm_96gb_500w", "stack": "fsdp", "attn_kernel": "fa2", **_f},
+         "; ".join(x for x in (_TT_H100, _FSDP_TT, _FA2_TT, _why) if x))
+_add("tt_trainy2506_llama31_8b_h200x64_fsdp_fp8", {"stack": "fsdp", "attn_kernel": "fa2"},
+     "stack fsdp: TorchTitan FSDP2 (notes; stock H200 SXM, no power cap stated); " + _FA2_TT)
 
 # llm-foundry (Composer / PyTorch FSDP FULL_SHARD) rows
 for _rid in ("mpt70b_h100x512_fsdp_bf16", "mpt7b_h100x512_fsdp_bf16", "mpt70b_a100x64_fsdp_bf16"):

@@ -34,6 +34,7 @@ import numpy as np
 from scaletax import DATA_DIR
 from scaletax.inputs import hardware, recipes, runs
 from scaletax.inputs.runs import ROW_CONVENTIONS
+from scaletax.fit import kernels
 from scaletax.model import comm, efficiency, perf, runplan
 from scaletax.model.runplan import RowPlan
 
@@ -121,8 +122,7 @@ def _fit_gemm(text: str, path: str, min_m: int, g: hardware.GPU) -> dict[str, fl
 # =========================================================================================
 #: Parameters fitted to the runs table (the others come from the GEMM measurements or are stated).
 FIT_PARAMS: tuple[str, ...] = ("gemm_ceiling_8bit", "gemm_ceiling_4bit", "family_factor_ampere",
-                               "family_factor_blackwell", "memory_overhead", "overlap_scale", "moe_overhead",
-                               "layer_overhead_us")
+                               "family_factor_blackwell", "memory_overhead", "overlap_scale", "layer_overhead_us")
 #: Search bounds of the fit (physical limits, not ranges of the result).
 FIT_BOUNDS: dict[str, tuple[float, float]] = {
     "gemm_ceiling_16bit": (0.3, 1.0), "gemm_ceiling_8bit": (0.3, 1.0), "gemm_ceiling_4bit": (0.15, 1.0),
@@ -186,7 +186,6 @@ DERIVED_FAMILIES: dict[str, str] = {"blackwell_ultra": "blackwell"}
 #: GEMM ceiling measured on the H200 (data/measured/gemm_h200.csv); the 4-bit ceiling: the fold's
 #: 8-bit ceiling times the Blackwell factor (the same fraction as the previous format).
 PRIORS: dict[str, Any] = {
-    "moe_overhead": lambda p: p["memory_overhead"],
     "gemm_ceiling_4bit": lambda p: min(1.0, p["gemm_ceiling_8bit"] * p["family_factor_blackwell"]),
     "family_factor_ampere": lambda p: 1.0,
     "family_factor_blackwell": lambda p: 1.0,
@@ -194,7 +193,6 @@ PRIORS: dict[str, Any] = {
 }
 #: Which rows identify a parameter (a cross-validation fold without such a row uses the prior).
 IDENTIFIED_BY: dict[str, Any] = {
-    "moe_overhead": lambda su: su.model.is_moe,
     "gemm_ceiling_4bit": lambda su: su.precision.format_class == "4bit",
     "family_factor_ampere": lambda su: su.gpu.family == "ampere",
     "family_factor_blackwell": lambda su: su.gpu.family == "blackwell",
@@ -205,12 +203,14 @@ IDENTIFIED_BY: dict[str, Any] = {
 
 def measured_base() -> dict[str, float]:
     """Start point and fixed values: Hopper 16-bit ceiling and roofline constant measured on an
-    H200 (:func:`fit_gemm_measurements`), Hopper family factor 1 (the reference)."""
+    H200 (:func:`fit_gemm_measurements`), the MoE routing overhead measured there
+    (``kernels.routing_overhead``), Hopper family factor 1 (the reference)."""
     m = fit_gemm_measurements()
     base = {f"gemm_ceiling_{k}": v for k, v in (("16bit", m["ceiling_bf16"]), ("8bit", m["ceiling_fp8"]),
                                                  ("4bit", 0.6))}
     base.update({f"family_factor_{f}": 1.0 for f in efficiency.FAMILIES})
-    base.update(gemm_roofline=m["gemm_roofline"], memory_overhead=2.0, overlap_scale=1.0, moe_overhead=2.0,
+    base.update(gemm_roofline=m["gemm_roofline"], memory_overhead=2.0, overlap_scale=1.0,
+                moe_overhead=kernels.routing_overhead()["value"],
                 layer_overhead_us=gemm_call_floor_us())
     return base
 
@@ -640,6 +640,8 @@ def efficiency_ranges(prepared=None) -> dict[str, Any]:
     for n, key in (("gemm_ceiling_16bit", "ceiling_bf16"), ("gemm_roofline", "gemm_roofline")):
         vals = [g[key] for g in gm.values()]
         out[n] = {"value": gm[1024][key], "low": min(vals), "high": max(vals), "kind": "measured"}
+    ro = kernels.routing_overhead()
+    out["moe_overhead"] = {"value": ro["value"], "low": ro["low"], "high": ro["high"], "kind": "measured"}
     out["family_factor_hopper"] = {"value": 1.0, "low": 1.0, "high": 1.0, "kind": "reference"}
     b = out["family_factor_blackwell"]
     for f in TIED_FAMILIES:
@@ -710,13 +712,15 @@ _SOURCES = {
                          "of a dense layer's forward and backward at the shortest call an idle H200 takes "
                          "({call_us:.1f} us, data/measured/gemm_h200.csv): {bound:.0f} us (calibrate.gemm_call_floor_us)"
                          "{at_bound}.",
-    "moe_overhead": "CALIBRATED on the MoE rows only (fine- and coarse-grained): time of the MoE routing kernels "
-                    "(router logits and top-k, token permutations around the all-to-all; perf.memory_bound_bytes) "
-                    "over their ideal HBM time. A fold without an MoE row takes memory_overhead (calibrate.PRIORS). "
-                    "A REGIME PARAMETER: only the MoE runs constrain it and no kernel measurement grounds it (the "
-                    "expert GEMMs are checked against DeepGEMM's grouped GEMMs and the dispatch runs at HybridEP's "
-                    "measured rate, data/kernel_benchmarks.csv); it stands for what the fine-grained MoE runs "
-                    "still lack, and their band says how well it does (the validation chapter).",
+    "moe_overhead": "MEASURED: one MoE layer's routing on an H200 (router forward and backward, the token "
+                    "permutation around the all-to-all and its inverse, forward and backward, in gather-only "
+                    "PyTorch ops; data/measured/routing_h200.csv, benchmarks/device/moe_kernels_h200.py) over "
+                    "the ideal HBM time of the bytes perf.memory_bound_bytes counts for it: the median over the "
+                    "four fine-grained models measured (gpt-oss-120b, Qwen3-235B, DeepSeek-V3, Kimi K2; range: "
+                    "their extremes; kernels.routing_overhead). Megatron-Core runs Transformer Engine's fused "
+                    "permute kernels, which move the same bytes in fewer passes: a stated upper bound of theirs. "
+                    "Fitted on the MoE runs instead (before this measurement) it came out at 7.1, inside the "
+                    "measured range.",
 }
 
 

@@ -45,4 +45,6 @@ PP_SPLITS: tuple[str, ...] = ("auto", "even", "account", "balanced")
 #: it, e.g. Narayanan et al. 2021, Korthikanti et al. 2022: batched QK^T and PV GEMMs over the full
 #: s x s score matrix, masked, with the fused scale-mask-softmax and the attention dropout as
 #: memory-bound kernels over the materialized scores).
-ATTN_KERNELS: tuple[str, ...] = ("flash", "unfused")
+#: "fa2": FlashAttention-2 kernels (PyTorch SDPA's flash backend, flash-attn 2: TorchTitan and
+#: llm-foundry on Hopper), slower than "flash" (cuDNN fused attention, Transformer Engine) on Hopper.
+ATTN_KERNELS: tuple[str, ...] = ("flash", "fa2", "unfused")

@@ -126,7 +126,9 @@ COLUMN_DEFAULTS: dict[str, str] = {
     "tp_comm_overlap": "the stack's (megatron: Transformer Engine's tp_comm_overlap, half of the TP collectives "
                        "hidden before the fitted overlap scale; fsdp: none hidden); true / false: the run states its TP "
                        "collectives overlapped (Megatron-Core tp_comm_overlap, TorchTitan async TP) or not",
-    "attn_kernel": "flash (fused attention, scores on chip: every stack since FlashAttention, 2022); unfused: "
+    "attn_kernel": "flash (fused attention, scores on chip: every stack since FlashAttention, 2022; Transformer "
+                   "Engine's cuDNN kernels, measured on an H200, perf.ATTN_KERNEL_CONSTANTS); fa2: FlashAttention-2 "
+                   "(PyTorch SDPA's flash backend, TorchTitan on Hopper), slower on Hopper only; unfused: "
                    "Megatron-LM before it (batched QK^T / PV GEMMs over the full score matrix, softmax and "
                    "dropout as memory-bound kernels; perf.ATTN_KERNELS), which also stores the scores for the "
                    "backward: 2as^2b softmax output, with dropout as^2b mask and 2as^2b output (Korthikanti et al. "

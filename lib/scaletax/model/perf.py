@@ -37,7 +37,8 @@ Model (per GPU of the heaviest pipeline stage, per step; seconds, FLOP, bytes)
   key/value tile, :data:`FA_CAUSAL_TILE`: diagonal tiles computed in full), forward
   2 (d_qk + d_v) FLOPs each, backward 6 d_qk + 4 d_v (S recomputed; Dao 2023, arXiv 2307.08691,
   Alg. 2), timed by :func:`attention_seconds` (tensor cores plus the softmax exp on the
-  special-function units, :data:`SFU_RATIO`; FlashAttention-3, arXiv 2407.08608 §3.1); grouped
+  special-function units, :data:`SFU_RATIO`; FlashAttention-3, arXiv 2407.08608 §3.1) with the
+  kernel's constants measured on an H200 (:data:`ATTN_KERNEL_CONSTANTS`); grouped
   expert GEMMs pay half a :data:`GROUPED_TILE_M` tile of padding per local expert and run at the
   pace of the EP rank with the most routed tokens (``comm.moe_rank_imbalance``: expected max / mean
   under uniform routing); recomputation adds the forward again
@@ -115,15 +116,47 @@ FP4_BF16_LAYERS = 2
 #: attention-layer acceleration", NVIDIA Blackwell Ultra), 256. Rubin: ASSUMPTION, Blackwell Ultra's.
 SFU_RATIO: dict[str, float] = {"ampere": 128.0, "hopper": 256.0, "blackwell": 512.0, "blackwell_ultra": 256.0,
                                "rubin": 256.0}
-#: ASSUMPTION: share of the forward softmax exp time hidden under the tensor-core GEMMs of the other
-#: warpgroup (FlashAttention-3 ping-pong scheduling, arXiv 2407.08608 Sec. 3.1): half. With it the
-#: model gives 0.65 of the H100 dense peak for the causal hdim-128 forward and 0.56 for hdim 64
-#: (FA3 reports ~640 and ~500 of 989 TFLOP/s at 16k, Fig. 5).
-FA_EXP_OVERLAP = 0.5
-#: ASSUMPTION: tensor-core efficiency of the flash-attention backward relative to a plain GEMM:
-#: five GEMMs per tile with dQ accumulated by atomics and the recomputed exp unhidden; 0.8 puts the
-#: H100 causal hdim-128 backward at ~0.55 of peak (FA3 reports ~1.5-1.75x FA2, below its forward).
-FA_BWD_EFF = 0.8
+#: Flash-attention kernels by their constants in :func:`attention_seconds`, MEASURED on one H200
+#: (data/measured/attention_h200.csv, benchmarks/device/moe_kernels_h200.py: causal
+#: scaled_dot_product_attention, head sizes 64 and 128, sequences 4k-64k) and fitted there by
+#: ``scaletax.fit.kernels.fit_attention`` (a test holds these to a refit):
+#: (tensor-core fraction of the 16-bit GEMM ceiling, share of the forward softmax exp hidden under
+#: the GEMMs, backward efficiency relative to the forward's tensor-core rate, backward tile: extra
+#: score elements per query x 2 that the backward pays, a fixed cost per query row).
+#: "flash": cuDNN fused attention (Transformer Engine's FusedAttention, what Megatron-Core runs):
+#: forward at the GEMM ceiling with almost no exp hidden (0.58 of peak at head size 128, 0.45 at 64),
+#: backward 0.44-0.53 of peak from 4k to 64k. "fa2": FlashAttention-2 (PyTorch SDPA's flash backend,
+#: flash-attn 2; TorchTitan's choice below compute capability 10, pytorch/torchtitan#1196), which
+#: runs Ampere-style mma.sync on Hopper: 0.30-0.33 of peak. Within 9% of every measured point,
+#: 2k included (out of the fit). "fa2" is a Hopper penalty: on Ampere FlashAttention-2 is the native
+#: kernel and on Blackwell the stacks run cuDNN (torchtitan#1196), so elsewhere it takes "flash"'s.
+ATTN_KERNEL_CONSTANTS: dict[str, tuple[float, float, float, float]] = {
+    "flash": (1.046, 0.126, 0.756, 1152.0),
+    "fa2": (0.464, 0.45, 0.994, 1312.0),
+}
+#: The GPU families where "fa2" differs from "flash" (see :data:`ATTN_KERNEL_CONSTANTS`).
+FA2_FAMILIES: tuple[str, ...] = ("hopper",)
+#: "flash" on Blackwell and Blackwell Ultra: NVIDIA's published cuDNN attention figures on GB200
+#: and GB300 (data/kernel_benchmarks.csv, cudnn-frontend's SDPA training benchmark, causal, head
+#: size 128, 8k and 32k), fitted by ``scaletax.fit.kernels.fit_published`` with the H200's
+#: tensor-core fraction (one head size cannot separate it from the exp share), under the calibrated
+#: family factors: the forward hides its exponential entirely (the fit sits at that bound; Hopper's
+#: cuDNN hides 13%) and the backward runs at about the forward's rate (Hopper 0.76). At 2k, out of
+#: the fit, the model is 20-30% fast. Rubin: ASSUMPTION, Blackwell Ultra's. Other families (Ampere)
+#: take :data:`ATTN_KERNEL_CONSTANTS`.
+ATTN_FAMILY_CONSTANTS: dict[str, tuple[float, float, float, float]] = {
+    "blackwell": (1.046, 1.0, 1.104, 0.0),
+    "blackwell_ultra": (1.046, 1.0, 0.972, 304.0),
+    "rubin": (1.046, 1.0, 0.972, 304.0),
+}
+
+
+def attention_constants(kernel: str, family: str) -> tuple[float, float, float, float]:
+    """(tensor-core fraction, forward exp share hidden, backward efficiency, backward tile) of the
+    attention ``kernel`` ("flash" or "fa2") on a GPU of ``family``."""
+    if kernel == "fa2" and family in FA2_FAMILIES:
+        return ATTN_KERNEL_CONSTANTS["fa2"]
+    return ATTN_FAMILY_CONSTANTS.get(family, ATTN_KERNEL_CONSTANTS["flash"])
 #: Key/value tile width of a causal flash-attention kernel: tiles crossing the diagonal are computed
 #: in full and masked, so a causal kernel over s positions computes s^2 / 2 + s B / 2 score elements,
 #: B / 2 per query beyond the causal count (FlashAttention-3 hopper/tile_size.h: 128 x 128 tiles for
@@ -184,21 +217,22 @@ def gemm_reference_size(gpu: hardware.GPU, precision: recipes.Recipe) -> float:
 
 def power_scale(gpu: hardware.GPU) -> float:
     """Sustained tensor-core clock of a power-limited variant (``hardware.GPU.variant_of``) relative to
-    its base part: min(1, rated power / the base part's rated power); 1 for a part of its own.
+    its base part: min(1, rated power / the base part's rated power)^(1/3); 1 for a part of its own.
 
-    Under heavy GEMM load a Hopper or Blackwell GPU runs at its power limit, and at the voltage floor
-    dynamic power is linear in clock (P = C V^2 f): the sustained clock scales with the power limit
-    (the rule ``efficiency.power_per_flop`` applies between Blackwell and Blackwell Ultra). Meta's 500 W
-    H100 SXM (``h100_sxm_96gb_500w``) sustains 500 / 700 of the stock part's clock. ASSUMPTION, a model:
-    linear DVFS (an upper bound on the loss where the voltage can still fall with the clock). The other
-    bound, the voltage falling with the clock (P ~ f^3, clock (500/700)^(1/3) = 0.89), was tried and
-    rejected on the measurements: refitted, the 500 W TorchTitan rows come out +22% to +71% fast out
-    of sample (leave one source out; linear: -7% to +40%) and the validation table's median error
-    rises from 7.5% to 8.8%."""
+    Under heavy GEMM load a Hopper or Blackwell GPU runs at its power limit, and dynamic power is
+    P = C V^2 f. Two bounds: the voltage falls with the clock (P ~ f^3, the rule used here: Meta's
+    500 W H100 SXM, ``h100_sxm_96gb_500w``, sustains (500 / 700)^(1/3) = 0.89 of the stock clock),
+    or the voltage sits at its floor (P ~ f, 0.71). ASSUMPTION, chosen on the measurements: with the
+    attention kernels measured (``ATTN_KERNEL_CONSTANTS``; TorchTitan runs FlashAttention-2 on
+    Hopper), refitted, the seven TorchTitan rows come out +2% to +13% fast out of sample (leave one
+    source out) with P ~ f^3 and -8% to -13% slow with P ~ f, and the validation table's median
+    error is 7.1% against 8.2%. (Before the attention kernels were measured, the linear rule won:
+    it stood in for TorchTitan's slower attention.) Blackwell Ultra against Blackwell is another
+    rule (``efficiency.power_per_flop``): same silicon, more power per peak FLOP."""
     g = hardware.check(gpu)
     if not g.variant_of:
         return 1.0
-    return min(1.0, g.tdp_w / hardware.get(g.variant_of).tdp_w)
+    return min(1.0, g.tdp_w / hardware.get(g.variant_of).tdp_w) ** (1.0 / 3.0)
 
 
 @lru_cache(maxsize=256)
@@ -301,7 +335,8 @@ class StepInputs:
     / ``FAMILIES``; clock_scale: the GPU's sustained clock relative to its family's (:func:`power_scale`); regime_idx:
     the run's regime, an index into ``runs.REGIMES`` (``runs.regime_of``: the band's half-width); ep_overlap: base share of the MoE all-to-all the schedule can hide
     (``comm.SCHEDULE_EP_OVERLAP``); tp_overlap: base share of the TP collectives the software
-    stack can hide (``comm.STACK_TP_OVERLAP``); attn_unfused: 1 where the attention is unfused
+    stack can hide (``comm.STACK_TP_OVERLAP``); attn_tc / attn_exp_hidden / attn_bwd_eff: the attention
+    kernel's constants (:data:`ATTN_KERNEL_CONSTANTS`; 1 / 0 / 1 unfused); attn_unfused: 1 where the attention is unfused
     (:data:`ATTN_KERNELS`: its batched GEMMs at the 16-bit rate, the score traffic in bytes_scores, no
     exp), 0 for flash attention (scores on chip, the softmax exp on the SFUs); bytes_scores: HBM bytes of the unfused attention's
     score kernels per step (:data:`UNFUSED_ATTN_BYTES`), at :data:`HBM_STREAM_EFF`; layer_passes: transformer layers
@@ -342,6 +377,9 @@ class StepInputs:
     ep_overlap: np.ndarray
     tp_overlap: np.ndarray
     attn_unfused: np.ndarray
+    attn_tc: np.ndarray
+    attn_exp_hidden: np.ndarray
+    attn_bwd_eff: np.ndarray
     bytes_scores: np.ndarray
     layer_passes: np.ndarray
     comm: comm.StepComm
@@ -917,8 +955,12 @@ def prepare(model: Model, layouts, precision: recipes.Recipe, gpu, topo: Topolog
     if attn_kernel not in ATTN_KERNELS:
         raise ValueError(f"attn_kernel: must be one of {', '.join(ATTN_KERNELS)} (got {attn_kernel!r})")
     unfused = attn_kernel == "unfused"
+    # the kernel's constants per entry, by the GPU's family (attention_constants)
+    table = np.array([(1.0, 0.0, 1.0, 0.0) if unfused else attention_constants(attn_kernel, f) for f in FAMILIES])
+    a_tc, a_ov, a_bw, a_tile = (table[np.asarray(g.fam_idx), i] for i in range(4))
     # unfused: the whole s x s score matrix, masked afterwards; the backward has no S to recompute
     elems_layer = model.heads * (model.seq_len if unfused else (model.seq_len + FA_CAUSAL_TILE) / 2.0)
+    bwd_rows = 1.0 + a_tile / 2.0 * model.heads / elems_layer  # the backward's fixed cost per query row
     n_fwd = 1.0 + xf + xs  # attention forwards: 2 where a layer recomputes (full or selective)
     attn_fwd_fpe = 2.0 * (dqk_a + dv_a)
     attn_bwd_fpe = 4.0 * (dqk_a + dv_a) if unfused else 6.0 * dqk_a + 4.0 * dv_a
@@ -990,7 +1032,7 @@ def prepare(model: Model, layouts, precision: recipes.Recipe, gpu, topo: Topolog
     flops = {k: tok_gpu * v for k, v in (("lin", lin_tok), ("exp", exp_tok), ("attn", attn_tok), ("head", head_tok))}
     full = np.ones(n)
     return StepInputs(flops_lin=take(flops["lin"]), flops_exp=take(flops["exp"]) * full, flops_attn=take(flops["attn"]),
-                      attn_elems_fwd=take(tok_gpu * elems_tok * n_fwd), attn_elems_bwd=take(tok_gpu * elems_tok) * full,
+                      attn_elems_fwd=take(tok_gpu * elems_tok * n_fwd), attn_elems_bwd=take(tok_gpu * elems_tok) * bwd_rows * full,
                       attn_fwd_fpe=attn_fwd_fpe * full, attn_bwd_fpe=attn_bwd_fpe * full,
                       sfu_ratio=g.sfu_ratio * full,
                       flops_head=take(flops["head"]), s_lin=take(s_lin) * full, s_exp=s_exp, s_head=take(s_head) * full,
@@ -1004,7 +1046,8 @@ def prepare(model: Model, layouts, precision: recipes.Recipe, gpu, topo: Topolog
                       fmt_idx=np.full(n, FORMAT_CLASSES.index(fmt)), fam_idx=g.fam_idx + np.zeros(n, np.int64),
                       clock_scale=g.clock * full, regime_idx=_regime_idx(model, la.zero_stage, stack),
                       ep_overlap=comm.schedule_ep_overlap(schedule) * full, tp_overlap=tp_overlap * full,
-                      attn_unfused=float(unfused) * full, bytes_scores=take(b_scores) * full,
+                      attn_unfused=float(unfused) * full, attn_tc=a_tc * full, attn_exp_hidden=a_ov * full,
+                      attn_bwd_eff=a_bw * full, bytes_scores=take(b_scores) * full,
                       layer_passes=take(layers_stage * n_micro) * full, comm=step)
 
 
@@ -1147,33 +1190,43 @@ def ep_hidden_share(inp: StepInputs, overlap_scale: float):
 
 def attention_seconds(inp: StepInputs, r_16, fam):
     """Flash-attention core time per step, seconds: per score element, the forward GEMMs at the
-    16-bit rate plus the softmax exp not hidden under them (1 - :data:`FA_EXP_OVERLAP`), the
-    backward GEMMs at :data:`FA_BWD_EFF` of that rate plus one unhidden exp. The exp rate is the
-    16-bit peak / :data:`SFU_RATIO` at the family's sustained clock (``fam``). Longer heads amortize
-    the exp over more FLOPs: efficiency rises with head size."""
+    kernel's share of the 16-bit rate (``attn_tc``) plus the softmax exp not hidden under them
+    (1 - ``attn_exp_hidden``), the backward GEMMs at ``attn_bwd_eff`` of the forward's rate plus one
+    unhidden exp, over the backward's elements (its fixed cost per query row included,
+    :data:`ATTN_KERNEL_CONSTANTS`). The exp rate is the 16-bit peak / :data:`SFU_RATIO` at the
+    family's sustained clock (``fam``). Longer heads amortize the exp over more FLOPs: efficiency
+    rises with head size."""
     exp_rate = inp.peak_16 * fam / inp.sfu_ratio
     # unfused: the batched GEMMs at the 16-bit rate (their score operands and outputs are the
     # memory-bound bytes_scores, counted once there), the softmax a memory-bound kernel (no exp here)
     unfused = inp.attn_unfused > 0
-    x_fwd = np.where(unfused, 0.0, (1.0 - FA_EXP_OVERLAP) / exp_rate)
+    r = r_16 * inp.attn_tc
+    x_fwd = np.where(unfused, 0.0, (1.0 - inp.attn_exp_hidden) / exp_rate)
     x_bwd = np.where(unfused, 0.0, 1.0 / exp_rate)
-    fwd = inp.attn_elems_fwd * (inp.attn_fwd_fpe / r_16 + x_fwd)
-    bwd = inp.attn_elems_bwd * (inp.attn_bwd_fpe / (r_16 * np.where(unfused, 1.0, FA_BWD_EFF)) + x_bwd)
+    fwd = inp.attn_elems_fwd * (inp.attn_fwd_fpe / r + x_fwd)
+    bwd = inp.attn_elems_bwd * (inp.attn_bwd_fpe / (r * inp.attn_bwd_eff) + x_bwd)
     return fwd + bwd
 
 
-def attention_efficiency(gpu: hardware.GPU, d_qk: float, d_v: float | None = None, eff: Efficiency | None = None) -> tuple[float, float]:
-    """(forward, backward) flash-attention throughput as a fraction of the GPU's dense 16-bit
-    peak for heads of ``d_qk`` / ``d_v`` (default d_qk), by :func:`attention_seconds`' rule."""
+def attention_efficiency(gpu: hardware.GPU, d_qk: float, d_v: float | None = None, eff: Efficiency | None = None,
+                         kernel: str = "flash", seq: float | None = None) -> tuple[float, float]:
+    """(forward, backward) causal flash-attention throughput as a fraction of the GPU's dense 16-bit
+    peak for heads of ``d_qk`` / ``d_v`` (default d_qk), by :func:`attention_seconds`' rule: FLOPs of
+    the causal half of the scores (s^2 / 2 per head) over the time of the elements the kernel runs
+    (diagonal tiles, the backward's fixed cost per query row) at sequence ``seq`` (default: very
+    long, the per-row costs vanish)."""
     g = hardware.check(gpu)
     eff = default_efficiency() if eff is None else eff
     d_v = d_qk if d_v is None else d_v
+    tc, ov, bw, tile = attention_constants(kernel, g.family)
     fam = eff.family_factor[g.family] * power_scale(g)
-    r = eff.gemm_ceiling["16bit"] * fam  # fraction of peak of the tensor-core part
-    x = fam / SFU_RATIO[g.family]        # exp per peak FLOP
+    r = eff.gemm_ceiling["16bit"] * fam * tc  # fraction of peak of the tensor-core part
+    x = fam / SFU_RATIO[g.family]              # exp per peak FLOP
     f_fwd, f_bwd = 2.0 * (d_qk + d_v), 6.0 * d_qk + 4.0 * d_v
-    t_fwd = f_fwd / r + (1.0 - FA_EXP_OVERLAP) / x
-    t_bwd = f_bwd / (r * FA_BWD_EFF) + 1.0 / x
+    rows_f = 1.0 if seq is None else (seq + FA_CAUSAL_TILE) / seq
+    rows_b = 1.0 if seq is None else (seq + FA_CAUSAL_TILE + tile) / seq
+    t_fwd = (f_fwd / r + (1.0 - ov) / x) * rows_f
+    t_bwd = (f_bwd / (r * bw) + 1.0 / x) * rows_b
     return f_fwd / t_fwd, f_bwd / t_bwd
 
 
@@ -1260,7 +1313,7 @@ def least_recompute(model: Model, layouts, gpu, precision: recipes.Recipe, **mem
     return code.astype(np.int64), frac, gib
 
 
-__all__ = ["ADAM_BYTES", "CP_MERGE_BYTES", "CP_STEP_SHARE", "FA_BWD_EFF", "FA_CAUSAL_TILE", "FA_EXP_OVERLAP",
+__all__ = ["ADAM_BYTES", "CP_MERGE_BYTES", "CP_STEP_SHARE", "ATTN_FAMILY_CONSTANTS", "ATTN_KERNEL_CONSTANTS", "FA2_FAMILIES", "attention_constants", "FA_CAUSAL_TILE",
            "FP4_BF16_LAYERS", "GROUPED_TILE_M", "pipeline_split", "HBM_STREAM_EFF", "UNFUSED_ATTN_BYTES", "SFU_RATIO",
            "Prediction", "attention_efficiency", "attention_seconds",
            "StepInputs", "StepTime", "compute_precision", "ep_dedup_factor",

@@ -1,0 +1,223 @@
+"""Attention-kernel constants of the step-time model from one-GPU measurements (no training run).
+
+``data/measured/attention_h200.csv`` (``benchmarks/device/moe_kernels_h200.py``, one H200) times
+causal ``scaled_dot_product_attention`` forward and forward + backward with the cuDNN backend
+(what Transformer Engine's fused attention runs: the model's ``"flash"`` kernel) and the flash
+backend (FlashAttention-2: the model's ``"fa2"``). :func:`fit_attention` finds, per kernel, the
+constants of :func:`scaletax.model.perf.attention_seconds` that reproduce those times:
+``(tensor-core fraction, share of the forward exp hidden, backward efficiency, backward tile)``: the
+backward's time per causal score element falls with the sequence (measured: 0.44 of peak at 4k,
+0.53 at 64k, head size 128), as if each query paid ``backward tile`` / 2 more elements, the way the
+diagonal tiles add :data:`perf.FA_CAUSAL_TILE` / 2 (a fixed cost per query row, whatever its cause)
+(``perf.ATTN_KERNEL_CONSTANTS``; a test holds the two to each other).
+
+Public API
+----------
+- ``read_attention(path=ATTENTION_CSV) -> list[dict]``: the measured points.
+- ``attention_times(consts, head_dim, seq, gpu="h200_sxm") -> (fwd, bwd)`` seconds per causal score
+  element (s^2 / 2 per head) under given constants.
+- ``published_attention(gpu)``: NVIDIA's published cuDNN attention figures for ``gpu``
+  (``data/kernel_benchmarks.csv``, cudnn-frontend's SDPA training benchmark, causal, head size 128);
+  ``fit_published(gpu, tc)``: the exp share, backward efficiency and tile that reproduce them with
+  the tensor-core fraction ``tc`` held at the H200's (one head size cannot separate the two), the
+  Blackwell and Blackwell Ultra entries of ``perf.ATTN_FAMILY_CONSTANTS``.
+- ``routing_overhead(path=ROUTING_CSV) -> dict``: ``moe_overhead`` measured: the H200's time for one
+  MoE layer's routing (router forward and backward, token permutation and its inverse, forward and
+  backward, in gather-only PyTorch ops: ``data/measured/routing_h200.csv``) over the ideal HBM time
+  of the bytes ``perf.memory_bound_bytes`` counts for it (24 E + ``perf.moe_permute_bytes`` at EP 1
+  per token); value the median over the fine-grained models, low / high their extremes.
+- ``fit_attention(path=ATTENTION_CSV, min_seq=FIT_MIN_SEQ) -> dict[kernel, (tc, exp_hidden, bwd_eff, bwd_tile)]``
+  and ``attention_errors(consts, kernel, path)``: predicted / measured - 1 per point.
+"""
+from __future__ import annotations
+
+import csv
+import statistics
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+
+from scaletax import DATA_DIR
+from scaletax.inputs import hardware, runs
+from scaletax.model import perf
+from scaletax.model.efficiency import default_efficiency
+
+ATTENTION_CSV = DATA_DIR / "measured" / "attention_h200.csv"
+KERNELS_CSV = DATA_DIR / "kernel_benchmarks.csv"
+ROUTING_CSV = DATA_DIR / "measured" / "routing_h200.csv"
+#: The routing ops timed per layer (forward + backward): the router's autograd pass and the
+#: permutation's and its inverse's gather-only forms (no atomics, as fused permute kernels work).
+ROUTING_OPS: tuple[tuple[str, str], ...] = (("router", "fwd_bwd_s"), ("permute", "fwd_s"),
+                                            ("permute_bwd_gather", "fwd_s"), ("unpermute_gather", "fwd_s"),
+                                            ("unpermute_bwd_gather", "fwd_s"))
+
+#: The measured backend of each model kernel (``torch.nn.attention.SDPBackend``).
+BACKEND_OF = {"flash": "cudnn", "fa2": "flash"}
+#: Shortest sequence fitted: the training lengths of the published runs (4,096 to 131,072);
+#: the 2,048 points are kept as an out-of-fit check (shorter sequences pay more per tile).
+FIT_MIN_SEQ = 4096
+_GRID_TC = np.arange(0.30, 1.3001, 0.002)
+_GRID_OV = np.arange(0.0, 0.9001, 0.002)
+_GRID_BWD = np.arange(0.30, 1.3001, 0.002)
+_GRID_TILE = np.arange(0.0, 4096.1, 16.0)
+_GRID_OV_ALL = np.arange(0.0, 1.0001, 0.002)
+_GRID_BWD_WIDE = np.arange(0.30, 1.6001, 0.002)
+
+
+def read_attention(path: Path = ATTENTION_CSV) -> list[dict]:
+    """The measured points: backend, head_dim, seq, batch, heads, fwd_s and bwd_s (seconds per call)."""
+    with open(path, newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    out = []
+    for r in rows:
+        fwd, both = float(r["fwd_s"]), float(r["fwd_bwd_s"])
+        out.append({"backend": r["backend"], "head_dim": int(r["head_dim"]), "seq": int(r["seq"]),
+                    "batch": int(r["batch"]), "heads": int(r["heads"]), "fwd_s": fwd, "bwd_s": both - fwd})
+    return out
+
+
+def _elements(p: dict) -> float:
+    """Causal score elements of one call: s^2 / 2 per head."""
+    return p["batch"] * p["heads"] * p["seq"] * p["seq"] / 2.0
+
+
+def _rates(gpu: str = "h200_sxm") -> tuple[float, float]:
+    """(tensor-core FLOP/s at the 16-bit GEMM ceiling, exp/s) of ``gpu`` as the model has them."""
+    g = hardware.get(gpu)
+    eff = default_efficiency()
+    fam = eff.family_factor[g.family] * perf.power_scale(g)
+    peak = g.peak_flops("bf16")
+    return peak * eff.gemm_ceiling["16bit"] * fam, peak * fam / perf.SFU_RATIO[g.family]
+
+
+def attention_times(consts, head_dim, seq, gpu: str = "h200_sxm"):
+    """(forward, backward) seconds per causal score element (s^2 / 2 per head) under ``consts`` =
+    (tensor-core fraction, share of the forward exp hidden, backward efficiency, backward tile),
+    :func:`perf.attention_seconds`' rule with :func:`perf.prepare`'s element counts."""
+    tc, ov, bw, tile = consts
+    r, x = _rates(gpu)
+    d, s = np.asarray(head_dim, dtype=np.float64), np.asarray(seq, dtype=np.float64)
+    fwd = (4.0 * d / (r * tc) + (1.0 - ov) / x) * (s + perf.FA_CAUSAL_TILE) / s
+    bwd = (10.0 * d / (r * tc * bw) + 1.0 / x) * (s + perf.FA_CAUSAL_TILE + tile) / s
+    return fwd, bwd
+
+
+def _points(kernel: str, path: Path, min_seq: int):
+    pts = [p for p in read_attention(path) if p["backend"] == BACKEND_OF[kernel] and p["seq"] >= min_seq]
+    if not pts:
+        raise ValueError(f"{path}: no {BACKEND_OF[kernel]} points at seq >= {min_seq}")
+    d = np.array([p["head_dim"] for p in pts], dtype=np.float64)
+    s = np.array([p["seq"] for p in pts], dtype=np.float64)
+    el = np.array([_elements(p) for p in pts])
+    return pts, d, s, np.array([p["fwd_s"] for p in pts]) / el, np.array([p["bwd_s"] for p in pts]) / el
+
+
+def fit_attention(path: Path = ATTENTION_CSV, min_seq: int = FIT_MIN_SEQ) -> dict[str, tuple[float, float, float, float]]:
+    """Per model kernel, the constants minimizing the squared log error of the measured forward
+    times (tensor-core fraction and exp share, on a grid) and then of the backward times (backward
+    efficiency and tile given the first two), over the points at ``seq >= min_seq``."""
+    out = {}
+    r, x = _rates()
+    for kernel in BACKEND_OF:
+        _, d, s, t_fwd, t_bwd = _points(kernel, path, min_seq)
+        tc, ov = _GRID_TC[:, None, None], _GRID_OV[None, :, None]
+        pred = (4.0 * d / (r * tc) + (1.0 - ov) / x) * (s + perf.FA_CAUSAL_TILE) / s
+        cost = (np.log(pred / t_fwd) ** 2).sum(axis=-1)
+        i, j = np.unravel_index(np.argmin(cost), cost.shape)
+        tc_best, ov_best = float(_GRID_TC[i]), float(_GRID_OV[j])
+        bw, tile = _GRID_BWD[:, None, None], _GRID_TILE[None, :, None]
+        pred_b = (10.0 * d / (r * tc_best * bw) + 1.0 / x) * (s + perf.FA_CAUSAL_TILE + tile) / s
+        cost_b = (np.log(pred_b / t_bwd) ** 2).sum(axis=-1)
+        k, m = np.unravel_index(np.argmin(cost_b), cost_b.shape)
+        out[kernel] = (round(tc_best, 3), round(ov_best, 3), round(float(_GRID_BWD[k]), 3), float(_GRID_TILE[m]))
+    return out
+
+
+def published_attention(gpu: str, path: Path = KERNELS_CSV, min_seq: int = 0) -> list[dict]:
+    """NVIDIA's cuDNN SDPA figures for ``gpu`` (causal, one head size, ``seq >= min_seq``): seq,
+    head_dim and the forward and backward seconds per causal score element (TFLOP/s over 4 d and
+    10 d FLOPs)."""
+    with open(path, newline="", encoding="utf-8") as fh:
+        rows = [r for r in csv.DictReader(fh) if r["kind"] == "attention" and r["gpu"] == gpu
+                and r["op"] in ("cuDNN SDPA fwd", "cuDNN SDPA bwd") and r["causal"] == "true"]
+    out: dict[tuple[int, int], dict] = {}
+    for r in rows:
+        s, d = int(r["seq_len"]), int(r["head_dim"])
+        key = "fwd" if r["op"].endswith("fwd") else "bwd"
+        flops = (4.0 if key == "fwd" else 10.0) * d
+        out.setdefault((s, d), {"seq": s, "head_dim": d})[key] = flops / (float(r["value"]) * 1e12)
+    return [v for v in out.values() if "fwd" in v and "bwd" in v and v["seq"] >= min_seq]
+
+
+def fit_published(gpu: str, tc: float, path: Path = KERNELS_CSV,
+                  min_seq: int = FIT_MIN_SEQ) -> tuple[float, float, float, float]:
+    """(tc, exp share hidden, backward efficiency, backward tile) reproducing
+    :func:`published_attention` of ``gpu`` at ``seq >= min_seq`` (squared log error, forward then
+    backward) with ``tc`` given."""
+    pts = published_attention(gpu, path, min_seq)
+    if not pts:
+        raise ValueError(f"{path}: no cuDNN SDPA figures for {gpu}")
+    r, x = _rates(gpu)
+    d = np.array([p["head_dim"] for p in pts], dtype=np.float64)
+    s = np.array([p["seq"] for p in pts], dtype=np.float64)
+    t_fwd, t_bwd = np.array([p["fwd"] for p in pts]), np.array([p["bwd"] for p in pts])
+    ov = _GRID_OV_ALL[:, None]
+    pred = (4.0 * d / (r * tc) + (1.0 - ov) / x) * (s + perf.FA_CAUSAL_TILE) / s
+    ov_best = float(_GRID_OV_ALL[int(np.argmin((np.log(pred / t_fwd) ** 2).sum(axis=-1)))])
+    bw, tile = _GRID_BWD_WIDE[:, None, None], _GRID_TILE[None, :, None]
+    pred_b = (10.0 * d / (r * tc * bw) + 1.0 / x) * (s + perf.FA_CAUSAL_TILE + tile) / s
+    cost_b = (np.log(pred_b / t_bwd) ** 2).sum(axis=-1)
+    k, m = np.unravel_index(np.argmin(cost_b), cost_b.shape)
+    return (tc, round(ov_best, 3), round(float(_GRID_BWD_WIDE[k]), 3), float(_GRID_TILE[m]))
+
+
+def routing_ratios(path: Path = ROUTING_CSV) -> dict[str, dict]:
+    """Per measured model: its shape, the measured seconds of one layer's routing (:data:`ROUTING_OPS`),
+    the ideal seconds of the bytes the model counts (H200 HBM bandwidth) and their ratio."""
+    g = hardware.get("h200_sxm")
+    with open(path, newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    by: dict[str, dict[str, dict]] = {}
+    for r in rows:
+        by.setdefault(r["model"], {})[r["op"]] = r
+    out = {}
+    for name, ops in by.items():
+        r0 = ops["router"]
+        T, h, E, k = (int(r0[c]) for c in ("tokens", "hidden", "experts", "top_k"))
+        shape = SimpleNamespace(is_moe=True, hidden=h, moe_top_k=k, moe_experts=E)
+        per_token = 24.0 * E + float(perf.moe_permute_bytes(shape, 1, 1, "alltoall"))
+        ideal = T * per_token / g.hbm_bw
+        seconds = sum(float(ops[op][col]) for op, col in ROUTING_OPS)
+        out[name] = {"tokens": T, "hidden": h, "experts": E, "top_k": k, "seconds": seconds, "ideal": ideal,
+                     "ratio": seconds / ideal}
+    return out
+
+
+def routing_overhead(path: Path = ROUTING_CSV) -> dict:
+    """``moe_overhead`` as measured: median, min and max of :func:`routing_ratios` over the
+    fine-grained models (the regime rule's expert count, ``runs.FINE_MOE_EXPERTS``)."""
+    ratios = [v["ratio"] for v in routing_ratios(path).values() if v["experts"] >= runs.FINE_MOE_EXPERTS]
+    if not ratios:
+        raise ValueError(f"{path}: no fine-grained MoE routing rows")
+    return {"value": statistics.median(ratios), "low": min(ratios), "high": max(ratios), "models": len(ratios)}
+
+
+def attention_errors(consts, kernel: str, path: Path = ATTENTION_CSV, min_seq: int = 0) -> list[dict]:
+    """Predicted / measured - 1 of every point of ``kernel``'s backend under ``consts``."""
+    pts, d, s, t_fwd, t_bwd = _points(kernel, path, min_seq)
+    f, b = attention_times(consts, d, s)
+    return [{"head_dim": p["head_dim"], "seq": p["seq"], "fwd": float(fp / fm - 1.0), "bwd": float(bp / bm - 1.0)}
+            for p, fp, fm, bp, bm in zip(pts, f, t_fwd, b, t_bwd)]
+
+
+if __name__ == "__main__":
+    fitted = fit_attention()
+    for name, c in fitted.items():
+        errs = attention_errors(c, name)
+        print(name, c, [(e["head_dim"], e["seq"], round(e["fwd"], 3), round(e["bwd"], 3)) for e in errs])
+    for name, v in routing_ratios().items():
+        print(name, round(v["ratio"], 2))
+    print("moe_overhead", routing_overhead())
+    for gpu in ("gb200", "gb300"):
+        print(gpu, fit_published(gpu, fitted["flash"][0]))
