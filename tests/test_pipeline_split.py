@@ -102,12 +102,12 @@ def test_unfused_attention_streams_the_score_matrix(tmp_path):
     want = tok_gpu * layers * m.heads * m.seq_len / lay.tp * (13.0 * n_fwd + 19.0)
     assert float(un.bytes_scores[0]) == pytest.approx(want, rel=1e-12)
     assert float(un.attn_elems_bwd[0]) == pytest.approx(tok_gpu * layers * m.heads * m.seq_len, rel=1e-12)
-    assert float(un.attn_elems_bwd[0] / fl.attn_elems_bwd[0]) == pytest.approx(
+    assert float(un.attn_elems_fwd[0] / fl.attn_elems_fwd[0]) == pytest.approx(
         m.seq_len / ((m.seq_len + perf.FA_CAUSAL_TILE) / 2), rel=1e-12)  # full square, not the causal half
     assert perf.HBM_STREAM_EFF == pytest.approx(4.122355908262558 / 4.8)  # the measured H200 copy
     with pytest.raises(runs.RunsTableError) as exc:
         runs.read_runs(_write(tmp_path, [row, {**row, "attn_kernel": "xformers"}]))
-    assert str(exc.value) == ("runs.csv: 1 bad row(s): row 3, column 'attn_kernel': must be one of flash, unfused or "
+    assert str(exc.value) == ("runs.csv: 1 bad row(s): row 3, column 'attn_kernel': must be one of flash, fa2, unfused or "
                               "empty (got 'xformers')")
 
 
