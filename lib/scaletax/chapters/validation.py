@@ -654,6 +654,32 @@ def moe_span(acc: validate.RunAccuracy) -> dict[str, float]:
     return {"tpe_min": min(tpe), "tpe_max": max(tpe), "lps_min": min(lps), "lps_max": max(lps)}
 
 
+#: Expert parallelism over at most this many NVLink domains counts as "few domains" in
+#: :func:`ep_span_bias` (the search's H100 MoE layouts: 16-way over two 8-GPU nodes).
+EP_FEW_DOMAINS = 2
+
+
+def ep_span_bias(acc: validate.RunAccuracy) -> dict[str, dict[str, float]]:
+    """How the model errs on the measured MoE runs of 8-GPU NVLink domains (HGX H100, H800, B200,
+    B300) by how many domains their expert-parallel group spans, ep x etp / domain: ``few`` (at most
+    :data:`EP_FEW_DOMAINS`) and ``many``. Per group: runs, median signed error out of sample (a
+    calibration without the run's source; positive: predicted too fast), and the largest."""
+    rows, _ = validate.published_runs()
+    errs = {r["run_id"]: r["oos_error"] for r in acc.select()}
+    out: dict[str, list[float]] = {"few": [], "many": []}
+    for r in rows:
+        if r["run_id"] not in errs or not r.get("moe_experts"):
+            continue
+        p = runplan.plan_row(r)
+        domain = int(p.gpu.nvlink_domain)
+        if domain != 8:
+            continue
+        span = max(1.0, p.layout.ep * p.layout.etp / domain)
+        out["few" if span <= EP_FEW_DOMAINS else "many"].append(float(errs[r["run_id"]]))
+    return {k: {"runs": float(len(v)), "median": float(np.median(v)) if v else float("nan"),
+                "max": float(max(v)) if v else float("nan")} for k, v in out.items()}
+
+
 # =========================================================================================
 # Parameters, breakdown, MFU
 # =========================================================================================
