@@ -77,8 +77,10 @@ def test_cross_validation_headline(prepared):
         assert cv[k]["rows"] == 95 and 0 <= cv[k]["within_25"] <= 1
     assert cv["in_sample"]["median_abs_error"] <= cv["source"]["median_abs_error"]
     assert 0 < cv["band"] < 0.5
-    # the bands are the 80th percentiles of the leave-one-source-out errors per regime: ~80% of them
-    assert cv["band_coverage"]["source"] == pytest.approx(0.8, abs=0.05)
+    # the bands are the 80th percentiles of the leave-one-source-out errors per regime: at least ~80%
+    # of them inside (split-conformal, less the discreteness of few runs), and not far above (the
+    # regimes of fewer than 8 runs take their largest error, which covers all of theirs)
+    assert 0.78 <= cv["band_coverage"]["source"] <= 0.90
 
 
 def test_row_keys():

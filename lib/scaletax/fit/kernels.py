@@ -17,9 +17,8 @@ Public API
 - ``attention_times(consts, head_dim, seq, gpu="h200_sxm") -> (fwd, bwd)`` seconds per causal score
   element (s^2 / 2 per head) under given constants.
 - ``published_attention(gpu)``: NVIDIA's published cuDNN attention figures for ``gpu``
-  (``data/kernel_benchmarks.csv``, cudnn-frontend's SDPA training benchmark, causal, head size 128);
-  ``fit_published(gpu, tc)``: the exp share, backward efficiency and tile that reproduce them with
-  the tensor-core fraction ``tc`` held at the H200's (one head size cannot separate the two), the
+  (``data/kernel_benchmarks.csv``, cudnn-frontend's SDPA training benchmark, causal, head size 128
+  and DeepSeek-V3's 192 / 128); ``fit_published(gpu)``: the four constants that reproduce them, the
   Blackwell and Blackwell Ultra entries of ``perf.ATTN_FAMILY_CONSTANTS``.
 - ``routing_overhead(path=ROUTING_CSV) -> dict``: ``moe_overhead`` measured: the H200's time for one
   MoE layer's routing (router forward and backward, token permutation and its inverse, forward and
@@ -63,6 +62,7 @@ _GRID_BWD = np.arange(0.30, 1.3001, 0.002)
 _GRID_TILE = np.arange(0.0, 4096.1, 16.0)
 _GRID_OV_ALL = np.arange(0.0, 1.0001, 0.002)
 _GRID_BWD_WIDE = np.arange(0.30, 1.6001, 0.002)
+_GRID_TC_WIDE = np.arange(0.50, 1.6001, 0.002)
 
 
 def read_attention(path: Path = ATTENTION_CSV) -> list[dict]:
@@ -135,41 +135,45 @@ def fit_attention(path: Path = ATTENTION_CSV, min_seq: int = FIT_MIN_SEQ) -> dic
 
 
 def published_attention(gpu: str, path: Path = KERNELS_CSV, min_seq: int = 0) -> list[dict]:
-    """NVIDIA's cuDNN SDPA figures for ``gpu`` (causal, one head size, ``seq >= min_seq``): seq,
-    head_dim and the forward and backward seconds per causal score element (TFLOP/s over 4 d and
-    10 d FLOPs)."""
+    """NVIDIA's cuDNN SDPA figures for ``gpu`` (causal, ``seq >= min_seq``; square heads of 128 and
+    DeepSeek-V3's MLA-shaped 192 / 128): seq, d_qk, d_v and the forward and backward seconds per
+    causal score element (TFLOP/s over 2 (d_qk + d_v) and 6 d_qk + 4 d_v FLOPs)."""
     with open(path, newline="", encoding="utf-8") as fh:
         rows = [r for r in csv.DictReader(fh) if r["kind"] == "attention" and r["gpu"] == gpu
-                and r["op"] in ("cuDNN SDPA fwd", "cuDNN SDPA bwd") and r["causal"] == "true"]
-    out: dict[tuple[int, int], dict] = {}
+                and r["op"].startswith("cuDNN SDPA ") and r["causal"] == "true"]
+    out: dict[tuple[int, str], dict] = {}
     for r in rows:
-        s, d = int(r["seq_len"]), int(r["head_dim"])
-        key = "fwd" if r["op"].endswith("fwd") else "bwd"
-        flops = (4.0 if key == "fwd" else 10.0) * d
-        out.setdefault((s, d), {"seq": s, "head_dim": d})[key] = flops / (float(r["value"]) * 1e12)
+        s, dims = int(r["seq_len"]), r["head_dim"]
+        dq, dv = (int(x) for x in dims.split("/")) if "/" in dims else (int(dims), int(dims))
+        key = "fwd" if r["op"].split(" (")[0].endswith("fwd") else "bwd"
+        flops = 2.0 * (dq + dv) if key == "fwd" else 6.0 * dq + 4.0 * dv
+        out.setdefault((s, dims), {"seq": s, "d_qk": dq, "d_v": dv})[key] = flops / (float(r["value"]) * 1e12)
     return [v for v in out.values() if "fwd" in v and "bwd" in v and v["seq"] >= min_seq]
 
 
-def fit_published(gpu: str, tc: float, path: Path = KERNELS_CSV,
-                  min_seq: int = FIT_MIN_SEQ) -> tuple[float, float, float, float]:
+def fit_published(gpu: str, path: Path = KERNELS_CSV, min_seq: int = FIT_MIN_SEQ) -> tuple[float, float, float, float]:
     """(tc, exp share hidden, backward efficiency, backward tile) reproducing
     :func:`published_attention` of ``gpu`` at ``seq >= min_seq`` (squared log error, forward then
-    backward) with ``tc`` given."""
+    backward): the two head shapes (128 / 128 and 192 / 128) separate the tensor-core fraction from
+    the exponential's share."""
     pts = published_attention(gpu, path, min_seq)
-    if not pts:
-        raise ValueError(f"{path}: no cuDNN SDPA figures for {gpu}")
+    if len({(p["d_qk"], p["d_v"]) for p in pts}) < 2:
+        raise ValueError(f"{path}: cuDNN SDPA figures of one head shape only for {gpu}")
     r, x = _rates(gpu)
-    d = np.array([p["head_dim"] for p in pts], dtype=np.float64)
+    dq = np.array([p["d_qk"] for p in pts], dtype=np.float64)
+    dv = np.array([p["d_v"] for p in pts], dtype=np.float64)
     s = np.array([p["seq"] for p in pts], dtype=np.float64)
     t_fwd, t_bwd = np.array([p["fwd"] for p in pts]), np.array([p["bwd"] for p in pts])
-    ov = _GRID_OV_ALL[:, None]
-    pred = (4.0 * d / (r * tc) + (1.0 - ov) / x) * (s + perf.FA_CAUSAL_TILE) / s
-    ov_best = float(_GRID_OV_ALL[int(np.argmin((np.log(pred / t_fwd) ** 2).sum(axis=-1)))])
+    tc, ov = _GRID_TC_WIDE[:, None, None], _GRID_OV_ALL[None, :, None]
+    pred = (2.0 * (dq + dv) / (r * tc) + (1.0 - ov) / x) * (s + perf.FA_CAUSAL_TILE) / s
+    cost = (np.log(pred / t_fwd) ** 2).sum(axis=-1)
+    i, j = np.unravel_index(np.argmin(cost), cost.shape)
+    tc_best, ov_best = float(_GRID_TC_WIDE[i]), float(_GRID_OV_ALL[j])
     bw, tile = _GRID_BWD_WIDE[:, None, None], _GRID_TILE[None, :, None]
-    pred_b = (10.0 * d / (r * tc * bw) + 1.0 / x) * (s + perf.FA_CAUSAL_TILE + tile) / s
+    pred_b = ((6.0 * dq + 4.0 * dv) / (r * tc_best * bw) + 1.0 / x) * (s + perf.FA_CAUSAL_TILE + tile) / s
     cost_b = (np.log(pred_b / t_bwd) ** 2).sum(axis=-1)
     k, m = np.unravel_index(np.argmin(cost_b), cost_b.shape)
-    return (tc, round(ov_best, 3), round(float(_GRID_BWD_WIDE[k]), 3), float(_GRID_TILE[m]))
+    return (round(tc_best, 3), round(ov_best, 3), round(float(_GRID_BWD_WIDE[k]), 3), float(_GRID_TILE[m]))
 
 
 def routing_ratios(path: Path = ROUTING_CSV) -> dict[str, dict]:
@@ -220,4 +224,4 @@ if __name__ == "__main__":
         print(name, round(v["ratio"], 2))
     print("moe_overhead", routing_overhead())
     for gpu in ("gb200", "gb300"):
-        print(gpu, fit_published(gpu, fitted["flash"][0]))
+        print(gpu, fit_published(gpu))

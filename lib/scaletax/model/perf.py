@@ -137,17 +137,17 @@ ATTN_KERNEL_CONSTANTS: dict[str, tuple[float, float, float, float]] = {
 #: The GPU families where "fa2" differs from "flash" (see :data:`ATTN_KERNEL_CONSTANTS`).
 FA2_FAMILIES: tuple[str, ...] = ("hopper",)
 #: "flash" on Blackwell and Blackwell Ultra: NVIDIA's published cuDNN attention figures on GB200
-#: and GB300 (data/kernel_benchmarks.csv, cudnn-frontend's SDPA training benchmark, causal, head
-#: size 128, 8k and 32k), fitted by ``scaletax.fit.kernels.fit_published`` with the H200's
-#: tensor-core fraction (one head size cannot separate it from the exp share), under the calibrated
-#: family factors: the forward hides its exponential entirely (the fit sits at that bound; Hopper's
-#: cuDNN hides 13%) and the backward runs at about the forward's rate (Hopper 0.76). At 2k, out of
-#: the fit, the model is 20-30% fast. Rubin: ASSUMPTION, Blackwell Ultra's. Other families (Ampere)
-#: take :data:`ATTN_KERNEL_CONSTANTS`.
+#: and GB300 (data/kernel_benchmarks.csv, cudnn-frontend's SDPA training benchmark, causal; head
+#: size 128 at 8k and 32k, DeepSeek-V3's 192 / 128 heads at 4k: the two shapes separate the
+#: tensor-core fraction from the exponential's share), fitted by ``scaletax.fit.kernels.fit_published``
+#: under the calibrated family factors: the forward hides its exponential entirely (the fit sits at
+#: that bound; Hopper's cuDNN hides 13%) and the backward runs at about the forward's rate (Hopper
+#: 0.76); within 13% of every figure fitted. At 2k, out of the fit, the forward is 20-35% fast.
+#: Rubin: ASSUMPTION, Blackwell Ultra's. Other families (Ampere) take :data:`ATTN_KERNEL_CONSTANTS`.
 ATTN_FAMILY_CONSTANTS: dict[str, tuple[float, float, float, float]] = {
-    "blackwell": (1.046, 1.0, 1.104, 0.0),
-    "blackwell_ultra": (1.046, 1.0, 0.972, 304.0),
-    "rubin": (1.046, 1.0, 0.972, 304.0),
+    "blackwell": (1.018, 1.0, 1.184, 1008.0),
+    "blackwell_ultra": (1.052, 1.0, 1.036, 1568.0),
+    "rubin": (1.052, 1.0, 1.036, 1568.0),
 }
 
 
