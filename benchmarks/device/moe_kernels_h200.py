@@ -25,11 +25,12 @@ Timing: CUDA events around ``REPS`` calls queued back to back (the host ahead of
 """
 import csv
 import os
-import statistics
 import sys
 import traceback
 
 import torch
+
+from expert_gemm_h200 import queued  # this folder: the script's own directory is on sys.path
 
 BLOCKS, REPS, WARM = 5, 10, 3
 BF = torch.bfloat16
@@ -65,20 +66,8 @@ ATTENTION = [
 
 
 def timed(fn):
-    """Seconds per call, calls queued back to back (median of BLOCKS blocks of REPS calls)."""
-    for _ in range(WARM):
-        fn()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(BLOCKS):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(REPS):
-            fn()
-        b.record()
-        torch.cuda.synchronize()
-        out.append(a.elapsed_time(b) / 1e3 / REPS)
-    return statistics.median(out)
+    """Seconds per call: ``expert_gemm_h200.queued`` (the same timing), BLOCKS blocks of REPS calls."""
+    return queued(fn, calls=REPS, warm=WARM, reps=BLOCKS)
 
 
 def write(path, rows):

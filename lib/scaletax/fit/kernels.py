@@ -14,8 +14,6 @@ diagonal tiles add :data:`perf.FA_CAUSAL_TILE` / 2 (a fixed cost per query row, 
 Public API
 ----------
 - ``read_attention(path=ATTENTION_CSV) -> list[dict]``: the measured points.
-- ``attention_times(consts, head_dim, seq, gpu="h200_sxm") -> (fwd, bwd)`` seconds per causal score
-  element (s^2 / 2 per head) under given constants.
 - ``published_attention(gpu)``: NVIDIA's published cuDNN attention figures for ``gpu``
   (``data/kernel_benchmarks.csv``, cudnn-frontend's SDPA training benchmark, causal, head size 128
   and DeepSeek-V3's 192 / 128); ``fit_published(gpu)``: the four constants that reproduce them, the
@@ -26,7 +24,9 @@ Public API
   of the bytes ``perf.memory_bound_bytes`` counts for it (24 E + ``perf.moe_permute_bytes`` at EP 1
   per token); value the median over the fine-grained models, low / high their extremes.
 - ``fit_attention(path=ATTENTION_CSV, min_seq=FIT_MIN_SEQ) -> dict[kernel, (tc, exp_hidden, bwd_eff, bwd_tile)]``
-  and ``attention_errors(consts, kernel, path)``: predicted / measured - 1 per point.
+  and ``attention_errors(kernel, path)``: the step-time model's attention (``perf.attention_efficiency``)
+  against every measured point, predicted / measured - 1.
+Both fits run one rule (:func:`_fit`): the forward's constants on a grid, then the backward's.
 """
 from __future__ import annotations
 
@@ -56,13 +56,10 @@ BACKEND_OF = {"flash": "cudnn", "fa2": "flash"}
 #: Shortest sequence fitted: the training lengths of the published runs (4,096 to 131,072);
 #: the 2,048 points are kept as an out-of-fit check (shorter sequences pay more per tile).
 FIT_MIN_SEQ = 4096
-_GRID_TC = np.arange(0.30, 1.3001, 0.002)
-_GRID_OV = np.arange(0.0, 0.9001, 0.002)
-_GRID_BWD = np.arange(0.30, 1.3001, 0.002)
+_GRID_TC = np.arange(0.30, 1.6001, 0.002)
+_GRID_OV = np.arange(0.0, 1.0001, 0.002)
+_GRID_BWD = np.arange(0.30, 1.6001, 0.002)
 _GRID_TILE = np.arange(0.0, 4096.1, 16.0)
-_GRID_OV_ALL = np.arange(0.0, 1.0001, 0.002)
-_GRID_BWD_WIDE = np.arange(0.30, 1.6001, 0.002)
-_GRID_TC_WIDE = np.arange(0.50, 1.6001, 0.002)
 
 
 def read_attention(path: Path = ATTENTION_CSV) -> list[dict]:
@@ -91,18 +88,6 @@ def _rates(gpu: str = "h200_sxm") -> tuple[float, float]:
     return peak * eff.gemm_ceiling["16bit"] * fam, peak * fam / perf.SFU_RATIO[g.family]
 
 
-def attention_times(consts, head_dim, seq, gpu: str = "h200_sxm"):
-    """(forward, backward) seconds per causal score element (s^2 / 2 per head) under ``consts`` =
-    (tensor-core fraction, share of the forward exp hidden, backward efficiency, backward tile),
-    :func:`perf.attention_seconds`' rule with :func:`perf.prepare`'s element counts."""
-    tc, ov, bw, tile = consts
-    r, x = _rates(gpu)
-    d, s = np.asarray(head_dim, dtype=np.float64), np.asarray(seq, dtype=np.float64)
-    fwd = (4.0 * d / (r * tc) + (1.0 - ov) / x) * (s + perf.FA_CAUSAL_TILE) / s
-    bwd = (10.0 * d / (r * tc * bw) + 1.0 / x) * (s + perf.FA_CAUSAL_TILE + tile) / s
-    return fwd, bwd
-
-
 def _points(kernel: str, path: Path, min_seq: int):
     pts = [p for p in read_attention(path) if p["backend"] == BACKEND_OF[kernel] and p["seq"] >= min_seq]
     if not pts:
@@ -113,24 +98,29 @@ def _points(kernel: str, path: Path, min_seq: int):
     return pts, d, s, np.array([p["fwd_s"] for p in pts]) / el, np.array([p["bwd_s"] for p in pts]) / el
 
 
+def _fit(dq, dv, s, t_fwd, t_bwd, gpu: str) -> tuple[float, float, float, float]:
+    """The constants of :func:`perf.attention_seconds` for causal kernels timed at head sizes
+    ``dq`` / ``dv`` and sequences ``s`` (arrays; seconds per causal score element, s^2 / 2 per head)
+    on ``gpu``: tensor-core fraction and exp share minimizing the squared log error of the forward
+    times on a grid, then backward efficiency and tile those of the backward times."""
+    r, x = _rates(gpu)
+    f_fwd, f_bwd = 2.0 * (dq + dv), 6.0 * dq + 4.0 * dv
+    tc, ov = _GRID_TC[:, None, None], _GRID_OV[None, :, None]
+    pred = (f_fwd / (r * tc) + (1.0 - ov) / x) * (s + perf.FA_CAUSAL_TILE) / s
+    i, j = np.unravel_index(np.argmin((np.log(pred / t_fwd) ** 2).sum(axis=-1)), pred.shape[:2])
+    tc_best, ov_best = float(_GRID_TC[i]), float(_GRID_OV[j])
+    bw, tile = _GRID_BWD[:, None, None], _GRID_TILE[None, :, None]
+    pred_b = (f_bwd / (r * tc_best * bw) + 1.0 / x) * (s + perf.FA_CAUSAL_TILE + tile) / s
+    k, m = np.unravel_index(np.argmin((np.log(pred_b / t_bwd) ** 2).sum(axis=-1)), pred_b.shape[:2])
+    return (round(tc_best, 3), round(ov_best, 3), round(float(_GRID_BWD[k]), 3), float(_GRID_TILE[m]))
+
+
 def fit_attention(path: Path = ATTENTION_CSV, min_seq: int = FIT_MIN_SEQ) -> dict[str, tuple[float, float, float, float]]:
-    """Per model kernel, the constants minimizing the squared log error of the measured forward
-    times (tensor-core fraction and exp share, on a grid) and then of the backward times (backward
-    efficiency and tile given the first two), over the points at ``seq >= min_seq``."""
+    """Per model kernel, :func:`_fit` of the H200 points at ``seq >= min_seq`` (square heads)."""
     out = {}
-    r, x = _rates()
     for kernel in BACKEND_OF:
         _, d, s, t_fwd, t_bwd = _points(kernel, path, min_seq)
-        tc, ov = _GRID_TC[:, None, None], _GRID_OV[None, :, None]
-        pred = (4.0 * d / (r * tc) + (1.0 - ov) / x) * (s + perf.FA_CAUSAL_TILE) / s
-        cost = (np.log(pred / t_fwd) ** 2).sum(axis=-1)
-        i, j = np.unravel_index(np.argmin(cost), cost.shape)
-        tc_best, ov_best = float(_GRID_TC[i]), float(_GRID_OV[j])
-        bw, tile = _GRID_BWD[:, None, None], _GRID_TILE[None, :, None]
-        pred_b = (10.0 * d / (r * tc_best * bw) + 1.0 / x) * (s + perf.FA_CAUSAL_TILE + tile) / s
-        cost_b = (np.log(pred_b / t_bwd) ** 2).sum(axis=-1)
-        k, m = np.unravel_index(np.argmin(cost_b), cost_b.shape)
-        out[kernel] = (round(tc_best, 3), round(ov_best, 3), round(float(_GRID_BWD[k]), 3), float(_GRID_TILE[m]))
+        out[kernel] = _fit(d, d, s, t_fwd, t_bwd, "h200_sxm")
     return out
 
 
@@ -159,21 +149,8 @@ def fit_published(gpu: str, path: Path = KERNELS_CSV, min_seq: int = FIT_MIN_SEQ
     pts = published_attention(gpu, path, min_seq)
     if len({(p["d_qk"], p["d_v"]) for p in pts}) < 2:
         raise ValueError(f"{path}: cuDNN SDPA figures of one head shape only for {gpu}")
-    r, x = _rates(gpu)
-    dq = np.array([p["d_qk"] for p in pts], dtype=np.float64)
-    dv = np.array([p["d_v"] for p in pts], dtype=np.float64)
-    s = np.array([p["seq"] for p in pts], dtype=np.float64)
-    t_fwd, t_bwd = np.array([p["fwd"] for p in pts]), np.array([p["bwd"] for p in pts])
-    tc, ov = _GRID_TC_WIDE[:, None, None], _GRID_OV_ALL[None, :, None]
-    pred = (2.0 * (dq + dv) / (r * tc) + (1.0 - ov) / x) * (s + perf.FA_CAUSAL_TILE) / s
-    cost = (np.log(pred / t_fwd) ** 2).sum(axis=-1)
-    i, j = np.unravel_index(np.argmin(cost), cost.shape)
-    tc_best, ov_best = float(_GRID_TC_WIDE[i]), float(_GRID_OV_ALL[j])
-    bw, tile = _GRID_BWD_WIDE[:, None, None], _GRID_TILE[None, :, None]
-    pred_b = ((6.0 * dq + 4.0 * dv) / (r * tc_best * bw) + 1.0 / x) * (s + perf.FA_CAUSAL_TILE + tile) / s
-    cost_b = (np.log(pred_b / t_bwd) ** 2).sum(axis=-1)
-    k, m = np.unravel_index(np.argmin(cost_b), cost_b.shape)
-    return (round(tc_best, 3), round(ov_best, 3), round(float(_GRID_BWD_WIDE[k]), 3), float(_GRID_TILE[m]))
+    col = {k: np.array([p[k] for p in pts], dtype=np.float64) for k in ("d_qk", "d_v", "seq", "fwd", "bwd")}
+    return _fit(col["d_qk"], col["d_v"], col["seq"], col["fwd"], col["bwd"], gpu)
 
 
 def routing_ratios(path: Path = ROUTING_CSV) -> dict[str, dict]:
@@ -207,18 +184,24 @@ def routing_overhead(path: Path = ROUTING_CSV) -> dict:
     return {"value": statistics.median(ratios), "low": min(ratios), "high": max(ratios), "models": len(ratios)}
 
 
-def attention_errors(consts, kernel: str, path: Path = ATTENTION_CSV, min_seq: int = 0) -> list[dict]:
-    """Predicted / measured - 1 of every point of ``kernel``'s backend under ``consts``."""
-    pts, d, s, t_fwd, t_bwd = _points(kernel, path, min_seq)
-    f, b = attention_times(consts, d, s)
-    return [{"head_dim": p["head_dim"], "seq": p["seq"], "fwd": float(fp / fm - 1.0), "bwd": float(bp / bm - 1.0)}
-            for p, fp, fm, bp, bm in zip(pts, f, t_fwd, b, t_bwd)]
+def attention_errors(kernel: str, path: Path = ATTENTION_CSV, min_seq: int = 0) -> list[dict]:
+    """The step-time model's attention on the H200 (``perf.attention_efficiency``, the constants it
+    uses) against every measured point of ``kernel``'s backend: predicted / measured time - 1."""
+    g = hardware.get("h200_sxm")
+    out = []
+    for p in _points(kernel, path, min_seq)[0]:
+        d, el = p["head_dim"], _elements(p)
+        f, b = perf.attention_efficiency(g, d, kernel=kernel, seq=p["seq"])
+        rate = g.peak_flops("bf16")
+        out.append({"head_dim": d, "seq": p["seq"], "fwd": 4.0 * d * el / (f * rate) / p["fwd_s"] - 1.0,
+                    "bwd": 10.0 * d * el / (b * rate) / p["bwd_s"] - 1.0})
+    return out
 
 
 if __name__ == "__main__":
     fitted = fit_attention()
     for name, c in fitted.items():
-        errs = attention_errors(c, name)
+        errs = attention_errors(name)
         print(name, c, [(e["head_dim"], e["seq"], round(e["fwd"], 3), round(e["bwd"], 3)) for e in errs])
     for name, v in routing_ratios().items():
         print(name, round(v["ratio"], 2))
