@@ -93,3 +93,55 @@ def test_ep_span_bias_is_what_the_validation_chapter_states():
     assert b["few"]["runs"] >= 5 and b["many"]["runs"] >= 5
     assert b["few"]["median"] > 0.10 and abs(b["many"]["median"]) < 0.05
     assert b["few"]["max"] >= b["few"]["median"]
+
+
+def test_search_with_the_recipe_software_times_the_recipe_as_stated(rows):
+    """Like for like: the search run with a recipe's dispatcher and schedule times the recipe's own
+    layout as the recipe row is predicted (its stated recompute and pipeline split give the same
+    slowest stage here), and its fastest layout is at least that fast (the layout is in the space)."""
+    for r in rows:
+        assert r["software_own_tps"] == pytest.approx(r["recipe_tps"], rel=1e-3), r["run_id"]
+        assert r["software_tps"] >= r["software_own_tps"] * (1 - 1e-9), r["run_id"]
+        assert r["software_ratio"] == pytest.approx(r["software_tps"] / r["software_own_tps"])
+    # the H100 and B200 recipes run the alltoall dispatcher in line (1F1B), GB200's Kimi K2 the flex one
+    by = {r["run_id"]: r for r in rows}
+    assert (by["recipe-kimi-k2-1024xh100-bf16"]["dispatcher"], by["recipe-kimi-k2-1024xh100-bf16"]["schedule"]) == (
+        "alltoall", "1f1b")
+    assert by["recipe-kimi-k2-256xgb200-bf16"]["dispatcher"] == "dedup"
+    # with one copy per routed expert on the wire, the search keeps H100 expert parallelism in one node
+    assert by["recipe-kimi-k2-1024xh100-bf16"]["software_ep_domains"] == 1.0
+    assert by["recipe-kimi-k2-1024xh100-bf16"]["recipe_ep_domains"] == 8.0
+
+
+def test_search_space_software_sets_the_timing():
+    """``SearchSpace.ep_dispatch`` / ``schedule`` time every candidate with that software: for the
+    Kimi K2 H100 recipe's layout (64-way expert parallelism over 8 nodes), one copy per routed expert
+    is slower than DeepEP-class dispatch, and an all-to-all in line (1F1B) slower than paired
+    micro-batches; bad values are one-line errors."""
+    p = next(r for r in runs.read_runs(vs.PRODUCTION_MOE_CSV) if r["run_id"] == "recipe-kimi-k2-1024xh100-bf16")
+    lay, model, gpu, prec = runplan.plan_row(p).layout, runs.row_model(p), runs.row_gpu(p), runs.row_recipe(p)
+
+    def tps(**soft):
+        res = search.search(model, prec, gpu, int(lay.gpus), gbs=int(lay.gbs), pareto=False,
+                            space=search.only(lay).with_(**soft))
+        return res.metrics["tokens_per_s_per_gpu"]
+
+    assert tps() == pytest.approx(tps(ep_dispatch="dedup", schedule="unknown"))
+    assert tps(ep_dispatch="alltoall") < 0.9 * tps(ep_dispatch="dedup")
+    assert tps(schedule="1f1b") < tps(schedule="unknown") < tps(schedule="ep_overlap")
+    with pytest.raises(ValueError, match=r"^ep_dispatch: must be one of dedup, alltoall \(got 'deepep'\)$"):
+        search.SearchSpace(ep_dispatch="deepep")
+    with pytest.raises(ValueError, match=r"^schedule: must be one of unknown, 1f1b, ep_overlap, dualpipe \(got 'gpipe'\)$"):
+        search.SearchSpace(schedule="gpipe")
+
+
+def test_span_adjusted_ratio_takes_each_layouts_measured_optimism_off():
+    bias = {"few": {"median": 0.2}, "many": {"median": 0.0}}
+    row = {"software_ratio": 1.5, "domain": 8, "recipe_ep_domains": 8.0, "software_ep_domains": 1.0,
+           "model": "M", "gpus": 1024, "gpu_label": "H100 SXM"}
+    assert vs.span_adjusted_ratio(row, bias) == pytest.approx(1.5 / 1.2)
+    same = {**row, "recipe_ep_domains": 2.0}
+    assert vs.span_adjusted_ratio(same, bias) == pytest.approx(1.5)
+    assert vs.span_adjusted_ratio({**row, "domain": 72}, bias) is None
+    assert vs.bias_adjusted_text([row, same], bias) == (
+        "M on 1,024 H100 SXM: 1.25; M on 1,024 H100 SXM: 1.50 (both layouts in the same span, so nothing to take off)")

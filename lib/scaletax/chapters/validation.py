@@ -613,7 +613,12 @@ def recipe_search_rows(path: Path | str = PRODUCTION_MOE_CSV) -> list[dict[str, 
     does not fit there); (b) the search's fastest layout for the same model, GPU, GPU count, global
     batch and precision (``search_tps``, its label and MFU), and ``ratio`` = (b)/(a) and
     ``layout_ratio`` = (b)/(a'). ``in_space``: the recipe's layout is one the default search
-    enumerates, so (b) >= (a') by construction. Tokens/s per GPU. A projection."""
+    enumerates, so (b) >= (a') by construction. (c) Like for like with the recipe's software: the
+    search run with the recipe's MoE dispatcher and schedule (``SearchSpace.ep_dispatch`` /
+    ``schedule``, :func:`runs.row_dispatch` / :func:`runs.row_schedule`), its fastest layout
+    (``software_layout``, ``software_tps``, its expert-parallel span in NVLink domains
+    ``software_ep_domains``) against the recipe's layout timed the same way (``software_own_tps``):
+    ``software_ratio``. Tokens/s per GPU. A projection."""
     rows = runs.read_runs(path)
     out = []
     for r, p in zip(rows, probe_rows(path)):
@@ -625,6 +630,13 @@ def recipe_search_rows(path: Path | str = PRODUCTION_MOE_CSV) -> list[dict[str, 
         b = float(best.metrics["tokens_per_s_per_gpu"]) if best.fits else None
         a_s = float(own.metrics["tokens_per_s_per_gpu"]) if own.fits else None
         a = p["tokens_per_s_per_gpu"]
+        soft = {"ep_dispatch": runs.row_dispatch(r), "schedule": runs.row_schedule(r)}
+        sw = planning.fastest(model, gpu, prec, gpus, gbs=gbs, space=search.SearchSpace(**soft))
+        sw_own = planning.fastest(model, gpu, prec, gpus, gbs=gbs, space=search.only(lay).with_(**soft))
+        c = float(sw.metrics["tokens_per_s_per_gpu"]) if sw.fits else None
+        c_own = float(sw_own.metrics["tokens_per_s_per_gpu"]) if sw_own.fits else None
+        domain = int(sw.domain or sw_own.domain or gpu.nvlink_domain)
+        lay_span = max(1.0, float(lay.ep * lay.etp) / domain)
         out.append({**{k: p[k] for k in ("run_id", "recipe", "model", "gpu_label", "gpus", "layout", "precision",
                                          "recompute", "fits", "mfu")},
                     "gbs": gbs, "recipe_tps": a, "recipe_search_tps": a_s,
@@ -633,7 +645,13 @@ def recipe_search_rows(path: Path | str = PRODUCTION_MOE_CSV) -> list[dict[str, 
                     "search_recompute": str(best.best.recompute) if best.fits else "–",
                     "search_tps": b, "search_mfu": float(best.metrics["mfu"]) if best.fits else None,
                     "ratio": b / a if b is not None and a > 0 else None,
-                    "layout_ratio": b / a_s if b is not None and a_s else None})
+                    "layout_ratio": b / a_s if b is not None and a_s else None,
+                    "dispatcher": soft["ep_dispatch"], "schedule": soft["schedule"],
+                    "software_layout": label(sw.best, model, recompute=False) if sw.fits else "–",
+                    "domain": domain, "recipe_ep_domains": lay_span,
+                    "software_ep_domains": (max(1.0, sw.best.ep * sw.best.etp / domain) if sw.fits else None),
+                    "software_tps": c, "software_own_tps": c_own,
+                    "software_ratio": c / c_own if c is not None and c_own else None})
     return out
 
 
@@ -678,6 +696,35 @@ def ep_span_bias(acc: validate.RunAccuracy) -> dict[str, dict[str, float]]:
         out["few" if span <= EP_FEW_DOMAINS else "many"].append(float(errs[r["run_id"]]))
     return {k: {"runs": float(len(v)), "median": float(np.median(v)) if v else float("nan"),
                 "max": float(max(v)) if v else float("nan")} for k, v in out.items()}
+
+
+def span_adjusted_ratio(row: dict[str, Any], bias: dict[str, dict[str, float]]) -> float | None:
+    """A :func:`recipe_search_rows` row's like-for-like ratio with each layout's measured optimism
+    taken off: software_ratio x (1 + b_recipe) / (1 + b_search), b the median out-of-sample signed
+    error (:func:`ep_span_bias`) of the MoE runs whose expert parallelism spans as many 8-GPU
+    domains as that layout's ("few": at most :data:`EP_FEW_DOMAINS`, else "many"). None off 8-GPU
+    domains (no such measurement) or without a ratio."""
+    if row.get("software_ratio") is None or int(row["domain"]) != 8:
+        return None
+
+    def b(span: float) -> float:
+        return float(bias["few" if span <= EP_FEW_DOMAINS else "many"]["median"])
+
+    return float(row["software_ratio"]) * (1.0 + b(row["recipe_ep_domains"])) / (1.0 + b(row["software_ep_domains"]))
+
+
+def bias_adjusted_text(rows: Sequence[dict[str, Any]], bias: dict[str, dict[str, float]]) -> str:
+    """The :func:`span_adjusted_ratio` of each row as text ("Kimi-K2 on 1,024 H100 SXM: 1.47 ...")."""
+    parts = []
+    for r in rows:
+        x = span_adjusted_ratio(r, bias)
+        if x is None:
+            parts.append(f"{r['model']} on {r['gpus']:,} {r['gpu_label']}: no measured span bias")
+            continue
+        same = (r["recipe_ep_domains"] <= EP_FEW_DOMAINS) == (r["software_ep_domains"] <= EP_FEW_DOMAINS)
+        note = " (both layouts in the same span, so nothing to take off)" if same else ""
+        parts.append(f"{r['model']} on {r['gpus']:,} {r['gpu_label']}: {x:.2f}{note}")
+    return "; ".join(parts) if parts else "nothing"
 
 
 # =========================================================================================
@@ -926,4 +973,4 @@ __all__ = ["CAVEAT_WORDS", "COMPONENTS", "COMPONENT_COLORS", "GEMM_DTYPES", "SOU
            "COVERAGE", "HELDOUT_CSV", "PROBE_SOURCES", "RECIPE_NOTE", "coverage_rows", "heldout_group", "heldout_rows", "heldout_summary", "measured_gpus_max", "probe_fit_text", "probe_rows", "probe_sources",
            "recipe_matched", "PROBE_LABELS", "PRODUCTION_MOE_CSV", "recipe_search_rows",
            "NO_REGIME_CALIBRATION", "NO_REGIME_RUN", "empty_regimes_text", "regime_goals_text", "regime_rows",
-           "worst_regime_text", "moe_span"]
+           "worst_regime_text", "moe_span", "ep_span_bias", "span_adjusted_ratio", "bias_adjusted_text"]

@@ -88,6 +88,11 @@ class SearchSpace:
     the domain or is a multiple of it. batch_tolerance: relative distance allowed between a
     layout's global batch and the target (None: no batch, pp micro-batches per step).
     objective: "fastest" or "least_parallel". max_gpus: the largest count :func:`min_gpus` tries.
+    ep_dispatch, schedule: the software every candidate is timed with (``perf.prepare``): the MoE
+    dispatcher, "dedup" (DeepEP / HybridEP class, Megatron-Core's flex dispatcher; ``None``: the
+    search's default, "dedup" for an MoE) or "alltoall" (Megatron-Core's alltoall dispatcher, one copy
+    per routed expert), and the schedule ("unknown": half the expert all-to-all hidden; "1f1b": none;
+    "ep_overlap" / "dualpipe": paired micro-batches). A planner whose stack differs searches with it.
     """
 
     tp: tuple[int, ...] = TP_CHOICES
@@ -104,6 +109,8 @@ class SearchSpace:
     tp_aligned: bool = True
     objective: str = "fastest"
     max_gpus: int = MAX_GPUS
+    ep_dispatch: str | None = None
+    schedule: str = "unknown"
 
     def __post_init__(self) -> None:
         bad = set(self.recompute) - set(RECOMPUTE_CODE)
@@ -118,6 +125,9 @@ class SearchSpace:
             raise ValueError(f"objective: must be one of {', '.join(OBJECTIVES)} (got {self.objective!r})")
         if self.domain is not None and int(self.domain) < 1:
             raise ValueError("domain: must be >= 1")
+        if self.ep_dispatch not in (None, *EP_DISPATCHES):
+            raise ValueError(f"ep_dispatch: must be one of {', '.join(EP_DISPATCHES)} (got {self.ep_dispatch!r})")
+        comm.schedule_ep_overlap(self.schedule)  # a one-line error for an unknown schedule
 
     def with_(self, **changes: Any) -> "SearchSpace":
         """A copy with some fields changed (validated again)."""
@@ -354,8 +364,15 @@ def _rank(objective: str, la: LayoutArray, tps, mem) -> int:
     return int(idx[_first(keys, idx.size)])
 
 
-def _dispatch(model: Model) -> str:
-    return "dedup" if model.is_moe else "alltoall"
+#: ``SearchSpace.ep_dispatch`` values (``perf.prepare``'s ``ep_dispatch``).
+EP_DISPATCHES: tuple[str, ...] = ("dedup", "alltoall")
+
+
+def _software(model: Model, space: SearchSpace) -> dict[str, str]:
+    """``perf.prepare``'s software options for the space's candidates: the MoE dispatcher
+    (default DeepEP-class "dedup" for an MoE; a dense model has no dispatch) and the schedule."""
+    disp = (space.ep_dispatch or "dedup") if model.is_moe else "alltoall"
+    return {"ep_dispatch": disp, "schedule": space.schedule}
 
 
 def _topology(g: hardware.GPU, space: SearchSpace, topo: Topology | None) -> tuple[Topology, int]:
@@ -453,7 +470,7 @@ def _search(model, precision, g, counts, seqs, space, topo, band, pareto, memory
             continue
         rows = np.flatnonzero(ok)
         sub = grid.take(rows)
-        inp = (perf.prepare(model, sub, precision, g, topo, ep_dispatch=_dispatch(model), grid=(grid, rows))
+        inp = (perf.prepare(model, sub, precision, g, topo, **_software(model, space), grid=(grid, rows))
                if fastest else None)
         parts.append((sub, mem[rows], perf.evaluate(inp, band.value) if fastest else None, inp))
     if not parts:
@@ -476,7 +493,7 @@ def _search(model, precision, g, counts, seqs, space, topo, band, pareto, memory
             k += 1
         inp1 = parts[k][3].take([j])
     else:
-        inp1 = perf.prepare(model, la.take([i]), precision, g, topo, ep_dispatch=_dispatch(model))
+        inp1 = perf.prepare(model, la.take([i]), precision, g, topo, **_software(model, space))
     pb = perf.evaluate_band(inp1, band)
     metrics = _metrics(pb, mem[i], cap)
     rows = []
@@ -614,7 +631,7 @@ def search_loop(model: Model, precision: recipes.Recipe, gpu, gpus: int, *, toke
         mem = float(memory.breakdown(model, lay, precision, **memory_options).total[0])
         if mem <= cap:
             n_fit += 1
-            st = perf.step_time(model, lay, precision, g, topo, eff=eff, ep_dispatch=_dispatch(model))
+            st = perf.step_time(model, lay, precision, g, topo, eff=eff, **_software(model, space))
             tps = float(st.tokens_per_s_per_gpu[0])
             key = rank_key(space.objective, tp=lay.tp, pp=lay.pp, cp=lay.cp, ep=lay.ep, vp=lay.vp,
                            zero_stage=lay.zero_stage, recompute=RECOMPUTE_CODE[lay.recompute], tps=tps, mem=mem)
