@@ -212,7 +212,7 @@ def test_rubin_claim_counts_meet_the_target():
 # --- sensitivity -----------------------------------------------------------------------------
 def test_tornado_rows(plan, rows):
     tor = d.tornado_rows(plan, rows)
-    ref = d.cheapest(rows, DENSE)
+    ref = d.cheapest(plan, rows, DENSE)
     assert {r["gpu"] for r in tor} == {ref["gpu"]}
     costs = [r for r in tor if r["output"] == "cost_usd"]
     assert {r["input"] for r in costs} == {"tokens_per_s_per_gpu", "tokens", "usd_per_gpu_hour", "pue", "utilization",
@@ -326,7 +326,7 @@ def test_a_price_that_changes_the_cheapest_gpu_searches_nothing(tmp_path, monkey
     memo.STATS.clear()
     rows1 = d.decision_rows(p1, target=False)
     tor = d.tornado_rows(p1, rows1)
-    assert d.cheapest(rows0, DENSE)["gpu"] != "h200_sxm" and d.cheapest(rows1, DENSE)["gpu"] == "h200_sxm"
+    assert d.cheapest(p0, rows0, DENSE)["gpu"] != "h200_sxm" and d.cheapest(p1, rows1, DENSE)["gpu"] == "h200_sxm"
     assert {r["gpu"] for r in tor} == {"h200_sxm"}
     assert sum(v["miss"] for v in memo.STATS.values()) == 0 and memo.STATS["scaletax.model.search.search"]["hit"] > 0
     d.clear_cache()

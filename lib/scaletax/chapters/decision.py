@@ -15,7 +15,9 @@ Public API
   many rows at once (numpy arrays through :mod:`scaletax.model.cost`).
 - ``decision_rows(plan)``: every model x GPU type on the scenario's cluster, with the GPU count
   that finishes in the target time (:func:`gpus_for_target`, searched, not extrapolated).
-- ``fitting`` / ``cheapest`` / ``fastest``: picks from those rows.
+- ``fitting`` / ``cheapest`` / ``fastest``: picks from those rows; ``cheapest_choice``: which GPU
+  is cheapest, or which tie on cost (their cost ratio's band holds 1), the one answer every
+  chapter naming "the cheapest" uses.
 - ``Plan.goodput_at`` / ``goodput_detail``: the goodput of a model on a GPU count (the planner's
   ``cluster.goodput``, else the scale model of :mod:`scaletax.model.goodput`), which every day count and
   cost of this module uses; ``cluster_power``: IT and facility MW in whole systems
@@ -335,10 +337,14 @@ def _runnable(plan: Plan, model_id: str, gpu, gpus: int) -> dict[str, Any]:
 
 def headline_cases(plan: Plan, rows: list[dict]) -> list[dict[str, Any]]:
     """The headline cases: per model, the cheapest Hopper and the cheapest Blackwell of the
-    scenario on its cluster (:func:`cheapest`), as {model, kind ("hopper" | "blackwell"), row}
-    (row None where none fits)."""
-    return [{"model": mid, "kind": kind, "row": cheapest(rows, mid, ids(plan.gpus))}
-            for mid in plan.models for kind, ids in (("hopper", hopper_ids), ("blackwell", blackwell_ids))]
+    scenario on its cluster (:func:`cheapest_choice`: of GPUs tied on cost, the fastest), as
+    {model, kind ("hopper" | "blackwell"), row, choice} (row and choice None where none fits)."""
+    out = []
+    for mid in plan.models:
+        for kind, ids in (("hopper", hopper_ids), ("blackwell", blackwell_ids)):
+            c = cheapest_choice(plan, rows, mid, ids(plan.gpus))
+            out.append({"model": mid, "kind": kind, "row": None if c is None else c["row"], "choice": c})
+    return out
 
 
 def own_rent_rows(plan: Plan, rows: list[dict]) -> list[dict[str, Any]]:
@@ -416,9 +422,7 @@ def price_pair_rows(plan: Plan, rows: list[dict]) -> list[dict[str, Any]]:
                 row["message"] = a["message"] if not a.get("tps") else b["message"] if not b.get("tps") else \
                     f"no price for {gpu_label(old)}"
             elif c["at"] is not None:
-                at = c["at"]
-                row["verdict"] = ("pays" if at["ratio_high"] < 1 else "does not pay" if at["ratio_low"] > 1
-                                  else "within band")
+                row["verdict"] = cost_verdict(c["at"])
             out.append(row)
     return out
 
@@ -452,20 +456,61 @@ def fitting(rows, **where):
     return [r for r in rows if r.get("tps") and all(r.get(k) == v for k, v in where.items())]
 
 
-def cheapest(rows: list[dict], model_id: str, gpu_ids: Iterable[str] | None = None,
-             shipping: bool = True) -> dict | None:
-    """The row with the lowest central cost (then fewest days) for a model among ``gpu_ids``."""
+def cost_verdict(at: Mapping[str, float]) -> str:
+    """Whether GPU a costs less per trained token than GPU b, from their cost ratio a / b with its
+    band (``at`` of :func:`scaletax.model.plan.cost_ratio_curve`): "pays" (the whole band below 1),
+    "does not pay" (above 1) or "within band" (the band holds 1: the model cannot tell which
+    costs less)."""
+    return "pays" if at["ratio_high"] < 1 else "does not pay" if at["ratio_low"] > 1 else "within band"
+
+
+def cheapest_choice(plan: Plan, rows: list[dict], model_id: str, gpu_ids: Iterable[str] | None = None,
+                    shipping: bool = True) -> dict[str, Any] | None:
+    """Which GPU is the cheapest for a model among ``gpu_ids`` (default all; shipping ones only
+    with ``shipping``), the one answer every chapter that names "the cheapest" uses.
+
+    ``lowest``: the row with the lowest central cost. ``tied``: the rows whose cost the model
+    cannot tell from ``lowest``'s, ``lowest`` first and the rest by cost: each one's cost ratio
+    over ``lowest`` (:func:`scaletax.model.plan.cost_ratio_curve` at the scenario's prices, the
+    band of a ratio of two predictions, :func:`scaletax.model.plan.ratio_band`) has a band that
+    holds 1 (:func:`cost_verdict` "within band"); ``ratios``: those ratios by GPU id (``ratio``,
+    ``ratio_low``, ``ratio_high``). ``row``: the case the numbers use: ``lowest`` without a tie,
+    else the fastest of ``tied`` (fewest days; all run on the same count), a pick that does not
+    flip when costs inside the band swap places. ``rule``: None, or "faster" / "fastest" for a
+    tie of two / more. Without any price (no cost), ``row`` is the fastest and nothing ties.
+    None when no case fits."""
     ids = set(gpu_ids) if gpu_ids is not None else None
     cands = [r for r in fitting(rows, model=model_id) if (ids is None or r["gpu"] in ids)
              and (not shipping or not r["announced"])]
-    cands = [r for r in cands if r.get("cost_usd") is not None] or cands
     if not cands:
         return None
-    return min(cands, key=lambda r: (r.get("cost_usd") or math.inf, r["days"]))
+    priced = [r for r in cands if r.get("cost_usd") is not None]
+    if not priced:
+        row = min(cands, key=lambda r: (r["days"], r["gpu"]))
+        return {"row": row, "lowest": row, "tied": [row], "ratios": {}, "rule": None}
+    priced.sort(key=lambda r: (r["cost_usd"], r["days"], r["gpu"]))
+    low = priced[0]
+    tied, ratios = [low], {}
+    for r in priced[1:]:
+        at = planning.cost_ratio_curve(plan, _gpu(r["gpu"]), _gpu(low["gpu"]), r, low, ())["at"]
+        if cost_verdict(at) == "within band":
+            tied.append(r)
+            ratios[r["gpu"]] = {k: at[k] for k in ("ratio", "ratio_low", "ratio_high")}
+    row = min(tied, key=lambda r: (r["days"], r["gpu"]))
+    rule = None if len(tied) == 1 else "faster" if len(tied) == 2 else "fastest"
+    return {"row": row, "lowest": low, "tied": tied, "ratios": ratios, "rule": rule}
+
+
+def cheapest(plan: Plan, rows: list[dict], model_id: str, gpu_ids: Iterable[str] | None = None,
+             shipping: bool = True) -> dict | None:
+    """The row of the case that stands for the cheapest GPU: ``row`` of :func:`cheapest_choice`
+    (the lowest cost, or of GPUs tied on cost the fastest); None when none fits."""
+    c = cheapest_choice(plan, rows, model_id, gpu_ids, shipping)
+    return None if c is None else c["row"]
 
 
 def price_candidates(rows: list[dict], model_id: str) -> list[dict]:
-    """The rows that ``cheapest(rows, model_id) or cheapest(rows, model_id, shipping=False)``
+    """The rows that ``cheapest(plan, rows, model_id) or cheapest(plan, rows, model_id, shipping=False)``
     can pick under some prices: the fitting shipping cases of the model, else all its fitting
     ones (which GPU is cheapest depends on the prices, these rows do not)."""
     fit = fitting(rows, model=model_id)
@@ -631,7 +676,7 @@ def hopper_reference(plan: Plan, rows: list[dict], model_id: str) -> tuple[str, 
     and whether it is from the scenario."""
     if plan.hopper_ref in plan.gpus:
         return plan.hopper_ref, True
-    r = cheapest(rows, model_id, hopper_ids(plan.gpus))
+    r = cheapest(plan, rows, model_id, hopper_ids(plan.gpus))
     if r is not None:
         return r["gpu"], True
     return plan.hopper_ref, False
@@ -796,7 +841,8 @@ def rubin_claim(plan: Plan, model_id: str | None = None, pair: tuple[str, str] |
 # =========================================================================================
 def tornado_rows(plan: Plan, rows: list[dict], outputs: Sequence[str] = ("cost_usd", "days"),
                  options: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
-    """One-at-a-time sensitivity of each model's cheapest shipping case (cost, then days):
+    """One-at-a-time sensitivity of each model's cheapest shipping case (:func:`cheapest`; of GPUs
+    tied on cost, the fastest), for cost, then days:
     :func:`scaletax.model.cost.training_sensitivity` with the efficiency band of its search and the
     cluster size re-searched at its low and high value. One row per model, output and input."""
     # searched whatever the prices (a price change searches nothing)
@@ -806,7 +852,7 @@ def tornado_rows(plan: Plan, rows: list[dict], outputs: Sequence[str] = ("cost_u
                 best(c["model"], c["gpu"], c["precision"], n, plan.batch_tokens)
     out = []
     for mid in plan.models:
-        r = cheapest(rows, mid) or cheapest(rows, mid, shipping=False)
+        r = cheapest(plan, rows, mid) or cheapest(plan, rows, mid, shipping=False)
         if r is None:
             continue
 
@@ -856,7 +902,7 @@ def tornado_notes(tornado: list[dict], rows: list[dict], plan: Plan) -> dict[str
              and math.isfinite(r["low_pct"]) and math.isfinite(r["high_pct"])]
     shares = []
     for mid in plan.models:
-        r = cheapest(rows, mid) or cheapest(rows, mid, shipping=False)
+        r = cheapest(plan, rows, mid) or cheapest(plan, rows, mid, shipping=False)
         if r is not None and r.get("cost_usd"):
             shares.append(100 * r["energy_mwh"] * plan.usd_per_mwh / r["cost_usd"])
     nan = float("nan")
@@ -925,7 +971,7 @@ def cost_time_controls(plan: Plan, chart_rows: list[dict]) -> dict[str, Any]:
 
 __all__ = ["BLACKWELL_FAMILIES", "CLAIM_KEY", "FACTORS",
             "Plan", "RESOLUTION_BITS", "best", "blackwell_factor", "blackwell_ids",
-           "breakeven_chart_rows", "breakeven_rows", "capacity", "cheapest", "clear_cache", "cluster_power",
+           "breakeven_chart_rows", "breakeven_rows", "capacity", "cheapest", "cheapest_choice", "cost_verdict", "clear_cache", "cluster_power",
            "cost_time_chart_rows", "cost_time_controls", "goodput_detail", "owned_price", "scale_sizes", "scale_rows",
            "power_rows", "budget_rows", "headline_cases", "own_rent_rows", "fleet_rows", "PRICE_RATIOS",
            "price_pair_rows", "price_curve_chart_rows",

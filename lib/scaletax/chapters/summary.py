@@ -9,6 +9,8 @@ Public API
 ----------
 - ``headline(plan)``: the numbers of the executive summary (cheapest Hopper and Blackwell per
   model, the speed-up between them and its largest factor); ``headline_table``.
+- ``tie_sentence`` / ``tied_with_text``: what every sentence and table naming "the cheapest"
+  says when GPUs tie on cost (``decision.cheapest_choice``: their cost ratio's band holds 1).
 - Sentence helpers (``*_sentence``, ``*_summary``) for the prose: comparisons are computed from
   what the scenario contains and say so when they fall back on catalog GPUs.
 - Display rows (``*_table``): text cells with bands (``band_text``: ``v (lo–hi)``).
@@ -26,7 +28,8 @@ from scaletax.model import plan as planning
 from scaletax.render import whatif
 from scaletax.render.wording import bought_text, price_basis, price_text, regime_accuracy_text, system_unit
 from scaletax.fit import calibrate, validate
-from scaletax.chapters.decision import (FACTORS, Plan, blackwell_ids, capacity, cheapest, decision_rows, headline_cases,
+from scaletax.chapters.decision import (FACTORS, Plan, blackwell_ids, capacity, cheapest_choice, decision_rows,
+                                        headline_cases,
                                         fastest, fitting, goodput_detail, gpu_label, gpus_for_target, hopper_ids,
                                         main_source,
                                         model_name, top_input, waterfall, waterfall_targets)
@@ -103,18 +106,52 @@ def assumed_prices_sentence(plan: Plan, gpu_ids: Sequence[str] | None = None) ->
     return "; ".join(parts) if parts else "no prices"
 
 
+def _case_brief(r: dict) -> str:
+    """A case's days and cost, central values to 3 significant figures: "3.26 days, $7.26M"."""
+    text = f"{band_text(r['days'], None, None)} days"
+    return text if r.get("cost_usd") is None else text + f", ${band_text(r['cost_usd'] / 1e6, None, None)}M"
+
+
+def tie_sentence(choice: dict[str, Any] | None, what: str) -> str:
+    """What a sentence naming the cheapest ``what`` ("Blackwell", "shipping GPU") says when GPUs
+    tie on cost (a :func:`scaletax.chapters.decision.cheapest_choice`): the tied GPUs, each one's
+    central cost ratio over the lowest (its band holds 1; the bands and each GPU's days and cost are
+    in the tables, :func:`tied_with_text`), and the one the report uses (the faster); "" when one
+    GPU is cheapest beyond the band."""
+    if choice is None or len(choice["tied"]) < 2:
+        return ""
+    low, pick = choice["lowest"], choice["row"]
+    gpus = _join([r["label"] for r in choice["tied"]])
+    ratios = _join([f"{choice['ratios'][r['gpu']]['ratio']:.2f}x" for r in choice["tied"][1:]])
+    return (f"the cheapest {what} is a tie within the model's band between {gpus} (cost {ratios} "
+            f"{low['label']}'s); the report uses the {choice['rule']}, {pick['label']}")
+
+
+def tied_with_text(choice: dict[str, Any] | None) -> str:
+    """For a table cell naming the cheapest GPU: ", tied on cost with GB200 NVL72 (3.95 days,
+    $7.24M)" (the GPUs it ties with, :func:`tie_sentence`), or "" without a tie."""
+    if choice is None or len(choice["tied"]) < 2:
+        return ""
+    others = [r for r in choice["tied"] if r is not choice["row"]]
+    return ", tied on cost with " + _join([f"{r['label']} ({_case_brief(r)})" for r in others])
+
+
 def table_sentence(rows: list[dict], plan: Plan) -> str:
-    """Per model: the fastest and the cheapest shipping GPU on the scenario cluster."""
+    """Per model: the fastest and the cheapest shipping GPU on the scenario cluster (or the GPUs
+    tied on cost, :func:`tie_sentence`)."""
     parts = []
     for mid in plan.models:
-        f, c = fastest(rows, mid), cheapest(rows, mid)
+        f, choice = fastest(rows, mid), cheapest_choice(plan, rows, mid)
         if f is None:
             parts.append(f"{model_name(mid)} fits on none of the shipping GPUs at {plan.cluster_gpus:,} GPUs")
             continue
         text = (f"{model_name(mid)} trains fastest on {f['label']}, in {f['days']:.0f} days "
                 f"({f['days_low']:.0f}–{f['days_high']:.0f})")
-        if c is not None and c.get("cost_usd") is not None:
-            text += (f", and cheapest on {c['label']}, for ${c['cost_usd'] / 1e6:,.0f}M "
+        c = choice["row"]
+        if c.get("cost_usd") is not None:
+            tie = tie_sentence(choice, "shipping GPU")
+            text += (f", and {tie}" if tie else
+                     f", and cheapest on {c['label']}, for ${c['cost_usd'] / 1e6:,.0f}M "
                      f"({c['cost_usd_low'] / 1e6:,.0f}–{c['cost_usd_high'] / 1e6:,.0f})")
         parts.append(text)
     return "; ".join(parts)
@@ -785,16 +822,20 @@ def headline(plan: Plan, rows: list[dict] | None = None) -> dict[str, Any]:
     """The handful of numbers a planner quotes, computed with the functions above.
 
     Per model (list ``models``): the cheapest Hopper and the cheapest Blackwell on the scenario
-    cluster (days, cost, bands), the per-GPU speed-up between them and its largest factor in the
+    cluster (days, cost, bands; :func:`scaletax.chapters.decision.headline_cases`, with
+    ``hopper_choice`` / ``blackwell_choice`` the ``cheapest_choice`` behind each: of GPUs tied on
+    cost, the fastest), the per-GPU speed-up between them and its largest factor in the
     waterfall from H100 to that Blackwell, the achieved gain of the fastest format; plus the
     H-equivalents of the first model and the Rubin claim check.
     """
     rows = decision_rows(plan, target=False) if rows is None else rows
     out: dict[str, Any] = {"models": []}
-    cases = {(c["model"], c["kind"]): c["row"] for c in headline_cases(plan, rows)}
+    cases = {(c["model"], c["kind"]): c for c in headline_cases(plan, rows)}
     for mid in plan.models:
-        h, b = cases[(mid, "hopper")], cases[(mid, "blackwell")]
-        item = {"model": mid, "model_name": model_name(mid), "hopper": h, "blackwell": b, "waterfall": None,
+        h, b = cases[(mid, "hopper")]["row"], cases[(mid, "blackwell")]["row"]
+        item = {"model": mid, "model_name": model_name(mid), "hopper": h, "blackwell": b,
+                "hopper_choice": cases[(mid, "hopper")]["choice"], "blackwell_choice": cases[(mid, "blackwell")]["choice"],
+                "waterfall": None,
                 "source": None, "speedup": None, "speedup_low": None, "speedup_high": None,
                 "precision_gain": None, "precision_from": None, "precision_to": None}
         if h and b:
@@ -876,7 +917,8 @@ def top_summary(rows: list[dict], plan: Plan, gpu_ids: Sequence[str]) -> str:
 
 def summary_model_sentence(item: dict[str, Any], plan: Plan) -> str:
     """One sentence per model for the summary: days and cost on the cheapest Hopper and
-    Blackwell of the scenario, and the per-GPU speed-up with its main source."""
+    Blackwell of the scenario, the per-GPU speed-up with its main source, and where GPUs of a
+    family tie on cost, which (:func:`tie_sentence`)."""
     h, b = item["hopper"], item["blackwell"]
     name = item["model_name"]
 
@@ -905,6 +947,10 @@ def summary_model_sentence(item: dict[str, Any], plan: Plan) -> str:
                      f"in {hw['precision'].upper()}{where} is {steps[0]['label']} (x{steps[0]['gain']:.2f})")
             if len(steps) > 1 and math.log(steps[1]["gain"]) >= 0.9 * math.log(steps[0]["gain"]):
                 text += f", with {steps[1]['label']} close behind (x{steps[1]['gain']:.2f})"
+    for kind, what in (("hopper", "Hopper"), ("blackwell", "Blackwell")):
+        tie = tie_sentence(item.get(f"{kind}_choice"), what)
+        if tie:
+            text += f"; {tie}"
     return text
 
 
@@ -931,7 +977,8 @@ def breakeven_summary(rows: list[dict], gpu_ids: Sequence[str]) -> str:
 
 
 def headline_table(h: dict[str, Any]) -> list[dict]:
-    """Per model: the cheapest Hopper and Blackwell cases (GPU, days, cost) and the speed-up."""
+    """Per model: the cheapest Hopper and Blackwell cases (GPU, days, cost) and the speed-up; a GPU
+    tied on cost with others of its family names them with their days and cost (:func:`tied_with_text`)."""
     def cells(r):
         if r is None:
             return "none fits", "–", "–"
@@ -943,6 +990,7 @@ def headline_table(h: dict[str, Any]) -> list[dict]:
     for it in h["models"]:
         hg, hd, hc = cells(it["hopper"])
         bg, bd, bc = cells(it["blackwell"])
+        hg, bg = hg + tied_with_text(it.get("hopper_choice")), bg + tied_with_text(it.get("blackwell_choice"))
         keys = {f"{kind}_{k}": (it[kind] or {}).get(src) for kind in ("hopper", "blackwell")
                 for k, src in (("id", "gpu"), ("gpus", "gpus"), ("precision", "precision"), ("tps", "tps"),
                                ("mfu", "mfu"))}
@@ -1115,7 +1163,7 @@ __all__ = ["NO_CASE", "POWER_KEYS", "PRICE_MARK", "RATIO_KEYS", "assumed_prices_
            "breakeven_summary", "breakeven_table", "claim_sentence", "claim_table", "cost_table",
            "deadline_sentence", "headline", "headline_table", "heq_sentence", "heq_summary", "heq_table",
            "join_labels", "nofit_sentence", "nvl72_sentence", "nvl72_tax", "mfu_validity_sentence", "pct_band", "pct_range_text", "precision_sentence",
-           "summary_model_sentence", "table_sentence", "power_table", "mw_sentence", "budget_table",
+           "summary_model_sentence", "table_sentence", "tie_sentence", "tied_with_text", "power_table", "mw_sentence", "budget_table",
            "budget_sentence", "goodput_chart_rows", "goodput_scale_sentence", "scale_chart_rows", "own_rent_table",
            "own_rent_sentence", "band_parts", "goodput_table", "ownership_sentence", "ownership_crf", "fleet_table", "fleet_sentence", "pairs_text", "price_pair_table", "price_pair_sentence", "target_sentence", "time_table", "top_sentence",
            "top_summary", "top_table", "tornado_sentence", "waterfall_sentence", "waterfall_table"]
