@@ -27,6 +27,12 @@ Public API
   and ``attention_errors(kernel, path)``: the step-time model's attention (``perf.attention_efficiency``)
   against every measured point, predicted / measured - 1.
 Both fits run one rule (:func:`_fit`): the forward's constants on a grid, then the backward's.
+- ``expert_gemm_seconds(groups, tokens, k, n)``: the step-time model's time for one grouped expert
+  GEMM (its 16-bit ceiling and roofline at the harmonic size of (tokens, k, n); ragged counts add
+  half a ``perf.GROUPED_TILE_M`` tile per expert), the rule ``perf.prepare`` applies to every expert
+  GEMM forward and backward alike; ``expert_backward_ratios(path)``: that rule over the H200's
+  measured forward, data-gradient, weight-gradient and autograd forward + backward times
+  (``data/measured/expert_backward_h200.csv``), model / measured per op and tokens per expert.
 """
 from __future__ import annotations
 
@@ -38,13 +44,16 @@ from types import SimpleNamespace
 import numpy as np
 
 from scaletax import DATA_DIR
-from scaletax.inputs import hardware, runs
+from scaletax.inputs import hardware, recipes, runs
 from scaletax.model import perf
 from scaletax.model.efficiency import default_efficiency
 
 ATTENTION_CSV = DATA_DIR / "measured" / "attention_h200.csv"
 KERNELS_CSV = DATA_DIR / "kernel_benchmarks.csv"
 ROUTING_CSV = DATA_DIR / "measured" / "routing_h200.csv"
+BACKWARD_CSV = DATA_DIR / "measured" / "expert_backward_h200.csv"
+#: GEMMs per op of ``expert_backward_h200.csv`` in units of the forward's FLOPs.
+BACKWARD_OPS: dict[str, float] = {"fwd": 1.0, "dgrad": 1.0, "wgrad": 1.0, "autograd": 3.0}
 #: The routing ops timed per layer (forward + backward): the router's autograd pass and the
 #: permutation's and its inverse's gather-only forms (no atomics, as fused permute kernels work).
 ROUTING_OPS: tuple[tuple[str, str], ...] = (("router", "fwd_bwd_s"), ("permute", "fwd_s"),
@@ -208,3 +217,35 @@ if __name__ == "__main__":
     print("moe_overhead", routing_overhead())
     for gpu in ("gb200", "gb300"):
         print(gpu, fit_published(gpu))
+
+
+def expert_gemm_seconds(groups, tokens, k, n, ragged: bool = False, gpu: str = "h200_sxm") -> np.ndarray:
+    """Seconds of one BF16 grouped expert GEMM, ``groups`` experts of ``tokens`` tokens each, k -> n,
+    by the step-time model's rule (``perf.evaluate``'s expert term): FLOPs / (16-bit peak x the
+    calibrated ceiling) x (1 + ``gemm_roofline`` x ``perf.gemm_reference_size`` / n_hm), n_hm the
+    harmonic mean of (tokens, k, n); ``ragged`` counts pay half a ``perf.GROUPED_TILE_M`` row tile
+    per expert. Vectorized over the arguments."""
+    g, bf = hardware.get(gpu), recipes.training("bf16")
+    eff = default_efficiency()
+    m, k, n = (np.asarray(x, dtype=np.float64) for x in (tokens, k, n))
+    peak = g.peak_flops(bf) * eff.gemm_ceiling["16bit"]
+    n_hm = 3.0 / (1.0 / m + 1.0 / k + 1.0 / n)
+    pad = 1.0 + 0.5 * perf.GROUPED_TILE_M / m if ragged else 1.0
+    return 2.0 * np.asarray(groups, dtype=np.float64) * m * k * n / peak * (
+        1.0 + eff.gemm_roofline * perf.gemm_reference_size(g, bf) / n_hm) * pad
+
+
+def expert_backward_ratios(path: Path = BACKWARD_CSV) -> dict[str, dict[int, dict[str, float]]]:
+    """Per op (``fwd``, ``dgrad``, ``wgrad``, ``autograd`` = forward + backward) and tokens per expert:
+    the model's time (:func:`expert_gemm_seconds`, x :data:`BACKWARD_OPS`) over the H200's measured
+    one, as ``{"median", "min", "max", "points"}`` over the shapes and expert counts measured."""
+    with open(path, newline="", encoding="utf-8") as fh:
+        rows = [r for r in csv.DictReader(fh) if r["op"] in BACKWARD_OPS]
+    by: dict[str, dict[int, list[float]]] = {}
+    for r in rows:
+        G, m, K, N = (int(r[c]) for c in ("groups", "tokens", "K", "N"))
+        model_s = float(expert_gemm_seconds(G, m, K, N)) * BACKWARD_OPS[r["op"]]
+        by.setdefault(r["op"], {}).setdefault(m, []).append(model_s / float(r["seconds"]))
+    return {op: {m: {"median": float(np.median(v)), "min": float(min(v)), "max": float(max(v)), "points": len(v)}
+                 for m, v in sorted(d.items())} for op, d in by.items()}
+
