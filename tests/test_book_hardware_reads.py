@@ -41,8 +41,12 @@ def test_each_chapter_is_keyed_on_the_gpus_it_reads(built_book):
     assert rows["precision"] == sorted(SMALL_GPUS | fitted | {precision.REFERENCE_GPU})
     assert rows["memory"] == sorted(SMALL_GPUS | published)
     heldout = {r["hardware"] for r in runs.read_runs(runs.HELDOUT_CSV)}
-    # and the published and held-out runs' GPUs: the largest measured run bounds its step times
-    assert rows["communication"] == sorted(SMALL_GPUS | _csv_ids("collectives.csv", "hardware") | published | heldout)
+    validation = {r["hardware"] for r in runs.read_runs(runs.VALIDATION_CSV)}
+    # and the published and held-out runs' GPUs: the largest measured run bounds its step times; and
+    # the validation table's, whose measured MoE runs set every search's floors (plan.validated_space
+    # reads the three tables, each row checked against the catalog)
+    assert rows["communication"] == sorted(SMALL_GPUS | _csv_ids("collectives.csv", "hardware") | published | heldout
+                                           | validation)
     # the refit of the calibration scans GPU families (efficiency.power_per_flop): the whole catalog
     assert rows["validation"] == "all"
     assert SMALL_GPUS | compared <= set(rows["decision"]) <= set(rows["summary"])  # the summary is built on it
@@ -50,7 +54,8 @@ def test_each_chapter_is_keyed_on_the_gpus_it_reads(built_book):
     # measured MFU per family bounds the cases' MFU (summary.mfu_validity_sentence)
     fleets = {f["gpu"] for f in yaml.safe_load((ROOT / "data/scenarios/default.yaml").read_text())["fleets"]}
     claim = references.claim(decision.CLAIM_KEY)  # the announced claim the decision chapter checks
-    known = SMALL_GPUS | compared | set(comparisons["heq_blackwell"]) | fleets | fitted | {claim["new"], claim["old"]}
+    known = (SMALL_GPUS | compared | set(comparisons["heq_blackwell"]) | fleets | fitted | {claim["new"], claim["old"]}
+             | published | heldout | validation)  # the search's floors read the measured-run tables
     for slug in ("decision", "summary"):
         assert set(rows[slug]) <= known, (slug, set(rows[slug]) - known)
     repro = (built_book["dir"] / "html" / "reproduce.html").read_text(encoding="utf-8")

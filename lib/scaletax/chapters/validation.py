@@ -640,7 +640,10 @@ def recipe_search_rows(path: Path | str = PRODUCTION_MOE_CSV) -> list[dict[str, 
         out.append({**{k: p[k] for k in ("run_id", "recipe", "model", "gpu_label", "gpus", "layout", "precision",
                                          "recompute", "fits", "mfu")},
                     "gbs": gbs, "recipe_tps": a, "recipe_search_tps": a_s,
-                    "in_space": search.in_space(lay, model, search.SearchSpace(), int(best.domain or own.domain)),
+                    "in_space": search.in_space(lay, model, planning.validated_space(model),
+                                                int(best.domain or own.domain)),
+                    "recipe_tpe": float(runplan.moe_tokens_per_expert(model, lay)),
+                    "recipe_lps": model.layers / float(lay.pp * lay.vp),
                     "search_layout": label(best.best, model, recompute=False) if best.fits else "–",
                     "search_recompute": str(best.best.recompute) if best.fits else "–",
                     "search_tps": b, "search_mfu": float(best.metrics["mfu"]) if best.fits else None,
@@ -655,21 +658,13 @@ def recipe_search_rows(path: Path | str = PRODUCTION_MOE_CSV) -> list[dict[str, 
     return out
 
 
-def moe_span(acc: validate.RunAccuracy) -> dict[str, float]:
-    """What the measured MoE runs (every published run with a measurement, ``acc``) span: tokens per
-    local expert per micro-batch (``tpe_min``, ``tpe_max``) and transformer layers per pipeline
-    stage (``lps_min``, ``lps_max``, layers / (pp vp))."""
-    rows, _ = validate.published_runs()
-    ids = {r["run_id"] for r in acc.select()}
-    tpe, lps = [], []
-    for r in rows:
-        if r["run_id"] not in ids or not r.get("moe_experts"):
-            continue
-        p = runplan.plan_row(r)
-        m, lay = p.model, p.layout
-        tpe.append(lay.mbs * m.seq_len / lay.cp * m.moe_top_k * lay.ep * lay.etp / (lay.tp * m.moe_experts))
-        lps.append(m.layers / (lay.pp * lay.vp))
-    return {"tpe_min": min(tpe), "tpe_max": max(tpe), "lps_min": min(lps), "lps_max": max(lps)}
+def moe_span() -> dict[str, float]:
+    """What the measured MoE runs (every published run with a measurement) span: tokens per local
+    expert per micro-batch (``tpe_min``, ``tpe_max``) and transformer layers per pipeline chunk
+    (``lps_min``, ``lps_max``, layers / (pp vp)): ``runplan.moe_envelope``, whose minima are the
+    floors of every search the book runs (``plan.validated_space``)."""
+    env = runplan.moe_envelope()
+    return {k: env[k] for k in ("tpe_min", "tpe_max", "lps_min", "lps_max")}
 
 
 #: Expert parallelism over at most this many NVLink domains counts as "few domains" in

@@ -49,7 +49,7 @@ import numpy as np
 
 from scaletax.inputs import failures, hardware, recipes
 from scaletax.inputs.models import Model
-from scaletax.model import cost, efficiency, goodput, ownership, power, search
+from scaletax.model import cost, efficiency, goodput, ownership, power, runplan, search
 
 #: Resolution of a searched GPU count: multiples of 2^(floor(log2 n) - RESOLUTION_BITS), at
 #: least 8 (whole 8-GPU nodes), i.e. about 1/16 of the count.
@@ -220,17 +220,39 @@ _FASTEST: dict[tuple, search.SearchResult] = {}
 _FASTEST_LOCK = threading.Lock()
 
 
+def validated_space(model: Model, space: search.SearchSpace | None = None) -> search.SearchSpace:
+    """``space`` (default: the search's) with the MoE floors it leaves unset (None) at what the
+    measured MoE runs span (``runplan.moe_envelope``: the fewest tokens per local expert and layers
+    per pipeline chunk of any published MoE run with a measurement): the search keeps to layouts
+    the validation checked the model on (issue 34: it chose 683 tokens per expert and 1.3 layers
+    per chunk for Kimi K2, below every measured run). Dense models: unchanged."""
+    space = search.SearchSpace() if space is None else space
+    if not model.is_moe:
+        return space
+    env = runplan.moe_envelope()
+    return space.with_(
+        min_tokens_per_expert=env["tpe_min"] if space.min_tokens_per_expert is None else space.min_tokens_per_expert,
+        min_layers_per_chunk=env["lps_min"] if space.min_layers_per_chunk is None else space.min_layers_per_chunk)
+
+
 def fastest(model: Model, gpu: hardware.GPU, recipe: recipes.Recipe, gpus: int, batch_tokens: int | None = None,
             *, gbs: int | None = None, space: search.SearchSpace | None = None) -> search.SearchResult:
     """The fastest layout of ``model`` on ``gpus`` GPUs of ``gpu`` in ``recipe`` at a global batch
-    of ``batch_tokens`` tokens (or ``gbs`` sequences), in ``space`` (default: the search's):
+    of ``batch_tokens`` tokens (or ``gbs`` sequences), in ``space`` (default: the search's) within
+    what the measured runs span (:func:`validated_space`; where no layout inside fits, the fastest
+    outside it, so that a count that holds the model never reads as one that does not):
     ``search.cached_search`` (on disk, keyed by the model's, GPU's and recipe's fields) and kept
     per process."""
+    space = validated_space(model, space)
     key = (model, hardware.check(gpu), recipes.check(recipe), int(gpus), batch_tokens, gbs, space)
     res = _FASTEST.get(key)
     if res is None:
         res = search.cached_search(model, recipe, gpu, int(gpus), tokens_per_step=batch_tokens, gbs=gbs,
                                    space=space, pareto=False)
+        if not res.fits and (space.min_tokens_per_expert or space.min_layers_per_chunk):
+            res = search.cached_search(model, recipe, gpu, int(gpus), tokens_per_step=batch_tokens, gbs=gbs,
+                                       space=space.with_(min_tokens_per_expert=0.0, min_layers_per_chunk=0.0),
+                                       pareto=False)
         with _FASTEST_LOCK:
             _FASTEST[key] = res
     return res
@@ -686,7 +708,7 @@ def fewest_gpus(model: Model, gpu: hardware.GPU, recipe: recipes.Recipe, space: 
 
 
 __all__ = ["COSTS", "MAX_COUNT", "NEARBY_BATCH_TOLERANCE", "PROBE_COUNTS", "PROBE_MARGIN", "RESOLUTION_BITS",
-           "Terms", "add_costs", "capacity", "cluster_power", "goodput_detail", "owned_price", "case", "clear_cache", "fastest", "fewest_gpus",
+           "Terms", "validated_space", "add_costs", "capacity", "cluster_power", "goodput_detail", "owned_price", "case", "clear_cache", "fastest", "fewest_gpus",
            "cost_ratio_curve", "gpu_count_ratio", "gpus_for_deadline", "own_vs_rent", "least_parallel", "largest_cluster", "mfu",
            "next_count", "prev_count", "runnable_case", "STEP_DOWN", "ratio_band",
            "round_count", "throughput_ratio"]

@@ -93,6 +93,11 @@ class SearchSpace:
     search's default, "dedup" for an MoE) or "alltoall" (Megatron-Core's alltoall dispatcher, one copy
     per routed expert), and the schedule ("unknown": half the expert all-to-all hidden; "1f1b": none;
     "ep_overlap" / "dualpipe": paired micro-batches). A planner whose stack differs searches with it.
+    min_tokens_per_expert, min_layers_per_chunk: an MoE layout's floor on the tokens each local
+    expert gets per micro-batch (mbs s / cp x k x ep x etp / (tp E)) and on the transformer layers
+    per pipeline chunk (layers / (pp vp)); None or 0: no floor. ``plan.fastest`` sets those left
+    None to what the measured MoE runs span (``plan.validated_space``), so that the search does not
+    choose where the model was never checked; 0 keeps a space free of them (:func:`only`).
     """
 
     tp: tuple[int, ...] = TP_CHOICES
@@ -111,6 +116,8 @@ class SearchSpace:
     max_gpus: int = MAX_GPUS
     ep_dispatch: str | None = None
     schedule: str = "unknown"
+    min_tokens_per_expert: float | None = None
+    min_layers_per_chunk: float | None = None
 
     def __post_init__(self) -> None:
         bad = set(self.recompute) - set(RECOMPUTE_CODE)
@@ -128,6 +135,10 @@ class SearchSpace:
         if self.ep_dispatch not in (None, *EP_DISPATCHES):
             raise ValueError(f"ep_dispatch: must be one of {', '.join(EP_DISPATCHES)} (got {self.ep_dispatch!r})")
         comm.schedule_ep_overlap(self.schedule)  # a one-line error for an unknown schedule
+        for name in ("min_tokens_per_expert", "min_layers_per_chunk"):
+            v = getattr(self, name)
+            if v is not None and not float(v) >= 0:
+                raise ValueError(f"{name}: must be >= 0 or None (got {v!r})")
 
     def with_(self, **changes: Any) -> "SearchSpace":
         """A copy with some fields changed (validated again)."""
@@ -150,21 +161,25 @@ def _choices(model: Model, gpus: int, space: SearchSpace, domain: int | None = N
 
 
 def only(lay: Layout) -> SearchSpace:
-    """The space holding only layout ``lay`` (its recompute as the search's, the NVLink domain the GPU's)."""
+    """The space holding only layout ``lay`` (its recompute as the search's, the NVLink domain the GPU's,
+    no MoE floors: a stated layout is timed wherever it lies)."""
     return SearchSpace(tp=(int(lay.tp),), pp=(int(lay.pp),), cp=(int(lay.cp),), ep=(int(lay.ep),),
                        etp_tp=(int(lay.etp) == int(lay.tp),), vp=(int(lay.vp),), mbs=(int(lay.mbs),),
-                       zero_stage=(int(lay.zero_stage),), recompute=(str(lay.recompute),))
+                       zero_stage=(int(lay.zero_stage),), recompute=(str(lay.recompute),),
+                       min_tokens_per_expert=0.0, min_layers_per_chunk=0.0)
 
 
 def in_space(lay: Layout, model: Model, space: SearchSpace, domain: int) -> bool:
     """Whether ``space`` (NVLink ``domain``) enumerates layout ``lay``'s values: each of tp
-    (domain-aligned), pp, cp, ep, etp, vp, mbs, ZeRO stage and recompute is one of its choices."""
+    (domain-aligned), pp, cp, ep, etp, vp, mbs, ZeRO stage and recompute is one of its choices,
+    and an MoE layout meets its floors (tokens per expert, layers per chunk)."""
     ch = _choices(model, int(lay.gpus), space, domain)
     etp_tp = int(lay.etp) == int(lay.tp)  # at tp = 1 the search keeps etp = tp (= 1) only
-    return (int(lay.tp) in ch["tp"] and int(lay.pp) in ch["pp"] and int(lay.cp) in ch["cp"]
-            and int(lay.ep) in ch["ep"] and etp_tp in ch["etp_tp"]
-            and int(lay.vp) in ch["vp"] and int(lay.mbs) in ch["mbs"] and int(lay.zero_stage) in ch["zero"]
-            and RECOMPUTE_CODE[str(lay.recompute)] in ch["rc"])
+    return bool(int(lay.tp) in ch["tp"] and int(lay.pp) in ch["pp"] and int(lay.cp) in ch["cp"]
+                and int(lay.ep) in ch["ep"] and etp_tp in ch["etp_tp"]
+                and int(lay.vp) in ch["vp"] and int(lay.mbs) in ch["mbs"] and int(lay.zero_stage) in ch["zero"]
+                and RECOMPUTE_CODE[str(lay.recompute)] in ch["rc"]
+                and _in_envelope(model, space, lay.tp, lay.pp, lay.cp, lay.ep, lay.etp, lay.vp, lay.mbs))
 
 
 def target_sequences(model: Model, tokens_per_step: float | None = None, gbs: int | None = None) -> int:
@@ -237,6 +252,7 @@ def candidate_grid(model: Model, gpus: int, space: SearchSpace | None = None, se
         ok = np.abs(n_micro * m * dk - sequences) <= space.batch_tolerance * sequences
     gbs = n_micro * m * dk
     ok &= (v == 1) | ((pk > 1) & (n_micro % pk == 0) & (pk * v <= model.layers))
+    ok &= _in_envelope(model, space, t[k1], pk, c[k1], e[k1], etp[k1], v, m)
     k1, v, m, gbs = (a[ok] for a in (k1, v, m, gbs))
     # stage 3 (the grid): ZeRO stage x recompute, no rules
     tk = t[k1]
@@ -244,6 +260,23 @@ def candidate_grid(model: Model, gpus: int, space: SearchSpace | None = None, se
     rows = LayoutArray(tp=tk, pp=p[k1], cp=c[k1], ep=e[k1], etp=etp[k1], dp=d[k1], vp=v, mbs=m, gbs=gbs,
                        sp=(tk > 1).astype(i64), zero_stage=zeros, recompute=zeros)
     return LayoutGrid(rows, np.asarray(ch["zero"], dtype=i64), np.asarray(ch["rc"], dtype=i64))
+
+
+def _in_envelope(model: Model, space: SearchSpace, tp, pp, cp, ep, etp, vp, mbs) -> np.ndarray:
+    """Whether MoE layouts meet the space's floors (``min_tokens_per_expert``,
+    ``min_layers_per_chunk``); every layout of a dense model does. Vectorized."""
+    ok = np.ones(np.shape(tp), dtype=bool)
+    if not model.is_moe:
+        return ok
+    if space.min_tokens_per_expert:
+        f64 = np.float64
+        tpe = (np.asarray(mbs, f64) * model.seq_len / np.asarray(cp, f64) * model.moe_top_k * np.asarray(ep, f64)
+               * np.asarray(etp, f64) / (np.asarray(tp, f64) * model.moe_experts))
+        ok &= tpe >= float(space.min_tokens_per_expert) * (1 - 1e-9)
+    if space.min_layers_per_chunk:
+        ok &= model.layers / (np.asarray(pp, np.float64) * np.asarray(vp, np.float64)) \
+            >= float(space.min_layers_per_chunk) * (1 - 1e-9)
+    return ok
 
 
 def rank_key(objective: str, *, tp, pp, cp, ep, vp, zero_stage, recompute, tps=None, mem=None) -> tuple:
@@ -593,6 +626,8 @@ def _scalar_candidate(model: Model, gpus: int, sequences: int | None, space: Sea
             return None
     gbs = n_micro * m * d
     if v > 1 and not (p > 1 and n_micro % p == 0 and p * v <= model.layers):
+        return None
+    if not _in_envelope(model, space, t, p, c, e, t if et else 1, v, m):
         return None
     try:
         lay = Layout(tp=t, pp=p, cp=c, dp=d, ep=e, etp=t if et else 1, vp=v, mbs=m, gbs=gbs,
