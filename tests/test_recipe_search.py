@@ -178,3 +178,17 @@ def test_the_search_keeps_moe_layouts_inside_the_measured_span():
     assert search.only(kept.best).min_tokens_per_expert == 0.0
     with pytest.raises(ValueError, match=r"^min_tokens_per_expert: must be >= 0 or None \(got -1\)$"):
         search.SearchSpace(min_tokens_per_expert=-1)
+
+
+def test_where_nothing_inside_the_span_fits_the_search_takes_the_fastest_outside():
+    """A count that holds the model never reads as one that does not because of the floors:
+    with a floor no layout meets, ``plan.fastest`` returns the search without floors."""
+    from scaletax.inputs import hardware, recipes
+    from scaletax.model import plan as planning
+    kimi, fp8, h200 = models.get("kimi_k2"), recipes.training("fp8"), hardware.get("h200_sxm")
+    tight = search.SearchSpace(min_tokens_per_expert=1e9)
+    assert not search.search(kimi, fp8, h200, 1024, tokens_per_step=2048 * 4096, pareto=False, space=tight).fits
+    got = planning.fastest(kimi, h200, fp8, 1024, 2048 * 4096, space=tight)
+    free = search.search(kimi, fp8, h200, 1024, tokens_per_step=2048 * 4096, pareto=False,
+                         space=tight.with_(min_tokens_per_expert=0.0, min_layers_per_chunk=0.0))
+    assert got.fits and got.best == free.best
