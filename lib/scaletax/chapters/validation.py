@@ -605,6 +605,17 @@ def heldout_summary(held: Sequence[dict[str, Any]], group: str | None = None) ->
 PRODUCTION_MOE_CSV = DATA_DIR / "production_moe_recipes.csv"
 
 
+#: Megatron-Bridge's recipes as extracted (``data/bridge_recipes.csv``): the flex dispatcher backend a
+#: recipe names beside the dispatcher it states (:func:`recipe_search_rows` ``flex_backend``).
+BRIDGE_RECIPES_CSV = DATA_DIR / "bridge_recipes.csv"
+
+
+def flex_backends(path: Path | str = BRIDGE_RECIPES_CSV) -> dict[str, str]:
+    """Recipe name -> the flex dispatcher backend it names ("deepep", "hybridep"; "" for none)."""
+    with open(path, newline="", encoding="utf-8") as fh:
+        return {r["recipe"]: (r.get("moe_flex_dispatcher_backend") or "").strip().lower() for r in csv.DictReader(fh)}
+
+
 def recipe_search_rows(path: Path | str = PRODUCTION_MOE_CSV) -> list[dict[str, Any]]:
     """Per benchmark recipe of ``path``: (a) the prediction for the recipe's own layout with its stated
     recompute modules, dispatcher and schedule (:func:`probe_rows`, ``recipe_tps``); (a') the same
@@ -618,8 +629,15 @@ def recipe_search_rows(path: Path | str = PRODUCTION_MOE_CSV) -> list[dict[str, 
     ``schedule``, :func:`runs.row_dispatch` / :func:`runs.row_schedule`), its fastest layout
     (``software_layout``, ``software_tps``, its expert-parallel span in NVLink domains
     ``software_ep_domains``) against the recipe's layout timed the same way (``software_own_tps``):
-    ``software_ratio``. Tokens/s per GPU. A projection."""
+    ``software_ratio``. (d) The flex reading: a recipe that states the alltoall dispatcher but names a
+    flex backend (``flex_backend``, :func:`flex_backends`) runs the flex one (DeepEP-class dispatch)
+    when Megatron-Bridge 0.6's ``scripts/performance/run_recipe.py`` launches it
+    (``utils.finalize_config_overrides`` sets ``moe_token_dispatcher_type = "flex"`` whenever a
+    backend is named) and alltoall when ``run_script.py`` does: ``flex_ratio``, (c) with "dedup"
+    dispatch and the recipe's schedule (None where the recipe states flex or names no backend).
+    Tokens/s per GPU. A projection."""
     rows = runs.read_runs(path)
+    backends = flex_backends()
     out = []
     for r, p in zip(rows, probe_rows(path)):
         model = runs.row_model(r)
@@ -635,6 +653,16 @@ def recipe_search_rows(path: Path | str = PRODUCTION_MOE_CSV) -> list[dict[str, 
         sw_own = planning.fastest(model, gpu, prec, gpus, gbs=gbs, space=search.only(lay).with_(**soft))
         c = float(sw.metrics["tokens_per_s_per_gpu"]) if sw.fits else None
         c_own = float(sw_own.metrics["tokens_per_s_per_gpu"]) if sw_own.fits else None
+        backend = backends.get(str(r.get("recipe") or ""), "")
+        flex = None
+        if soft["ep_dispatch"] == "alltoall" and backend in ("deepep", "hybridep"):
+            fl = {**soft, "ep_dispatch": "dedup"}
+            f_best = planning.fastest(model, gpu, prec, gpus, gbs=gbs, space=search.SearchSpace(**fl))
+            f_own = planning.fastest(model, gpu, prec, gpus, gbs=gbs, space=search.only(lay).with_(**fl))
+            if f_best.fits and f_own.fits:
+                flex = {"flex_layout": label(f_best.best, model, recompute=False),
+                        "flex_ep_domains": max(1.0, f_best.best.ep * f_best.best.etp / int(f_best.domain or gpu.nvlink_domain)),
+                        "flex_ratio": float(f_best.metrics["tokens_per_s_per_gpu"]) / float(f_own.metrics["tokens_per_s_per_gpu"])}
         domain = int(sw.domain or sw_own.domain or gpu.nvlink_domain)
         lay_span = max(1.0, float(lay.ep * lay.etp) / domain)
         out.append({**{k: p[k] for k in ("run_id", "recipe", "model", "gpu_label", "gpus", "layout", "precision",
@@ -654,7 +682,9 @@ def recipe_search_rows(path: Path | str = PRODUCTION_MOE_CSV) -> list[dict[str, 
                     "domain": domain, "recipe_ep_domains": lay_span,
                     "software_ep_domains": (max(1.0, sw.best.ep * sw.best.etp / domain) if sw.fits else None),
                     "software_tps": c, "software_own_tps": c_own,
-                    "software_ratio": c / c_own if c is not None and c_own else None})
+                    "software_ratio": c / c_own if c is not None and c_own else None,
+                    "flex_backend": backend,
+                    **(flex or {"flex_layout": None, "flex_ep_domains": None, "flex_ratio": None})})
     return out
 
 
@@ -693,30 +723,32 @@ def ep_span_bias(acc: validate.RunAccuracy) -> dict[str, dict[str, float]]:
                 "max": float(max(v)) if v else float("nan")} for k, v in out.items()}
 
 
-def span_adjusted_ratio(row: dict[str, Any], bias: dict[str, dict[str, float]]) -> float | None:
-    """A :func:`recipe_search_rows` row's like-for-like ratio with each layout's measured optimism
-    taken off: software_ratio x (1 + b_recipe) / (1 + b_search), b the median out-of-sample signed
-    error (:func:`ep_span_bias`) of the MoE runs whose expert parallelism spans as many 8-GPU
-    domains as that layout's ("few": at most :data:`EP_FEW_DOMAINS`, else "many"). None off 8-GPU
-    domains (no such measurement) or without a ratio."""
-    if row.get("software_ratio") is None or int(row["domain"]) != 8:
+def span_adjusted_ratio(row: dict[str, Any], bias: dict[str, dict[str, float]], reading: str = "software") -> float | None:
+    """A :func:`recipe_search_rows` row's like-for-like ratio (``reading`` "software": as the recipe
+    states its dispatcher; "flex": the flex reading) with each layout's measured optimism taken off:
+    ratio x (1 + b_recipe) / (1 + b_search), b the median out-of-sample signed error
+    (:func:`ep_span_bias`) of the MoE runs whose expert parallelism spans as many 8-GPU domains as
+    that layout's ("few": at most :data:`EP_FEW_DOMAINS`, else "many"). None off 8-GPU domains (no
+    such measurement) or without a ratio."""
+    ratio, span = row.get(f"{reading}_ratio"), row.get(f"{reading}_ep_domains")
+    if ratio is None or int(row["domain"]) != 8:
         return None
 
-    def b(span: float) -> float:
-        return float(bias["few" if span <= EP_FEW_DOMAINS else "many"]["median"])
+    def b(x: float) -> float:
+        return float(bias["few" if x <= EP_FEW_DOMAINS else "many"]["median"])
 
-    return float(row["software_ratio"]) * (1.0 + b(row["recipe_ep_domains"])) / (1.0 + b(row["software_ep_domains"]))
+    return float(ratio) * (1.0 + b(row["recipe_ep_domains"])) / (1.0 + b(span))
 
 
-def bias_adjusted_text(rows: Sequence[dict[str, Any]], bias: dict[str, dict[str, float]]) -> str:
+def bias_adjusted_text(rows: Sequence[dict[str, Any]], bias: dict[str, dict[str, float]], reading: str = "software") -> str:
     """The :func:`span_adjusted_ratio` of each row as text ("Kimi-K2 on 1,024 H100 SXM: 1.47 ...")."""
     parts = []
     for r in rows:
-        x = span_adjusted_ratio(r, bias)
+        x = span_adjusted_ratio(r, bias, reading)
         if x is None:
             parts.append(f"{r['model']} on {r['gpus']:,} {r['gpu_label']}: no measured span bias")
             continue
-        same = (r["recipe_ep_domains"] <= EP_FEW_DOMAINS) == (r["software_ep_domains"] <= EP_FEW_DOMAINS)
+        same = (r["recipe_ep_domains"] <= EP_FEW_DOMAINS) == (r[f"{reading}_ep_domains"] <= EP_FEW_DOMAINS)
         note = " (both layouts in the same span, so nothing to take off)" if same else ""
         parts.append(f"{r['model']} on {r['gpus']:,} {r['gpu_label']}: {x:.2f}{note}")
     return "; ".join(parts) if parts else "nothing"
@@ -968,4 +1000,5 @@ __all__ = ["CAVEAT_WORDS", "COMPONENTS", "COMPONENT_COLORS", "GEMM_DTYPES", "SOU
            "COVERAGE", "HELDOUT_CSV", "PROBE_SOURCES", "RECIPE_NOTE", "coverage_rows", "heldout_group", "heldout_rows", "heldout_summary", "measured_gpus_max", "probe_fit_text", "probe_rows", "probe_sources",
            "recipe_matched", "PROBE_LABELS", "PRODUCTION_MOE_CSV", "recipe_search_rows",
            "NO_REGIME_CALIBRATION", "NO_REGIME_RUN", "empty_regimes_text", "regime_goals_text", "regime_rows",
-           "worst_regime_text", "moe_span", "ep_span_bias", "span_adjusted_ratio", "bias_adjusted_text"]
+           "worst_regime_text", "moe_span", "ep_span_bias", "span_adjusted_ratio", "bias_adjusted_text",
+           "BRIDGE_RECIPES_CSV", "flex_backends"]
