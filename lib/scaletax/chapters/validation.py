@@ -643,49 +643,53 @@ def recipe_search_rows(path: Path | str = PRODUCTION_MOE_CSV) -> list[dict[str, 
         model = runs.row_model(r)
         lay = runplan.plan_row(r).layout
         prec, gpu, gpus, gbs = runs.row_recipe(r), runs.row_gpu(r), int(lay.gpus), int(lay.gbs)
-        best = planning.fastest(model, gpu, prec, gpus, gbs=gbs)
-        own = planning.fastest(model, gpu, prec, gpus, gbs=gbs, space=search.only(lay))
-        b = float(best.metrics["tokens_per_s_per_gpu"]) if best.fits else None
-        a_s = float(own.metrics["tokens_per_s_per_gpu"]) if own.fits else None
-        a = p["tokens_per_s_per_gpu"]
+        domain = int(gpu.nvlink_domain)
+
+        def pair(**software):
+            """(the search's fastest, the recipe's layout) timed with ``software``; each None where nothing fits."""
+            best = planning.fastest(model, gpu, prec, gpus, gbs=gbs, space=search.SearchSpace(**software))
+            own = planning.fastest(model, gpu, prec, gpus, gbs=gbs, space=search.only(lay).with_(**software))
+            return best if best.fits else None, own if own.fits else None
+
+        def tps(res):
+            return None if res is None else float(res.metrics["tokens_per_s_per_gpu"])
+
+        def ratio(x, y):
+            return x / y if x is not None and y else None
+
+        best, own = pair()
         soft = {"ep_dispatch": runs.row_dispatch(r), "schedule": runs.row_schedule(r)}
-        sw = planning.fastest(model, gpu, prec, gpus, gbs=gbs, space=search.SearchSpace(**soft))
-        sw_own = planning.fastest(model, gpu, prec, gpus, gbs=gbs, space=search.only(lay).with_(**soft))
-        c = float(sw.metrics["tokens_per_s_per_gpu"]) if sw.fits else None
-        c_own = float(sw_own.metrics["tokens_per_s_per_gpu"]) if sw_own.fits else None
+        sw, sw_own = pair(**soft)
         backend = backends.get(str(r.get("recipe") or ""), "")
-        flex = None
-        if soft["ep_dispatch"] == "alltoall" and backend in ("deepep", "hybridep"):
-            fl = {**soft, "ep_dispatch": "dedup"}
-            f_best = planning.fastest(model, gpu, prec, gpus, gbs=gbs, space=search.SearchSpace(**fl))
-            f_own = planning.fastest(model, gpu, prec, gpus, gbs=gbs, space=search.only(lay).with_(**fl))
-            if f_best.fits and f_own.fits:
-                flex = {"flex_layout": label(f_best.best, model, recompute=False),
-                        "flex_ep_domains": max(1.0, f_best.best.ep * f_best.best.etp / int(f_best.domain or gpu.nvlink_domain)),
-                        "flex_ratio": float(f_best.metrics["tokens_per_s_per_gpu"]) / float(f_own.metrics["tokens_per_s_per_gpu"])}
-        domain = int(sw.domain or sw_own.domain or gpu.nvlink_domain)
-        lay_span = max(1.0, float(lay.ep * lay.etp) / domain)
+        fl, fl_own = (pair(**{**soft, "ep_dispatch": "dedup"})
+                      if soft["ep_dispatch"] == "alltoall" and backend in ("deepep", "hybridep") else (None, None))
+        b, a_s, a, c, c_own = tps(best), tps(own), p["tokens_per_s_per_gpu"], tps(sw), tps(sw_own)
         out.append({**{k: p[k] for k in ("run_id", "recipe", "model", "gpu_label", "gpus", "layout", "precision",
                                          "recompute", "fits", "mfu")},
                     "gbs": gbs, "recipe_tps": a, "recipe_search_tps": a_s,
-                    "in_space": search.in_space(lay, model, planning.validated_space(model),
-                                                int(best.domain or own.domain)),
-                    "recipe_tpe": float(runplan.moe_tokens_per_expert(model, lay)),
-                    "recipe_lps": model.layers / float(lay.pp * lay.vp),
-                    "search_layout": label(best.best, model, recompute=False) if best.fits else "–",
-                    "search_recompute": str(best.best.recompute) if best.fits else "–",
-                    "search_tps": b, "search_mfu": float(best.metrics["mfu"]) if best.fits else None,
+                    "in_space": search.in_space(lay, model, planning.validated_space(model), domain),
+                    "recipe_tpe": float(search.tokens_per_expert(model, lay)),
+                    "recipe_lps": float(search.layers_per_chunk(model, lay)),
+                    "search_layout": label(best.best, model, recompute=False) if best else "–",
+                    "search_recompute": str(best.best.recompute) if best else "–",
+                    "search_tps": b, "search_mfu": float(best.metrics["mfu"]) if best else None,
                     "ratio": b / a if b is not None and a > 0 else None,
-                    "layout_ratio": b / a_s if b is not None and a_s else None,
+                    "layout_ratio": ratio(b, a_s),
                     "dispatcher": soft["ep_dispatch"], "schedule": soft["schedule"],
-                    "software_layout": label(sw.best, model, recompute=False) if sw.fits else "–",
-                    "domain": domain, "recipe_ep_domains": lay_span,
-                    "software_ep_domains": (max(1.0, sw.best.ep * sw.best.etp / domain) if sw.fits else None),
-                    "software_tps": c, "software_own_tps": c_own,
-                    "software_ratio": c / c_own if c is not None and c_own else None,
+                    "software_layout": label(sw.best, model, recompute=False) if sw else "–",
+                    "domain": domain, "recipe_ep_domains": ep_domains(lay, domain),
+                    "software_ep_domains": ep_domains(sw.best, domain) if sw else None,
+                    "software_tps": c, "software_own_tps": c_own, "software_ratio": ratio(c, c_own),
                     "flex_backend": backend,
-                    **(flex or {"flex_layout": None, "flex_ep_domains": None, "flex_ratio": None})})
+                    "flex_layout": label(fl.best, model, recompute=False) if fl else None,
+                    "flex_ep_domains": ep_domains(fl.best, domain) if fl else None,
+                    "flex_ratio": ratio(tps(fl), tps(fl_own))})
     return out
+
+
+def ep_domains(lay, domain: int) -> float:
+    """NVLink domains a layout's expert-parallel group spans, ep x etp / domain (at least 1)."""
+    return max(1.0, float(lay.ep * lay.etp) / int(domain))
 
 
 def moe_span() -> dict[str, float]:
@@ -717,8 +721,7 @@ def ep_span_bias(acc: validate.RunAccuracy) -> dict[str, dict[str, float]]:
         domain = int(p.gpu.nvlink_domain)
         if domain != 8:
             continue
-        span = max(1.0, p.layout.ep * p.layout.etp / domain)
-        out["few" if span <= EP_FEW_DOMAINS else "many"].append(float(errs[r["run_id"]]))
+        out["few" if ep_domains(p.layout, domain) <= EP_FEW_DOMAINS else "many"].append(float(errs[r["run_id"]]))
     return {k: {"runs": float(len(v)), "median": float(np.median(v)) if v else float("nan"),
                 "max": float(max(v)) if v else float("nan")} for k, v in out.items()}
 
@@ -738,6 +741,19 @@ def span_adjusted_ratio(row: dict[str, Any], bias: dict[str, dict[str, float]], 
         return float(bias["few" if x <= EP_FEW_DOMAINS else "many"]["median"])
 
     return float(ratio) * (1.0 + b(row["recipe_ep_domains"])) / (1.0 + b(span))
+
+
+def over_under_both_readings(rows: Sequence[dict[str, Any]], bias: dict[str, dict[str, float]],
+                             limit: float = 1.3) -> list[dict[str, Any]]:
+    """The :func:`recipe_search_rows` rows whose search is over ``limit`` times the recipe's layout
+    under the stated dispatcher and, where there is one, under the flex reading too, each ratio with
+    the measured span optimism taken off where it is measured (:func:`span_adjusted_ratio`)."""
+    def over(r, reading):
+        x = span_adjusted_ratio(r, bias, reading)
+        x = r[f"{reading}_ratio"] if x is None else x
+        return x is not None and x > limit
+
+    return [r for r in rows if over(r, "software") and (r["flex_ratio"] is None or over(r, "flex"))]
 
 
 def bias_adjusted_text(rows: Sequence[dict[str, Any]], bias: dict[str, dict[str, float]], reading: str = "software") -> str:
@@ -1001,4 +1017,5 @@ __all__ = ["CAVEAT_WORDS", "COMPONENTS", "COMPONENT_COLORS", "GEMM_DTYPES", "SOU
            "recipe_matched", "PROBE_LABELS", "PRODUCTION_MOE_CSV", "recipe_search_rows",
            "NO_REGIME_CALIBRATION", "NO_REGIME_RUN", "empty_regimes_text", "regime_goals_text", "regime_rows",
            "worst_regime_text", "moe_span", "ep_span_bias", "span_adjusted_ratio", "bias_adjusted_text",
-           "BRIDGE_RECIPES_CSV", "flex_backends"]
+           "BRIDGE_RECIPES_CSV", "flex_backends", "ep_domains",
+           "over_under_both_readings"]

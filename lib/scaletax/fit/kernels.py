@@ -207,18 +207,6 @@ def attention_errors(kernel: str, path: Path = ATTENTION_CSV, min_seq: int = 0) 
     return out
 
 
-if __name__ == "__main__":
-    fitted = fit_attention()
-    for name, c in fitted.items():
-        errs = attention_errors(name)
-        print(name, c, [(e["head_dim"], e["seq"], round(e["fwd"], 3), round(e["bwd"], 3)) for e in errs])
-    for name, v in routing_ratios().items():
-        print(name, round(v["ratio"], 2))
-    print("moe_overhead", routing_overhead())
-    for gpu in ("gb200", "gb300"):
-        print(gpu, fit_published(gpu))
-
-
 def expert_gemm_seconds(groups, tokens, k, n, ragged: bool = False, gpu: str = "h200_sxm") -> np.ndarray:
     """Seconds of one BF16 grouped expert GEMM, ``groups`` experts of ``tokens`` tokens each, k -> n,
     by the step-time model's rule (``perf.evaluate``'s expert term): FLOPs / (16-bit peak x the
@@ -249,3 +237,14 @@ def expert_backward_ratios(path: Path = BACKWARD_CSV) -> dict[str, dict[int, dic
     return {op: {m: {"median": float(np.median(v)), "min": float(min(v)), "max": float(max(v)), "points": len(v)}
                  for m, v in sorted(d.items())} for op, d in by.items()}
 
+
+if __name__ == "__main__":
+    fitted = fit_attention()
+    for name, c in fitted.items():
+        errs = attention_errors(name)
+        print(name, c, [(e["head_dim"], e["seq"], round(e["fwd"], 3), round(e["bwd"], 3)) for e in errs])
+    for name, v in routing_ratios().items():
+        print(name, round(v["ratio"], 2))
+    print("moe_overhead", routing_overhead())
+    for gpu in ("gb200", "gb300"):
+        print(gpu, fit_published(gpu))

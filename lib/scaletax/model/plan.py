@@ -224,8 +224,7 @@ def validated_space(model: Model, space: search.SearchSpace | None = None) -> se
     """``space`` (default: the search's) with the MoE floors it leaves unset (None) at what the
     measured MoE runs span (``runplan.moe_envelope``: the fewest tokens per local expert and layers
     per pipeline chunk of any published MoE run with a measurement): the search keeps to layouts
-    the validation checked the model on (issue 34: it chose 683 tokens per expert and 1.3 layers
-    per chunk for Kimi K2, below every measured run). Dense models: unchanged."""
+    the validation checked the model on. Dense models: unchanged."""
     space = search.SearchSpace() if space is None else space
     if not model.is_moe:
         return space

@@ -26,7 +26,7 @@ from scaletax.inputs.runs import (HELDOUT_CSV, LAYERS_PER_VIRTUAL_STAGE, RUNS_CS
                                   layout_table, layout_values, layout_vp, measured_tokens_per_s, memory_options,
                                   row_attn_kernel, row_dispatch, row_gpu, row_layout, row_model, row_pp_split, row_recipe,
                                   row_schedule, row_stack, row_tp_overlap, stated_recompute)
-from scaletax.model import memory, perf
+from scaletax.model import memory, perf, search
 
 MEMORY_COLUMNS: tuple[str, ...] = (
     "memory_weights_gib", "memory_gradients_gib", "memory_optimizer_gib", "memory_activations_gib",
@@ -501,22 +501,13 @@ def predict_memory(rows: Iterable[dict[str, Any]], **memory_options: Any) -> lis
 MEASURED_TABLES: tuple[str, ...] = (str(RUNS_CSV), str(HELDOUT_CSV), str(VALIDATION_CSV))
 
 
-def moe_tokens_per_expert(model: models.Model, lay) -> np.ndarray:
-    """Tokens each local expert of an MoE layer gets per micro-batch with balanced routing:
-    mbs s / cp x k x ep x etp / (tp E) (tokens are split over tp before dispatch, gathered over
-    etp after). Vectorized over a ``Layout`` or ``LayoutArray``."""
-    f = np.float64
-    return (np.asarray(lay.mbs, f) * model.seq_len / np.asarray(lay.cp, f) * model.moe_top_k
-            * np.asarray(lay.ep, f) * np.asarray(lay.etp, f) / (np.asarray(lay.tp, f) * model.moe_experts))
-
-
 @functools.lru_cache(maxsize=4)
 def moe_envelope(paths: tuple[str, ...] = MEASURED_TABLES) -> dict[str, float]:
     """What the measured MoE runs of ``paths`` span, each run's layout as :func:`plan_row` resolves it
     (``runs.row_layout``: the column defaults; the recompute, which plan_row resolves on the GPU, does
     not enter, so no GPU row is read): tokens per local expert per micro-batch (``tpe_min``,
-    ``tpe_max``, :func:`moe_tokens_per_expert`) and transformer layers per pipeline chunk
-    (``lps_min``, ``lps_max``: layers / (pp vp)), and the number of runs. The search's MoE floors
+    ``tpe_max``, ``search.tokens_per_expert``) and transformer layers per pipeline chunk
+    (``lps_min``, ``lps_max``, ``search.layers_per_chunk``), and the number of runs. The search's MoE floors
     (``plan.validated_space``) are the two minima: below them no published run checks the model."""
     tpe, lps = [], []
     for path in paths:
@@ -527,8 +518,8 @@ def moe_envelope(paths: tuple[str, ...] = MEASURED_TABLES) -> dict[str, float]:
             if measured_tokens_per_s(r, model)[0] is None:
                 continue
             lay = row_layout(r)
-            tpe.append(float(moe_tokens_per_expert(model, lay)))
-            lps.append(model.layers / float(lay.pp * lay.vp))
+            tpe.append(float(search.tokens_per_expert(model, lay)))
+            lps.append(float(search.layers_per_chunk(model, lay)))
     if not tpe:
         raise ValueError(f"no measured MoE run in {', '.join(paths)}")
     return {"tpe_min": min(tpe), "tpe_max": max(tpe), "lps_min": min(lps), "lps_max": max(lps), "runs": float(len(tpe))}

@@ -51,6 +51,7 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, replace
+from types import SimpleNamespace
 from typing import Any, Sequence
 
 import numpy as np
@@ -179,7 +180,7 @@ def in_space(lay: Layout, model: Model, space: SearchSpace, domain: int) -> bool
                 and int(lay.ep) in ch["ep"] and etp_tp in ch["etp_tp"]
                 and int(lay.vp) in ch["vp"] and int(lay.mbs) in ch["mbs"] and int(lay.zero_stage) in ch["zero"]
                 and RECOMPUTE_CODE[str(lay.recompute)] in ch["rc"]
-                and _in_envelope(model, space, lay.tp, lay.pp, lay.cp, lay.ep, lay.etp, lay.vp, lay.mbs))
+                and _in_envelope(model, space, lay))
 
 
 def target_sequences(model: Model, tokens_per_step: float | None = None, gbs: int | None = None) -> int:
@@ -252,7 +253,7 @@ def candidate_grid(model: Model, gpus: int, space: SearchSpace | None = None, se
         ok = np.abs(n_micro * m * dk - sequences) <= space.batch_tolerance * sequences
     gbs = n_micro * m * dk
     ok &= (v == 1) | ((pk > 1) & (n_micro % pk == 0) & (pk * v <= model.layers))
-    ok &= _in_envelope(model, space, t[k1], pk, c[k1], e[k1], etp[k1], v, m)
+    ok &= _in_envelope(model, space, SimpleNamespace(tp=t[k1], pp=pk, cp=c[k1], ep=e[k1], etp=etp[k1], vp=v, mbs=m))
     k1, v, m, gbs = (a[ok] for a in (k1, v, m, gbs))
     # stage 3 (the grid): ZeRO stage x recompute, no rules
     tk = t[k1]
@@ -262,20 +263,30 @@ def candidate_grid(model: Model, gpus: int, space: SearchSpace | None = None, se
     return LayoutGrid(rows, np.asarray(ch["zero"], dtype=i64), np.asarray(ch["rc"], dtype=i64))
 
 
-def _in_envelope(model: Model, space: SearchSpace, tp, pp, cp, ep, etp, vp, mbs) -> np.ndarray:
-    """Whether MoE layouts meet the space's floors (``min_tokens_per_expert``,
-    ``min_layers_per_chunk``); every layout of a dense model does. Vectorized."""
-    ok = np.ones(np.shape(tp), dtype=bool)
+def tokens_per_expert(model: Model, lay) -> np.ndarray:
+    """Tokens each local expert of an MoE layer gets per micro-batch with balanced routing,
+    mbs s / cp x k x ep x etp / (tp E) (tokens split over tp before the dispatch, gathered over etp
+    after), for anything with a layout's fields (``Layout``, ``LayoutArray``). Vectorized."""
+    f = np.float64
+    return (np.asarray(lay.mbs, f) * model.seq_len / np.asarray(lay.cp, f) * model.moe_top_k
+            * np.asarray(lay.ep, f) * np.asarray(lay.etp, f) / (np.asarray(lay.tp, f) * model.moe_experts))
+
+
+def layers_per_chunk(model: Model, lay) -> np.ndarray:
+    """Transformer layers per pipeline chunk, layers / (pp vp). Vectorized."""
+    return model.layers / (np.asarray(lay.pp, np.float64) * np.asarray(lay.vp, np.float64))
+
+
+def _in_envelope(model: Model, space: SearchSpace, lay) -> np.ndarray:
+    """Whether MoE layouts (anything with a layout's fields) meet the space's floors
+    (``min_tokens_per_expert``, ``min_layers_per_chunk``); every layout of a dense model does."""
+    ok = np.ones(np.shape(lay.tp), dtype=bool)
     if not model.is_moe:
         return ok
     if space.min_tokens_per_expert:
-        f64 = np.float64
-        tpe = (np.asarray(mbs, f64) * model.seq_len / np.asarray(cp, f64) * model.moe_top_k * np.asarray(ep, f64)
-               * np.asarray(etp, f64) / (np.asarray(tp, f64) * model.moe_experts))
-        ok &= tpe >= float(space.min_tokens_per_expert) * (1 - 1e-9)
+        ok &= tokens_per_expert(model, lay) >= float(space.min_tokens_per_expert) * (1 - 1e-9)
     if space.min_layers_per_chunk:
-        ok &= model.layers / (np.asarray(pp, np.float64) * np.asarray(vp, np.float64)) \
-            >= float(space.min_layers_per_chunk) * (1 - 1e-9)
+        ok &= layers_per_chunk(model, lay) >= float(space.min_layers_per_chunk) * (1 - 1e-9)
     return ok
 
 
@@ -627,7 +638,7 @@ def _scalar_candidate(model: Model, gpus: int, sequences: int | None, space: Sea
     gbs = n_micro * m * d
     if v > 1 and not (p > 1 and n_micro % p == 0 and p * v <= model.layers):
         return None
-    if not _in_envelope(model, space, t, p, c, e, t if et else 1, v, m):
+    if not _in_envelope(model, space, SimpleNamespace(tp=t, pp=p, cp=c, ep=e, etp=t if et else 1, vp=v, mbs=m)):
         return None
     try:
         lay = Layout(tp=t, pp=p, cp=c, dp=d, ep=e, etp=t if et else 1, vp=v, mbs=m, gbs=gbs,
@@ -743,4 +754,4 @@ cached_min_gpus = memo.cached(min_gpus, data=SEARCH_DATA)
 
 __all__ = ["MAX_GPUS", "OBJECTIVES", "SEARCH_DATA", "SearchResult", "SearchSpace", "TP_CHOICES", "ZERO_STAGES", "benchmark",
            "cached_min_gpus", "cached_search", "candidate_grid", "candidates", "default_counts", "in_space", "layout_row", "min_gpus", "only",
-           "pareto_mask", "rank_key", "search", "search_loop", "target_sequences"]
+           "pareto_mask", "rank_key", "search", "search_loop", "target_sequences", "tokens_per_expert", "layers_per_chunk"]
