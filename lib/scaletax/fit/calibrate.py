@@ -215,9 +215,8 @@ def measured_base() -> dict[str, float]:
     return base
 
 
-#: GEMM calls of a dense transformer layer's forward and backward: QKV, projection, FC1 and FC2
-#: forward, each with its data-gradient and weight-gradient GEMM backward.
-LAYER_GEMM_CALLS = 12
+#: GEMM calls of a dense transformer layer's forward and backward (``perf.LAYER_GEMM_CALLS``).
+LAYER_GEMM_CALLS = perf.LAYER_GEMM_CALLS
 
 
 @lru_cache(maxsize=4)
@@ -711,7 +710,9 @@ _SOURCES = {
                          "data parallelism, about 2 layers per pipeline stage). Bounded above by the {calls} GEMM calls "
                          "of a dense layer's forward and backward at the shortest call an idle H200 takes "
                          "({call_us:.1f} us, data/measured/gemm_h200.csv): {bound:.0f} us (calibrate.gemm_call_floor_us)"
-                         "{at_bound}.",
+                         "{at_bound}. An MoE layer whose routed experts run one GEMM call each (Transformer "
+                         "Engine's GroupedLinear under Megatron-Core) counts its extra calls in these units "
+                         "(perf.expert_call_layers).",
     "moe_overhead": "MEASURED: one MoE layer's routing on an H200 (router forward and backward, the token "
                     "permutation around the all-to-all and its inverse, forward and backward, in gather-only "
                     "PyTorch ops; data/measured/routing_h200.csv, benchmarks/device/moe_kernels_h200.py) over "

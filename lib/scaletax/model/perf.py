@@ -68,7 +68,10 @@ Model (per GPU of the heaviest pipeline stage, per step; seconds, FLOP, bytes)
   ``memory_overhead`` turns it into time (``moe_overhead`` the MoE routing bytes').
 - A fixed time per layer pass (``layer_overhead_us``, each layer's forward and backward per
   micro-batch on the slowest stage, ``StepInputs.layer_passes``): kernel gaps and tails, whatever
-  the work; fitted below 12 idle GEMM calls (``calibrate.gemm_call_floor_us``).
+  the work; fitted below 12 idle GEMM calls (``calibrate.gemm_call_floor_us``). An MoE layer whose
+  routed experts run one cuBLAS call each (Megatron-Core through Transformer Engine's
+  ``GroupedLinear``) counts its 6 (E / ep - 1) extra calls in dense layers' worth
+  (:func:`expert_call_layers`).
 - Communication: :mod:`scaletax.model.comm` per group, evaluated once per distinct pattern; the MoE
   all-to-all re-timed for per-domain deduplication (:func:`ep_dedup_factor`, DeepEP-class); the
   context-parallel ring hides only under the attention time (Ring Attention, arXiv 2310.01889).
@@ -1048,7 +1051,27 @@ def prepare(model: Model, layouts, precision: recipes.Recipe, gpu, topo: Topolog
                       ep_overlap=comm.schedule_ep_overlap(schedule) * full, tp_overlap=tp_overlap * full,
                       attn_unfused=float(unfused) * full, attn_tc=a_tc * full, attn_exp_hidden=a_ov * full,
                       attn_bwd_eff=a_bw * full, bytes_scores=take(b_scores) * full,
-                      layer_passes=take(layers_stage * n_micro) * full, comm=step)
+                      layer_passes=take((layers_stage + moe_stage * expert_call_layers(model, ep, stack)) * n_micro) * full,
+                      comm=step)
+
+
+#: GEMM calls of a dense transformer layer's forward and backward: QKV, projection, FC1 and FC2
+#: forward, each with its data-gradient and weight-gradient GEMM backward (the unit of ``layer_passes``).
+LAYER_GEMM_CALLS = 12
+
+
+def expert_call_layers(model: Model, ep, stack: str):
+    """Extra GEMM calls of one MoE layer pass, in dense layers' worth (:data:`LAYER_GEMM_CALLS`), when the
+    routed experts run as one GEMM call per local expert: Transformer Engine's ``GroupedLinear`` (what
+    Megatron-Core's ``moe_grouped_gemm`` runs) hands ``nvte_multi_tensor_gemm`` one cuBLASLt GEMM per
+    expert on a few streams ("For now, we only have multi-stream cublas backend",
+    transformer_engine/pytorch/csrc/extensions/gemm.cpp), so E / ep local experts make 6 (E / ep - 1)
+    calls more than one grouped kernel would (FC1 and FC2, forward, data and weight gradient). The
+    FSDP stacks' grouped experts are one kernel per GEMM (``torch._grouped_mm``): none."""
+    if not model.is_moe or stack == "fsdp":
+        return 0.0
+    local = model.moe_experts / np.asarray(ep, dtype=np.float64)
+    return 6.0 * np.maximum(local - 1.0, 0.0) / LAYER_GEMM_CALLS
 
 
 def _regime_idx(model: Model, zero_stage, stack: str) -> np.ndarray:
