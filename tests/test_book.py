@@ -66,9 +66,12 @@ def test_html_needs_no_network(built_book):
 
 
 def test_second_build_reuses_every_notebook(built_book):
-    proc = run_cli(["build", *SMALL, "--name", "small", "--no-pdf"], built_book["build_dir"])
+    """The same scenario under another name: a new book (the book's own inputs differ: its name), every
+    chapter reused from the cache. (Under the same name without TeX, the build finds the book up to
+    date and rebuilds nothing, so it would not show the reuse.)"""
+    proc = run_cli(["build", *SMALL, "--name", "small-again", "--no-pdf"], built_book["build_dir"])
     assert proc.returncode == 0, proc.stderr[-2000:]
-    m = json.loads((built_book["dir"] / "manifest.json").read_text())
+    m = json.loads((built_book["build_dir"] / "small-again" / "manifest.json").read_text())
     assert {n["status"] for n in m["notebooks"]} == {"reused"}
     assert "reused" in proc.stderr
 

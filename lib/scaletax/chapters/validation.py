@@ -773,6 +773,42 @@ def bias_adjusted_text(rows: Sequence[dict[str, Any]], bias: dict[str, dict[str,
 # =========================================================================================
 # Parameters, breakdown, MFU
 # =========================================================================================
+#: Local experts per GPU from which :func:`local_expert_runs` lists a run (8-way expert parallelism
+#: of a 128-expert model inside one node leaves 16).
+MANY_LOCAL_EXPERTS = 8
+
+
+def local_expert_runs(acc: validate.RunAccuracy, least: int = MANY_LOCAL_EXPERTS) -> list[dict[str, Any]]:
+    """The measured MoE runs whose routed experts run one GEMM call each (``perf.expert_call_layers``:
+    Megatron-Core's Transformer Engine experts) with at least ``least`` local experts, most first: run id,
+    model, GPU label, GPUs, local experts, GEMM calls more than one grouped kernel per MoE layer pass
+    (forward and backward), and the error in sample and out of sample (positive: predicted too fast)."""
+    rows, _ = validate.published_runs()
+    errs = {r["run_id"]: r for r in acc.select()}
+    out = []
+    for r in rows:
+        a = errs.get(r["run_id"])
+        if a is None or not r.get("moe_experts"):
+            continue
+        p = runplan.plan_row(r)
+        local = p.model.moe_experts / int(p.layout.ep)
+        extra = float(perf.expert_call_layers(p.model, int(p.layout.ep), runs.row_stack(r))) * perf.LAYER_GEMM_CALLS
+        if extra <= 0 or local < least:
+            continue
+        out.append({"run_id": r["run_id"], "model": model_short(a["model"]), "gpu": p.gpu.label, "gpus": a["gpus"],
+                    "local": int(local), "extra_calls": int(round(extra)), "error": a["error"],
+                    "oos_error": a["oos_error"]})
+    return sorted(out, key=lambda x: (-x["local"], x["run_id"]))
+
+
+def local_expert_text(items: Sequence[dict[str, Any]]) -> str:
+    """:func:`local_expert_runs` as one clause per run: model on GPUs (local experts, extra calls): error in
+    sample (out of sample)."""
+    return "; ".join(f"{i['model']} on {i['gpus']} {i['gpu']} ({i['local']} local experts, {i['extra_calls']} "
+                     f"calls more per layer pass): {spct(i['error'])} ({spct(i['oos_error'])} out of sample)"
+                     for i in items)
+
+
 def parameter_rows(band: efficiency.EfficiencyBand | None = None) -> list[dict[str, Any]]:
     """The parameters of ``data/efficiency.yaml`` in file order: value, range, kind, source."""
     band = efficiency.default_band() if band is None else band
@@ -1016,6 +1052,6 @@ __all__ = ["CAVEAT_WORDS", "COMPONENTS", "COMPONENT_COLORS", "GEMM_DTYPES", "SOU
            "COVERAGE", "HELDOUT_CSV", "PROBE_SOURCES", "RECIPE_NOTE", "coverage_rows", "heldout_group", "heldout_rows", "heldout_summary", "measured_gpus_max", "probe_fit_text", "probe_rows", "probe_sources",
            "recipe_matched", "PROBE_LABELS", "PRODUCTION_MOE_CSV", "recipe_search_rows",
            "NO_REGIME_CALIBRATION", "NO_REGIME_RUN", "empty_regimes_text", "regime_goals_text", "regime_rows",
-           "worst_regime_text", "moe_span", "ep_span_bias", "span_adjusted_ratio", "bias_adjusted_text",
+           "worst_regime_text", "moe_span", "local_expert_runs", "local_expert_text", "MANY_LOCAL_EXPERTS", "ep_span_bias", "span_adjusted_ratio", "bias_adjusted_text",
            "BRIDGE_RECIPES_CSV", "flex_backends", "ep_domains",
            "over_under_both_readings"]
