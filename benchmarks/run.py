@@ -568,6 +568,71 @@ def ablation_summary(runs: dict[str, list[dict]], rounds: int, loads: list | Non
 # ------------------------------------------------------------------------------------------
 # Quantizers
 # ------------------------------------------------------------------------------------------
+def _decision_cells_s(build_dir: Path) -> float:
+    """Seconds of the decision chapter's code cells in one warm process (its imports done first), with the
+    default scenario's parameters and the build's result cache: the chapter's own work when every search
+    is cached, without a kernel's start or papermill."""
+    import jupytext
+
+    from scaletax.report import chapters as toc
+
+    cells = [c.source for c in jupytext.read(ROOT / "notebooks" / "decision.md").cells if c.cell_type == "code"]
+    env = {**os.environ}
+    os.environ["SCALETAX_MEMO_DIR"] = str(build_dir / ".cache" / "memo")
+    try:
+        g: dict = {}
+        exec(cells[0], g)  # the parameters cell
+        g.update(toc.default_parameters("decision"))
+        import altair, myst_nb  # noqa: F401  the imports a chapter kernel has loaded before its first cell
+        import scaletax.chapters.decision, scaletax.chapters.summary, scaletax.render.whatif  # noqa: F401
+        t0 = time.perf_counter()
+        for c in cells[1:]:
+            exec(c, g)
+        return time.perf_counter() - t0
+    finally:
+        os.environ.clear()
+        os.environ.update(env)
+
+
+def bench_price_floor(rounds: int) -> dict:
+    """A price rebuild taken apart (issue 37 asks <= 3 s). Per round, in a fresh build folder: a cold
+    build, then the price rebuild of :data:`REBUILDS` (its wall time); the decision chapter's cells with
+    every search cached (:func:`_decision_cells_s`); and Sphinx on the staged default book, once to build
+    it and once more with nothing changed: the second is what any rebuild that writes the book pays
+    before reading a page (Sphinx's start, the pickled environment, the consistency checks, rewriting the
+    pages the book's numbering marks, the search index, the static files). Medians over ``rounds``."""
+    from scaletax.report import book
+    from scaletax.report import chapters as toc
+    from scaletax.report.execute import execute_chapters
+    from scaletax.report.scenario import DEFAULT_SCENARIO, resolve
+
+    out: dict[str, list[float]] = {"price_rebuild_s": [], "decision_cells_s": [], "sphinx_first_s": [],
+                                   "sphinx_unchanged_s": []}
+    for r in range(rounds):
+        build_dir = Path(tempfile.mkdtemp(prefix="scaletax-bench-floor-"))
+        try:
+            _timed_build([], build_dir, "floor")
+            out["price_rebuild_s"].append(_timed_build(["--set", REBUILDS[0][1]], build_dir, "floor")["wall_s"])
+            out["decision_cells_s"].append(_decision_cells_s(build_dir))
+            stage = build_dir / "stage"
+            scen = resolve(DEFAULT_SCENARIO, [])
+            info = book.page_info("floor", scen, DEFAULT_SCENARIO, (), "bench", "2026-01-01 00:00 UTC")
+            results = execute_chapters(list(toc.CHAPTERS), scen, build_dir / ".cache", stage / "logs",
+                                       work_dir=stage / "chapters", jobs=2)
+            (stage / "logs").mkdir(parents=True, exist_ok=True)
+            book.stage_sources(stage / "src", results, info, build_dir / ".cache")
+            for key in ("sphinx_first_s", "sphinx_unchanged_s"):
+                t0 = time.perf_counter()
+                book.build_html(stage / "src", stage / "html", stage / "logs", jobs=2)
+                out[key].append(time.perf_counter() - t0)
+            print(f"  price_floor round {r + 1}/{rounds}: " + ", ".join(f"{k} {v[-1]:.1f}" for k, v in out.items()),
+                  file=sys.stderr, flush=True)
+        finally:
+            shutil.rmtree(build_dir, ignore_errors=True)
+    return {"rounds": rounds, **{k: {"median_s": statistics.median(v), "rounds_s": [round(x, 2) for x in v]}
+                                 for k, v in out.items()}}
+
+
 def bench_quantizers(repeats: int, n: int = 16 * 2**20) -> dict:
     import ml_dtypes
 
@@ -1032,6 +1097,7 @@ def main(argv=None) -> int:
                "ablation": lambda: bench_ablation(args.ablation_rounds, args.pieces, not args.no_warm_up,
                                                      tuple(args.cold_pieces)),
                "versus_main": lambda: bench_versus_main(args.book_rounds),
+               "price_floor": lambda: bench_price_floor(args.book_rounds),
                "plan_versus_main": lambda: bench_plan_versus_main(args.rounds)}
     if not args.in_process:
         runners.update({part: (lambda part=part: _in_chapter_env(part, args)) for part in CHAPTER_ENV_PARTS})

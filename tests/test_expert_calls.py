@@ -48,3 +48,35 @@ def test_the_search_times_the_calls_it_would_make():
     lays = [Layout(pp=8, ep=ep, dp=32, mbs=1, gbs=256) for ep in (8, 32)]
     one = [perf.prepare(QWEN235, la, as_recipe("bf16"), as_gpu("gb200")).layer_passes[0] for la in lays]
     assert one[0] / one[1] == pytest.approx((1 + 7.5) / (1 + 1.5))
+
+
+def test_a_run_states_how_its_experts_run():
+    """The runs column ``expert_gemm``: "grouped" (one kernel, e.g. Megatron-Bridge 0.5's fused grouped MLP
+    inside a full-iteration CUDA graph) pays no extra calls under Megatron-Core; "per_expert" pays them
+    under FSDP too; blank takes the stack's; anything else is a one-line cell error."""
+    from scaletax.inputs import runs
+
+    assert perf.expert_call_layers(QWEN235, 8, "megatron", "grouped") == 0.0
+    assert perf.expert_call_layers(QWEN235, 8, "fsdp", "per_expert") == pytest.approx(7.5)
+    assert runs.row_expert_gemm({}) == "auto" and runs.row_expert_gemm({"expert_gemm": " Grouped "}) == "grouped"
+    with pytest.raises(ValueError, match=r"^must be one of auto, per_expert, grouped or empty \(got 'fused'\)$") as exc:
+        runs.row_expert_gemm({"expert_gemm": "fused"})
+    assert exc.value.column == "expert_gemm"
+    with pytest.raises(ValueError, match=r"expert_gemm: must be one of auto, per_expert, grouped \(got 'x'\)"):
+        perf.expert_call_layers(QWEN235, 8, "megatron", "x")
+
+
+def test_the_fused_grouped_mlp_runs_are_marked_from_their_recipe():
+    """The two Megatron-Bridge 26.06 Qwen3-30B MXFP8 runs state grouped experts, with the recipe setting
+    that says so in their notes; no other row of the validation table states the column."""
+    import csv
+
+    from scaletax import DATA_DIR
+
+    with open(DATA_DIR / "published_runs_validation.csv", newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    stated = {r["run_id"]: r for r in rows if r["expert_gemm"]}
+    assert set(stated) == {f"bridge2606_qwen3_30b_a3b_{g}x8_ep8_mxfp8" for g in ("gb200", "gb300")}
+    for r in stated.values():
+        assert r["expert_gemm"] == "grouped"
+        assert "cutedsl_fused_grouped_mlp=True, cuda_graph_impl='full_iteration'" in r["notes"]

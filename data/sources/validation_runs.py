@@ -29,7 +29,7 @@ SOURCE = HERE / "published_runs_validation.csv"
 #: Columns of the runs schema the source table lacks, appended in this order.
 ADDED: tuple[str, ...] = ("stack", "tp_comm_overlap", "moe_dispatcher", "schedule", "etp", "pp_split",
                           "fp8_param_gather", "recompute_modules", "gated", "tied_embeddings", "bias",
-                          "same_run_as", "attn_kernel")
+                          "same_run_as", "attn_kernel", "expert_gemm")
 
 # --- where the fills come from --------------------------------------------------------------
 _BRIDGE_062 = "megatron-bridge 0.6.2 recipe {} (data/bridge_recipes.csv), layout identical"
@@ -42,6 +42,11 @@ _FA2_TT = ("attn_kernel fa2: TorchTitan's attention is PyTorch SDPA, which tries
            "torchtitan/models/attention.py: [FLASH_ATTENTION, EFFICIENT_ATTENTION, MATH])")
 _FLEX = (" (moe_dispatcher: the recipe's flex dispatcher with the HybridEP backend; schedule ep_overlap: "
          "overlap_moe_expert_parallel_comm true)")
+_FUSED_MLP = ("; expert_gemm grouped: the recipe runs the whole iteration as one CUDA graph with Transformer "
+              "Engine's fused grouped MLP (_enable_hybridep_full_iteration_mxfp8: cuda_graph_impl full_iteration, "
+              "NVTE_CUTEDSL_FUSED_GROUPED_MLP=1; Megatron-Bridge 0.5.0, the 26.06 release, "
+              "scripts/performance/configs/qwen/qwen3_workload_base_configs.py: QWEN3_30B_A3B_PRETRAIN_CONFIG_"
+              "GB200_FP8_MX_V1 and GB300_FP8_MX_V1 set cutedsl_fused_grouped_mlp=True, cuda_graph_impl='full_iteration')")
 _DSV3 = ("etp 1: no expert tensor parallelism in any DeepSeek-V3 recipe (data/bridge_recipes.csv); "
          "pp_split balanced: the DeepSeek-V3 recipes' custom pipeline_model_parallel_layout "
          "(set_deepseek_v3_pipeline_model_parallel_layout)")
@@ -118,8 +123,9 @@ _add("mbridge26.04.01-GPT-OSS120B-DGX-GB300-64-BF16",
 for _gpu in ("gb200", "gb300"):
     _add(f"bridge2606_qwen3_30b_a3b_{_gpu}x8_ep8_mxfp8",
          *_recipe(f"qwen3_30b_a3b_pretrain_8gpu_{_gpu}_fp8mx_config",
-                  {"moe_dispatcher": "flex", "schedule": "ep_overlap", "etp": "1", "fp8_param_gather": "true"},
-                  _FLEX))
+                  {"moe_dispatcher": "flex", "schedule": "ep_overlap", "etp": "1", "fp8_param_gather": "true",
+                   "expert_gemm": "grouped"},
+                  _FLEX + _FUSED_MLP))
 
 # DeepSeek-V3 rows without an identical recipe: what the notes state, and what every recipe states
 for _gpu in ("B300", "GB300"):

@@ -792,7 +792,8 @@ def local_expert_runs(acc: validate.RunAccuracy, least: int = MANY_LOCAL_EXPERTS
             continue
         p = runplan.plan_row(r)
         local = p.model.moe_experts / int(p.layout.ep)
-        extra = float(perf.expert_call_layers(p.model, int(p.layout.ep), runs.row_stack(r))) * perf.LAYER_GEMM_CALLS
+        extra = float(perf.expert_call_layers(p.model, int(p.layout.ep), runs.row_stack(r),
+                                             runs.row_expert_gemm(r))) * perf.LAYER_GEMM_CALLS
         if extra <= 0 or local < least:
             continue
         out.append({"run_id": r["run_id"], "model": model_short(a["model"]), "gpu": p.gpu.label, "gpus": a["gpus"],

@@ -28,6 +28,13 @@ SCHEDULES: tuple[str, ...] = ("unknown", "1f1b", "ep_overlap", "dualpipe")
 #: Megatron-Bridge with Transformer Engine) or "fsdp" (PyTorch FSDP2: TorchTitan, llm-foundry);
 #: what each overlaps is ``scaletax.model.comm.STACK_TP_OVERLAP``.
 STACKS: tuple[str, ...] = ("megatron", "fsdp")
+#: How a run's routed experts run their GEMMs (runs column ``expert_gemm``): "per_expert": one GEMM
+#: call per local expert (Transformer Engine's ``GroupedLinear``, whose default backend issues one
+#: cuBLAS GEMM per expert over a few streams: what Megatron-Core runs); "grouped": one kernel for all
+#: of them (``torch._grouped_mm`` in the FSDP stacks; Megatron-Bridge 0.5's
+#: ``cutedsl_fused_grouped_mlp`` inside a full-iteration CUDA graph); "auto": the stack's (megatron
+#: per_expert, fsdp grouped). ``scaletax.model.perf.expert_call_layers`` counts the calls.
+EXPERT_GEMMS: tuple[str, ...] = ("auto", "per_expert", "grouped")
 #: How the pipeline stages split the model (runs column ``pp_split``, ``scaletax.model.perf.pipeline_split``):
 #: "even" Megatron-Core's default (``account_for_embedding_in_pipeline_split`` and
 #: ``account_for_loss_in_pipeline_split`` False, megatron-core 0.19.2 transformer_config.py:130-134):

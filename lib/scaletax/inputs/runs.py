@@ -48,7 +48,7 @@ import numpy as np
 from scaletax import DATA_DIR, escape
 from scaletax.inputs import hardware, models, pipeline_layout, recipes
 from scaletax.inputs.layout import RECOMPUTE_CODE, Layout
-from scaletax.inputs.options import ATTN_KERNELS, PP_SPLITS, RECOMPUTE_MODULES, RESERVE_GIB, SCHEDULES, STACKS
+from scaletax.inputs.options import ATTN_KERNELS, EXPERT_GEMMS, PP_SPLITS, RECOMPUTE_MODULES, RESERVE_GIB, SCHEDULES, STACKS
 from scaletax.files import InputFileError, read_bounded
 
 REQUIRED_COLUMNS: tuple[str, ...] = ("layers", "hidden", "heads", "vocab", "seq_len",
@@ -126,6 +126,11 @@ COLUMN_DEFAULTS: dict[str, str] = {
     "tp_comm_overlap": "the stack's (megatron: Transformer Engine's tp_comm_overlap, half of the TP collectives "
                        "hidden before the fitted overlap scale; fsdp: none hidden); true / false: the run states its TP "
                        "collectives overlapped (Megatron-Core tp_comm_overlap, TorchTitan async TP) or not",
+    "expert_gemm": "auto: the stack's (megatron: per_expert, fsdp: grouped); per_expert: one GEMM call per local "
+                   "expert, Transformer Engine's GroupedLinear (nvte_multi_tensor_gemm, one cuBLAS GEMM per expert "
+                   "on a few streams), what Megatron-Core runs; grouped: one kernel for all local experts "
+                   "(torch._grouped_mm; Megatron-Bridge 0.5's cutedsl_fused_grouped_mlp inside a full-iteration "
+                   "CUDA graph); perf.expert_call_layers counts the extra calls at the fixed time per layer pass",
     "attn_kernel": "flash (fused attention, scores on chip: every stack since FlashAttention, 2022; Transformer "
                    "Engine's cuDNN kernels, measured on an H200, perf.ATTN_KERNEL_CONSTANTS); fa2: FlashAttention-2 "
                    "(PyTorch SDPA's flash backend, TorchTitan on Hopper), slower on Hopper only; unfused: "
@@ -698,6 +703,12 @@ def layout_vp(row: dict[str, Any], pp: int) -> int:
         return 0
     n = len(pipeline_layout.expand(split))
     return n // pp if pp > 0 and n % pp == 0 else 0
+
+
+def row_expert_gemm(row: dict[str, Any]) -> str:
+    """How a row's routed experts run their GEMMs (``expert_gemm`` column, :data:`COLUMN_DEFAULTS`,
+    ``EXPERT_GEMMS``), lower case; "auto" (the stack's) when blank or absent."""
+    return _choice(row, "expert_gemm", EXPERT_GEMMS, "auto")
 
 
 def row_attn_kernel(row: dict[str, Any]) -> str:

@@ -94,7 +94,7 @@ import numpy as np
 from scaletax.inputs import hardware, pipeline_layout, recipes, runs
 from scaletax.inputs.layout import Layout, LayoutArray, LayoutGrid
 from scaletax.inputs.models import Model
-from scaletax.inputs.options import ATTN_KERNELS, PP_SPLITS
+from scaletax.inputs.options import ATTN_KERNELS, EXPERT_GEMMS, PP_SPLITS
 from scaletax.model import comm, memory
 from scaletax.model.comm import Overlap, WireFormat
 from scaletax.model.efficiency import (FAMILIES, FORMAT_CLASSES, FP4_CLASS, Efficiency, EfficiencyBand, default_band,
@@ -887,7 +887,8 @@ def prepare(model: Model, layouts, precision: recipes.Recipe, gpu, topo: Topolog
             ep_dispatch: str = "dedup", fp4_bf16_layers: int = FP4_BF16_LAYERS,
             schedule: str = "unknown", grid: tuple[LayoutGrid, np.ndarray] | None = None,
             stack: str = "megatron", pp_split: str = "auto", attn_kernel: str = "flash",
-            tp_comm_overlap: bool | None = None, grad_bytes: float | None = None) -> StepInputs:
+            tp_comm_overlap: bool | None = None, grad_bytes: float | None = None,
+            expert_gemm: str = "auto") -> StepInputs:
     """Efficiency-independent step inputs for every layout (see the module docstring).
 
     ``precision``: a ``recipes.Recipe``; ``gpu``: a ``hardware.GPU``, or a list of them with one per layout (the
@@ -1051,7 +1052,8 @@ def prepare(model: Model, layouts, precision: recipes.Recipe, gpu, topo: Topolog
                       ep_overlap=comm.schedule_ep_overlap(schedule) * full, tp_overlap=tp_overlap * full,
                       attn_unfused=float(unfused) * full, attn_tc=a_tc * full, attn_exp_hidden=a_ov * full,
                       attn_bwd_eff=a_bw * full, bytes_scores=take(b_scores) * full,
-                      layer_passes=take((layers_stage + moe_stage * expert_call_layers(model, ep, stack)) * n_micro) * full,
+                      layer_passes=take((layers_stage + moe_stage * expert_call_layers(model, ep, stack, expert_gemm))
+                                        * n_micro) * full,
                       comm=step)
 
 
@@ -1060,15 +1062,20 @@ def prepare(model: Model, layouts, precision: recipes.Recipe, gpu, topo: Topolog
 LAYER_GEMM_CALLS = 12
 
 
-def expert_call_layers(model: Model, ep, stack: str):
+def expert_call_layers(model: Model, ep, stack: str, expert_gemm: str = "auto"):
     """Extra GEMM calls of one MoE layer pass, in dense layers' worth (:data:`LAYER_GEMM_CALLS`), when the
     routed experts run as one GEMM call per local expert: Transformer Engine's ``GroupedLinear`` (what
     Megatron-Core's ``moe_grouped_gemm`` runs) hands ``nvte_multi_tensor_gemm`` one cuBLASLt GEMM per
     expert on a few streams ("For now, we only have multi-stream cublas backend",
     transformer_engine/pytorch/csrc/extensions/gemm.cpp), so E / ep local experts make 6 (E / ep - 1)
     calls more than one grouped kernel would (FC1 and FC2, forward, data and weight gradient). The
-    FSDP stacks' grouped experts are one kernel per GEMM (``torch._grouped_mm``): none."""
-    if not model.is_moe or stack == "fsdp":
+    FSDP stacks' grouped experts are one kernel per GEMM (``torch._grouped_mm``): none. ``expert_gemm``
+    (runs column, ``options.EXPERT_GEMMS``): "per_expert" or "grouped" as the run states it, "auto" the
+    stack's."""
+    if expert_gemm not in EXPERT_GEMMS:
+        raise ValueError(f"expert_gemm: must be one of {', '.join(EXPERT_GEMMS)} (got {expert_gemm!r})")
+    grouped = expert_gemm == "grouped" or (expert_gemm == "auto" and stack == "fsdp")
+    if not model.is_moe or grouped:
         return 0.0
     local = model.moe_experts / np.asarray(ep, dtype=np.float64)
     return 6.0 * np.maximum(local - 1.0, 0.0) / LAYER_GEMM_CALLS

@@ -24,7 +24,7 @@ from scaletax.inputs.layout import FIELDS, RECOMPUTE_CODE, RECOMPUTE_NAME, Layou
 from scaletax.inputs.runs import (HELDOUT_CSV, LAYERS_PER_VIRTUAL_STAGE, RUNS_CSV, VALIDATION_CSV, RunsTableError,
                                   block_layers, cached_model, is_blank, read_runs,
                                   layout_table, layout_values, layout_vp, measured_tokens_per_s, memory_options,
-                                  row_attn_kernel, row_dispatch, row_gpu, row_layout, row_model, row_pp_split, row_recipe,
+                                  row_attn_kernel, row_dispatch, row_expert_gemm, row_gpu, row_layout, row_model, row_pp_split, row_recipe,
                                   row_schedule, row_stack, row_tp_overlap, stated_recompute)
 from scaletax.model import memory, perf, search
 
@@ -181,6 +181,7 @@ class PlanGroup:
     pp_split: str = "auto"
     attn_kernel: str = "flash"
     tp_comm_overlap: bool | None = None
+    expert_gemm: str = "auto"
 
     @property
     def rest(self) -> np.ndarray:
@@ -208,7 +209,7 @@ class PlanGroup:
                             recompute_fraction=self.recompute_fraction, recompute_rest=self.rest,
                             ep_dispatch=self.ep_dispatch, schedule=self.schedule, stack=self.stack,
                             pp_split=self.pp_split, attn_kernel=self.attn_kernel,
-                            tp_comm_overlap=self.tp_comm_overlap,
+                            tp_comm_overlap=self.tp_comm_overlap, expert_gemm=self.expert_gemm,
                             grad_bytes=self.options.get("grad_bytes"))
 
 
@@ -274,7 +275,8 @@ class TablePlan:
             # the first unsupported precision in table order raises, as per group
             g.gpu.peak_flops(g.precision), g.gpu.peak_flops(perf.compute_precision(g.precision))
             batches.setdefault((id(g.model), g.precision, g.ep_dispatch, g.schedule, g.stack, g.pp_split,
-                                  g.attn_kernel, g.options.get("grad_bytes"), g.tp_comm_overlap), []).append(g)
+                                  g.attn_kernel, g.options.get("grad_bytes"), g.tp_comm_overlap, g.expert_gemm),
+                                 []).append(g)
         parts, index = [], []
         for gs in batches.values():
             index += [g.index for g in gs]
@@ -290,7 +292,7 @@ class TablePlan:
                                       recompute_rest=np.concatenate([g.rest for g in gs]),
                                       ep_dispatch=g0.ep_dispatch, schedule=g0.schedule, stack=g0.stack,
                                       pp_split=g0.pp_split, attn_kernel=g0.attn_kernel,
-                                      tp_comm_overlap=g0.tp_comm_overlap,
+                                      tp_comm_overlap=g0.tp_comm_overlap, expert_gemm=g0.expert_gemm,
                                       grad_bytes=g0.options.get("grad_bytes")))
         pos = np.concatenate(index) if index else np.zeros(0, np.int64)
         inv = np.empty_like(pos)
@@ -329,7 +331,8 @@ class TablePlan:
 #: :func:`row_schedule` read.
 _OPTION_COLUMNS: tuple[str, ...] = ("recompute_modules", "reserve_gib", "fp8_param_gather", "stack", "attn_kernel",
                                     "dropout", "grad_reduce_in_fp32", "include_embeddings", "pp_split")
-_RUN_COLUMNS: tuple[str, ...] = ("moe_dispatcher", "schedule", "stack", "pp_split", "attn_kernel", "tp_comm_overlap")
+_RUN_COLUMNS: tuple[str, ...] = ("moe_dispatcher", "schedule", "stack", "pp_split", "attn_kernel", "tp_comm_overlap",
+                                  "expert_gemm")
 
 
 def _cached_cells(cache: dict, key: tuple, fn):
@@ -388,10 +391,10 @@ def plan_rows(rows: Sequence[dict[str, Any]], row_numbers: Sequence[int] | None 
                 unknown[i] = stated_recompute(row) == "unknown"
                 n_block[i] = block_layers(row) or 0
             m, b = measured_tokens_per_s(row, model)
-            dispatch, schedule, stack, split, kernel, tpov = _cached_cells(
+            dispatch, schedule, stack, split, kernel, tpov, xgemm = _cached_cells(
                 opt_cache, ("run", is_moe, *map(row.get, _RUN_COLUMNS)),
                 lambda: (row_dispatch(row) if is_moe else "alltoall", row_schedule(row), row_stack(row),
-                         row_pp_split(row), row_attn_kernel(row), row_tp_overlap(row)))
+                         row_pp_split(row), row_attn_kernel(row), row_tp_overlap(row), row_expert_gemm(row)))
         except (ValueError, hardware.HardwareError) as exc:
             raise RunsTableError(f"row {nums[i]}: {exc}") from None
         if table is None:
@@ -399,16 +402,16 @@ def plan_rows(rows: Sequence[dict[str, Any]], row_numbers: Sequence[int] | None 
                        RECOMPUTE_CODE[rc])
         measured.append(m)
         basis.append(b)
-        key = (mkey, gpu, prec, opt_key, dispatch, schedule, stack, split, kernel, tpov)
+        key = (mkey, gpu, prec, opt_key, dispatch, schedule, stack, split, kernel, tpov, xgemm)
         if key not in by_key:
             by_key[key] = []
-            info[key] = (model, gpu, prec, opts, dispatch, schedule, stack, split, kernel, tpov)
+            info[key] = (model, gpu, prec, opts, dispatch, schedule, stack, split, kernel, tpov, xgemm)
         by_key[key].append(i)
     assumed = [""] * n
     frac_all = np.ones(n)
     groups = []
     for key, members in by_key.items():
-        model, gpu, prec, opts, dispatch, schedule, stack, split, kernel, tpov = info[key]
+        model, gpu, prec, opts, dispatch, schedule, stack, split, kernel, tpov, xgemm = info[key]
         idx = np.asarray(members, dtype=np.int64)
         v = vals[idx]
         code = v[:, 11].copy()
@@ -434,7 +437,7 @@ def plan_rows(rows: Sequence[dict[str, Any]], row_numbers: Sequence[int] | None 
         groups.append(PlanGroup(model=model, gpu=gpu, precision=prec, options=opts, index=idx, layouts=la,
                                 recompute_fraction=frac, ep_dispatch=dispatch, schedule=schedule,
                                 recompute_rest=rest if np.any(blk) else None, stack=stack, pp_split=split,
-                                attn_kernel=kernel, tp_comm_overlap=tpov))
+                                attn_kernel=kernel, tp_comm_overlap=tpov, expert_gemm=xgemm))
     notes: list[tuple[str, ...]] = []
     for row, gbs, vp, etp, pp, is_moe, unk, a, f in zip(rows, vals[:, 8].tolist(), vals[:, 6].tolist(),
                                                         vals[:, 4].tolist(), vals[:, 1].tolist(), moe, unknown.tolist(),
@@ -458,7 +461,7 @@ def step_inputs(plans: Sequence[RowPlan]):
                                   recompute_rest=RECOMPUTE_CODE[su.recompute_rest],
                                   ep_dispatch=ep_dispatch, schedule=row_schedule(su.row), stack=row_stack(su.row),
                                   pp_split=row_pp_split(su.row), attn_kernel=row_attn_kernel(su.row),
-                                  tp_comm_overlap=row_tp_overlap(su.row),
+                                  tp_comm_overlap=row_tp_overlap(su.row), expert_gemm=row_expert_gemm(su.row),
                                   grad_bytes=su.options.get("grad_bytes")))
     return perf.StepInputs.concat(parts)
 
