@@ -985,12 +985,19 @@ def prepare(model: Model, layouts, precision: recipes.Recipe, gpu, topo: Topolog
     # the attention core at 16 bits: tiny per-expert GEMMs make a layer cost more than its FLOPs say
     # (a FLOP count alone put 2 Kimi K2 layers under the 163k-vocabulary head and the head-only last
     # stage as the slowest, so the search costed PP 32 by the head alone)
-    k_roof = default_efficiency().gemm_roofline
+    eff0 = default_efficiency()
+    k_roof = eff0.gemm_roofline
     frac_d, frac_m = model.n_dense_layers / model.layers, model.n_moe_layers / model.layers
     w_layer = wa + frac_d * wd + frac_m * ws
     s_layer = na + frac_d * nd + frac_m * ns
-    t_layer = 3.0 * ((w_layer + k_roof * g.n_ref_fmt * s_layer)
-                     + frac_m * (wr + k_roof * g.n_ref_fmt * nr) * exp_scale) / peak_fmt + attn_layer / peak_16
+    # and a layer pass's fixed time (with an MoE layer's extra expert GEMM calls), per token as the rest:
+    # a GPU spends t_layer M / tp seconds on a layer per micro-batch, plus that fixed time (without it a
+    # layer of many local experts looked cheaper than the output layer, and the head-only last stage
+    # the slowest, whatever the experts' calls cost)
+    calls = 1.0 + frac_m * expert_call_layers(model, ep, stack, expert_gemm)
+    t_layer = (3.0 * ((w_layer + k_roof * g.n_ref_fmt * s_layer)
+                      + frac_m * (wr + k_roof * g.n_ref_fmt * nr) * exp_scale) / peak_fmt + attn_layer / peak_16
+               + eff0.layer_overhead_us * 1e-6 * calls * tp / M)
     w_head = 2.0 * model.hidden * vpad
     t_head = 3.0 * w_head * (1.0 + k_roof * g.n_ref_16 / _hm(M, model.hidden, vpad / tp)) / peak_16
     head_layers = t_head / t_layer
