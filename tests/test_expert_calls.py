@@ -80,3 +80,15 @@ def test_the_fused_grouped_mlp_runs_are_marked_from_their_recipe():
     for r in stated.values():
         assert r["expert_gemm"] == "grouped"
         assert "cutedsl_fused_grouped_mlp=True, cuda_graph_impl='full_iteration'" in r["notes"]
+
+
+def test_the_pipeline_split_weighs_the_calls():
+    """Kimi K2's 384 experts over 3-way EP leave 128 local experts a GPU: 762 calls more per MoE layer
+    pass, 63.5 dense layer passes' fixed time, which makes every layer cost more than the 163k-vocabulary
+    output layer. The slowest of 16 stages then holds 4 MoE layers (61 layers, the dense first one on
+    the first stage), not the output layer alone: without the fixed time in the split the search timed
+    such layouts by the head-only stage and never paid the calls."""
+    lay = Layout(pp=16, ep=3, dp=9, mbs=8, gbs=4104, recompute="full")  # 57 micro-batches
+    inp = perf.prepare(models.get("kimi_k2"), lay, as_recipe("fp8"), as_gpu("rubin"))
+    assert perf.expert_call_layers(models.get("kimi_k2"), 3, "megatron") == pytest.approx(6 * 127 / 12)
+    assert inp.layer_passes[0] == pytest.approx(57 * 4 * (1 + 63.5))
