@@ -571,14 +571,16 @@ def ablation_summary(runs: dict[str, list[dict]], rounds: int, loads: list | Non
 def _decision_cells_s(build_dir: Path) -> float:
     """Seconds of the decision chapter's code cells in one warm process (its imports done first), with the
     default scenario's parameters and the build's result cache: the chapter's own work when every search
-    is cached, without a kernel's start or papermill."""
+    is cached, without a kernel's start or papermill. The cells run in the build folder (they write their
+    figures under the working folder, as a kernel does in its own)."""
     import jupytext
 
     from scaletax.report import chapters as toc
 
     cells = [c.source for c in jupytext.read(ROOT / "notebooks" / "decision.md").cells if c.cell_type == "code"]
-    env = {**os.environ}
+    env, cwd = {**os.environ}, os.getcwd()
     os.environ["SCALETAX_MEMO_DIR"] = str(build_dir / ".cache" / "memo")
+    os.chdir(build_dir)
     try:
         g: dict = {}
         exec(cells[0], g)  # the parameters cell
@@ -590,6 +592,7 @@ def _decision_cells_s(build_dir: Path) -> float:
             exec(c, g)
         return time.perf_counter() - t0
     finally:
+        os.chdir(cwd)
         os.environ.clear()
         os.environ.update(env)
 

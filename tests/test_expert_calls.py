@@ -1,10 +1,13 @@
 """The fixed time of an MoE layer's expert GEMM calls: Transformer Engine's GroupedLinear (what
 Megatron-Core runs) issues one cuBLAS GEMM per local expert; one grouped kernel (the FSDP stacks'
 torch._grouped_mm) makes 6 calls for all of them."""
+import csv
+
 import numpy as np
 import pytest
 
-from scaletax.inputs import models
+from scaletax import DATA_DIR
+from scaletax.inputs import models, runs
 from scaletax.inputs.layout import Layout
 from scaletax.model import efficiency, perf
 
@@ -54,8 +57,6 @@ def test_a_run_states_how_its_experts_run():
     """The runs column ``expert_gemm``: "grouped" (one kernel, e.g. Megatron-Bridge 0.5's fused grouped MLP
     inside a full-iteration CUDA graph) pays no extra calls under Megatron-Core; "per_expert" pays them
     under FSDP too; blank takes the stack's; anything else is a one-line cell error."""
-    from scaletax.inputs import runs
-
     assert perf.expert_call_layers(QWEN235, 8, "megatron", "grouped") == 0.0
     assert perf.expert_call_layers(QWEN235, 8, "fsdp", "per_expert") == pytest.approx(7.5)
     assert runs.row_expert_gemm({}) == "auto" and runs.row_expert_gemm({"expert_gemm": " Grouped "}) == "grouped"
@@ -69,10 +70,6 @@ def test_a_run_states_how_its_experts_run():
 def test_the_fused_grouped_mlp_runs_are_marked_from_their_recipe():
     """The two Megatron-Bridge 26.06 Qwen3-30B MXFP8 runs state grouped experts, with the recipe setting
     that says so in their notes; no other row of the validation table states the column."""
-    import csv
-
-    from scaletax import DATA_DIR
-
     with open(DATA_DIR / "published_runs_validation.csv", newline="", encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
     stated = {r["run_id"]: r for r in rows if r["expert_gemm"]}

@@ -994,10 +994,10 @@ def prepare(model: Model, layouts, precision: recipes.Recipe, gpu, topo: Topolog
     # a GPU spends t_layer M / tp seconds on a layer per micro-batch, plus that fixed time (without it a
     # layer of many local experts looked cheaper than the output layer, and the head-only last stage
     # the slowest, whatever the experts' calls cost)
-    calls = 1.0 + frac_m * expert_call_layers(model, ep, stack, expert_gemm)
+    x_calls = expert_call_layers(model, ep, stack, expert_gemm)
     t_layer = (3.0 * ((w_layer + k_roof * g.n_ref_fmt * s_layer)
                       + frac_m * (wr + k_roof * g.n_ref_fmt * nr) * exp_scale) / peak_fmt + attn_layer / peak_16
-               + eff0.layer_overhead_us * 1e-6 * calls * tp / M)
+               + eff0.layer_overhead_us * 1e-6 * (1.0 + frac_m * x_calls) * tp / M)
     w_head = 2.0 * model.hidden * vpad
     t_head = 3.0 * w_head * (1.0 + k_roof * g.n_ref_16 / _hm(M, model.hidden, vpad / tp)) / peak_16
     head_layers = t_head / t_layer
@@ -1059,8 +1059,7 @@ def prepare(model: Model, layouts, precision: recipes.Recipe, gpu, topo: Topolog
                       ep_overlap=comm.schedule_ep_overlap(schedule) * full, tp_overlap=tp_overlap * full,
                       attn_unfused=float(unfused) * full, attn_tc=a_tc * full, attn_exp_hidden=a_ov * full,
                       attn_bwd_eff=a_bw * full, bytes_scores=take(b_scores) * full,
-                      layer_passes=take((layers_stage + moe_stage * expert_call_layers(model, ep, stack, expert_gemm))
-                                        * n_micro) * full,
+                      layer_passes=take((layers_stage + moe_stage * x_calls) * n_micro) * full,
                       comm=step)
 
 
