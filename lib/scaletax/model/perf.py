@@ -71,7 +71,8 @@ Model (per GPU of the heaviest pipeline stage, per step; seconds, FLOP, bytes)
   the work; fitted below 12 idle GEMM calls (``calibrate.gemm_call_floor_us``). An MoE layer whose
   routed experts run one cuBLAS call each (Megatron-Core through Transformer Engine's
   ``GroupedLinear``) counts its 6 (E / ep - 1) extra calls in dense layers' worth
-  (:func:`expert_call_layers`).
+  (:func:`expert_call_layers`); a context-parallel ring its 2 (cp - 1) extra attention calls
+  (:func:`ring_call_layers`).
 - Communication: :mod:`scaletax.model.comm` per group, evaluated once per distinct pattern; the MoE
   all-to-all re-timed for per-domain deduplication (:func:`ep_dedup_factor`, DeepEP-class); the
   context-parallel ring hides only under the attention time (Ring Attention, arXiv 2310.01889).
@@ -995,9 +996,10 @@ def prepare(model: Model, layouts, precision: recipes.Recipe, gpu, topo: Topolog
     # layer of many local experts looked cheaper than the output layer, and the head-only last stage
     # the slowest, whatever the experts' calls cost)
     x_calls = expert_call_layers(model, ep, stack, expert_gemm)
+    r_calls = ring_call_layers(cp)
     t_layer = (3.0 * ((w_layer + k_roof * g.n_ref_fmt * s_layer)
                       + frac_m * (wr + k_roof * g.n_ref_fmt * nr) * exp_scale) / peak_fmt + attn_layer / peak_16
-               + eff0.layer_overhead_us * 1e-6 * (1.0 + frac_m * x_calls) * tp / M)
+               + eff0.layer_overhead_us * 1e-6 * (1.0 + frac_m * x_calls + r_calls) * tp / M)
     w_head = 2.0 * model.hidden * vpad
     t_head = 3.0 * w_head * (1.0 + k_roof * g.n_ref_16 / _hm(M, model.hidden, vpad / tp)) / peak_16
     head_layers = t_head / t_layer
@@ -1059,7 +1061,7 @@ def prepare(model: Model, layouts, precision: recipes.Recipe, gpu, topo: Topolog
                       ep_overlap=comm.schedule_ep_overlap(schedule) * full, tp_overlap=tp_overlap * full,
                       attn_unfused=float(unfused) * full, attn_tc=a_tc * full, attn_exp_hidden=a_ov * full,
                       attn_bwd_eff=a_bw * full, bytes_scores=take(b_scores) * full,
-                      layer_passes=take((layers_stage + moe_stage * x_calls) * n_micro) * full,
+                      layer_passes=take((layers_stage * (1.0 + r_calls) + moe_stage * x_calls) * n_micro) * full,
                       comm=step)
 
 
@@ -1085,6 +1087,17 @@ def expert_call_layers(model: Model, ep, stack: str, expert_gemm: str = "auto"):
         return 0.0
     local = model.moe_experts / np.asarray(ep, dtype=np.float64)
     return 6.0 * np.maximum(local - 1.0, 0.0) / LAYER_GEMM_CALLS
+
+
+def ring_call_layers(cp):
+    """Extra attention-kernel calls of one layer pass under context parallelism, in dense layers' worth
+    (:data:`LAYER_GEMM_CALLS`): the ring runs its attention as one kernel call per step, cp steps
+    forward and cp backward where one rank alone makes one call each way (Transformer Engine
+    ``AttnFuncWithCPAndKVP2P``, attention/dot_product_attention/context_parallel.py: ``for i in
+    range(cp_size + 1)`` forward, ``for i in range(cp_size)`` backward, one fused or flash attention
+    call per step, each with its softmax-statistics and output corrections; PyTorch's
+    ``context_parallel`` ring the same), so 2 (cp - 1) calls more per layer pass."""
+    return 2.0 * (np.asarray(cp, dtype=np.float64) - 1.0) / LAYER_GEMM_CALLS
 
 
 def _regime_idx(model: Model, zero_stage, stack: str) -> np.ndarray:
