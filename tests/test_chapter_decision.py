@@ -98,7 +98,7 @@ def test_nofit_rows_say_how_many_gpus_are_needed():
     rows = d.decision_rows(p, target=False)
     assert all(not r["fits"] and r["tps"] is None and r["days"] is None for r in rows)
     for r in rows:
-        res = d.best(DENSE, r["gpu"], r["precision"], 16, p.batch_tokens)
+        res = d.best(p, DENSE, r["gpu"], r["precision"], 16)
         assert r["layout"] == f"does not fit; needs at least {res.min_gpus:,}"
         assert f"needs at least {res.min_gpus:,}" in s.nofit_sentence(rows, p)
     assert "fits on none" in s.table_sentence(rows, p)
@@ -126,7 +126,7 @@ def test_waterfall_reaches_the_real_gpu(plan, target):
     assert math.prod(gains) == pytest.approx(wf[-1]["cumulative"])
     assert sum(r["share"] for r in wf[1:]) == pytest.approx(1.0)
     assert wf[-1]["precision"] == "nvfp4" and wf[0]["precision"] == "fp8"
-    assert wf[-1]["tps"] == pytest.approx(d.best(DENSE, target, "nvfp4", plan.cluster_gpus, plan.batch_tokens)
+    assert wf[-1]["tps"] == pytest.approx(d.best(plan, DENSE, target, "nvfp4", plan.cluster_gpus)
                                           .metrics["tokens_per_s_per_gpu"])
     for r in wf:
         assert r["cumulative_low"] <= r["cumulative_high"]
@@ -174,9 +174,9 @@ def test_heq_is_the_throughput_ratio(plan):
     rows = d.heq_rows(plan)
     assert len(rows) == len(plan.heq_blackwell) * 2 and plan.heq_blackwell == ("b200", "gb200")
     for r in rows:
-        tb = d.best(DENSE, r["gpu"], r["precision"], plan.cluster_gpus, plan.batch_tokens).metrics
+        tb = d.best(plan, DENSE, r["gpu"], r["precision"], plan.cluster_gpus).metrics
         for h in plan.heq_hopper:
-            th = d.best(DENSE, h, r[f"{h}_precision"], plan.cluster_gpus, plan.batch_tokens).metrics
+            th = d.best(plan, DENSE, h, r[f"{h}_precision"], plan.cluster_gpus).metrics
             assert r[h] == pytest.approx(tb["tokens_per_s_per_gpu"] / th["tokens_per_s_per_gpu"])
             assert r[f"{h}_low"] <= r[f"{h}_high"]
     assert "H20" in s.heq_summary(rows, plan.heq_hopper)
@@ -197,7 +197,7 @@ def test_rubin_claim_counts_meet_the_target():
     c = d.rubin_claim(p)
     assert c["model"] == SMALL_MOE and c["in_scenario"] and c["claim"] == 0.25 and c["claim_cite"] == "nvidiarubin"
     for r in c["rows"]:
-        res = d.best(SMALL_MOE, r["gpu"], r["precision"], r["gpus"], p.batch_tokens)
+        res = d.best(p, SMALL_MOE, r["gpu"], r["precision"], r["gpus"])
         assert cost.days_to_train(p.tokens, res.metrics["tokens_per_s_per_gpu"], r["gpus"],
                                   p.goodput) <= p.target_days * (1 + 1e-9)
     new, old = c["rows"][0], c["rows"][1]
@@ -287,9 +287,9 @@ def test_searches_are_shared_on_disk_by_exactly_their_inputs(tmp_path, monkeypat
     monkeypatch.setenv("SCALETAX_MEMO_DIR", str(tmp_path))
     runs = lambda: len(list(tmp_path.rglob("*.pkl")))  # noqa: E731 - one file per search that ran
     d.clear_cache()
-    first = d.best(DENSE, "h100_sxm", "fp8", 4096, 16 * 2**20)
+    first = d.best(make(), DENSE, "h100_sxm", "fp8", 4096)
     d.clear_cache()  # a new process: only the disk cache is left
-    again = d.best(DENSE, "h100_sxm", "fp8", 4096, 16 * 2**20)
+    again = d.best(make(), DENSE, "h100_sxm", "fp8", 4096)
     assert runs() == 1
     assert label(again.best) == label(first.best) and again.metrics == first.metrics
     d.clear_cache()
@@ -302,7 +302,7 @@ def test_searches_are_shared_on_disk_by_exactly_their_inputs(tmp_path, monkeypat
     assert runs() == n  # every price changed: no search ran again
     assert [r["layout"] for r in after] == [r["layout"] for r in before]
     edited = hardware.get("h100_sxm").model_copy(update={"hbm_gib": 96.0})
-    d.best(DENSE, edited, "fp8", 4096, 16 * 2**20)
+    d.best(make(), DENSE, edited, "fp8", 4096)
     assert runs() == n + 1  # a GPU whose catalog fields changed is a new search
     d.clear_cache()
 

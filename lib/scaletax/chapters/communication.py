@@ -23,7 +23,7 @@ cell is one search (memoized per process, :func:`best_layout`).
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -61,16 +61,18 @@ def applied_overlap(overlap: Overlap | None = None) -> Overlap:
 # Best layout: one search per cell
 # =========================================================================================
 def best_search(model: Model, gpu, gpus: int, *, batch_tokens: int, domain: int | None = None,
-                precision: str = "fp8", allowed: Sequence[str] = recipes.TRAINING, ep=None) -> search.SearchResult:
+                precision: str = "fp8", allowed: Sequence[str] = recipes.TRAINING, ep=None,
+                software: Mapping[str, Any] | None = None) -> search.SearchResult:
     """The fastest layout that fits on ``gpus`` GPUs at the global batch of ``batch_tokens``, in the
     precision the GPU trains in (:func:`scaletax.inputs.recipes.training_precision` of ``precision``
     among ``allowed``): :func:`scaletax.model.plan.fastest` with ``domain`` the NVLink domain
-    (``SearchSpace.domain``) and ``ep`` the expert-parallel sizes to try."""
+    (``SearchSpace.domain``), ``ep`` the expert-parallel sizes to try and ``software`` the scenario's
+    ``training.software`` (:func:`scaletax.model.plan.software_space`)."""
     g = hardware.get(gpu) if isinstance(gpu, str) else hardware.check(gpu)
     dom = int(g.nvlink_domain if domain is None else domain)
     eps = None if ep is None else tuple(int(e) for e in np.atleast_1d(ep))
     prec = recipes.training_precision(g, precision, allowed)
-    return planning.fastest(model, g, prec, int(gpus), int(batch_tokens), space=search.SearchSpace(domain=dom, ep=eps))
+    return planning.fastest(model, g, prec, int(gpus), int(batch_tokens), space=planning.software_space(software, search.SearchSpace(domain=dom, ep=eps)))
 
 
 def _row(model: Model, g, res: search.SearchResult, gpus: int, domain: int) -> dict:
@@ -108,12 +110,13 @@ def _row(model: Model, g, res: search.SearchResult, gpus: int, domain: int) -> d
 
 
 def best_layout(model: Model, gpu, gpus: int, *, batch_tokens: int, domain: int | None = None,
-                precision: str = "fp8", allowed: Sequence[str] = recipes.TRAINING, ep=None) -> dict | None:
+                precision: str = "fp8", allowed: Sequence[str] = recipes.TRAINING, ep=None,
+                software: Mapping[str, Any] | None = None) -> dict | None:
     """The fastest layout that fits on ``gpus`` GPUs (:func:`best_search`), as a result row;
     None when nothing fits."""
     g = hardware.get(gpu) if isinstance(gpu, str) else gpu
     res = best_search(model, g, gpus, batch_tokens=batch_tokens, domain=domain, precision=precision,
-                      allowed=allowed, ep=ep)
+                      allowed=allowed, ep=ep, software=software)
     return _row(model, g, res, gpus, res.domain) if res.fits else None
 
 
@@ -121,7 +124,7 @@ def best_layout(model: Model, gpu, gpus: int, *, batch_tokens: int, domain: int 
 # Sweeps for the chapter
 # =========================================================================================
 def tax_rows(model_ids, gpu_ids, sizes, *, batch_tokens: int, precision: str = "fp8",
-             allowed: Sequence[str] = recipes.TRAINING) -> list[dict]:
+             allowed: Sequence[str] = recipes.TRAINING, software: Mapping[str, Any] | None = None) -> list[dict]:
     """Best layout and its communication tax per model, GPU (own domain) and cluster size.
 
     Cells where nothing fits are returned with ``fits=False`` and None metrics.
@@ -130,7 +133,7 @@ def tax_rows(model_ids, gpu_ids, sizes, *, batch_tokens: int, precision: str = "
 
     def cell(c) -> dict:
         m, gid, n = c
-        r = best_layout(m, gid, n, batch_tokens=batch_tokens, precision=precision, allowed=allowed)
+        r = best_layout(m, gid, n, batch_tokens=batch_tokens, precision=precision, allowed=allowed, software=software)
         return _fill(r, m, gid, n, hardware.get(gid).nvlink_domain)
 
     return [cell((_models.get(mid), gid, int(n))) for mid in model_ids for gid in gpu_ids for n in sizes]
@@ -146,13 +149,15 @@ def _fill(row, model, gpu_id, n, domain) -> dict:
 
 
 def domain_rows(model_ids, gpu_id: str, sizes, domains=DOMAIN_SWEEP, *, batch_tokens: int,
-                precision: str = "fp8", allowed: Sequence[str] = recipes.TRAINING) -> list[dict]:
+                precision: str = "fp8", allowed: Sequence[str] = recipes.TRAINING,
+                software: Mapping[str, Any] | None = None) -> list[dict]:
     """Best layout per model, cluster size and NVLink domain size, the GPU held fixed."""
     from scaletax.inputs import models as _models
 
     def cell(c) -> dict:
         m, n, d = c
-        r = best_layout(m, gpu_id, n, batch_tokens=batch_tokens, domain=d, precision=precision, allowed=allowed)
+        r = best_layout(m, gpu_id, n, batch_tokens=batch_tokens, domain=d, precision=precision, allowed=allowed,
+                        software=software)
         return _fill(r, m, gpu_id, n, d)
 
     return [cell((_models.get(mid), int(n), int(d))) for mid in model_ids for n in sizes for d in domains]
@@ -208,7 +213,8 @@ def dp_rows(tax: list[dict], gpus: int) -> list[dict]:
 
 
 def ep_rows(model: Model, gpu_ids, gpus: int, eps=(8, 64), domains=(), *, batch_tokens: int,
-            precision: str = "fp8", allowed: Sequence[str] = recipes.TRAINING) -> list[dict]:
+            precision: str = "fp8", allowed: Sequence[str] = recipes.TRAINING,
+            software: Mapping[str, Any] | None = None) -> list[dict]:
     """Best layout with the expert-parallel size held at each of ``eps``, per GPU and domain.
 
     For each GPU the domains are its own NVLink domain plus those of ``domains`` (the same GPU
@@ -220,7 +226,7 @@ def ep_rows(model: Model, gpu_ids, gpus: int, eps=(8, 64), domains=(), *, batch_
     def cell(c) -> dict:
         gid, d, e, own = c
         r = best_layout(model, gid, gpus, batch_tokens=batch_tokens, domain=d, precision=precision, allowed=allowed,
-                        ep=[e])
+                        ep=[e], software=software)
         return {**_fill(r, model, gid, gpus, d), "ep_fixed": e, "own_domain": d == own}
 
     cells = []

@@ -166,14 +166,41 @@ def gpu_label(gpu) -> str:
 # =========================================================================================
 # Searches
 # =========================================================================================
-def best(model_id: str, gpu, precision: str, gpus: int, batch_tokens: int) -> search.SearchResult:
+def best(plan: Plan, model_id: str, gpu, precision: str, gpus: int) -> search.SearchResult:
     """The fastest layout of ``model_id`` on ``gpus`` GPUs of ``gpu`` (an id or a ``GPU``,
-    possibly a hypothetical one) in ``precision`` (a name): :func:`scaletax.model.plan.fastest`."""
-    return planning.fastest(catalog.get(model_id), _gpu(gpu), recipes.training(precision), int(gpus), int(batch_tokens))
+    possibly a hypothetical one) in ``precision`` (a name) at the plan's global batch, timed with
+    its training software: :func:`scaletax.model.plan.fastest`."""
+    return planning.fastest(catalog.get(model_id), _gpu(gpu), recipes.training(precision), int(gpus),
+                            int(plan.batch_tokens), space=plan.space())
 
 
 def clear_cache() -> None:
     planning.clear_cache()
+
+
+#: How the page names each training-software choice (``plan.Terms.software``, the scenario's
+#: ``training.software``).
+SOFTWARE_WORDS: dict[str, dict[str, str]] = {
+    "moe_dispatcher": {"flex": "Megatron-Core's flex dispatcher (DeepEP-class: a token crosses to each NVLink domain once)",
+                       "deepep": "DeepEP dispatch (a token crosses to each NVLink domain once)",
+                       "alltoall": "Megatron-Core's alltoall dispatcher (one copy per routed expert)"},
+    "schedule": {"unknown": "half of the expert all-to-all hidden (schedule not stated)",
+                 "1f1b": "the expert all-to-all in line (1F1B)",
+                 "ep_overlap": "every paired expert all-to-all hidden under another micro-batch (ep_overlap)",
+                 "dualpipe": "every paired expert all-to-all hidden under another micro-batch (DualPipe)"},
+    "expert_gemm": {"auto": "one GEMM call per local expert (Transformer Engine's GroupedLinear)",
+                    "per_expert": "one GEMM call per local expert (Transformer Engine's GroupedLinear)",
+                    "grouped": "one grouped kernel for all local experts"},
+}
+
+
+def software_phrase(plan: Plan) -> str:
+    """The training software every MoE layout is timed with, in words, and its source (the scenario's
+    ``training.software``; :func:`scaletax.model.plan.software_space`)."""
+    sw = {"moe_dispatcher": "flex", "schedule": "unknown", "expert_gemm": "auto", **dict(plan.software)}
+    words = "; ".join(SOFTWARE_WORDS[k][str(sw[k])] for k in ("moe_dispatcher", "schedule", "expert_gemm"))
+    src = sw.get("source")
+    return f"{words} ({src})" if src else words
 
 
 def _tps(res: search.SearchResult) -> tuple[float, float, float] | None:
@@ -581,7 +608,7 @@ def waterfall(plan: Plan, model_id: str, target: str, base: str | None = None, g
     out, prev = [], None
     base_tps = None
     for key, label, g, p in cases:
-        tp = _tps(best(model_id, g, p, n, plan.batch_tokens))
+        tp = _tps(best(plan, model_id, g, p, n))
         row = {"model": model_id, "model_name": model_name(model_id), "target": t.id, "target_label": gpu_label(t),
                "step": key, "label": label, "precision": p, "tps": None, "tps_low": None, "tps_high": None,
                "gain": None, "cumulative": None, "cumulative_low": None, "cumulative_high": None, "alone": None}
@@ -597,7 +624,7 @@ def waterfall(plan: Plan, model_id: str, target: str, base: str | None = None, g
                 row["gain"] = tp[0] / prev["tps"]
         if alone and key in {f[0] for f in FACTORS} and base_tps is not None:
             fs = next(f[2] for f in FACTORS if f[0] == key)
-            ta = _tps(best(model_id, hybrid(b, t, fs, key + "_alone"), prec, n, plan.batch_tokens))
+            ta = _tps(best(plan, model_id, hybrid(b, t, fs, key + "_alone"), prec, n))
             row["alone"] = None if ta is None else ta[0] / base_tps[0]
         elif key == "precision":
             row["alone"] = row["gain"]
@@ -615,7 +642,7 @@ def waterfall_check(plan: Plan, model_id: str, target: str, base: str | None = N
     """Relative difference between the waterfall after its hardware factors and the real
     target GPU at the same precision (0 when every property that matters was swapped)."""
     rows = waterfall(plan, model_id, target, base, gpus, alone=False)
-    real = _tps(best(model_id, target, rows[0]["precision"], int(gpus or plan.cluster_gpus), plan.batch_tokens))
+    real = _tps(best(plan, model_id, target, rows[0]["precision"], int(gpus or plan.cluster_gpus)))
     last = rows[len(FACTORS)]["tps"]
     if real is None or last is None:
         return None
@@ -767,11 +794,11 @@ def heq_rows(plan: Plan, hopper: Sequence[str] | None = None, blackwell: Sequenc
         for bw in blackwell:
             for mode in ("scenario", "fastest"):
                 pick = plan.run_precision if mode == "scenario" else plan.fastest_precision
-                tb = _tps(best(mid, bw, pick(bw), n, plan.batch_tokens))
+                tb = _tps(best(plan, mid, bw, pick(bw), n))
                 row = {"model": mid, "model_name": model_name(mid), "gpu": bw, "label": gpu_label(bw), "mode": mode,
                        "precision": pick(bw), "gpus": n}
                 for h in hopper:
-                    th = _tps(best(mid, h, pick(h), n, plan.batch_tokens))
+                    th = _tps(best(plan, mid, h, pick(h), n))
                     row[f"{h}_precision"] = pick(h)
                     if tb is None or th is None:
                         row[h] = row[f"{h}_low"] = row[f"{h}_high"] = None
@@ -849,7 +876,7 @@ def tornado_rows(plan: Plan, rows: list[dict], outputs: Sequence[str] = ("cost_u
     for mid in plan.models:
         for c in price_candidates(rows, mid):
             for n in cost.sensitivity_gpus(c["gpus"], options):
-                best(c["model"], c["gpu"], c["precision"], n, plan.batch_tokens)
+                best(plan, c["model"], c["gpu"], c["precision"], n)
     out = []
     for mid in plan.models:
         r = cheapest(plan, rows, mid) or cheapest(plan, rows, mid, shipping=False)
@@ -857,7 +884,7 @@ def tornado_rows(plan: Plan, rows: list[dict], outputs: Sequence[str] = ("cost_u
             continue
 
         def tps_at(n, _r=r):
-            t = _tps(best(_r["model"], _r["gpu"], _r["precision"], n, plan.batch_tokens))
+            t = _tps(best(plan, _r["model"], _r["gpu"], _r["precision"], n))
             return t[0] if t else float("nan")
 
         for o in outputs:
@@ -977,5 +1004,6 @@ __all__ = ["BLACKWELL_FAMILIES", "CLAIM_KEY", "FACTORS",
            "price_pair_rows", "price_curve_chart_rows",
            "decision_rows", "economics", "fastest", "first_moe", "fitting", "gpu_label", "gpus_for_target",
            "heq_rows", "hopper_ids", "hopper_reference", "hybrid", "main_source", "model_name", "nvl72_ids",
-           "outcome", "price_candidates", "rubin_claim", "top_input", "top_rows", "tornado_chart_rows", "tornado_notes",
+           "SOFTWARE_WORDS", "outcome", "price_candidates", "rubin_claim", "software_phrase", "top_input", "top_rows",
+           "tornado_chart_rows", "tornado_notes",
            "tornado_rows", "waterfall", "waterfall_chart_rows", "waterfall_check", "waterfall_targets"]

@@ -1137,7 +1137,7 @@ def nvl72_tax(plan: Plan) -> dict[str, Any]:
     pairs = []
     for mid in plan.models:
         m = catalog.get(mid)
-        small, large = (planning.fastest(m, g, prec, plan.top, plan.batch_tokens, space=search.SearchSpace(domain=dom))
+        small, large = (planning.fastest(m, g, prec, plan.top, plan.batch_tokens, space=plan.space(search.SearchSpace(domain=dom)))
                         for dom in (8, 72))
         if small.fits and large.fits:
             a, b = small.metrics, large.metrics

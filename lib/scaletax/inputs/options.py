@@ -55,3 +55,8 @@ PP_SPLITS: tuple[str, ...] = ("auto", "even", "account", "balanced")
 #: "fa2": FlashAttention-2 kernels (PyTorch SDPA's flash backend, flash-attn 2: TorchTitan and
 #: llm-foundry on Hopper), slower than "flash" (cuDNN fused attention, Transformer Engine) on Hopper.
 ATTN_KERNELS: tuple[str, ...] = ("flash", "fa2", "unfused")
+#: MoE token dispatchers (runs column ``moe_dispatcher``, scenario ``training.software.moe_dispatcher``)
+#: and the ``scaletax.model.perf.prepare`` ``ep_dispatch`` each runs: Megatron-Core's flex dispatcher
+#: (DeepEP or HybridEP backend) deduplicates per NVLink domain as DeepEP does ("dedup"); its alltoall
+#: dispatcher sends one copy per routed expert.
+DISPATCHERS: dict[str, str] = {"deepep": "dedup", "flex": "dedup", "alltoall": "alltoall"}

@@ -48,7 +48,8 @@ import numpy as np
 from scaletax import DATA_DIR, escape
 from scaletax.inputs import hardware, models, pipeline_layout, recipes
 from scaletax.inputs.layout import RECOMPUTE_CODE, Layout
-from scaletax.inputs.options import ATTN_KERNELS, EXPERT_GEMMS, PP_SPLITS, RECOMPUTE_MODULES, RESERVE_GIB, SCHEDULES, STACKS
+from scaletax.inputs.options import (ATTN_KERNELS, DISPATCHERS, EXPERT_GEMMS, PP_SPLITS, RECOMPUTE_MODULES, RESERVE_GIB,
+                                     SCHEDULES, STACKS)
 from scaletax.files import InputFileError, read_bounded
 
 REQUIRED_COLUMNS: tuple[str, ...] = ("layers", "hidden", "heads", "vocab", "seq_len",
@@ -725,15 +726,10 @@ def row_tp_overlap(row: dict[str, Any]) -> bool | None:
     return None if is_blank(v) else _parse_bool("tp_comm_overlap", v)
 
 
-#: ``moe_dispatcher`` column values and the ``perf.prepare`` ``ep_dispatch`` each runs: Megatron-Core's
-#: flex dispatcher (DeepEP or HybridEP backend) deduplicates per NVLink domain as DeepEP does
-#: (:data:`COLUMN_DEFAULTS` "moe_dispatcher"; its permutations are ``perf.moe_permute_bytes``' "dedup").
-DISPATCHERS: dict[str, str] = {"deepep": "dedup", "flex": "dedup", "alltoall": "alltoall"}
-
-
 def row_dispatch(row: dict[str, Any]) -> str:
-    """``perf.prepare``'s ``ep_dispatch`` for a row's ``moe_dispatcher`` (:data:`COLUMN_DEFAULTS`:
-    blank or absent is "deepep", :data:`ROW_CONVENTIONS` "ep_dispatch")."""
+    """``perf.prepare``'s ``ep_dispatch`` for a row's ``moe_dispatcher`` (``options.DISPATCHERS``;
+    :data:`COLUMN_DEFAULTS`: blank or absent is "deepep", :data:`ROW_CONVENTIONS` "ep_dispatch"; its
+    permutations are ``perf.moe_permute_bytes``' "dedup")."""
     return DISPATCHERS[_choice(row, "moe_dispatcher", DISPATCHERS, "deepep")]
 
 

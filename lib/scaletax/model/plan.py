@@ -47,7 +47,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from scaletax.inputs import failures, hardware, recipes
+from scaletax.inputs import failures, hardware, options, recipes
 from scaletax.inputs.models import Model
 from scaletax.model import cost, efficiency, goodput, ownership, power, runplan, search
 
@@ -107,13 +107,14 @@ class Terms:
     price_includes_power: bool = False
     system_overhead: float | None = None
     ownership: Mapping[str, Any] | None = None
+    software: Mapping[str, Any] = field(default_factory=dict)
 
     @staticmethod
     def params_of(*, training_tokens, training_global_batch_tokens, training_precision, training_precisions,
                   cluster_target_days, economics_prices, economics_energy, economics_usd_per_mwh,
                   cluster_goodput: float | None, economics_price_includes_power: bool,
                   cluster_reliability: Mapping[str, Any], economics_ownership: Mapping[str, Any] | None = None,
-                  **_ignored: Any) -> dict[str, Any]:
+                  training_software: Mapping[str, Any] | None = None, **_ignored: Any) -> dict[str, Any]:
         """The fields of :class:`Terms` from a chapter's notebook parameters (scenario keys with '_'
         for '.'), which ``report.chapters`` gives every chapter that reads them."""
         e = economics_energy
@@ -127,7 +128,8 @@ class Terms:
                     reliability=dict(cluster_reliability),
                     goodput=None if cluster_goodput is None else float(cluster_goodput),
                     price_includes_power=bool(economics_price_includes_power),
-                    ownership=None if economics_ownership is None else dict(economics_ownership))
+                    ownership=None if economics_ownership is None else dict(economics_ownership),
+                    software=dict(training_software or {}))
 
     @classmethod
     def from_params(cls, **params: Any) -> "Terms":
@@ -204,6 +206,11 @@ class Terms:
             return g, g, g
         return goodput.goodput_band(gpus, state_bytes, self.reliability_inputs())
 
+    def space(self, base: search.SearchSpace | None = None) -> search.SearchSpace:
+        """``base`` (default the search's) timed with the scenario's training software
+        (:func:`software_space`)."""
+        return software_space(self.software, base)
+
     def recipe(self, gpu: hardware.GPU) -> recipes.Recipe:
         """The recipe ``gpu`` trains in (:func:`recipes.training_precision` of the terms' policy)."""
         return recipes.training_precision(gpu, self.precision, self.precisions)
@@ -218,6 +225,23 @@ class Terms:
 # =========================================================================================
 _FASTEST: dict[tuple, search.SearchResult] = {}
 _FASTEST_LOCK = threading.Lock()
+
+
+def software_space(software: Mapping[str, Any] | None, base: search.SearchSpace | None = None) -> search.SearchSpace:
+    """``base`` (default the search's) with the software of a scenario's ``training.software``
+    (``moe_dispatcher``, ``schedule``, ``expert_gemm``; a key it lacks keeps ``base``'s): every
+    layout is timed as that stack runs it (``SearchSpace.ep_dispatch``, ``schedule``, ``expert_gemm``)."""
+    space = search.SearchSpace() if base is None else base
+    sw = dict(software or {})
+    changes: dict[str, Any] = {}
+    if sw.get("moe_dispatcher") is not None:
+        disp = options.DISPATCHERS[str(sw["moe_dispatcher"])]
+        if not (disp == "dedup" and space.ep_dispatch is None):  # None is the search's "dedup": one cache entry
+            changes["ep_dispatch"] = disp
+    for key in ("schedule", "expert_gemm"):
+        if sw.get(key) is not None and sw[key] != getattr(space, key):
+            changes[key] = str(sw[key])
+    return space.with_(**changes) if changes else space
 
 
 def validated_space(model: Model, space: search.SearchSpace | None = None) -> search.SearchSpace:
@@ -282,7 +306,7 @@ def case(terms: Terms, model: Model, gpu: hardware.GPU, gpus: int, recipe: recip
     (:func:`add_costs`)."""
     rec = terms.recipe(gpu) if recipe is None else recipe
     n = int(gpus)
-    res = fastest(model, gpu, rec, n, terms.batch_tokens) if res is None else res
+    res = fastest(model, gpu, rec, n, terms.batch_tokens, space=terms.space()) if res is None else res
     row = {"model": model.id, "gpu": gpu.id, "precision": rec.name, "gpus": n, "fits": res.fits,
            "message": res.message, "min_gpus": res.min_gpus, "system_w": terms.system_w(gpu),
            "state_bytes": goodput.checkpoint_bytes(model.total_params), "layout": res.best,
@@ -419,13 +443,14 @@ def _scan(terms: Terms, model: Model, gpu: hardware.GPU, recipe: recipes.Recipe,
     count scanned just before it (None: it was the first; 0: the first, and the smallest count that
     holds the model), the searches by count, a message when there is none)."""
     seen: dict[int, search.SearchResult] = {}
+    space = terms.space(space)
 
     def run(k: int) -> search.SearchResult:
         if k not in seen:
             seen[k] = fastest(model, gpu, recipe, k, terms.batch_tokens, space=space)
         return seen[k]
 
-    smallest = search.cached_min_gpus(model, recipe, gpu, space=space or search.SearchSpace(),
+    smallest = search.cached_min_gpus(model, recipe, gpu, space=space,
                                       sequences=search.target_sequences(model, terms.batch_tokens))
     if not smallest.fits:
         return None, None, seen, f"{model.name or model.id} does not fit on any count up to {search.MAX_GPUS:,} GPUs"
@@ -513,7 +538,7 @@ def _nearby_batch(terms: Terms, model: Model, gpu: hardware.GPU, recipe: recipes
         if gbs == lay.gbs or abs(gbs / s - 1) > NEARBY_BATCH_TOLERANCE:
             continue
         searches += 1
-        alt = fastest(model, gpu, recipe, k, gbs=gbs)
+        alt = fastest(model, gpu, recipe, k, gbs=gbs, space=terms.space())
         if _days(terms, model, alt, k) <= days * (1 + 1e-9):
             return k, gbs, searches
     return None, None, searches
@@ -707,7 +732,7 @@ def fewest_gpus(model: Model, gpu: hardware.GPU, recipe: recipes.Recipe, space: 
 
 
 __all__ = ["COSTS", "MAX_COUNT", "NEARBY_BATCH_TOLERANCE", "PROBE_COUNTS", "PROBE_MARGIN", "RESOLUTION_BITS",
-           "Terms", "validated_space", "add_costs", "capacity", "cluster_power", "goodput_detail", "owned_price", "case", "clear_cache", "fastest", "fewest_gpus",
+           "Terms", "software_space", "validated_space", "add_costs", "capacity", "cluster_power", "goodput_detail", "owned_price", "case", "clear_cache", "fastest", "fewest_gpus",
            "cost_ratio_curve", "gpu_count_ratio", "gpus_for_deadline", "own_vs_rent", "least_parallel", "largest_cluster", "mfu",
            "next_count", "prev_count", "runnable_case", "STEP_DOWN", "ratio_band",
            "round_count", "throughput_ratio"]

@@ -93,7 +93,10 @@ class SearchSpace:
     dispatcher, "dedup" (DeepEP / HybridEP class, Megatron-Core's flex dispatcher; ``None``: the
     search's default, "dedup" for an MoE) or "alltoall" (Megatron-Core's alltoall dispatcher, one copy
     per routed expert), and the schedule ("unknown": half the expert all-to-all hidden; "1f1b": none;
-    "ep_overlap" / "dualpipe": paired micro-batches). A planner whose stack differs searches with it.
+    "ep_overlap" / "dualpipe": paired micro-batches); expert_gemm: how the routed experts run their GEMMs
+    (``options.EXPERT_GEMMS``, ``perf.expert_call_layers``: "auto" Transformer Engine's one call per local
+    expert under Megatron-Core, "grouped" one kernel). A planner whose stack differs searches with it
+    (the scenario's ``training.software``, ``plan.Terms.space``).
     min_tokens_per_expert, min_layers_per_chunk: an MoE layout's floor on the tokens each local
     expert gets per micro-batch (mbs s / cp x k x ep x etp / (tp E)) and on the transformer layers
     per pipeline chunk (layers / (pp vp)); None or 0: no floor. ``plan.fastest`` sets those left
@@ -117,6 +120,7 @@ class SearchSpace:
     max_gpus: int = MAX_GPUS
     ep_dispatch: str | None = None
     schedule: str = "unknown"
+    expert_gemm: str = "auto"
     min_tokens_per_expert: float | None = None
     min_layers_per_chunk: float | None = None
 
@@ -136,6 +140,8 @@ class SearchSpace:
         if self.ep_dispatch not in (None, *EP_DISPATCHES):
             raise ValueError(f"ep_dispatch: must be one of {', '.join(EP_DISPATCHES)} (got {self.ep_dispatch!r})")
         comm.schedule_ep_overlap(self.schedule)  # a one-line error for an unknown schedule
+        if self.expert_gemm not in options.EXPERT_GEMMS:
+            raise ValueError(f"expert_gemm: must be one of {', '.join(options.EXPERT_GEMMS)} (got {self.expert_gemm!r})")
         for name in ("min_tokens_per_expert", "min_layers_per_chunk"):
             v = getattr(self, name)
             if v is not None and not float(v) >= 0:
@@ -414,9 +420,10 @@ EP_DISPATCHES: tuple[str, ...] = ("dedup", "alltoall")
 
 def _software(model: Model, space: SearchSpace) -> dict[str, str]:
     """``perf.prepare``'s software options for the space's candidates: the MoE dispatcher
-    (default DeepEP-class "dedup" for an MoE; a dense model has no dispatch) and the schedule."""
+    (default DeepEP-class "dedup" for an MoE; a dense model has no dispatch), the schedule and how
+    the routed experts run their GEMMs."""
     disp = (space.ep_dispatch or "dedup") if model.is_moe else "alltoall"
-    return {"ep_dispatch": disp, "schedule": space.schedule}
+    return {"ep_dispatch": disp, "schedule": space.schedule, "expert_gemm": space.expert_gemm}
 
 
 def _topology(g: hardware.GPU, space: SearchSpace, topo: Topology | None) -> tuple[Topology, int]:

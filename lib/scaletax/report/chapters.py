@@ -69,7 +69,7 @@ class Part:
 
 _MODEL_DATA = ("hardware.csv", "systems.csv", "models.yaml", "efficiency.yaml")
 _PLAN = ("models", "gpus", "training.tokens", "training.global_batch_tokens", "training.precision",
-         "training.precisions", "cluster.sizes", "cluster.gpus", "cluster.target_days", "cluster.goodput",
+         "training.precisions", "training.software", "cluster.sizes", "cluster.gpus", "cluster.target_days", "cluster.goodput",
          "cluster.reliability", "economics.prices", "economics.energy", "economics.usd_per_mwh",
          "economics.price_includes_power", "comparisons")
 
@@ -87,7 +87,7 @@ CHAPTERS = (
                              "training.precisions", "training.global_batch_tokens"),
             data=("hardware.csv", "models.yaml", "published_runs.csv", "references.yaml"), cold_seconds=11),
     Chapter("communication", reads=("models", "gpus", "cluster.sizes", "cluster.gpus", "training.precision",
-                                    "training.precisions", "training.global_batch_tokens"),
+                                    "training.precisions", "training.global_batch_tokens", "training.software"),
             data=("hardware.csv", "models.yaml", "collectives.csv", "efficiency.yaml", "published_runs.csv",
                   "heldout_runs.csv"), cold_seconds=32),
     Chapter("precision", reads=("gpus", "training.precisions", "precision.seed", "precision.experiment_seeds",

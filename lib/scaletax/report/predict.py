@@ -13,7 +13,8 @@ Columns added to every row (inputs are never modified):
   ``validate.ROW_CONVENTIONS`` applied), ``error_vs_measured`` (predicted / measured - 1 where the
   row has a measurement, converted as ``validate.measured_tokens_per_s`` says);
 - ``layout_searched``: for a row with no layout (``tp`` and ``pp`` empty) the best layout of
-  ``search.search`` on the row's GPU count, written into the layout columns too; the global
+  ``search.search`` on the row's GPU count, timed with the software the row states (dispatcher,
+  schedule, expert GEMMs), written into the layout columns too; the global
   batch is the row's ``gbs`` or, when empty, :data:`DEFAULT_TOKENS_PER_STEP` tokens. A model
   that fits no layout gets "does not fit on N GPUs of type X; needs at least M" there, no
   layout and empty throughput columns;
@@ -39,7 +40,7 @@ import numpy as np
 from scaletax import files
 from scaletax.inputs import hardware, runs
 from scaletax.inputs.layout import label
-from scaletax.model import efficiency, perf, runplan
+from scaletax.model import efficiency, perf, runplan, search
 from scaletax.model import plan as planning
 from scaletax.fit import validate
 
@@ -107,11 +108,16 @@ def _blank(v: Any) -> bool:
 
 
 def _searched(row: dict[str, Any]) -> tuple[dict[str, Any], str, bool]:
-    """(row with the searched layout filled in, label, found)."""
+    """(row with the searched layout filled in, label, found). The search times every layout with the
+    software the row states (its dispatcher, schedule and expert GEMMs), as the row is then timed."""
     model = runs.row_model(row)
     gbs = None if _blank(row.get("gbs")) else int(row["gbs"])
     tokens = None if gbs is not None else DEFAULT_TOKENS_PER_STEP
-    res = planning.fastest(model, runs.row_gpu(row), runs.row_recipe(row), int(row["gpu_count"]), tokens, gbs=gbs)
+    disp = runs.row_dispatch(row)
+    space = search.SearchSpace(ep_dispatch=None if disp == "dedup" else disp, schedule=runs.row_schedule(row),
+                               expert_gemm=runs.row_expert_gemm(row))
+    res = planning.fastest(model, runs.row_gpu(row), runs.row_recipe(row), int(row["gpu_count"]), tokens, gbs=gbs,
+                           space=space)
     if not res.fits:
         return dict(row), res.message, False
     lay = res.best

@@ -28,6 +28,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr,
 
 from scaletax import DATA_DIR
 from scaletax.inputs import recipes
+from scaletax.inputs.options import DISPATCHERS, EXPERT_GEMMS, SCHEDULES
 from scaletax.files import InputFileError, read_bounded
 
 DEFAULT_SCENARIO = DATA_DIR / "scenarios" / "default.yaml"
@@ -94,12 +95,28 @@ class Price(_Strict):
     your_input: bool = False
 
 
+class Software(_Strict):
+    """The training software every layout of the search is timed with (``search.SearchSpace``), with
+    its source: the MoE token dispatcher (Megatron-Core's ``moe_token_dispatcher_type``: "flex" or
+    "deepep" deduplicate per NVLink domain, "alltoall" sends one copy per routed expert), the schedule
+    (how much of the expert all-to-all hides: "1f1b" none, "ep_overlap" / "dualpipe" every paired one,
+    "unknown" half) and how the routed experts run their GEMMs ("per_expert": one call per local expert,
+    Transformer Engine's ``GroupedLinear``; "grouped": one kernel, e.g. Megatron-Bridge's fused grouped
+    MLP in a full-iteration CUDA graph; "auto": the stack's, per_expert under Megatron-Core)."""
+
+    moe_dispatcher: Literal[tuple(DISPATCHERS)] = "flex"  # type: ignore[valid-type]
+    schedule: Literal[SCHEDULES] = "unknown"  # type: ignore[valid-type]
+    expert_gemm: Literal[EXPERT_GEMMS] = "auto"  # type: ignore[valid-type]
+    source: Text
+
+
 class Training(_Strict):
     tokens: PosFloat = Field(ge=1e6, le=1e16, description="token budget of one training run")
     global_batch_tokens: int = Field(ge=1024, le=2**30, description="tokens per optimizer step")
     precision: Literal[PRECISIONS] = Field(description="default training precision")  # type: ignore[valid-type]
     precisions: list[Literal[PRECISIONS]] = Field(min_length=1)  # type: ignore[valid-type]
     tokens_source: Text
+    software: Software
 
 
 class Reliability(_Strict):
@@ -359,7 +376,8 @@ class Scenario(_Strict):
             if c.your_input:
                 out.append(f"system price of {g}: ${c.usd_per_system:,.0f} ({c.source})")
         plain = self.to_plain()
-        for key in ("training.tokens_source", "economics.energy.source", *sorted(_SINGLE - {"training.tokens_source"})):
+        for key in ("training.tokens_source", "training.software.source", "economics.energy.source",
+                    *sorted(_SINGLE - {"training.tokens_source"})):
             value = _at(plain, key)
             if isinstance(value, str) and value.startswith(YOUR_INPUT):
                 out.append(f"{key.rsplit('.', 1)[0]}: {value}")
@@ -697,7 +715,10 @@ SOURCED = {"training.tokens": "training.tokens_source",
            "economics.ownership.depreciation_years": "economics.ownership.depreciation_source",
            "economics.ownership.cost_of_capital": "economics.ownership.cost_of_capital_source",
            "economics.ownership.facility_usd_per_mw_year": "economics.ownership.facility_source",
-           "economics.ownership.busy_share": "economics.ownership.busy_source"}
+           "economics.ownership.busy_share": "economics.ownership.busy_source",
+           "training.software.moe_dispatcher": "training.software.source",
+           "training.software.schedule": "training.software.source",
+           "training.software.expert_gemm": "training.software.source"}
 #: Sources that cover one value only: a new value drops the old text (energy.source covers several).
 _SINGLE = {"training.tokens_source", "economics.usd_per_mwh_source", "cluster.goodput_source",
            "cluster.power_mw_source", "cluster.reliability.failures_source", "cluster.reliability.restart_source",
@@ -795,7 +816,7 @@ def relabel_sources(data: dict, reference: dict, how: str) -> None:
 #: Sections added to the schema after scenario files were in use: a scenario file without one
 #: takes the default scenario's (with its sources), so an older file keeps working.
 ADDED_LATER = ("cluster.reliability", "cluster.power_mw", "cluster.power_mw_source", "economics.ownership", "fleets",
-               "comparisons.price_pairs")
+               "comparisons.price_pairs", "training.software")
 
 
 def resolve(path: Path | str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Scenario:
