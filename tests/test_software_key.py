@@ -13,7 +13,7 @@ from scaletax.report import scenario
 def test_the_default_states_its_software_and_where_it_comes_from():
     sw = scenario.resolve().training.software
     assert (sw.moe_dispatcher, sw.schedule, sw.expert_gemm) == ("flex", "unknown", "auto")
-    assert sw.source.startswith("ASSUMPTION: Megatron-Core with Transformer Engine")
+    assert sw.source.startswith("ASSUMPTION: the stack most measured MoE runs of data/ ran")
 
 
 @pytest.mark.parametrize("override, message", [
