@@ -115,3 +115,24 @@ def test_predict_searches_a_row_with_the_software_it_states():
     res = planning.fastest(runs.row_model(row), runs.row_gpu(row), runs.row_recipe(row), 1024, gbs=8192,
                            space=search.SearchSpace(ep_dispatch="alltoall", schedule="1f1b"))
     assert out["layout_searched"] == label(res.best)
+
+
+def test_every_choice_has_words_and_the_defaults_agree():
+    from scaletax.inputs import options
+    from scaletax.render import wording
+
+    assert set(wording.SOFTWARE_WORDS["moe_dispatcher"]) == set(options.DISPATCHERS)
+    assert set(wording.SOFTWARE_WORDS["schedule"]) == set(options.SCHEDULES)
+    assert set(wording.SOFTWARE_WORDS["expert_gemm"]) == set(options.EXPERT_GEMMS)
+    fields = scenario.Software.model_fields
+    assert {k: fields[k].default for k in wording.SOFTWARE_DEFAULTS} == wording.SOFTWARE_DEFAULTS
+
+
+def test_plan_says_what_it_timed_an_moe_with():
+    from scaletax.report import plan as quick
+
+    sc = scenario.resolve(overrides=["training.software.expert_gemm=grouped"])
+    row = quick.as_json(quick.quick_plan(sc, "kimi_k2", "gb300", 2048))
+    assert row["software"].endswith("; one grouped kernel for all local experts")
+    assert row["software_source"].startswith("your input")
+    assert quick.as_json(quick.quick_plan(sc, "llama31_8b", "gb300", 64))["software"] is None  # dense: no dispatch

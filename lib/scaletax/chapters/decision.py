@@ -178,6 +178,24 @@ def clear_cache() -> None:
     planning.clear_cache()
 
 
+def software_phrase(plan: Plan) -> str:
+    """The training software every MoE layout is timed with, in words, and its source
+    (:func:`scaletax.render.wording.software_text` of the scenario's ``training.software``)."""
+    return wording.software_text(plan.software)
+
+
+def best(plan: Plan, model_id: str, gpu, precision: str, gpus: int) -> search.SearchResult:
+    """The fastest layout of ``model_id`` on ``gpus`` GPUs of ``gpu`` (an id or a ``GPU``,
+    possibly a hypothetical one) in ``precision`` (a name) at the plan's global batch, timed with
+    its training software: :func:`scaletax.model.plan.fastest`."""
+    return planning.fastest(catalog.get(model_id), _gpu(gpu), recipes.training(precision), int(gpus),
+                            int(plan.batch_tokens), space=plan.space())
+
+
+def clear_cache() -> None:
+    planning.clear_cache()
+
+
 #: How the page names each training-software choice (``plan.Terms.software``, the scenario's
 #: ``training.software``).
 SOFTWARE_WORDS: dict[str, dict[str, str]] = {
@@ -1004,6 +1022,6 @@ __all__ = ["BLACKWELL_FAMILIES", "CLAIM_KEY", "FACTORS",
            "price_pair_rows", "price_curve_chart_rows",
            "decision_rows", "economics", "fastest", "first_moe", "fitting", "gpu_label", "gpus_for_target",
            "heq_rows", "hopper_ids", "hopper_reference", "hybrid", "main_source", "model_name", "nvl72_ids",
-           "SOFTWARE_WORDS", "outcome", "price_candidates", "rubin_claim", "software_phrase", "top_input", "top_rows",
+           "outcome", "price_candidates", "rubin_claim", "software_phrase", "top_input", "top_rows",
            "tornado_chart_rows", "tornado_notes",
            "tornado_rows", "waterfall", "waterfall_chart_rows", "waterfall_check", "waterfall_targets"]

@@ -57,3 +57,29 @@ def regime_accuracy_text(r: dict[str, Any]) -> str:
 
 
 __all__ = ["bought_text", "gpu_label", "model_name", "price_basis", "price_text", "regime_accuracy_text", "system_unit"]
+
+
+#: How a page names each training-software choice (a scenario's ``training.software``).
+SOFTWARE_WORDS: dict[str, dict[str, str]] = {
+    "moe_dispatcher": {"flex": "Megatron-Core's flex dispatcher (DeepEP-class: a token crosses to each NVLink domain once)",
+                       "deepep": "DeepEP dispatch (a token crosses to each NVLink domain once)",
+                       "alltoall": "Megatron-Core's alltoall dispatcher (one copy per routed expert)"},
+    "schedule": {"unknown": "half of the expert all-to-all hidden (schedule not stated)",
+                 "1f1b": "the expert all-to-all in line (1F1B)",
+                 "ep_overlap": "every paired expert all-to-all hidden under another micro-batch (ep_overlap)",
+                 "dualpipe": "every paired expert all-to-all hidden under another micro-batch (DualPipe)"},
+    "expert_gemm": {"auto": "one GEMM call per local expert (Transformer Engine's GroupedLinear)",
+                    "per_expert": "one GEMM call per local expert (Transformer Engine's GroupedLinear)",
+                    "grouped": "one grouped kernel for all local experts"},
+}
+#: The scenario's defaults (``report.scenario.Software``).
+SOFTWARE_DEFAULTS: dict[str, str] = {"moe_dispatcher": "flex", "schedule": "unknown", "expert_gemm": "auto"}
+
+
+def software_text(software: dict[str, Any] | None, with_source: bool = True) -> str:
+    """The training software every MoE layout is timed with, in words (a scenario's
+    ``training.software``; a choice it lacks is the default), and its source."""
+    sw = {**SOFTWARE_DEFAULTS, **dict(software or {})}
+    words = "; ".join(SOFTWARE_WORDS[k][str(sw[k])] for k in SOFTWARE_DEFAULTS)
+    src = sw.get("source")
+    return f"{words} ({src})" if src and with_source else words

@@ -61,6 +61,8 @@ def quick_plan(scenario, model_id: str, gpu_id: str, gpus: int) -> dict[str, Any
                owned_usd_per_gpu_hour=None if own is None else own["total"],
                rent_usd_per_gpu_hour_all_in=None if own is None else own["rent_total"])
     row.update(goodput=good["goodput"], goodput_low=good["goodput_low"], goodput_high=good["goodput_high"])
+    row.update(software=wording.software_text(terms.software, with_source=False) if m.is_moe else None,
+               software_source=terms.software.get("source") if m.is_moe else None)
     row.update(scenario=scenario.name, tokens=terms.tokens,
                price_includes_power=terms.price_includes_power or terms.usd_per_mwh == 0,
                usd_per_mwh=terms.usd_per_mwh, gpu_name=g.name, user_gpu=g.user_defined,
@@ -78,7 +80,7 @@ def as_json(row: dict[str, Any]) -> dict[str, Any]:
             "checkpoint_interval_s", "price", "price_basis", "price_includes_power", "usd_per_mwh", "system",
             "per_system", "need_systems", "need_bought", "system_kw", "w_per_gpu", "it_mw", "pue", "facility_mw",
             "owned_usd_per_gpu_hour", "rent_usd_per_gpu_hour_all_in", "user_gpu", "user_model", "regime",
-            "regime_oos_runs", "regime_oos_median", "regime_oos_within_25")
+            "regime_oos_runs", "regime_oos_median", "regime_oos_within_25", "software", "software_source")
     out = {k: row.get(k) for k in keep}
     for key, *_ in BANDED:
         for suffix in ("", "_low", "_high"):
@@ -97,6 +99,8 @@ def table(row: dict[str, Any]):
     t.add_column("Value", justify="right")
     t.add_column("Band (low–high)", justify="right")
     t.add_row("Fastest layout", row["layout"] if row["fits"] else row["message"], "")
+    if row.get("software"):
+        t.add_row("Timed with", row["software"], "training.software")
     t.add_row("Bought as", wording.bought_text(row), "")
     t.add_row("Power, IT / facility", f"{row['it_mw']:,.2f} / {row['facility_mw']:,.2f} MW", f"PUE {row['pue']:g}")
     if not row["fits"]:
