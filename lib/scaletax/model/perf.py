@@ -674,6 +674,35 @@ def memory_bound_bytes(model: Model, la: LayoutArray, precision: recipes.Recipe,
     """
     f64 = np.float64
     tp, pp, cp, ep, etp, dp = (getattr(la, k).astype(f64) for k in ("tp", "pp", "cp", "ep", "etp", "dp"))
+    xf = _full_fraction(la, recompute_fraction)
+    xs = _selective_share(la, xf, recompute_rest)
+    t = token_bytes(model, la, precision, ep_dispatch, xf, xs)
+    n_stage, head_share = (None, 1.0 / pp) if stage is None else stage
+    _, dense_stage, moe_stage = _stage_layers(model, pp, n_stage)
+    layer_bytes = dense_stage * t["dense"] + moe_stage * t["moe"]
+    tokens_mb = la.mbs.astype(f64) * model.seq_len / cp
+    n_micro = np.maximum(la.n_micro, 1).astype(f64)
+    per_micro = tokens_mb * (layer_bytes + t["head"] * head_share) * n_micro
+    dense_params, expert_params, lin_params = _stage_params(model, la)
+    zero = la.zero_stage
+    edp = np.maximum((tp * cp * dp) / (ep * etp), 1.0)
+    local_d, local_e = dense_params / tp, expert_params / (ep * etp)
+    adam = ADAM_BYTES * (local_d / np.where(zero >= 1, dp * cp, 1.0) + local_e / np.where(zero >= 1, edp, 1.0))
+    zero_buf = GRAD_ZERO_BYTES * (local_d / np.where(zero >= 2, dp * cp, 1.0) + local_e / np.where(zero >= 2, edp, 1.0))
+    casts = precision.cast_bytes * lin_params * np.where(zero == 3, n_micro, 1.0)
+    if routing:
+        return per_micro, adam + zero_buf + casts, tokens_mb * n_micro * moe_stage * t["route"]
+    return per_micro, adam + zero_buf + casts
+
+
+def token_bytes(model: Model, la: LayoutArray, precision: recipes.Recipe, ep_dispatch: str = "dedup",
+                xf=0.0, xs=0.0) -> dict[str, np.ndarray]:
+    """Memory-bound bytes per token of a micro-batch on one GPU (:func:`memory_bound_bytes`' items):
+    "dense" and "moe" per layer of each kind (recompute and the context-parallel merges included),
+    "head" the whole output layer's (cross-entropy, final norm, embedding gather and scatter), "route"
+    an MoE layer's routing and permutations. ``xf`` / ``xs``: the full and selective recompute shares."""
+    f64 = np.float64
+    tp, cp, ep, etp = (getattr(la, k).astype(f64) for k in ("tp", "cp", "ep", "etp"))
     rep = np.where(la.sp.astype(bool), tp, 1.0)
     h, a, g = float(model.hidden), float(model.heads), float(model.kv_heads)
     dqk, dv = float(model.qk_head_dim), float(model.v_head_dim_eff)
@@ -705,32 +734,14 @@ def memory_bound_bytes(model: Model, la: LayoutArray, precision: recipes.Recipe,
         per_tok_moe = (attn_rep + moe_rep) / rep + (attn_split + moe_split) / tp + routed_etp * etp / tp
     else:
         per_tok_moe = route_tok = 0.0
-    n_stage, head_share = (None, 1.0 / pp) if stage is None else stage
-    _, dense_stage, moe_stage = _stage_layers(model, pp, n_stage)
-    xf = _full_fraction(la, recompute_fraction)
-    xs = _selective_share(la, xf, recompute_rest)
-    redo = xf / 3.0 + 0.05 * xs
-    layer_bytes = (dense_stage * per_tok_dense + moe_stage * per_tok_moe) * (1.0 + redo)
+    redo = 1.0 + np.asarray(xf, dtype=f64) / 3.0 + 0.05 * np.asarray(xs, dtype=f64)
     # context parallelism: each ring step after the first merges its partial attention result into
     # the running one, forward (out, again when attention is recomputed) and backward (dq, dkv)
-    n_fwd = 1.0 + xf + xs
-    merges = (cp - 1.0) * CP_STEP_SHARE * CP_MERGE_BYTES / tp
-    layer_bytes = layer_bytes + (dense_stage + moe_stage) * merges * (n_fwd * a * dv + a * dqk + g * (dqk + dv))
+    n_fwd = 1.0 + np.asarray(xf, dtype=f64) + np.asarray(xs, dtype=f64)
+    merges = (cp - 1.0) * CP_STEP_SHARE * CP_MERGE_BYTES / tp * (n_fwd * a * dv + a * dqk + g * (dqk + dv))
     vpad = padded_vocab(model.vocab, la.tp).astype(f64)
-    edge = (16.0 * vpad / tp + 18.0 * h / rep) * head_share
-    tokens_mb = la.mbs.astype(f64) * model.seq_len / cp
-    n_micro = np.maximum(la.n_micro, 1).astype(f64)
-    per_micro = tokens_mb * (layer_bytes + edge) * n_micro
-    dense_params, expert_params, lin_params = _stage_params(model, la)
-    zero = la.zero_stage
-    edp = np.maximum((tp * cp * dp) / (ep * etp), 1.0)
-    local_d, local_e = dense_params / tp, expert_params / (ep * etp)
-    adam = ADAM_BYTES * (local_d / np.where(zero >= 1, dp * cp, 1.0) + local_e / np.where(zero >= 1, edp, 1.0))
-    zero_buf = GRAD_ZERO_BYTES * (local_d / np.where(zero >= 2, dp * cp, 1.0) + local_e / np.where(zero >= 2, edp, 1.0))
-    casts = cb * lin_params * np.where(zero == 3, n_micro, 1.0)
-    if routing:
-        return per_micro, adam + zero_buf + casts, tokens_mb * n_micro * moe_stage * route_tok / rep * (1.0 + redo)
-    return per_micro, adam + zero_buf + casts
+    return {"dense": per_tok_dense * redo + merges, "moe": per_tok_moe * redo + merges,
+            "head": 16.0 * vpad / tp + 18.0 * h / rep, "route": route_tok / rep * redo}
 
 
 def ep_dedup_factor(model: Model, ep, n_in, ep_dispatch: str = "dedup"):
@@ -985,7 +996,8 @@ def prepare(model: Model, layouts, precision: recipes.Recipe, gpu, topo: Topolog
     # ``gemm_roofline`` k of data/measured/gemm_h200.csv) and the grouped-GEMM padding and imbalance,
     # the attention core at 16 bits: tiny per-expert GEMMs make a layer cost more than its FLOPs say
     # (a FLOP count alone put 2 Kimi K2 layers under the 163k-vocabulary head and the head-only last
-    # stage as the slowest, so the search costed PP 32 by the head alone)
+    # stage as the slowest, so the search costed PP 32 by the head alone); the fixed and the
+    # memory-bound time of each join below
     eff0 = default_efficiency()
     k_roof = eff0.gemm_roofline
     frac_d, frac_m = model.n_dense_layers / model.layers, model.n_moe_layers / model.layers
@@ -997,11 +1009,18 @@ def prepare(model: Model, layouts, precision: recipes.Recipe, gpu, topo: Topolog
     # the slowest, whatever the experts' calls cost)
     x_calls = expert_call_layers(model, ep, stack, expert_gemm)
     r_calls = ring_call_layers(cp)
+    # and the memory-bound time of each (per token on this GPU, x tp on this per-layer scale): the
+    # output layer's cross-entropy streams 16 bytes per vocabulary entry a token (without it twice the
+    # peak could make a step slower: the split moved layers onto a stage whose memory time it ignored)
+    tb = token_bytes(model, src, precision, ep_dispatch, xf, xs)
+    mem_layer = (eff0.memory_overhead * (frac_d * tb["dense"] + frac_m * (tb["moe"] - tb["route"]))
+                 + eff0.moe_overhead * frac_m * tb["route"]) * tp / g.hbm_bw
     t_layer = (3.0 * ((w_layer + k_roof * g.n_ref_fmt * s_layer)
                       + frac_m * (wr + k_roof * g.n_ref_fmt * nr) * exp_scale) / peak_fmt + attn_layer / peak_16
-               + eff0.layer_overhead_us * 1e-6 * (1.0 + frac_m * x_calls + r_calls) * tp / M)
+               + eff0.layer_overhead_us * 1e-6 * (1.0 + frac_m * x_calls + r_calls) * tp / M + mem_layer)
     w_head = 2.0 * model.hidden * vpad
-    t_head = 3.0 * w_head * (1.0 + k_roof * g.n_ref_16 / _hm(M, model.hidden, vpad / tp)) / peak_16
+    t_head = (3.0 * w_head * (1.0 + k_roof * g.n_ref_16 / _hm(M, model.hidden, vpad / tp)) / peak_16
+              + eff0.memory_overhead * tb["head"] * tp / g.hbm_bw)
     head_layers = t_head / t_layer
     n_split, head_share = pipeline_split(model, pp, pp_split, head_layers, vp)
     layers_stage, dense_stage, moe_stage = _stage_layers(model, pp, n_split)
