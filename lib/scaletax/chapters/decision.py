@@ -184,43 +184,6 @@ def software_phrase(plan: Plan) -> str:
     return wording.software_text(plan.software)
 
 
-def best(plan: Plan, model_id: str, gpu, precision: str, gpus: int) -> search.SearchResult:
-    """The fastest layout of ``model_id`` on ``gpus`` GPUs of ``gpu`` (an id or a ``GPU``,
-    possibly a hypothetical one) in ``precision`` (a name) at the plan's global batch, timed with
-    its training software: :func:`scaletax.model.plan.fastest`."""
-    return planning.fastest(catalog.get(model_id), _gpu(gpu), recipes.training(precision), int(gpus),
-                            int(plan.batch_tokens), space=plan.space())
-
-
-def clear_cache() -> None:
-    planning.clear_cache()
-
-
-#: How the page names each training-software choice (``plan.Terms.software``, the scenario's
-#: ``training.software``).
-SOFTWARE_WORDS: dict[str, dict[str, str]] = {
-    "moe_dispatcher": {"flex": "Megatron-Core's flex dispatcher (DeepEP-class: a token crosses to each NVLink domain once)",
-                       "deepep": "DeepEP dispatch (a token crosses to each NVLink domain once)",
-                       "alltoall": "Megatron-Core's alltoall dispatcher (one copy per routed expert)"},
-    "schedule": {"unknown": "half of the expert all-to-all hidden (schedule not stated)",
-                 "1f1b": "the expert all-to-all in line (1F1B)",
-                 "ep_overlap": "every paired expert all-to-all hidden under another micro-batch (ep_overlap)",
-                 "dualpipe": "every paired expert all-to-all hidden under another micro-batch (DualPipe)"},
-    "expert_gemm": {"auto": "one GEMM call per local expert (Transformer Engine's GroupedLinear)",
-                    "per_expert": "one GEMM call per local expert (Transformer Engine's GroupedLinear)",
-                    "grouped": "one grouped kernel for all local experts"},
-}
-
-
-def software_phrase(plan: Plan) -> str:
-    """The training software every MoE layout is timed with, in words, and its source (the scenario's
-    ``training.software``; :func:`scaletax.model.plan.software_space`)."""
-    sw = {"moe_dispatcher": "flex", "schedule": "unknown", "expert_gemm": "auto", **dict(plan.software)}
-    words = "; ".join(SOFTWARE_WORDS[k][str(sw[k])] for k in ("moe_dispatcher", "schedule", "expert_gemm"))
-    src = sw.get("source")
-    return f"{words} ({src})" if src else words
-
-
 def _tps(res: search.SearchResult) -> tuple[float, float, float] | None:
     if not res.fits:
         return None
