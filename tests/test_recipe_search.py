@@ -159,12 +159,14 @@ def test_the_search_keeps_moe_layouts_inside_the_measured_span():
     fewest tokens per local expert and layers per pipeline chunk of any measured MoE run; without
     the floors the search put Kimi K2 on 16,384 H200s at 683 tokens per expert and 1.27 layers per
     chunk. The floors are the measured runs' (the validation chapter's span is the same function);
-    a dense model's search has none, and a stated layout (``search.only``) is timed wherever it lies."""
+    a dense model's search has none of them (only the context-parallel one, next test), and a stated
+    layout (``search.only``) is timed wherever it lies."""
     from scaletax.inputs import hardware, recipes
     from scaletax.model import plan as planning
     env = runplan.moe_envelope()
     assert (env["tpe_min"], env["lps_min"]) == (1024.0, pytest.approx(1.8))
     assert vs.moe_span() == {k: env[k] for k in ("tpe_min", "tpe_max", "lps_min", "lps_max")}
+    assert vs.cp_span() == runplan.cp_envelope()
     from scaletax.fit import validate
     assert runplan.MEASURED_TABLES == tuple(str(p) for p in validate.RUN_TABLES.values())
     kimi, fp8, h200 = models.get("kimi_k2"), recipes.training("fp8"), hardware.get("h200_sxm")
@@ -174,10 +176,32 @@ def test_the_search_keeps_moe_layouts_inside_the_measured_span():
     assert search.tokens_per_expert(kimi, kept.best) >= 1024
     assert search.layers_per_chunk(kimi, kept.best) >= 1.8 * (1 - 1e-9)
     assert kept.metrics["tokens_per_s_per_gpu"] < free.metrics["tokens_per_s_per_gpu"]
-    assert planning.validated_space(models.get("megatron_1t")) == search.SearchSpace()
+    assert planning.validated_space(models.get("megatron_1t")) == search.SearchSpace(
+        min_tokens_per_cp_rank=runplan.cp_envelope()["tokens_min"])
     assert search.only(kept.best).min_tokens_per_expert == 0.0
     with pytest.raises(ValueError, match=r"^min_tokens_per_expert: must be >= 0 or None \(got -1\)$"):
         search.SearchSpace(min_tokens_per_expert=-1)
+
+
+def test_the_search_keeps_context_parallel_layouts_inside_the_measured_span():
+    """Any model's search keeps a context-parallel layout at or above the fewest tokens per rank of
+    any measured run with context parallelism: 2,048, MLPerf 5.1's Llama 3.1 8B at 4-way context
+    parallelism on 512 GB200 / GB300 (8,192-token sequences), which the model still predicts 24-28%
+    too fast. Without the floor the search put the Megatron 1T model (2,048-token sequences) on
+    100,000 GB200 at 2-way context parallelism, 1,024 tokens a rank."""
+    from scaletax.inputs import hardware, recipes
+    from scaletax.model import plan as planning
+    env = runplan.cp_envelope()
+    assert env["tokens_min"] == 2048.0 and env["runs"] >= 30
+    m, g, fp8 = models.get("megatron_1t"), hardware.get("gb200"), recipes.training("fp8")
+    free = search.search(m, fp8, g, 100_000, tokens_per_step=16 * 2**20, pareto=False)
+    assert free.best.cp == 2 and search.tokens_per_cp_rank(m, free.best) == 1024.0
+    kept = planning.fastest(m, g, fp8, 100_000, 16 * 2**20)
+    assert kept.best.cp == 1 or search.tokens_per_cp_rank(m, kept.best) >= 2048.0
+    assert kept.metrics["tokens_per_s_per_gpu"] < free.metrics["tokens_per_s_per_gpu"]
+    assert search.only(free.best).min_tokens_per_cp_rank == 0.0  # a stated layout is timed wherever it lies
+    with pytest.raises(ValueError, match=r"^min_tokens_per_cp_rank: must be >= 0 or None \(got -1\)$"):
+        search.SearchSpace(min_tokens_per_cp_rank=-1)
 
 
 def test_where_nothing_inside_the_span_fits_the_search_takes_the_fastest_outside():

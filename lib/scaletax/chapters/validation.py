@@ -701,6 +701,13 @@ def moe_span() -> dict[str, float]:
     return {k: env[k] for k in ("tpe_min", "tpe_max", "lps_min", "lps_max")}
 
 
+def cp_span() -> dict[str, float]:
+    """What the measured runs with context parallelism span: tokens per rank per micro-batch
+    (``tokens_min``, ``tokens_max``) and the number of runs: ``runplan.cp_envelope``, whose minimum is
+    the context-parallel floor of every search the book runs (``plan.validated_space``)."""
+    return dict(runplan.cp_envelope())
+
+
 #: Expert parallelism over at most this many NVLink domains counts as "few domains" in
 #: :func:`ep_span_bias` (the search's H100 MoE layouts: 16-way over two 8-GPU nodes).
 EP_FEW_DOMAINS = 2
@@ -1053,6 +1060,6 @@ __all__ = ["CAVEAT_WORDS", "COMPONENTS", "COMPONENT_COLORS", "GEMM_DTYPES", "SOU
            "COVERAGE", "HELDOUT_CSV", "PROBE_SOURCES", "RECIPE_NOTE", "coverage_rows", "heldout_group", "heldout_rows", "heldout_summary", "measured_gpus_max", "probe_fit_text", "probe_rows", "probe_sources",
            "recipe_matched", "PROBE_LABELS", "PRODUCTION_MOE_CSV", "recipe_search_rows",
            "NO_REGIME_CALIBRATION", "NO_REGIME_RUN", "empty_regimes_text", "regime_goals_text", "regime_rows",
-           "worst_regime_text", "moe_span", "local_expert_runs", "local_expert_text", "MANY_LOCAL_EXPERTS", "ep_span_bias", "span_adjusted_ratio", "bias_adjusted_text",
+           "worst_regime_text", "moe_span", "cp_span", "local_expert_runs", "local_expert_text", "MANY_LOCAL_EXPERTS", "ep_span_bias", "span_adjusted_ratio", "bias_adjusted_text",
            "BRIDGE_RECIPES_CSV", "flex_backends", "ep_domains",
            "over_under_both_readings"]

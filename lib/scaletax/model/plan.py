@@ -245,17 +245,22 @@ def software_space(software: Mapping[str, Any] | None, base: search.SearchSpace 
 
 
 def validated_space(model: Model, space: search.SearchSpace | None = None) -> search.SearchSpace:
-    """``space`` (default: the search's) with the MoE floors it leaves unset (None) at what the
-    measured MoE runs span (``runplan.moe_envelope``: the fewest tokens per local expert and layers
-    per pipeline chunk of any published MoE run with a measurement): the search keeps to layouts
-    the validation checked the model on. Dense models: unchanged."""
+    """``space`` (default: the search's) with the floors it leaves unset (None) at what the measured
+    runs span: an MoE model's fewest tokens per local expert and layers per pipeline chunk of any
+    published MoE run with a measurement (``runplan.moe_envelope``), and any model's fewest tokens
+    per context-parallel rank of any measured run with context parallelism
+    (``runplan.cp_envelope``): the search keeps to layouts the validation checked the model on."""
     space = search.SearchSpace() if space is None else space
-    if not model.is_moe:
-        return space
-    env = runplan.moe_envelope()
-    return space.with_(
-        min_tokens_per_expert=env["tpe_min"] if space.min_tokens_per_expert is None else space.min_tokens_per_expert,
-        min_layers_per_chunk=env["lps_min"] if space.min_layers_per_chunk is None else space.min_layers_per_chunk)
+    changes: dict[str, Any] = {}
+    if space.min_tokens_per_cp_rank is None:
+        changes["min_tokens_per_cp_rank"] = runplan.cp_envelope()["tokens_min"]
+    if model.is_moe:
+        env = runplan.moe_envelope()
+        if space.min_tokens_per_expert is None:
+            changes["min_tokens_per_expert"] = env["tpe_min"]
+        if space.min_layers_per_chunk is None:
+            changes["min_layers_per_chunk"] = env["lps_min"]
+    return space.with_(**changes) if changes else space
 
 
 def fastest(model: Model, gpu: hardware.GPU, recipe: recipes.Recipe, gpus: int, batch_tokens: int | None = None,
@@ -272,10 +277,9 @@ def fastest(model: Model, gpu: hardware.GPU, recipe: recipes.Recipe, gpus: int, 
     if res is None:
         res = search.cached_search(model, recipe, gpu, int(gpus), tokens_per_step=batch_tokens, gbs=gbs,
                                    space=space, pareto=False)
-        if not res.fits and (space.min_tokens_per_expert or space.min_layers_per_chunk):
+        if not res.fits and any(getattr(space, f) for f in search.FLOORS):
             res = search.cached_search(model, recipe, gpu, int(gpus), tokens_per_step=batch_tokens, gbs=gbs,
-                                       space=space.with_(min_tokens_per_expert=0.0, min_layers_per_chunk=0.0),
-                                       pareto=False)
+                                       space=space.with_(**{f: 0.0 for f in search.FLOORS}), pareto=False)
         with _FASTEST_LOCK:
             _FASTEST[key] = res
     return res

@@ -526,3 +526,23 @@ def moe_envelope(paths: tuple[str, ...] = MEASURED_TABLES) -> dict[str, float]:
     if not tpe:
         raise ValueError(f"no measured MoE run in {', '.join(paths)}")
     return {"tpe_min": min(tpe), "tpe_max": max(tpe), "lps_min": min(lps), "lps_max": max(lps), "runs": float(len(tpe))}
+
+
+@functools.lru_cache(maxsize=4)
+def cp_envelope(paths: tuple[str, ...] = MEASURED_TABLES) -> dict[str, float]:
+    """What the measured runs of ``paths`` with context parallelism span (any model; the layout as
+    ``runs.row_layout`` resolves it): tokens a context-parallel rank holds per micro-batch
+    (``tokens_min``, ``tokens_max``, ``search.tokens_per_cp_rank``) and the number of runs. The search's
+    context-parallel floor (``plan.validated_space``) is the minimum: below it no published run checks
+    the ring's terms."""
+    toks = []
+    for path in paths:
+        for r in read_runs(path):
+            model = row_model(r)
+            lay = row_layout(r)
+            if int(lay.cp) <= 1 or measured_tokens_per_s(r, model)[0] is None:
+                continue
+            toks.append(float(search.tokens_per_cp_rank(model, lay)))
+    if not toks:
+        raise ValueError(f"no measured run with context parallelism in {', '.join(paths)}")
+    return {"tokens_min": min(toks), "tokens_max": max(toks), "runs": float(len(toks))}

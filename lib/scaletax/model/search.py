@@ -80,6 +80,10 @@ MAX_GPUS = 65_536
 OBJECTIVES = ("fastest", "least_parallel")
 
 
+#: The ``SearchSpace`` floors that keep the search where measured runs checked the model
+#: (``plan.validated_space``; 0 or None: no floor).
+FLOORS: tuple[str, ...] = ("min_tokens_per_expert", "min_layers_per_chunk", "min_tokens_per_cp_rank")
+
 @dataclass(frozen=True)
 class SearchSpace:
     """What a search may choose, and how it ranks (``None``: derived, see the module doc).
@@ -102,6 +106,9 @@ class SearchSpace:
     per pipeline chunk (layers / (pp vp)); None or 0: no floor. ``plan.fastest`` sets those left
     None to what the measured MoE runs span (``plan.validated_space``), so that the search does not
     choose where the model was never checked; 0 keeps a space free of them (:func:`only`).
+    min_tokens_per_cp_rank: any model's floor on the tokens a context-parallel rank holds per
+    micro-batch (mbs s / cp; layouts without context parallelism are exempt), set the same way to
+    the fewest of any measured run with context parallelism.
     """
 
     tp: tuple[int, ...] = TP_CHOICES
@@ -123,6 +130,7 @@ class SearchSpace:
     expert_gemm: str = "auto"
     min_tokens_per_expert: float | None = None
     min_layers_per_chunk: float | None = None
+    min_tokens_per_cp_rank: float | None = None
 
     def __post_init__(self) -> None:
         bad = set(self.recompute) - set(RECOMPUTE_CODE)
@@ -142,7 +150,7 @@ class SearchSpace:
         comm.schedule_ep_overlap(self.schedule)  # a one-line error for an unknown schedule
         if self.expert_gemm not in options.EXPERT_GEMMS:
             raise ValueError(f"expert_gemm: must be one of {', '.join(options.EXPERT_GEMMS)} (got {self.expert_gemm!r})")
-        for name in ("min_tokens_per_expert", "min_layers_per_chunk"):
+        for name in FLOORS:
             v = getattr(self, name)
             if v is not None and not float(v) >= 0:
                 raise ValueError(f"{name}: must be >= 0 or None (got {v!r})")
@@ -173,13 +181,14 @@ def only(lay: Layout) -> SearchSpace:
     return SearchSpace(tp=(int(lay.tp),), pp=(int(lay.pp),), cp=(int(lay.cp),), ep=(int(lay.ep),),
                        etp_tp=(int(lay.etp) == int(lay.tp),), vp=(int(lay.vp),), mbs=(int(lay.mbs),),
                        zero_stage=(int(lay.zero_stage),), recompute=(str(lay.recompute),),
-                       min_tokens_per_expert=0.0, min_layers_per_chunk=0.0)
+                       **{name: 0.0 for name in FLOORS})
 
 
 def in_space(lay: Layout, model: Model, space: SearchSpace, domain: int) -> bool:
     """Whether ``space`` (NVLink ``domain``) enumerates layout ``lay``'s values: each of tp
     (domain-aligned), pp, cp, ep, etp, vp, mbs, ZeRO stage and recompute is one of its choices,
-    and an MoE layout meets its floors (tokens per expert, layers per chunk)."""
+    and the layout meets its floors (an MoE layout's tokens per expert and layers per chunk, a
+    context-parallel layout's tokens per rank)."""
     ch = _choices(model, int(lay.gpus), space, domain)
     etp_tp = int(lay.etp) == int(lay.tp)  # at tp = 1 the search keeps etp = tp (= 1) only
     return bool(int(lay.tp) in ch["tp"] and int(lay.pp) in ch["pp"] and int(lay.cp) in ch["cp"]
@@ -283,10 +292,19 @@ def layers_per_chunk(model: Model, lay) -> np.ndarray:
     return model.layers / (np.asarray(lay.pp, np.float64) * np.asarray(lay.vp, np.float64))
 
 
+def tokens_per_cp_rank(model: Model, lay) -> np.ndarray:
+    """Tokens a context-parallel rank holds per micro-batch, mbs s / cp. Vectorized."""
+    return np.asarray(lay.mbs, np.float64) * model.seq_len / np.asarray(lay.cp, np.float64)
+
+
 def _in_envelope(model: Model, space: SearchSpace, lay) -> np.ndarray:
-    """Whether MoE layouts (anything with a layout's fields) meet the space's floors
-    (``min_tokens_per_expert``, ``min_layers_per_chunk``); every layout of a dense model does."""
+    """Whether layouts (anything with a layout's fields) meet the space's floors: a context-parallel
+    layout's tokens per rank (``min_tokens_per_cp_rank``; cp 1 is exempt), an MoE layout's tokens per
+    expert and layers per chunk (``min_tokens_per_expert``, ``min_layers_per_chunk``)."""
     ok = np.ones(np.shape(lay.tp), dtype=bool)
+    if space.min_tokens_per_cp_rank:
+        ok &= (np.asarray(lay.cp) == 1) | (tokens_per_cp_rank(model, lay)
+                                           >= float(space.min_tokens_per_cp_rank) * (1 - 1e-9))
     if not model.is_moe:
         return ok
     if space.min_tokens_per_expert:
