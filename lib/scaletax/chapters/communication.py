@@ -435,6 +435,25 @@ def growth(rows: list[dict], small: int, large: int) -> dict:
     return {"mean": float(np.mean(ratios)), "min": min(ratios), "max": max(ratios)}
 
 
+def growth_sentence(rows: list[dict], sizes: Sequence[int]) -> str:
+    """How the exposed share grows from the smallest of ``sizes`` (:func:`growth`, mean over the model x
+    GPU cells that fit at both), as text: to the size where it grows most and, when the largest size
+    grows less than that, to the largest too (a batch too small to fill the pipeline there: the bubble,
+    not the communication, takes the step)."""
+    small = sizes[0]
+    means = {n: growth(rows, small, n)["mean"] for n in sizes[1:]}
+    means = {n: m for n, m in means.items() if m is not None}
+    if not means:
+        return f"No model and GPU fits at both {small:,} and a larger size, so the share's growth is not measured here."
+    peak = max(means, key=means.get)
+    top = max(means)
+    text = f"From {small:,} GPUs the share grows {means[peak]:.1f} times on average by {peak:,} GPUs"
+    if top != peak and means[top] < means[peak] * 0.95:
+        text += (f", and is {means[top]:.1f} times at {top:,}: there the global batch no longer fills the pipeline, "
+                 "and the bubble, not the communication, takes the rest of the step")
+    return text + "."
+
+
 def model_sentence(rows: list[dict], small: int, large: int) -> str:
     """Per model, the exposed share range over GPUs at ``small`` and at ``large`` GPUs, as text."""
     def span(sh):
@@ -728,7 +747,7 @@ def eight_gpu(gpu_ids) -> str | None:
 
 
 __all__ = ["DOMAIN_SWEEP", "LLAMA405B_LAYOUT", "MESSAGE_SIZES", "NIC_GROUP", "SCOPES", "a2a_summary",
-           "alltoall_rows", "applied_overlap", "best_layout", "best_search", "busbw_chart_rows", "busbw_rows",
+           "alltoall_rows", "applied_overlap", "best_layout", "best_search", "growth_sentence", "busbw_chart_rows", "busbw_rows",
            "busbw_summary", "calibration_rows", "domain_chart_rows", "domain_relative", "domain_rows",
            "dominant_group", "dp_rows", "dp_summary", "eight_gpu", "ep_compare", "ep_compare_text", "ep_rows",
            "ep_sizes", "ep_table", "extremes", "first_moe", "group_rows", "growth", "llama405b_traffic", "llama_rows",
