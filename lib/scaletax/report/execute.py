@@ -292,11 +292,21 @@ async def _execute(job: _Job, env: dict[str, str]) -> dict:
                 c.metadata.setdefault("tags", [])
             nb.metadata["papermill"] = {"default_parameters": {}, "parameters": {}, "environment_variables": {}}
             nb = parameterize_notebook(nb, job.params, kernel_name=KERNEL, language="python")
-        client = NotebookClient(nb, km=km, timeout=EXECUTION_TIMEOUT_S, kernel_name=KERNEL,
-                                resources={"metadata": {"path": str(work)}})
         with (work / KERNEL_LOG).open("w", encoding="utf-8") as log:
-            await client.async_execute(env=kenv, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
-                                       preexec_fn=lifecycle.die_with_parent())
+            for start in range(KERNEL_STARTS):
+                client = NotebookClient(nb, km=km, timeout=EXECUTION_TIMEOUT_S, kernel_name=KERNEL,
+                                        resources={"metadata": {"path": str(work)}})
+                try:
+                    await client.async_execute(env=kenv, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                                               preexec_fn=lifecycle.die_with_parent())
+                    break
+                except RuntimeError as exc:  # a kernel that died before it answered: no cell ran, start another
+                    if start + 1 == KERNEL_STARTS or not str(exc).startswith(KERNEL_DIED_AT_START):
+                        raise
+                    _kill_kernel(km)
+                    log.write(f"scaletax: the kernel died before it answered ({exc}); starting another\n")
+                    log.flush()
+                    km = AsyncKernelManager(kernel_name=KERNEL)
     except CellExecutionError as exc:
         error = f"{exc.ename}: {exc.evalue}".splitlines()[0][:300]
         cell = next((i for i, c in enumerate(nb.cells) if c.cell_type == "code"
@@ -304,16 +314,28 @@ async def _execute(job: _Job, env: dict[str, str]) -> dict:
     except Exception as exc:  # noqa: BLE001 (kernel died, timeout, unreadable notebook: one line)
         error = f"{type(exc).__name__}: {exc}".splitlines()[0][:300] if str(exc) else type(exc).__name__
     finally:  # cancelled (a signal, another chapter's failure) or failed: its process group goes
-        proc = getattr(km.provisioner, "process", None)
-        if proc is not None and proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        _kill_kernel(km)
     if nb is not None:
         for i, c in enumerate(nb.cells):  # jupytext's random cell ids by position: the same bytes every time
             c["id"] = f"cell-{i:03d}"
         nbformat.write(nb, work / "notebook.ipynb")
     return {"seconds": time.perf_counter() - t0, "error": error, "cell": cell}
+
+
+#: Kernel starts a chapter tries when a kernel dies before it answers ``kernel_info`` (no cell ran):
+#: a start that fails for the machine's reasons (seen once in CI, 2026-12-04) is not the chapter's.
+KERNEL_STARTS = 2
+#: The start of jupyter_client's error for a kernel that died before it answered ``kernel_info``.
+KERNEL_DIED_AT_START = "Kernel died before replying to kernel_info"
+
+
+def _kill_kernel(km) -> None:
+    """Kill ``km``'s kernel process group, if it still runs, and reap it."""
+    proc = getattr(km.provisioner, "process", None)
+    if proc is not None and proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def _finish(job: _Job, status: dict, cache_dir: Path, log_dir: Path, work_dir: Path) -> Result:
@@ -331,6 +353,8 @@ def _finish(job: _Job, status: dict, cache_dir: Path, log_dir: Path, work_dir: P
         log = log_dir / f"{slug}.ipynb"
         if (work / "notebook.ipynb").exists():
             shutil.copyfile(work / "notebook.ipynb", log)
+            with contextlib.suppress(OSError):  # the kernel's own output beside it (a kernel that died at start)
+                shutil.copyfile(work / KERNEL_LOG, log_dir / f"{slug}.kernel.log")
         else:
             log = log_dir / f"{slug}.log"
             try:
