@@ -10,6 +10,7 @@ import textwrap
 import nbformat
 import pytest
 
+from test_cache import NOTEBOOK
 from scaletax.report import chapters as toc
 from scaletax.report import execute
 
@@ -35,23 +36,7 @@ def _kernelspec(root, marker, always: bool):
 def _job(tmp_path, monkeypatch):
     nbdir = tmp_path / "notebooks"
     nbdir.mkdir()
-    (nbdir / "tiny.md").write_text(textwrap.dedent("""\
-        ---
-        jupytext:
-          text_representation:
-            extension: .md
-            format_name: myst
-        kernelspec:
-          display_name: Python 3
-          language: python
-          name: python3
-        ---
-        # Tiny
-
-        ```{code-cell} ipython3
-        print(6 * 7)
-        ```
-        """), encoding="utf-8")
+    (nbdir / "tiny.md").write_text(NOTEBOOK, encoding="utf-8")  # test_cache's tiny chapter: prints 1
     monkeypatch.setattr(toc, "NOTEBOOK_DIR", nbdir)
     work = tmp_path / "work"
     work.mkdir()
@@ -65,7 +50,7 @@ def test_a_kernel_that_dies_at_start_is_started_again(tmp_path, monkeypatch):
     status = asyncio.run(execute._execute(job, dict(os.environ)))
     assert status["error"] is None and marker.exists()
     nb = nbformat.read(job.work / "notebook.ipynb", as_version=4)
-    assert [o.get("text") for c in nb.cells if c.cell_type == "code" for o in c.outputs] == ["42\n"]
+    assert [o.get("text") for c in nb.cells if c.cell_type == "code" for o in c.outputs] == ["1\n"]
     assert "the kernel died before it answered" in (job.work / execute.KERNEL_LOG).read_text(encoding="utf-8")
 
 
