@@ -623,10 +623,10 @@ def bench_price_floor(rounds: int) -> dict:
             results = execute_chapters(list(toc.CHAPTERS), scen, build_dir / ".cache", stage / "logs",
                                        work_dir=stage / "chapters", jobs=2)
             (stage / "logs").mkdir(parents=True, exist_ok=True)
-            book.stage_sources(stage / "src", results, info, build_dir / ".cache")
+            book.stage_sources(stage / "src", results, info)
             for key in ("sphinx_first_s", "sphinx_unchanged_s"):
                 t0 = time.perf_counter()
-                book.build_html(stage / "src", stage / "html", stage / "logs", jobs=2)
+                book.build_html(stage / "src", stage / "html", stage / "logs")
                 out[key].append(time.perf_counter() - t0)
             print(f"  price_floor round {r + 1}/{rounds}: " + ", ".join(f"{k} {v[-1]:.1f}" for k, v in out.items()),
                   file=sys.stderr, flush=True)

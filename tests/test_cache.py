@@ -325,17 +325,3 @@ def test_two_builds_executing_the_same_row_keyed_chapter_both_succeed(tmp_path, 
     assert problem is None and record["hardware_reads"] == ["gb300"]
     assert execute.recorded_reads(cache, record["base_key"]) == ("gb300",)
     assert not list(cache.glob(".tmp-*")) and not list((cache / execute.READS_DIR).glob(".tmp-*"))
-
-
-def test_chapters_to_execute_start_longest_first(tmp_path):
-    """With one job the chapter of the largest ``cold_seconds`` runs first, whatever the book
-    order (the longest does not start last); the results come back in book order."""
-    src = tmp_path / "tiny.md"
-    src.write_text(NOTEBOOK)
-    short = TinyChapter("short", reads=("value",), data=(), cold_seconds=1, path=str(src))
-    long_ = TinyChapter("long", reads=("value",), data=(), cold_seconds=50, path=str(src))
-    started = []
-    progress = lambda slug, msg: started.append(slug) if msg == "executing" else None  # noqa: E731
-    res = execute.execute_chapters([short, long_], Scen(), tmp_path / "cache", tmp_path / "logs", jobs=1,
-                                   progress=progress, work_dir=tmp_path / "work")
-    assert started == ["long", "short"] and [r.slug for r in res] == ["short", "long"]

@@ -30,7 +30,7 @@ def _page(path):
 
 def test_cold_builds_are_identical(built_book, tmp_path):
     other = tmp_path / "again"  # an empty build folder: same as after `make clean`
-    # one job: chapters one after another, and Sphinx reading and writing in one process
+    # one job: chapters one after another (the built book ran two at once)
     proc = run_cli(["build", *SMALL, "--name", "small", "--no-pdf", "--jobs", "1"], other)
     assert proc.returncode == 0, proc.stderr[-2000:]
     m1 = built_book["manifest"]
@@ -49,5 +49,5 @@ def test_cold_builds_are_identical(built_book, tmp_path):
     # every page (the search index is left out: it holds the build's date and time as words)
     pages = sorted(p.relative_to(built_book["dir"] / "html") for p in (built_book["dir"] / "html").rglob("*.html"))
     assert len(pages) > 10
-    for page in pages:  # Sphinx's parallel read and write (-j 2) give the serial build's pages
+    for page in pages:
         assert _page(built_book["dir"] / "html" / page) == _page(other / "small" / "html" / page), page

@@ -140,9 +140,9 @@ def test_latex_build_on_the_html_doctrees_writes_the_same_tex(tmp_path):
     assert book.doctree_dir(src) == src.parent / "doctrees"
 
 
-def _parallel_project(src, bad: bool = False) -> None:
-    """Seven pages under a numbered toctree (Sphinx reads in parallel only past five), with the
-    book's section numbering extension; ``bad``: one page has a directive Sphinx cannot know."""
+def _numbered_project(src, bad: bool = False) -> None:
+    """Seven pages under a numbered toctree, with the book's section numbering extension;
+    ``bad``: one page has a directive Sphinx cannot know."""
     src.mkdir()
     (src / "conf.py").write_text("extensions = ['myst_parser', 'sphinx_multitoc_numbering', "
                                  "'scaletax.report.numbering']\nnumfig = True\nroot_doc = 'index'\n"
@@ -158,26 +158,23 @@ def _parallel_project(src, bad: bool = False) -> None:
     (src / "pic.svg").write_text('<svg xmlns="http://www.w3.org/2000/svg" width="4" height="4"/>')
 
 
-def _html(folder, jobs: int, bad: bool = False):
-    """The book's HTML step (``book.build_html``) on a :func:`_parallel_project` of its own
-    (its own doctree folder) with ``jobs`` Sphinx processes; returns the output folder."""
+def _html(folder, bad: bool = False):
+    """The book's HTML step (``book.build_html``) on a :func:`_numbered_project` of its own
+    (its own doctree folder); returns the output folder."""
     (folder / "logs").mkdir(parents=True)
-    _parallel_project(folder / "src", bad)
-    book.build_html(folder / "src", folder / "html", folder / "logs", jobs=jobs)
+    _numbered_project(folder / "src", bad)
+    book.build_html(folder / "src", folder / "html", folder / "logs")
     return folder / "html"
 
 
-def test_parallel_html_reads_in_parallel_and_writes_the_serial_pages(tmp_path):
-    """With the book's extensions Sphinx reads in parallel (sphinx_multitoc_numbering left it
-    undeclared, which under -W failed the build), the pages are the serial build's byte for
-    byte, and a page's warning still fails the build."""
-    serial, parallel = _html(tmp_path / "j1", 1), _html(tmp_path / "j2", 2)
-    assert "serial read" not in (tmp_path / "j2" / "logs" / "html.log").read_text()
-    assert _pages(serial, ".html") == _pages(parallel, ".html")
-    assert "Fig. 6.1" in (parallel / "p0.html").read_text()  # numbered across the toctree
+def test_the_html_step_numbers_across_the_toctree_and_fails_on_a_page_warning(tmp_path):
+    """With the book's numbering extensions figures are numbered across the toctree, and a
+    page's warning fails the build (``-W``) with the warning in its one line."""
+    html = _html(tmp_path / "ok")
+    assert "Fig. 6.1" in (html / "p0.html").read_text()  # numbered across the toctree
     with pytest.raises(book.BuildError, match=r"HTML build failed: .*p3\.md:11: WARNING: Unknown "
                                               r"directive type: 'nosuchdirective'"):
-        _html(tmp_path / "bad", 2, bad=True)
+        _html(tmp_path / "bad", bad=True)
 
 
 def test_read_only_doctrees_unpickle_once_per_build():
@@ -213,22 +210,6 @@ def test_pybtex_plugin_is_found_without_scanning_entry_points(monkeypatch):
     monkeypatch.setattr(pybtex.plugin, "entry_points", scan)
     for group, name in sphinx_once.PYBTEX_PLUGINS:
         assert pybtex.plugin.find_plugin(group, name) is expected
-
-
-def test_the_chart_bundle_is_made_once_per_vl_convert_version(tmp_path, monkeypatch):
-    import vl_convert
-
-    made = []
-    monkeypatch.setattr(book, "vega_bundle", lambda: made.append(1) or f"bundle {len(made)}")
-    assert book._vega_js(None) == "bundle 1"  # no cache: bundled every time
-    assert book._vega_js(tmp_path) == "bundle 2"
-    assert book._vega_js(tmp_path) == "bundle 2" and len(made) == 2  # read back, not bundled
-    assert [p.suffix for p in (tmp_path / "vega").iterdir()] == [".js"]  # no temporary file left
-    monkeypatch.setattr(vl_convert, "__version__", vl_convert.__version__ + ".post1")
-    assert book._vega_js(tmp_path) == "bundle 3"  # another vl-convert: bundled again
-    assert len(list((tmp_path / "vega").iterdir())) == 2
-    (tmp_path / "file").write_text("not a folder")
-    assert book._vega_js(tmp_path / "file") == "bundle 4"  # a cache that cannot be written: still the bundle
 
 
 def test_generated_conf_loads_the_extension_before_the_numbering(tmp_path):

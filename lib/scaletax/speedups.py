@@ -12,10 +12,7 @@ ENV = "SCALETAX_WITHOUT"
 #: Each speed-only piece of the build, and what turning it off does instead.
 PIECES = {
     "chapter_parallel": "chapters execute one at a time (not --jobs at once)",
-    "longest_first": "chapters start in book order (not longest first)",
-    "sphinx_parallel": "Sphinx reads and writes in one process (no -j)",
     "sphinx_once": "Sphinx unpickles a doctree at every lookup (no read-only doctree cache)",
-    "vega_cache": "the chart bundle is made afresh by every build",
     "one_thread": "numeric libraries use their default thread pools",
     "png_cache": "every figure's PNG is drawn again (no memo/png)",
     "memo": "no result cache: every search and training is computed again",

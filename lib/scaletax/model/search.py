@@ -84,6 +84,7 @@ OBJECTIVES = ("fastest", "least_parallel")
 #: (``plan.validated_space``; 0 or None: no floor).
 FLOORS: tuple[str, ...] = ("min_tokens_per_expert", "min_layers_per_chunk", "min_tokens_per_cp_rank")
 
+
 @dataclass(frozen=True)
 class SearchSpace:
     """What a search may choose, and how it ranks (``None``: derived, see the module doc).

@@ -28,8 +28,8 @@ import nbformat
 import yaml
 from filelock import FileLock, Timeout
 
-from scaletax import ROOT, __version__, files, speedups
-from scaletax.render import charts, tablefit
+from scaletax import ROOT, __version__, speedups
+from scaletax.render import tablefit
 from scaletax.render.charts import VEGA_BUNDLE, vega_bundle
 from scaletax.report import chapters as toc
 from scaletax import escape
@@ -71,8 +71,8 @@ TEX_PACKAGES = ("texlive-xetex", "texlive-latex-extra", "texlive-fonts-recommend
 DOCUTILS_CONF = "[general]\nraw_enabled: false\nfile_insertion_enabled: false\n"
 
 
-#: ``python -m`` for a tool whose forked workers must die with it (Sphinx's ``-j``): lifecycle.forks_die_with_me.
-RUN_MODULE = [sys.executable, "-m", "scaletax.report.lifecycle"]
+#: ``python -m`` of this interpreter (Sphinx runs as ``python -m sphinx``).
+RUN_MODULE = [sys.executable, "-m"]
 
 
 class BuildError(RuntimeError):
@@ -237,38 +237,12 @@ def _sphinx_conf(src: Path, info: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _vega_path(cache: Path) -> Path:
-    """Where ``cache`` keeps the chart bundle: under the hash of what makes it (the vl-convert
-    version and the source of render/charts.py)."""
-    import vl_convert
-
-    made_by = [vl_convert.__version__, Path(charts.__file__).read_text(encoding="utf-8")]
-    return cache / "vega" / f"{sha256_bytes(json.dumps(made_by).encode())}.js"
-
-
-def _vega_js(cache: Path | None) -> str:
-    """:func:`scaletax.render.charts.vega_bundle`, kept in ``<cache>/vega/`` (:func:`_vega_path`):
-    bundling costs about 2-5 CPU seconds and gives the same bytes every time. No cache: bundled
-    afresh."""
-    if cache is None or not speedups.on("vega_cache"):
-        return vega_bundle()
-    path = _vega_path(cache)
-    with contextlib.suppress(OSError, UnicodeDecodeError):
-        return path.read_text(encoding="utf-8")
-    js = vega_bundle()
-    with contextlib.suppress(OSError):  # a cache that cannot be written only costs the time
-        path.parent.mkdir(parents=True, exist_ok=True)
-        lifecycle.remove_stale(path.parent, (".tmp-*",))  # left by a build killed while writing
-        files.replace_atomically(path, js, prefix=lifecycle.temp_name(".tmp-"), suffix=".js")
-    return js
-
-
-def stage_sources(src: Path, results: list[Result], info: dict, cache: Path | None = None) -> None:
+def stage_sources(src: Path, results: list[Result], info: dict) -> None:
     """Copy pages and executed notebooks into ``src`` and write toc, conf and generated pages
-    (``cache``: the build cache, which keeps the chart bundle between builds)."""
+    (the chart bundle made afresh: :func:`scaletax.render.charts.vega_bundle`)."""
     shutil.copytree(toc.BOOK_DIR, src)
     (src / "_static").mkdir(exist_ok=True)
-    (src / "_static" / VEGA_BUNDLE).write_text(_vega_js(cache), encoding="utf-8")
+    (src / "_static" / VEGA_BUNDLE).write_text(vega_bundle(), encoding="utf-8")
     (src / "_toc.yml").write_text(yaml.safe_dump(toc.toc_yaml(), sort_keys=False), encoding="utf-8")
     for res in results:
         _add_provenance(res.notebook, src / f"{res.slug}.ipynb", info, root=res.slug == toc.ROOT_PAGE)
@@ -395,12 +369,10 @@ def doctree_dir(src: Path) -> Path:
     return src.parent / "doctrees"
 
 
-def build_html(src: Path, out: Path, logs: Path, jobs: int = 1) -> None:
-    """The HTML of the sources in ``src``, read and written by ``jobs`` processes (Sphinx's
-    ``-j``: the pages are read in parallel, and resolved in the main process while another
-    writes them; the same HTML, byte for byte)."""
-    parallel = ["-j", str(jobs)] if jobs > 1 and speedups.on("sphinx_parallel") else []
-    _run([*RUN_MODULE, "sphinx", "-b", "html", "-n", "-W", "--keep-going", "-q", *parallel,
+def build_html(src: Path, out: Path, logs: Path) -> None:
+    """The HTML of the sources in ``src``, read and written by one Sphinx process (its ``-j``
+    saved under 8% of any build path in the ablation, so it went)."""
+    _run([*RUN_MODULE, "sphinx", "-b", "html", "-n", "-W", "--keep-going", "-q",
           "-d", str(doctree_dir(src)), str(src), str(out)], src, logs / "html.log", "HTML build")
 
 
@@ -603,13 +575,13 @@ def _build_in(stage: Path, logs: Path, opts: BuildOptions, progress) -> dict:
     t_exec = time.perf_counter() - t0
 
     src = stage / "src"
-    stage_sources(src, results, info, cache)
+    stage_sources(src, results, info)
     out = stage / "out"
     out.mkdir()
     pdf = opts.pdf and xelatex_available()
     if progress:
         progress("book", "building HTML")
-    build_html(src, out / "html", logs, jobs=opts.jobs)
+    build_html(src, out / "html", logs)
     pdf_status = "skipped (--no-pdf)"
     if pdf:
         if progress:

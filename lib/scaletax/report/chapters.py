@@ -32,9 +32,6 @@ class Chapter:
     reads: tuple[str, ...]
     #: data files (relative to ``data/``) it reads; ``hardware.csv``: keyed on the rows it reads
     data: tuple[str, ...]
-    #: seconds of its cold execution (reference build, rounded): chapters to execute start
-    #: longest first (``report/execute.py``), so the longest does not start last
-    cold_seconds: float = 10.0
 
     @property
     def source(self):
@@ -73,37 +70,34 @@ _PLAN = ("models", "gpus", "training.tokens", "training.global_batch_tokens", "t
          "cluster.reliability", "economics.prices", "economics.energy", "economics.usd_per_mwh",
          "economics.price_includes_power", "comparisons")
 
-#: Executed chapters, in book order (the summary is the book's first page). ``cold_seconds``:
-#: each chapter's execution in the reference cold build (main at 977c27e, 2026-12-01, idle
-#: machine, ``--jobs 2``), rounded. The summary asks the decision chapter's searches (all 61 of
-#: its ``search()`` calls); the two may run side by side: a search one of them computes, the other
-#: waits for and reads (``scaletax.memo``'s per-key lock).
+#: Executed chapters, in book order (the summary is the book's first page), which is also the order
+#: they start in. The summary asks the decision chapter's searches (all 61 of its ``search()``
+#: calls); the two may run side by side: a search one of them computes, the other waits for and
+#: reads (``scaletax.memo``'s per-key lock).
 CHAPTERS = (
     Chapter("summary", reads=("name", *_PLAN, "cluster.goodput_source", "economics.ownership"),
             data=(*_MODEL_DATA, "references.yaml", "published_runs.csv", "published_runs_validation.csv",
-                  "failures.csv"), cold_seconds=22),
-    Chapter("hardware", reads=("gpus",), data=("hardware.csv",), cold_seconds=4),
+                  "failures.csv")),
+    Chapter("hardware", reads=("gpus",), data=("hardware.csv",)),
     Chapter("memory", reads=("models", "gpus", "cluster.sizes", "cluster.gpus", "training.precision",
                              "training.precisions", "training.global_batch_tokens"),
-            data=("hardware.csv", "models.yaml", "published_runs.csv", "references.yaml"), cold_seconds=11),
+            data=("hardware.csv", "models.yaml", "published_runs.csv", "references.yaml")),
     Chapter("communication", reads=("models", "gpus", "cluster.sizes", "cluster.gpus", "training.precision",
                                     "training.precisions", "training.global_batch_tokens", "training.software"),
             data=("hardware.csv", "models.yaml", "collectives.csv", "efficiency.yaml", "published_runs.csv",
-                  "heldout_runs.csv"), cold_seconds=32),
+                  "heldout_runs.csv")),
     Chapter("precision", reads=("gpus", "training.precisions", "precision.seed", "precision.experiment_seeds",
                                 "precision.experiment_steps"),
             data=("hardware.csv", "published_runs.csv", "published_runs_validation.csv", "precision_vectors.json",
-                  "references.yaml"),
-            cold_seconds=63),
+                  "references.yaml")),
     Chapter("validation", reads=(),
             data=("hardware.csv", "models.yaml", "published_runs.csv", "published_runs_validation.csv",
-                  "efficiency.yaml", "collectives.csv", "measured/gemm_h200.csv", "coverage_probes.csv", "production_moe_recipes.csv", "heldout_runs.csv"),
-            cold_seconds=27),
+                  "efficiency.yaml", "collectives.csv", "measured/gemm_h200.csv", "coverage_probes.csv", "production_moe_recipes.csv", "heldout_runs.csv")),
     Chapter("decision", reads=("name", *_PLAN, "training.tokens_source", "economics.usd_per_mwh_source",
                                "cluster.goodput_source", "economics.ownership", "cluster.power_mw",
                                "cluster.power_mw_source", "fleets"),
             data=(*_MODEL_DATA, "references.yaml", "failures.csv", "published_runs.csv",
-                  "published_runs_validation.csv"), cold_seconds=22),
+                  "published_runs_validation.csv")),
 )
 _BY_SLUG = {c.slug: c for c in CHAPTERS}
 

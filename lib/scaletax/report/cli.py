@@ -81,7 +81,7 @@ def build(
     scenario: Optional[Path] = SCENARIO_OPT,
     set_: List[str] = SET_OPT,
     name: Optional[str] = typer.Option(None, "--name", help="output name (default: scenario name, plus a hash of the resolved scenario unless it is the default)"),
-    jobs: int = typer.Option(os.cpu_count() or 1, "--jobs", min=1, max=64, help="notebooks executed in parallel (and Sphinx's processes for the HTML)"),
+    jobs: int = typer.Option(os.cpu_count() or 1, "--jobs", min=1, max=64, help="notebooks executed in parallel"),
     no_pdf: bool = typer.Option(False, "--no-pdf", help="build the HTML only"),
     force: bool = typer.Option(False, "--force", help="let --name replace the book of another scenario"),
 ) -> None:
@@ -275,7 +275,7 @@ def compare(
     b: Optional[str] = typer.Argument(None, help="book B: a built book's name or a scenario YAML "
                                                  "(default: A with the --set overrides)"),
     set_: List[str] = typer.Option([], "--set", help="build B as A's scenario with this override (repeatable)"),
-    jobs: int = typer.Option(os.cpu_count() or 1, "--jobs", min=1, max=64, help="notebooks executed in parallel (and Sphinx's processes for the HTML)"),
+    jobs: int = typer.Option(os.cpu_count() or 1, "--jobs", min=1, max=64, help="notebooks executed in parallel"),
     no_pdf: bool = typer.Option(False, "--no-pdf", help="build the HTML page only"),
 ) -> None:
     """Put two books side by side in _build/compare-A-vs-B/: inputs that differ, headline numbers

@@ -1,7 +1,7 @@
 """Execute the chapters' notebooks, reusing a cached result when none of a chapter's inputs changed.
 
 Running (:func:`execute_chapters`): the build process drives up to ``jobs`` notebooks at once with
-nbclient on one asyncio event loop, longest first (``Chapter.cold_seconds``). Each runs in a fresh
+nbclient on one asyncio event loop, in book order. Each runs in a fresh
 ipykernel process (own process group, SIGKILL when the build dies), its parameters injected by
 papermill's ``parameterize_notebook``, in a work folder ``<cache>/.tmp-<slug>-p<pid>-*`` that gets
 the executed notebook and its figures. A signal cancels the loop (``lifecycle.run_async``): every
@@ -222,8 +222,6 @@ def execute_chapters(chapters: list[Chapter], scenario, cache_dir: Path, log_dir
         if problem:
             note(ch.slug, f"cache entry discarded ({problem}): executing again")
         pending.append(job)
-    if speedups.on("longest_first"):  # the longest chapter does not start last (a stable sort: ties in book order)
-        pending.sort(key=lambda j: -j.chapter.cold_seconds)
 
     def finish(job: _Job, status: dict) -> None:
         try:
@@ -503,7 +501,7 @@ def prune(cache_dir: Path, max_bytes: int, keep: frozenset[str] = frozenset(), c
     entries = []
     for entry in cache_dir.iterdir():
         if not _KEY.fullmatch(entry.name) or not entry.is_dir():
-            continue  # temporary folders, and other caches kept here (memo/, reads/, vega/)
+            continue  # temporary folders, and other caches kept here (memo/, reads/)
         if check and check_entry(entry, entry.name)[0] is None:
             _discard(entry)
             removed["bad"] += 1

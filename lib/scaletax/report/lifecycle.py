@@ -1,9 +1,7 @@
 """Process lifetime and temporary folders of a build: nothing outlives it, nothing is left behind.
 
 - :func:`die_with_parent` (a ``preexec_fn``): a kernel, Sphinx or latexmk gets SIGKILL when the
-  build process dies, whatever killed it (``prctl(PR_SET_PDEATHSIG)``, Linux);
-  :func:`forks_die_with_me` gives every process forked later by the calling one the same (Sphinx's
-  ``-j`` workers, which run ``python -m scaletax.report.lifecycle sphinx ...``).
+  build process dies, whatever killed it (``prctl(PR_SET_PDEATHSIG)``, Linux).
 - :class:`Interrupts`: SIGINT, SIGTERM and SIGHUP become one :class:`Interrupted` exception
   (later signals are recorded, not raised, so clean-up cannot be cut short), and
   :meth:`Interrupts.deferred` holds them back during a step that must not be cut in half;
@@ -53,18 +51,6 @@ def die_with_parent():
             os._exit(1)
 
     return setup
-
-
-def _die_with_parent_now() -> None:
-    with contextlib.suppress(AttributeError, OSError):
-        _prctl()(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-
-
-def forks_die_with_me() -> None:
-    """Every process forked from this one from now on gets SIGKILL when this one dies (Linux; at
-    fork, so multiprocessing's "fork" workers of Sphinx's ``-j`` too: without it, a SIGKILL of the
-    build left them blocked on their result pipe forever)."""
-    os.register_at_fork(after_in_child=_die_with_parent_now)
 
 
 def run_async(main):
@@ -230,19 +216,4 @@ def _remove(path: Path) -> None:
             path.unlink()
 
 
-def _run_module() -> None:
-    """``python -m scaletax.report.lifecycle MODULE ARGS``: ``python -m MODULE ARGS`` in a process whose
-    forks die with it (:func:`forks_die_with_me`)."""
-    import runpy
-    import sys
-
-    forks_die_with_me()
-    sys.argv = sys.argv[1:]
-    runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
-
-
-__all__ = ["Interrupted", "Interrupts", "die_with_parent", "forks_die_with_me", "remove_stale", "run_async",
-           "temp_name"]
-
-if __name__ == "__main__":
-    _run_module()
+__all__ = ["Interrupted", "Interrupts", "die_with_parent", "remove_stale", "run_async", "temp_name"]

@@ -11,10 +11,6 @@ table in both.
 After any build it writes ``numbers-<builder>.json`` beside the doctree folder: for every numbered figure and
 table, its label, kind, number, caption and page, which the book build uses to stamp the exported
 PNG and CSV files and which the tests compare between the HTML and the PDF.
-
-It also declares ``sphinx_multitoc_numbering`` safe for Sphinx's parallel read (``-j``), which
-that extension does not say: all it does is replace ``TocTreeCollector.assign_section_numbers``,
-which runs in the main process after every page is read (:data:`PARALLEL_READ_SAFE`).
 """
 from __future__ import annotations
 
@@ -36,8 +32,6 @@ else:
         return env.get_doctree(docname)
 
 NUMBERS_FILE = "numbers-{builder}.json"
-#: Extensions the book loads that leave parallel reading undeclared, checked safe (see above).
-PARALLEL_READ_SAFE = ("sphinx_multitoc_numbering",)
 
 
 def _root_sections(env) -> list[str]:
@@ -112,16 +106,9 @@ def _write_numbers(app, exc) -> None:
     path.write_text(json.dumps(collect(app.env), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
-def _declare_parallel_read_safe(app) -> None:
-    for name in PARALLEL_READ_SAFE:
-        if name in app.extensions:
-            app.extensions[name].parallel_read_safe = True
-
-
 def setup(app):
     if speedups.on("sphinx_once"):
         app.setup_extension("scaletax.report.sphinx_once")  # the read-only doctrees it uses
     app.connect("env-get-updated", _renumber, priority=900)
     app.connect("build-finished", _write_numbers)
-    app.connect("builder-inited", _declare_parallel_read_safe)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
