@@ -1,10 +1,9 @@
 """Issue 35 item 10 end to end: a tampered result cache never reaches a book.
 
-After a price rebuild (its searches and figures read from ``_build/.cache/memo``), every cached
-search is edited (``tokens_per_s_per_gpu=123456``: once re-pickled with its old record, once as a
-bare pickle) and every cached PNG replaced by another chart's. A second price rebuild executes the
-same chapters again: it must compute the searches and draw the figures again, so everything that
-does not depend on the price is what the untampered rebuild published.
+After a price rebuild (its searches read from ``_build/.cache/memo``), every cached search is
+edited (``tokens_per_s_per_gpu=123456``: once re-pickled with its old record, once as a bare
+pickle). A second price rebuild executes the same chapters again: it must compute the searches
+again, so everything that does not depend on the price is what the untampered rebuild published.
 """
 from __future__ import annotations
 
@@ -29,7 +28,7 @@ def _entry_figures(build_dir, name, chapter):
     return build_dir / ".cache" / key / "figures"
 
 
-def _tamper(build_dir) -> tuple[int, int]:
+def _tamper(build_dir) -> int:
     cache = build_dir / ".cache" / "memo"
     searches = sorted(p for d in cache.glob("*search*") for p in d.glob("*.pkl"))
     for i, path in enumerate(searches):
@@ -42,21 +41,15 @@ def _tamper(build_dir) -> tuple[int, int]:
         raw = path.read_bytes()
         head = raw[:raw.index(b"\n") + 1]
         path.write_bytes(head + forged if i % 2 else forged)  # its old record kept, or none
-    pngs = sorted((cache / "png").glob("*.png"))
-    other = memo.read_entry(pngs[0])[1]  # another figure's drawing
-    for path in pngs[1:]:
-        raw = path.read_bytes()
-        path.write_bytes(raw[:raw.index(b"\n") + 1] + other)
-    return len(searches), len(pngs) - 1
+    return len(searches)
 
 
-def test_edited_search_pickles_and_replaced_pngs_are_computed_again(built_book, tmp_path):
+def test_edited_search_pickles_are_computed_again(built_book, tmp_path):
     build_dir = built_book["build_dir"]
     price = "economics.prices.h100_sxm.usd_per_gpu_hour={}"
     first = run_cli(["build", *SMALL, "--set", price.format(2.6), "--name", "untampered", "--no-pdf"], build_dir)
     assert first.returncode == 0, first.stderr[-2000:]
-    n_search, n_png = _tamper(build_dir)
-    assert n_search >= 10 and n_png >= 5
+    assert _tamper(build_dir) >= 10
     log = tmp_path / "memo.jsonl"
     second = run_cli(["build", *SMALL, "--set", price.format(2.7), "--name", "tampered", "--no-pdf"], build_dir,
                      env_extra={"SCALETAX_MEMO_LOG": str(log)})

@@ -18,9 +18,8 @@ are atomic (temporary file, then rename); a per-key lock makes a second process 
 same result while the first computes it wait and read it instead of computing it again.
 Each file records the sha256 of the pickled value it holds (:func:`write_entry`); a file whose
 value does not hash to it (edited, truncated, or written by other code) is never used: the value
-is computed again and the file rewritten (:func:`read_entry`; counted as "bad" in the log). The
-PNG cache of ``scaletax.render.charts`` keeps its files the same way. This catches corruption
-and an edit of the value alone; whoever rewrites both can also edit the code.
+is computed again and the file rewritten (:func:`read_entry`; counted as "bad" in the log). This
+catches corruption and an edit of the value alone; whoever rewrites both can also edit the code.
 Arguments of a type with no canonical form raise ``TypeError`` (never a silent wrong hit).
 
 The GPU catalog is read only through the arguments: a cached call that looks a GPU up itself

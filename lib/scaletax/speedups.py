@@ -14,7 +14,6 @@ PIECES = {
     "chapter_parallel": "chapters execute one at a time (not --jobs at once)",
     "sphinx_once": "Sphinx unpickles a doctree at every lookup (no read-only doctree cache)",
     "one_thread": "numeric libraries use their default thread pools",
-    "png_cache": "every figure's PNG is drawn again (no memo/png)",
     "memo": "no result cache: every search and training is computed again",
 }
 

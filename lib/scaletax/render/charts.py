@@ -8,12 +8,6 @@ myst-nb picks the right mime type per builder.
 Each figure also lands in ``$SCALETAX_FIGURES_DIR`` (default ``./figures``) as
 ``<label>.png`` and ``<label>.csv`` (the plotted rows), so readers can reuse the data.
 
-In a build the PNG is kept in the result cache (``$SCALETAX_MEMO_DIR/png/``) under the hash of
-what draws it (the spec, the scale, the vl-convert version): a chapter executed again for an input
-its figure does not show (a price, another GPU's row) reuses the drawing instead of starting
-vl-convert's JavaScript engine (0.4-1 s per process) and drawing it again (0.1-0.9 s). A cached
-PNG is used only when its bytes hash to the sha256 recorded with them (``memo.read_entry``).
-
 A figure's spec is serialized once without altair's schema validation (``to_dict(validate=False)``,
 20-130 ms per figure); :func:`validate_spec` checks a spec against the Vega-Lite schema, and
 ``tests/test_render_specs.py`` runs it on every figure of a built book, so a bad spec still fails
@@ -22,15 +16,13 @@ summary, never loads it).
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import vl_convert as vlc
 
-from scaletax import escape, memo, speedups
+from scaletax import escape
 
 if TYPE_CHECKING:
     import altair as alt
@@ -388,24 +380,8 @@ def figure(label: str, chart: alt.TopLevelMixin, rows: Sequence[dict], *,
 
 
 def png_of(spec: dict) -> bytes:
-    """vl-convert's PNG of ``spec`` at :data:`PNG_SCALE`; with a result cache
-    (``scaletax.memo.ENV``) read from it when the same spec was drawn before by the same
-    vl-convert (the PNG is a function of those, so the bytes are the same)."""
-    root = os.environ.get(memo.ENV)
-    if not root or not speedups.on("png_cache"):
-        return vlc.vegalite_to_png(spec, scale=PNG_SCALE)
-    drawn = json.dumps({"vl_convert": vlc.__version__, "scale": PNG_SCALE, "spec": spec}, sort_keys=True)
-    path = Path(root) / "png" / f"{hashlib.sha256(drawn.encode()).hexdigest()}.png"
-    status, png = memo.read_entry(path)  # used only when the bytes hash to the sha256 recorded with them
-    if status == "hit":
-        return png
-    png = vlc.vegalite_to_png(spec, scale=PNG_SCALE)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        memo.write_entry(path, png)
-    except OSError:  # a cache that cannot be written only costs the time
-        pass
-    return png
+    """vl-convert's PNG of ``spec`` at :data:`PNG_SCALE`."""
+    return vlc.vegalite_to_png(spec, scale=PNG_SCALE)
 
 
 def data(rows: Sequence[dict]) -> alt.Data:
