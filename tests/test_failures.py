@@ -202,7 +202,6 @@ def test_a_signal_during_the_html_step_leaves_no_process_and_no_book(built_book,
     env = dict(os.environ, SCALETAX_BUILD_DIR=str(build_dir), SCALETAX_TEST_FAMILY=name)
     proc = subprocess.Popen(SCALETAX + ["build", *SMALL, "--name", name, "--no-pdf", "--jobs", "2"], cwd=ROOT,
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    html = build_dir / ".logs" / name / "html.log"
 
     def in_phase():
         sphinx = [p for p in _descendants(proc.pid) if " sphinx" in _cmdline(p)]

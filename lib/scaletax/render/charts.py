@@ -370,18 +370,13 @@ def figure(label: str, chart: alt.TopLevelMixin, rows: Sequence[dict], *,
         chart = alt.Chart(data(rows)).mark_text(fontSize=14).encode(text="note:N").properties(
             width=520, height=60)
     spec = name_gpus(chart.to_dict(validate=False))  # validated by tests (validate_spec)
-    png = png_of(spec)  # fixed width: the PDF page and the export
+    png = vlc.vegalite_to_png(spec, scale=PNG_SCALE)  # fixed width: the PDF page and the export
     out = _figures_dir()
     (out / f"{label}.png").write_bytes(png)
     write_csv(out / f"{label}.csv", [{k: _plain(v) for k, v in r.items()} for r in rows])
     drawn = Figure(label, responsive(spec), png)
     glue(label, ChartBundle(drawn.label, drawn.spec, drawn.png), display=False)
     return drawn
-
-
-def png_of(spec: dict) -> bytes:
-    """vl-convert's PNG of ``spec`` at :data:`PNG_SCALE`."""
-    return vlc.vegalite_to_png(spec, scale=PNG_SCALE)
 
 
 def data(rows: Sequence[dict]) -> alt.Data:

@@ -71,8 +71,8 @@ TEX_PACKAGES = ("texlive-xetex", "texlive-latex-extra", "texlive-fonts-recommend
 DOCUTILS_CONF = "[general]\nraw_enabled: false\nfile_insertion_enabled: false\n"
 
 
-#: ``python -m`` of this interpreter (Sphinx runs as ``python -m sphinx``).
-RUN_MODULE = [sys.executable, "-m"]
+#: Sphinx, run by this interpreter.
+SPHINX = [sys.executable, "-m", "sphinx"]
 
 
 class BuildError(RuntimeError):
@@ -370,9 +370,8 @@ def doctree_dir(src: Path) -> Path:
 
 
 def build_html(src: Path, out: Path, logs: Path) -> None:
-    """The HTML of the sources in ``src``, read and written by one Sphinx process (its ``-j``
-    saved under 8% of any build path in the ablation, so it went)."""
-    _run([*RUN_MODULE, "sphinx", "-b", "html", "-n", "-W", "--keep-going", "-q",
+    """The HTML of the sources in ``src``, read and written by one Sphinx process."""
+    _run([*SPHINX, "-b", "html", "-n", "-W", "--keep-going", "-q",
           "-d", str(doctree_dir(src)), str(src), str(out)], src, logs / "html.log", "HTML build")
 
 
@@ -380,7 +379,7 @@ def build_pdf(src: Path, pdf: Path, logs: Path) -> None:
     """The PDF of the sources in ``src``: after :func:`build_html` of the same sources (whose
     doctrees it reuses), or alone."""
     latex = src.parent / "latex"
-    _run([*RUN_MODULE, "sphinx", "-b", "latex", "-n", "-W", "--keep-going", "-q",
+    _run([*SPHINX, "-b", "latex", "-n", "-W", "--keep-going", "-q",
           "-d", str(doctree_dir(src)), str(src), str(latex)], src, logs / "latex.log", "LaTeX build")
     _run(["latexmk", "-pdfxe", "-interaction=nonstopmode", "-halt-on-error", "-file-line-error",
           "book.tex"], latex, logs / "xelatex.log", "PDF (xelatex)", timeout=1800)
