@@ -11,6 +11,7 @@ import pytest
 from scaletax.inputs import models, runs
 from scaletax.model import efficiency, perf, plan
 from scaletax.fit import calibrate, validate
+from scaletax import ROOT
 from objects import as_gpu, as_recipe
 from scaletax.inputs.layout import Layout, LayoutArray
 
@@ -175,6 +176,31 @@ def test_a_ratio_of_two_predictions_carries_the_error_on_measured_pairs(everythi
     assert plan.ratio_band(2.0, (2.9, 1.2)) == (1.2, 2.9)  # wider corners stay, in either order
     with pytest.raises(ValueError, match="ratio_half_width: no measured pair"):
         calibrate.ratio_half_width([])
+
+
+def test_the_ep_rdma_rate_is_the_measured_deepep_and_hybridep_curve():
+    """comm.ep_rdma_curve: DeepEP V1 normal kernels on H800 and HybridEP kernel-only at 16 SMs on H100
+    (data/kernel_benchmarks.csv), "RDMA bandwidth" counting the own node's copy, so x (D-1)/D for the
+    bytes that leave the node, over a 400 Gb/s NIC (50 GB/s): 2 nodes (43 + 43 + 68.48 + 71.71 + 62.95)/5
+    x 1/2, 4 nodes (58 + 57 + 55.35 + 57.69 + 57.46)/5 x 3/4, 8 nodes (51 + 50 + 46.52 + 49.97 + 49.77)/5
+    x 7/8; the factor is each over the 8-node value, held flat outside. Across 8 nodes the kernels reach
+    the NIC rate NCCL's all-reduce calibrates (topology.NIC_EFF, an independent measurement) within 2%."""
+    from scaletax.model import comm, topology
+    nodes, eff = comm.ep_rdma_curve()
+    assert list(nodes) == [2, 4, 8]
+    want = [(43 + 43 + 68.48 + 71.71 + 62.95) / 5 / 2 / 50, (58 + 57 + 55.35 + 57.69 + 57.46) / 5 * 0.75 / 50,
+            (51 + 50 + 46.52 + 49.97 + 49.77) / 5 * 0.875 / 50]
+    np.testing.assert_allclose(eff, want, rtol=1e-9)
+    np.testing.assert_allclose(comm.ep_rdma_factor([1, 2, 4, 8, 16, 128]),
+                               [want[0] / want[2], want[0] / want[2], want[1] / want[2], 1, 1, 1], rtol=1e-9)
+    assert want[0] / want[2] < comm.ep_rdma_factor(3) < want[1] / want[2]
+    assert eff[-1] == pytest.approx(topology.NIC_EFF, rel=0.02)
+    # the method page quotes these values: one number everywhere
+    method = " ".join((ROOT / "book" / "method.md").read_text(encoding="utf-8").split())
+    f = comm.ep_rdma_factor([2, 4, 8])
+    assert (f"relative to eight: {f[0]:.2f} across two, {f[1]:.2f} across four, 1 from eight on" in method)
+    assert f"that is {eff[-1]:.2f} of the line rate, the rate NCCL's all-reduce calibrates ({topology.NIC_EFF:.2f})" in method
+    assert f"and across two only {eff[0]:.2f}." in method
 
 
 def test_the_ep_link_rate_is_the_measured_hybridep_curve():

@@ -232,6 +232,26 @@ def test_dedup_reproduces_comm_without_dedup():
     np.testing.assert_allclose(redo.seconds[1:], g.seconds[1:], rtol=1e-9)
 
 
+def test_dedup_across_two_nodes_runs_at_the_kernels_two_node_rate():
+    """Across two 8-GPU nodes the RDMA phase of a DeepEP-class dispatch is timed at the calibrated NIC
+    rate x comm.ep_rdma_factor(2) (the kernels' measured 2-node loss), across eight at the NIC rate:
+    with top-1 routing (nothing deduplicated) each phase is comm's bytes over its own rate."""
+    from scaletax.model import comm
+
+    lay = LayoutArray.from_layouts([Layout(tp=1, pp=4, dp=256, ep=e, etp=1, mbs=1, gbs=1024) for e in (16, 64)])
+    topo = Topology.from_gpu(as_gpu("h100_sxm"))
+    step = comm.step_traffic(KIMI, lay, topo, comm.WireFormat.for_recipe(as_recipe("fp8")))
+    one = KIMI.model_copy(update={"moe_top_k": 1, "moe_experts": 384})
+    g, redo = step.groups["ep"], perf._dedup_ep(step, one, topo, "dedup").groups["ep"]
+    for i, domains in enumerate((2, 8)):
+        cnt = float(g.count[i])
+        t_out = cnt * topo.alpha_nic + float(g.nic_bytes[i]) / (topo.nic_eff_bw * comm.ep_rdma_factor(domains))
+        t_in = cnt * topo.alpha_nvlink + float(redo.nvlink_bytes[i]) / (topo.nvlink_bw * comm.ep_link_eff(8))
+        assert t_out > t_in  # the NIC binds in both
+        assert float(redo.seconds[i]) == pytest.approx(cnt * topo.alpha_launch + t_out, rel=1e-9)
+    assert float(comm.ep_rdma_factor(2)) < 0.7 and float(comm.ep_rdma_factor(8)) == 1.0
+
+
 def test_unsupported_precision_raises():
     with pytest.raises(hardware.UnsupportedPrecision):
         perf.prepare(LLAMA70, Layout(tp=8, pp=1, dp=1), as_recipe("nvfp4"), as_gpu("h100_sxm"))

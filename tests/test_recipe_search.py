@@ -99,6 +99,33 @@ def test_ep_span_bias_is_what_the_validation_chapter_states():
     assert b["few"]["runs"] >= 5 and b["many"]["runs"] >= 5
     assert b["few"]["median"] > 0.10 and abs(b["many"]["median"]) < 0.05
     assert b["few"]["max"] >= b["few"]["median"]
+    # no measured run spreads its experts over exactly two nodes: the few group is one-node runs
+    assert b["few"]["span_max"] == 1.0 and b["many"]["span_max"] == 8.0
+
+
+def test_remote_domains_counts_the_copies_a_token_sends_over_the_nic(rows):
+    """Uniform top-k routing over D equal domains: a given other domain gets none of a token's k
+    experts with probability C(E - E/D, k) / C(E, k), so a token reaches (D - 1)(1 - P0) other
+    domains. Kimi K2 (384 experts, top-8): 64-way over eight HGX nodes 4.62, 16-way over two 0.996;
+    the validation chapter quotes them for the recipe row with the largest layout ratio."""
+    from math import comb
+    kimi = models.get("kimi_k2")
+    for d in (2, 4, 8):
+        want = (d - 1) * (1 - comb(384 - 384 // d, 8) / comb(384, 8))
+        assert vs.remote_domains(kimi, d) == pytest.approx(want, rel=1e-9)
+    assert vs.remote_domains(kimi, 1) == 0.0
+    assert vs.remote_domains(kimi, 8) == pytest.approx(4.62, abs=0.01)
+    top = max(rows, key=lambda r: r["layout_ratio"])
+    assert top["run_id"] == "recipe-kimi-k2-1024xh100-bf16"
+    assert (top["recipe_ep_domains"], top["search_ep_domains"]) == (8.0, 2.0)
+    assert top["recipe_remote_domains"] == pytest.approx(vs.remote_domains(kimi, 8))
+    assert top["search_remote_domains"] == pytest.approx(vs.remote_domains(kimi, 2))
+
+
+def test_span_text_says_how_far_a_group_spreads():
+    assert vs.span_text({"span_max": 1.0}) == "every one of them inside one node"
+    assert vs.span_text({"span_max": 8.0}) == "the widest over 8 nodes"
+    assert vs.span_text({"span_max": float("nan")}) == "no run"
 
 
 def test_search_with_the_recipe_software_times_the_recipe_as_stated(rows):

@@ -673,6 +673,9 @@ def recipe_search_rows(path: Path | str = PRODUCTION_MOE_CSV) -> list[dict[str, 
                     "search_layout": label(best.best, model, recompute=False) if best else "–",
                     "search_recompute": str(best.best.recompute) if best else "–",
                     "search_tps": b, "search_mfu": float(best.metrics["mfu"]) if best else None,
+                    "search_ep_domains": ep_domains(best.best, domain) if best else None,
+                    "recipe_remote_domains": remote_domains(model, ep_domains(lay, domain)),
+                    "search_remote_domains": remote_domains(model, ep_domains(best.best, domain)) if best else None,
                     "ratio": b / a if b is not None and a > 0 else None,
                     "layout_ratio": ratio(b, a_s),
                     "dispatcher": soft["ep_dispatch"], "schedule": soft["schedule"],
@@ -690,6 +693,14 @@ def recipe_search_rows(path: Path | str = PRODUCTION_MOE_CSV) -> list[dict[str, 
 def ep_domains(lay, domain: int) -> float:
     """NVLink domains a layout's expert-parallel group spans, ep x etp / domain (at least 1)."""
     return max(1.0, float(lay.ep * lay.etp) / int(domain))
+
+
+def remote_domains(model, domains: float) -> float:
+    """Other NVLink domains a token's routed experts reach when the expert-parallel group spans
+    ``domains`` of them, expected under uniform routing (``perf.distinct_groups`` x (D - 1) / D):
+    the copies of it a DeepEP-class dispatch sends over the NIC."""
+    d = float(domains)
+    return float(perf.distinct_groups(model.moe_experts, model.moe_top_k, d)) * (d - 1.0) / d if d > 1 else 0.0
 
 
 def moe_span() -> dict[str, float]:
@@ -717,10 +728,12 @@ def ep_span_bias(acc: validate.RunAccuracy) -> dict[str, dict[str, float]]:
     """How the model errs on the measured MoE runs of 8-GPU NVLink domains (HGX H100, H800, B200,
     B300) by how many domains their expert-parallel group spans, ep x etp / domain: ``few`` (at most
     :data:`EP_FEW_DOMAINS`) and ``many``. Per group: runs, median signed error out of sample (a
-    calibration without the run's source; positive: predicted too fast), and the largest."""
+    calibration without the run's source; positive: predicted too fast), the largest, and the most
+    domains any run of the group spans (``span_max``)."""
     rows, _ = validate.published_runs()
     errs = {r["run_id"]: r["oos_error"] for r in acc.select()}
     out: dict[str, list[float]] = {"few": [], "many": []}
+    spans: dict[str, list[float]] = {"few": [], "many": []}
     for r in rows:
         if r["run_id"] not in errs or not r.get("moe_experts"):
             continue
@@ -728,9 +741,21 @@ def ep_span_bias(acc: validate.RunAccuracy) -> dict[str, dict[str, float]]:
         domain = int(p.gpu.nvlink_domain)
         if domain != 8:
             continue
-        out["few" if ep_domains(p.layout, domain) <= EP_FEW_DOMAINS else "many"].append(float(errs[r["run_id"]]))
+        span = ep_domains(p.layout, domain)
+        key = "few" if span <= EP_FEW_DOMAINS else "many"
+        out[key].append(float(errs[r["run_id"]]))
+        spans[key].append(span)
     return {k: {"runs": float(len(v)), "median": float(np.median(v)) if v else float("nan"),
-                "max": float(max(v)) if v else float("nan")} for k, v in out.items()}
+                "max": float(max(v)) if v else float("nan"),
+                "span_max": float(max(spans[k])) if v else float("nan")} for k, v in out.items()}
+
+
+def span_text(group: dict[str, float]) -> str:
+    """How far the runs of one :func:`ep_span_bias` group spread their experts, in words."""
+    m = group["span_max"]
+    if not m == m:
+        return "no run"
+    return "every one of them inside one node" if m <= 1 else f"the widest over {m:.0f} nodes"
 
 
 def span_adjusted_ratio(row: dict[str, Any], bias: dict[str, dict[str, float]], reading: str = "software") -> float | None:
@@ -1060,6 +1085,6 @@ __all__ = ["CAVEAT_WORDS", "COMPONENTS", "COMPONENT_COLORS", "GEMM_DTYPES", "SOU
            "COVERAGE", "HELDOUT_CSV", "PROBE_SOURCES", "RECIPE_NOTE", "coverage_rows", "heldout_group", "heldout_rows", "heldout_summary", "measured_gpus_max", "probe_fit_text", "probe_rows", "probe_sources",
            "recipe_matched", "PROBE_LABELS", "PRODUCTION_MOE_CSV", "recipe_search_rows",
            "NO_REGIME_CALIBRATION", "NO_REGIME_RUN", "empty_regimes_text", "regime_goals_text", "regime_rows",
-           "worst_regime_text", "moe_span", "cp_span", "local_expert_runs", "local_expert_text", "MANY_LOCAL_EXPERTS", "ep_span_bias", "span_adjusted_ratio", "bias_adjusted_text",
+           "worst_regime_text", "moe_span", "cp_span", "local_expert_runs", "local_expert_text", "MANY_LOCAL_EXPERTS", "ep_span_bias", "remote_domains", "span_text", "span_adjusted_ratio", "bias_adjusted_text",
            "BRIDGE_RECIPES_CSV", "flex_backends", "ep_domains",
            "over_under_both_readings"]

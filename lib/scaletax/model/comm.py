@@ -40,6 +40,7 @@ Collectives: ``collective_time``, ``collective_phases``, ``predicted_busbw``, ``
 ``algbw``, ``bus_factor``, ``wire_bytes``, ``link_bytes``, ``latency_bandwidth``,
 ``saturating_bw``, ``moe_dispatch_bytes``, ``moe_alltoall_time``, ``moe_rank_imbalance``,
 ``ep_link_eff`` / ``ep_link_curve`` (DeepEP-class kernels' achieved NVLink rate, measured),
+``ep_rdma_factor`` / ``ep_rdma_curve`` (their NIC rate by nodes spanned, measured),
 ``expected_max_normal``; calibration:
 ``calibration_points``, ``fit_calibration``, ``predict_point``, ``calibration_table``.
 Per step: ``WireFormat``, ``step_traffic`` -> ``StepComm`` of ``GroupTraffic`` (both with
@@ -360,6 +361,63 @@ def ep_link_eff(ranks) -> np.ndarray:
     k, e = ep_link_curve()
     x = np.log2(np.maximum(np.asarray(ranks, dtype=np.float64), 1.0))
     return np.interp(x, np.log2(k), e)
+
+
+#: The rows :func:`ep_rdma_curve` reads: MoE dispatch and combine across 8-GPU nodes with one 400 Gb/s
+#: NIC per GPU, (gpu, kernel) pairs of data/kernel_benchmarks.csv. DeepEP V1's normal kernels on H800
+#: (CX7; docs/legacy.md at dd758ca: 4096 tokens per rank, hidden 7168, top-8) and HybridEP's kernel-only
+#: figures on H100 at the most SMs measured, 16 (README_Hybrid-EP.md at 94a9f8f; the NIC is not named
+#: there: ASSUMPTION, the 400 Gb/s of DGX H100): the kernels behind Megatron-Core's flex dispatcher
+#: ("deepep", "hybridep") in the Megatron-Bridge 0.6 recipes. DeepEP V2's rows (ElasticBuffer,
+#: 2026-04-30) are not read: their "logical bandwidth" includes local-rank traffic by a count the README
+#: does not state. Read with V1's count, its 2-node figures (81-91 GB/s) would show no 2-node loss, so a
+#: stack on V2 may pay less across two nodes than :func:`ep_rdma_factor` charges.
+EP_RDMA_ROWS: tuple[tuple[str, str], ...] = (
+    ("h800_sxm", "DeepEP V1 normal dispatch (RDMA)"), ("h800_sxm", "DeepEP V1 normal combine (RDMA)"),
+    ("h100_sxm", "HybridEP dispatch (kernel only, 16 SMs)"), ("h100_sxm", "HybridEP combine (kernel only, 16 SMs)"))
+#: The NIC line rate (B/s, one direction) and GPUs per node of the machines :data:`EP_RDMA_ROWS` ran on.
+EP_RDMA_NIC_BW = 50e9
+EP_RDMA_NODE = 8
+
+
+@functools.lru_cache(maxsize=2)
+def ep_rdma_curve(path: Path | str = KERNEL_BENCHMARKS_CSV) -> tuple[np.ndarray, np.ndarray]:
+    """(nodes spanned, achieved fraction of the NIC line rate for the bytes that leave the node) of
+    DeepEP-class dispatch and combine across 8-GPU nodes, the mean of :data:`EP_RDMA_ROWS` per node count.
+
+    The published "RDMA bandwidth" counts a token once per distinct destination node, its own node
+    included (DeepEP tests/legacy/test_internode.py: ``rdma_idx``, ``num_rdma_token_sent``), although
+    the kernel copies the own node's share locally (csrc/kernels/legacy/internode.cu: the RDMA put only
+    ``if (dst_rdma_rank != rdma_rank)``). Under routing symmetric across D nodes 1/D of the counted
+    copies stay home, so the bytes on the NIC per second are (D-1)/D of the figure. That gives
+    0.43 (DeepEP) and 0.68 (HybridEP) of the line rate at 2 nodes, 0.85-0.88 at 4 and 8: across
+    two nodes the kernels move the home half through the same pipeline and the NIC idles half the
+    time. (Across 8 nodes 0.865: the ``nic_eff`` NCCL's all-reduce calibrates is 0.866.)"""
+    by: dict[int, list[float]] = {}
+    with open(path, newline="", encoding="utf-8") as fh:
+        for r in csv.DictReader(fh):
+            if (r["gpu"], r["op"]) in EP_RDMA_ROWS and r["scope"] == "internode":
+                if r["unit"] != "GB/s" or not r["ranks"]:
+                    raise ValueError(f"{path}: RDMA dispatch row without ranks or in {r['unit']!r}")
+                d = int(r["ranks"]) // EP_RDMA_NODE
+                by.setdefault(d, []).append(float(r["value"]) * 1e9 * (d - 1) / d / EP_RDMA_NIC_BW)
+    if len(by) < 2:
+        raise ValueError(f"{path}: fewer than two node counts among the RDMA dispatch rows ({EP_RDMA_ROWS})")
+    nodes = np.array(sorted(by), dtype=np.float64)
+    eff = np.array([np.mean(by[int(k)]) for k in nodes])
+    nodes.flags.writeable = eff.flags.writeable = False
+    return nodes, eff
+
+
+def ep_rdma_factor(domains) -> np.ndarray:
+    """The NIC rate of a DeepEP-class dispatch or combine spanning ``domains`` NVLink domains, as a
+    fraction of its rate across the most nodes measured, where the NIC binds (:func:`ep_rdma_curve`,
+    interpolated in log2 of the domains; at most 1; below 2 domains the 2-domain value, above the
+    widest the widest's, 1). ASSUMPTION: an NVL72 rack's share stays home the same way an 8-GPU
+    node's does (no multi-rack measurement). Vectorized."""
+    d, e = ep_rdma_curve()
+    x = np.log2(np.maximum(np.asarray(domains, dtype=np.float64), 2.0))
+    return np.minimum(1.0, np.interp(x, np.log2(d), e / e[-1]))
 
 
 @functools.lru_cache(maxsize=1)

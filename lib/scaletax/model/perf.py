@@ -776,7 +776,9 @@ def _dedup_ep(step: comm.StepComm, model: Model, topo: Topology, ep_dispatch: st
     NVLink bytes m r / k x (n_in - 1) / n_in (r = :func:`distinct_groups` over the n ranks: every
     distinct destination rank but the one a copy lands on first), at the rate the dispatch and
     combine kernels achieve among n_in ranks of one NVLink domain (``comm.ep_link_eff``: HybridEP
-    on GB200 NVL72, 0.81 of the link at 8 ranks to 0.60 at 36), not NCCL's. Time as in ``comm``:
+    on GB200 NVL72, 0.81 of the link at 8 ranks to 0.60 at 36), not NCCL's; the NIC phase at the
+    calibrated NIC rate times what the kernels achieve across that many domains (``comm.ep_rdma_factor``:
+    0.67 across two 8-GPU nodes, 1 from eight on; DeepEP and HybridEP, measured). Time as in ``comm``:
     per all-to-all, launch + max(NVLink phase, NIC phase); the step's all-to-alls share one
     placement, so the phases are summed over them before the max.
     """
@@ -795,7 +797,9 @@ def _dedup_ep(step: comm.StepComm, model: Model, topo: Topology, ep_dispatch: st
     bw_in = np.asarray(topo.nvlink_bw, dtype=np.float64) * comm.ep_link_eff(n_in)
     t_in = np.where(n_in > 1, cnt * topo.alpha_nvlink + nv / bw_in, 0.0)
     nic = g.nic_bytes * f
-    t_out = np.where(n > n_in, cnt * topo.alpha_nic + nic / np.asarray(topo.nic_eff_bw), 0.0)
+    # across few domains the kernels pass the home domain's share through their RDMA pipeline too
+    bw_out = np.asarray(topo.nic_eff_bw, dtype=np.float64) * comm.ep_rdma_factor(n / np.maximum(n_in, 1.0))
+    t_out = np.where(n > n_in, cnt * topo.alpha_nic + nic / bw_out, 0.0)
     secs = np.where(cnt > 0, cnt * topo.alpha_launch + np.maximum(t_in, t_out), 0.0)
     return replace(step, groups={**step.groups, "ep": replace(g, nvlink_bytes=nv, nic_bytes=nic, seconds=secs)})
 
