@@ -389,7 +389,8 @@ def ep_rdma_curve(path: Path | str = KERNEL_BENCHMARKS_CSV) -> tuple[np.ndarray,
     included (DeepEP tests/legacy/test_internode.py: ``rdma_idx``, ``num_rdma_token_sent``), although
     the kernel copies the own node's share locally (csrc/kernels/legacy/internode.cu: the RDMA put only
     ``if (dst_rdma_rank != rdma_rank)``). Under routing symmetric across D nodes 1/D of the counted
-    copies stay home, so the bytes on the NIC per second are (D-1)/D of the figure. That gives
+    copies stay home, so the bytes on the NIC per second are (D-1)/D of the figure (DeepEP's 58 GB/s
+    at 32 ranks is above the 50 GB/s line rate: only a count with the home copies can be). That gives
     0.43 (DeepEP) and 0.68 (HybridEP) of the line rate at 2 nodes, 0.85-0.88 at 4 and 8: across
     two nodes the kernels move the home half through the same pipeline and the NIC idles half the
     time. (Across 8 nodes 0.865: the ``nic_eff`` NCCL's all-reduce calibrates is 0.866.)"""
