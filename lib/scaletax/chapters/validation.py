@@ -753,7 +753,7 @@ def ep_span_bias(acc: validate.RunAccuracy) -> dict[str, dict[str, float]]:
 def span_text(group: dict[str, float]) -> str:
     """How far the runs of one :func:`ep_span_bias` group spread their experts, in words."""
     m = group["span_max"]
-    if not m == m:
+    if math.isnan(m):
         return "no run"
     return "every one of them inside one node" if m <= 1 else f"the widest over {m:.0f} nodes"
 

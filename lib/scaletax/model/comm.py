@@ -330,6 +330,27 @@ EP_BENCH_ROWS: tuple[tuple[str, str, str], ...] = (
     ("gb200", "HybridEP combine (kernel only, 32 SMs)", "bf16"))
 
 
+def _gbps_by_ranks(path: Path | str, keep, what: str) -> dict[int, list[float]]:
+    """The GB/s of the rows of data/kernel_benchmarks.csv that ``keep(row)`` accepts, per rank count;
+    ``what`` names them in the one-line error for a row without ranks or in another unit, or none."""
+    by: dict[int, list[float]] = {}
+    with open(path, newline="", encoding="utf-8") as fh:
+        for r in csv.DictReader(fh):
+            if keep(r):
+                if r["unit"] != "GB/s" or not r["ranks"]:
+                    raise ValueError(f"{path}: {what} row without ranks or in {r['unit']!r}")
+                by.setdefault(int(r["ranks"]), []).append(float(r["value"]))
+    if not by:
+        raise ValueError(f"{path}: no {what} row")
+    return by
+
+
+def _frozen(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+    for a in arrays:
+        a.flags.writeable = False
+    return arrays
+
+
 @functools.lru_cache(maxsize=2)
 def ep_link_curve(path: Path | str = KERNEL_BENCHMARKS_CSV) -> tuple[np.ndarray, np.ndarray]:
     """(ranks, achieved fraction of the per-direction NVLink rate) of the MoE dispatch and combine
@@ -337,20 +358,10 @@ def ep_link_curve(path: Path | str = KERNEL_BENCHMARKS_CSV) -> tuple[np.ndarray,
     GB200's 900 GB/s per direction (:data:`EP_BENCH_LINK_BW`). Falls from 0.81 at 8 ranks to 0.60 at
     36 (the NVSwitch fabric serves more peers per GPU; DeepEP on 8 H800s: 153-158 of ~200 GB/s,
     0.77-0.79, the same as at 8 ranks here)."""
-    by: dict[int, list[float]] = {}
-    with open(path, newline="", encoding="utf-8") as fh:
-        for r in csv.DictReader(fh):
-            if any(r["gpu"] == g and r["op"] == op and r["dtype"].startswith(dt) for g, op, dt in EP_BENCH_ROWS):
-                if r["unit"] != "GB/s" or not r["ranks"]:
-                    raise ValueError(f"{path}: HybridEP row without ranks or in {r['unit']!r}")
-                by.setdefault(int(r["ranks"]), []).append(float(r["value"]))
-    if not by:
-        raise ValueError(f"{path}: no HybridEP GB200 row ({EP_BENCH_ROWS})")
-    per_dir = EP_BENCH_LINK_BW
+    by = _gbps_by_ranks(path, lambda r: any(r["gpu"] == g and r["op"] == op and r["dtype"].startswith(dt)
+                                            for g, op, dt in EP_BENCH_ROWS), f"HybridEP GB200 {EP_BENCH_ROWS}")
     ranks = np.array(sorted(by), dtype=np.float64)
-    eff = np.array([np.mean(by[int(k)]) * 1e9 / per_dir for k in ranks])
-    ranks.flags.writeable = eff.flags.writeable = False
-    return ranks, eff
+    return _frozen(ranks, np.array([np.mean(by[int(k)]) * 1e9 / EP_BENCH_LINK_BW for k in ranks]))
 
 
 def ep_link_eff(ranks) -> np.ndarray:
@@ -394,20 +405,13 @@ def ep_rdma_curve(path: Path | str = KERNEL_BENCHMARKS_CSV) -> tuple[np.ndarray,
     0.43 (DeepEP) and 0.68 (HybridEP) of the line rate at 2 nodes, 0.85-0.88 at 4 and 8: across
     two nodes the kernels move the home half through the same pipeline and the NIC idles half the
     time. (Across 8 nodes 0.865: the ``nic_eff`` NCCL's all-reduce calibrates is 0.866.)"""
-    by: dict[int, list[float]] = {}
-    with open(path, newline="", encoding="utf-8") as fh:
-        for r in csv.DictReader(fh):
-            if (r["gpu"], r["op"]) in EP_RDMA_ROWS and r["scope"] == "internode":
-                if r["unit"] != "GB/s" or not r["ranks"]:
-                    raise ValueError(f"{path}: RDMA dispatch row without ranks or in {r['unit']!r}")
-                d = int(r["ranks"]) // EP_RDMA_NODE
-                by.setdefault(d, []).append(float(r["value"]) * 1e9 * (d - 1) / d / EP_RDMA_NIC_BW)
+    by = _gbps_by_ranks(path, lambda r: (r["gpu"], r["op"]) in EP_RDMA_ROWS and r["scope"] == "internode",
+                        f"RDMA dispatch {EP_RDMA_ROWS}")
     if len(by) < 2:
         raise ValueError(f"{path}: fewer than two node counts among the RDMA dispatch rows ({EP_RDMA_ROWS})")
-    nodes = np.array(sorted(by), dtype=np.float64)
-    eff = np.array([np.mean(by[int(k)]) for k in nodes])
-    nodes.flags.writeable = eff.flags.writeable = False
-    return nodes, eff
+    nodes = np.array(sorted(by), dtype=np.float64) / EP_RDMA_NODE
+    return _frozen(nodes, np.array([np.mean(by[int(d * EP_RDMA_NODE)]) * 1e9 * (d - 1) / d / EP_RDMA_NIC_BW
+                                    for d in nodes]))
 
 
 def ep_rdma_factor(domains) -> np.ndarray:
